@@ -1,0 +1,35 @@
+//! Command-line parsing: each subcommand's options, then a dispatch to the library.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "spate",
+    version,
+    about = "Load generator and measuring instrument for mail servers",
+    long_about = "spate generates SMTP/LMTP load (closed users or open arrival rates), times \
+                  every protocol phase in HDR histograms, classifies every error, records \
+                  every accepted message, and writes a results directory that reports are \
+                  made from. `spate demo` shows it all against the embedded server."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the embedded mail server (SMTP, submission, LMTP, POP3, IMAP) on loopback.
+    Serve(crate::serve::Args),
+    /// Start the embedded server and run a canned workload against it: the tour.
+    Demo(crate::demo::Args),
+}
+
+pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Serve(args) => crate::serve::run(args).await,
+        Command::Demo(args) => crate::demo::run(args).await,
+    }
+}

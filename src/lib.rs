@@ -1,0 +1,94 @@
+//! spate — a load generator and measuring instrument for messaging servers.
+//!
+//! Map of the modules (data flows top to bottom during a run):
+//! - [`cli`]: argument parsing into each command's options; nothing else.
+//! - [`units`]: durations, sizes, rates, ranges as people type them.
+//! - [`proto`]: sans-I/O protocol codecs (SMTP/LMTP replies and commands, ...). No sockets,
+//!   no clocks.
+//! - [`tls`]: rustls client/server configuration (ring provider), self-signed identities.
+//! - [`transport`]: the one connection type (TCP or TLS, STARTTLS upgrade, bounded buffered
+//!   reads, deadlines); the only place that reads the clock for phase timings.
+//! - [`message`]: the message factory (sizes, tracking header, digests, attachments, .eml).
+//! - [`workload`]: arrival strategies (closed users, constant/Poisson rate, stages).
+//! - [`session`]: the per-protocol drivers that run a state machine over a transport.
+//! - [`metrics`]: phases, error classes, sharded recorder, interval snapshots.
+//! - [`results`]: the results directory (plan.json, intervals.csv, postal.csv, *.hlog,
+//!   errors.jsonl, sent.log, summary.json).
+//! - [`report`]: pure functions of a results directory (text summary, ...).
+//! - [`serve`]: the embedded mail server (`spate serve`), also the demo's and tests' target.
+//! - [`demo`]: `spate demo`, the whole job in one command.
+
+pub mod cli;
+pub mod demo;
+pub mod message;
+pub mod metrics;
+pub mod proto;
+pub mod report;
+pub mod results;
+pub mod serve;
+pub mod session;
+pub mod tls;
+pub mod transport;
+pub mod units;
+pub mod workload;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+/// An error the user caused (bad option value, unreadable file, bad scenario). Exit code 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+/// Shorthand to return a usage error from anywhere.
+pub fn usage<T>(msg: impl Into<String>) -> anyhow::Result<T> {
+    Err(UsageError(msg.into()).into())
+}
+
+/// Exit codes: 0 success, 1 the run failed (server unreachable, thresholds broken,
+/// messages missing), 2 the user's input was wrong.
+pub fn main_with_args<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    use clap::Parser;
+    let cli = match cli::Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("spate: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(cli::dispatch(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            let code = if e.downcast_ref::<UsageError>().is_some()
+                || e.downcast_ref::<units::UnitError>().is_some()
+            {
+                2
+            } else {
+                1
+            };
+            // One line: the outermost context plus its causes, no backtrace.
+            let mut line = e.to_string();
+            for cause in e.chain().skip(1) {
+                line.push_str(": ");
+                line.push_str(&cause.to_string());
+            }
+            eprintln!("spate: {line}");
+            ExitCode::from(code)
+        }
+    }
+}

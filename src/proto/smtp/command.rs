@@ -1,0 +1,1 @@
+//! Server side: parsing of client commands.

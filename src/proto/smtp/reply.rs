@@ -1,0 +1,1 @@
+//! Client side: parsing of server replies.
