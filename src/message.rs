@@ -1,1 +1,726 @@
-//! The message factory.
+//! The message factory: envelopes from address pools, bodies of a chosen size (or real
+//! .eml files, or with an attachment), and the tracking header that lets a later step
+//! prove delivery: run id, sequence number, send time and a digest of the body.
+//!
+//! Bodies are a deterministic function of (size, template), so their digests are cached:
+//! building a message costs a header format and a copy, not a hash.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::Arc;
+
+use base64::Engine as _;
+use rand::rngs::SmallRng;
+use rand::Rng;
+use sha2::{Digest, Sha256};
+
+use crate::units::Range;
+
+/// The header spate puts on every message it sends.
+pub const TRACE_HEADER: &str = "X-Spate-Trace";
+
+/// Digest of a message body, canonicalised so that stores which rewrite line endings
+/// (Maildir keeps LF) still match: every line is hashed with a CRLF terminator and
+/// trailing empty lines are ignored. The first 16 bytes of SHA-256.
+pub fn body_digest(body: &[u8]) -> [u8; 16] {
+    let mut h = Sha256::new();
+    let mut blank_run = 0usize;
+    let mut lines = body.split(|&b| b == b'\n').peekable();
+    while let Some(line) = lines.next() {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if lines.peek().is_none() && line.is_empty() {
+            break; // the split after a final newline
+        }
+        if line.is_empty() {
+            blank_run += 1;
+            continue;
+        }
+        for _ in 0..blank_run {
+            h.update(b"\r\n");
+        }
+        blank_run = 0;
+        h.update(line);
+        h.update(b"\r\n");
+    }
+    let full = h.finalize();
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&full[..16]);
+    out
+}
+
+pub fn hex(d: &[u8; 16]) -> String {
+    let mut s = String::with_capacity(32);
+    for b in d {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MessageError {
+    #[error("{path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}: '{text}' is not an email address")]
+    BadAddress {
+        path: String,
+        line: usize,
+        text: String,
+    },
+    #[error("{0}: no addresses in it")]
+    Empty(String),
+    #[error("bad address pattern '{0}': expected e.g. 'user{{0..999}}@example.test'")]
+    BadPattern(String),
+    #[error("{0}: no .eml files in it")]
+    NoEml(String),
+    #[error("message size {0} is larger than the 64 MiB spate generates")]
+    TooBig(u64),
+}
+
+fn valid_address(a: &str) -> bool {
+    // The null sender <> is written as an empty string.
+    a.is_empty()
+        || (a.contains('@')
+            && !a.starts_with('@')
+            && !a.ends_with('@')
+            && !a
+                .chars()
+                .any(|c| c.is_whitespace() || c == '<' || c == '>' || c == ','))
+}
+
+/// A list of addresses, from a file or a pattern.
+#[derive(Debug, Clone)]
+pub struct AddressPool {
+    pub addrs: Vec<String>,
+}
+
+impl AddressPool {
+    /// One address a line; `#` comments and blank lines skipped. A second word on a
+    /// line (a users file's password) is ignored.
+    pub fn from_file(path: &Path) -> Result<Self, MessageError> {
+        let p = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| MessageError::Read {
+            path: p.clone(),
+            source,
+        })?;
+        let mut addrs = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let a = line.split_whitespace().next().unwrap_or_default();
+            let a = a.trim_start_matches('<').trim_end_matches('>');
+            if !valid_address(a) || a.is_empty() {
+                return Err(MessageError::BadAddress {
+                    path: p,
+                    line: i + 1,
+                    text: line.to_string(),
+                });
+            }
+            addrs.push(a.to_string());
+        }
+        if addrs.is_empty() {
+            return Err(MessageError::Empty(p));
+        }
+        Ok(AddressPool { addrs })
+    }
+
+    /// `user{0..999}@example.test` → 1000 addresses; a plain address → one.
+    pub fn from_pattern(pattern: &str) -> Result<Self, MessageError> {
+        let bad = || MessageError::BadPattern(pattern.to_string());
+        let addrs = match (pattern.find('{'), pattern.find('}')) {
+            (Some(open), Some(close)) if open < close => {
+                let (lo, hi) = pattern[open + 1..close].split_once("..").ok_or_else(bad)?;
+                let lo: u64 = lo.trim().parse().map_err(|_| bad())?;
+                let hi: u64 = hi.trim().parse().map_err(|_| bad())?;
+                if lo > hi || hi - lo >= 10_000_000 {
+                    return Err(bad());
+                }
+                let (pre, post) = (&pattern[..open], &pattern[close + 1..]);
+                (lo..=hi).map(|i| format!("{pre}{i}{post}")).collect()
+            }
+            (None, None) => vec![pattern.to_string()],
+            _ => return Err(bad()),
+        };
+        if !addrs.iter().all(|a: &String| valid_address(a)) {
+            return Err(bad());
+        }
+        Ok(AddressPool { addrs })
+    }
+
+    pub fn len(&self) -> usize {
+        self.addrs.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.addrs.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Pick {
+    Random,
+    RoundRobin,
+}
+
+/// A real message from a corpus: headers without From/To, the body dot-stuffed once.
+#[derive(Debug)]
+struct Eml {
+    headers: Vec<u8>,
+    wire_body: Vec<u8>,
+    digest: [u8; 16],
+    body_len: usize,
+}
+
+/// What every session's builder shares.
+pub struct Factory {
+    pub run_id: String,
+    pub size: Range<u64>,
+    pub rcpts: Range<u32>,
+    pub from: AddressPool,
+    pub to: AddressPool,
+    pub pick: Pick,
+    text: Arc<[u8]>,
+    attachment: Option<(String, String)>,
+    corpus: Vec<Eml>,
+    /// Extra header lines (already CRLF-terminated), e.g. for DSN tests.
+    pub extra_headers: String,
+}
+
+const MAX_BODY: u64 = 64 * 1024 * 1024;
+
+/// Builds `len` bytes of deterministic text of 72-character lines.
+fn text_block(len: usize) -> Vec<u8> {
+    const WORDS: &[&str] = &[
+        "mail",
+        "queue",
+        "spate",
+        "relay",
+        "message",
+        "server",
+        "deliver",
+        "header",
+        "body",
+        "latency",
+        "postmaster",
+        "domain",
+        "envelope",
+        "recipient",
+        "sender",
+        "load",
+    ];
+    let mut out = Vec::with_capacity(len + 80);
+    let mut i = 0usize;
+    while out.len() < len {
+        let mut line = 0;
+        while line < 64 {
+            let w = WORDS[(i * 7 + i / 5) % WORDS.len()];
+            i += 1;
+            out.extend_from_slice(w.as_bytes());
+            out.push(b' ');
+            line += w.len() + 1;
+        }
+        out.truncate(out.len() - 1);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+impl Factory {
+    pub fn new(
+        run_id: String,
+        size: Range<u64>,
+        rcpts: Range<u32>,
+        from: AddressPool,
+        to: AddressPool,
+        pick: Pick,
+    ) -> Result<Self, MessageError> {
+        if size.hi > MAX_BODY {
+            return Err(MessageError::TooBig(size.hi));
+        }
+        Ok(Factory {
+            run_id,
+            size,
+            rcpts,
+            from,
+            to,
+            pick,
+            text: text_block(size.hi as usize + 80).into(),
+            attachment: None,
+            corpus: Vec::new(),
+            extra_headers: String::new(),
+        })
+    }
+
+    /// Adds a file as a base64 MIME attachment to every generated message.
+    pub fn attach(&mut self, path: &Path) -> Result<(), MessageError> {
+        let data = std::fs::read(path).map_err(|source| MessageError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(&data);
+        let mut wrapped = String::with_capacity(b64.len() + b64.len() / 76 * 2 + 2);
+        for chunk in b64.as_bytes().chunks(76) {
+            wrapped.push_str(std::str::from_utf8(chunk).unwrap_or_default());
+            wrapped.push_str("\r\n");
+        }
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().replace(['"', '\r', '\n'], "_"))
+            .unwrap_or_else(|| "attachment".into());
+        self.attachment = Some((name, wrapped));
+        Ok(())
+    }
+
+    /// Sends the .eml files of `dir` instead of generated bodies, From/To rewritten.
+    pub fn load_corpus(&mut self, dir: &Path) -> Result<(), MessageError> {
+        let read_err = |source| MessageError::Read {
+            path: dir.display().to_string(),
+            source,
+        };
+        let mut paths: Vec<_> = std::fs::read_dir(dir)
+            .map_err(read_err)?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e.eq_ignore_ascii_case("eml")))
+            .collect();
+        paths.sort();
+        for p in paths.iter().take(100_000) {
+            let data = std::fs::read(p).map_err(|source| MessageError::Read {
+                path: p.display().to_string(),
+                source,
+            })?;
+            self.corpus.push(parse_eml(&data));
+        }
+        if self.corpus.is_empty() {
+            return Err(MessageError::NoEml(dir.display().to_string()));
+        }
+        Ok(())
+    }
+
+    pub fn builder(self: &Arc<Self>, rng: SmallRng, offset: usize) -> Builder {
+        Builder {
+            factory: self.clone(),
+            rng,
+            digests: HashMap::new(),
+            next_to: offset,
+            next_from: offset,
+            date: (u64::MAX, String::new()),
+            body: Vec::new(),
+        }
+    }
+}
+
+fn parse_eml(data: &[u8]) -> Eml {
+    let split = find(data, b"\r\n\r\n")
+        .map(|i| (i + 2, i + 4))
+        .or_else(|| find(data, b"\n\n").map(|i| (i + 1, i + 2)))
+        .unwrap_or((data.len(), data.len()));
+    let (head, body) = (&data[..split.0], &data[split.1.min(data.len())..]);
+    // Drop From/To/Cc/Message-ID (continuations included); they are rewritten per message.
+    let mut headers = Vec::new();
+    let mut skipping = false;
+    for line in head.split_inclusive(|&b| b == b'\n') {
+        let cont = line.first().is_some_and(|b| *b == b' ' || *b == b'\t');
+        if !cont {
+            let lower = line.to_ascii_lowercase();
+            skipping = [
+                &b"from:"[..],
+                b"to:",
+                b"cc:",
+                b"message-id:",
+                b"x-spate-trace:",
+            ]
+            .iter()
+            .any(|h| lower.starts_with(h));
+        }
+        if !skipping {
+            let l = line.strip_suffix(b"\n").unwrap_or(line);
+            let l = l.strip_suffix(b"\r").unwrap_or(l);
+            headers.extend_from_slice(l);
+            headers.extend_from_slice(b"\r\n");
+        }
+    }
+    let mut wire_body = Vec::with_capacity(body.len() + 64);
+    crate::proto::smtp::reply::dot_stuff_into(body, &mut wire_body);
+    wire_body.truncate(wire_body.len() - 3); // keep ".\r\n" for the builder to add
+    Eml {
+        headers,
+        wire_body,
+        digest: body_digest(body),
+        body_len: body.len(),
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// What the session needs to know about a message it built.
+#[derive(Debug, Clone)]
+pub struct Built {
+    pub digest: [u8; 16],
+    pub from: u32,
+    /// Indices into the recipient pool.
+    pub rcpts: Vec<u32>,
+}
+
+/// Per-session message builder: its own RNG, digest cache and scratch buffers.
+pub struct Builder {
+    factory: Arc<Factory>,
+    rng: SmallRng,
+    digests: HashMap<u64, [u8; 16]>,
+    next_to: usize,
+    next_from: usize,
+    date: (u64, String),
+    body: Vec<u8>,
+}
+
+impl Builder {
+    pub fn factory(&self) -> &Factory {
+        &self.factory
+    }
+
+    /// Chooses the envelope of message `seq` into `built`.
+    pub fn envelope(&mut self, built: &mut Built) {
+        let f = &*self.factory;
+        let n = if f.rcpts.is_fixed() {
+            f.rcpts.lo
+        } else {
+            self.rng.random_range(f.rcpts.lo..=f.rcpts.hi)
+        };
+        let n = (n.max(1) as usize).min(f.to.len());
+        built.rcpts.clear();
+        match f.pick {
+            Pick::RoundRobin => {
+                for _ in 0..n {
+                    built.rcpts.push((self.next_to % f.to.len()) as u32);
+                    self.next_to += 1;
+                }
+                built.from = (self.next_from % f.from.len()) as u32;
+                self.next_from += 1;
+            }
+            Pick::Random => {
+                while built.rcpts.len() < n {
+                    let i = self.rng.random_range(0..f.to.len()) as u32;
+                    if !built.rcpts.contains(&i) {
+                        built.rcpts.push(i);
+                    }
+                }
+                built.from = self.rng.random_range(0..f.from.len()) as u32;
+            }
+        }
+    }
+
+    /// Appends the DATA payload of message `seq` to `out`: headers, body, final dot,
+    /// dot-stuffed and CRLF. `now_unix_us` is the send time written into the trace header.
+    pub fn build(&mut self, seq: u64, now_unix_us: u64, built: &mut Built, out: &mut Vec<u8>) {
+        let f = self.factory.clone();
+        let from = &f.from.addrs[built.from as usize];
+        let (digest, body_size, corpus) = if f.corpus.is_empty() {
+            let size = if f.size.is_fixed() {
+                f.size.lo
+            } else {
+                self.rng.random_range(f.size.lo..=f.size.hi)
+            };
+            let digest = self.generated_body(size);
+            (digest, self.body.len(), None)
+        } else {
+            let eml = &f.corpus[(seq % f.corpus.len() as u64) as usize];
+            (eml.digest, eml.body_len, Some(eml))
+        };
+        built.digest = digest;
+
+        out.reserve(body_size + 600);
+        push(out, "From: <");
+        push(out, from);
+        push(out, ">\r\nTo: ");
+        for (i, r) in built.rcpts.iter().enumerate() {
+            if i > 0 {
+                push(out, ",\r\n ");
+            }
+            push(out, "<");
+            push(out, &f.to.addrs[*r as usize]);
+            push(out, ">");
+        }
+        push(out, "\r\n");
+        let mut line = String::with_capacity(160);
+        let _ = write!(
+            line,
+            "Message-ID: <{seq}.{}@spate.invalid>\r\n{TRACE_HEADER}: run={}; seq={seq}; sent={now_unix_us}; digest={}; size={body_size}\r\n",
+            f.run_id,
+            f.run_id,
+            hex(&digest)
+        );
+        push(out, &line);
+        push(out, &f.extra_headers);
+        match corpus {
+            Some(eml) => {
+                out.extend_from_slice(&eml.headers);
+                out.extend_from_slice(b"\r\n");
+                out.extend_from_slice(&eml.wire_body);
+            }
+            None => {
+                let secs = now_unix_us / 1_000_000;
+                if self.date.0 != secs {
+                    self.date = (
+                        secs,
+                        chrono::DateTime::from_timestamp(secs as i64, 0)
+                            .unwrap_or_default()
+                            .format("%a, %d %b %Y %H:%M:%S +0000")
+                            .to_string(),
+                    );
+                }
+                push(out, "Date: ");
+                push(out, &self.date.1);
+                push(out, "\r\nSubject: spate test message ");
+                push(out, itoa(seq, &mut [0u8; 20]));
+                push(out, "\r\nMIME-Version: 1.0\r\n");
+                match &f.attachment {
+                    None => push(out, "Content-Type: text/plain; charset=us-ascii\r\n\r\n"),
+                    Some(_) => {
+                        push(out, "Content-Type: multipart/mixed; boundary=\"spate-");
+                        push(out, &f.run_id);
+                        push(out, "\"\r\n\r\n");
+                    }
+                }
+                // Generated bodies never start a line with '.', so no stuffing is needed.
+                out.extend_from_slice(&self.body);
+            }
+        }
+        out.extend_from_slice(b".\r\n");
+    }
+
+    /// Fills `self.body` with the generated body of this size; returns its digest.
+    fn generated_body(&mut self, size: u64) -> [u8; 16] {
+        let f = &*self.factory;
+        self.body.clear();
+        if let Some((name, b64)) = &f.attachment {
+            let b = &f.run_id;
+            let _ = write!(
+                Wrap(&mut self.body),
+                "--spate-{b}\r\nContent-Type: text/plain; charset=us-ascii\r\n\r\n"
+            );
+            push_text(&mut self.body, &f.text, size);
+            let _ = write!(
+                Wrap(&mut self.body),
+                "--spate-{b}\r\nContent-Type: application/octet-stream; name=\"{name}\"\r\nContent-Transfer-Encoding: base64\r\nContent-Disposition: attachment; filename=\"{name}\"\r\n\r\n{b64}--spate-{b}--\r\n"
+            );
+        } else {
+            push_text(&mut self.body, &f.text, size);
+        }
+        if self.digests.len() > 100_000 {
+            self.digests.clear();
+        }
+        let body = &self.body;
+        *self
+            .digests
+            .entry(size)
+            .or_insert_with(|| body_digest(body))
+    }
+}
+
+/// `size` bytes of text ending in CRLF (whole lines, the last padded with 'x').
+fn push_text(out: &mut Vec<u8>, text: &[u8], size: u64) {
+    let size = size as usize;
+    if size < 2 {
+        return;
+    }
+    let limit = size - 2;
+    let cut = text[..limit.min(text.len())]
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
+    out.extend_from_slice(&text[..cut]);
+    out.resize(out.len() + (limit - cut), b'x');
+    out.extend_from_slice(b"\r\n");
+}
+
+#[inline]
+fn push(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn itoa(mut v: u64, buf: &mut [u8; 20]) -> &str {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    std::str::from_utf8(&buf[i..]).unwrap_or("0")
+}
+
+struct Wrap<'a>(&'a mut Vec<u8>);
+impl std::fmt::Write for Wrap<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
+/// Splits a stored message into headers and body (at the first empty line).
+pub fn split_message(data: &[u8]) -> (&[u8], &[u8]) {
+    if let Some(i) = find(data, b"\r\n\r\n") {
+        (&data[..i + 2], &data[i + 4..])
+    } else if let Some(i) = find(data, b"\n\n") {
+        (&data[..i + 1], &data[i + 2..])
+    } else {
+        (data, &[])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    fn factory(size: Range<u64>) -> Arc<Factory> {
+        Arc::new(
+            Factory::new(
+                "r1".into(),
+                size,
+                Range { lo: 1, hi: 3 },
+                AddressPool::from_pattern("sender@example.test").unwrap(),
+                AddressPool::from_pattern("user{0..9}@example.test").unwrap(),
+                Pick::Random,
+            )
+            .unwrap(),
+        )
+    }
+
+    fn unstuff(wire: &[u8]) -> Vec<u8> {
+        let wire = wire.strip_suffix(b".\r\n").unwrap();
+        let mut out = Vec::new();
+        for line in wire.split_inclusive(|&b| b == b'\n') {
+            out.extend_from_slice(line.strip_prefix(b".").unwrap_or(line));
+        }
+        out
+    }
+
+    #[test]
+    fn body_has_exact_size_and_matching_digest() {
+        let f = factory(Range { lo: 0, hi: 5000 });
+        let mut b = f.builder(SmallRng::seed_from_u64(1), 0);
+        let mut built = Built {
+            digest: [0; 16],
+            from: 0,
+            rcpts: vec![],
+        };
+        for seq in 0..200 {
+            let mut out = Vec::new();
+            b.envelope(&mut built);
+            assert!((1..=3).contains(&built.rcpts.len()));
+            b.build(seq, 1_700_000_000_000_000, &mut built, &mut out);
+            let msg = unstuff(&out);
+            let (head, body) = split_message(&msg);
+            let head = String::from_utf8_lossy(head);
+            let size: usize = head
+                .split("size=")
+                .nth(1)
+                .unwrap()
+                .split("\r\n")
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert_eq!(body.len(), size);
+            assert!(head.contains(&format!("digest={}", hex(&body_digest(body)))));
+            assert!(head.contains(&format!("seq={seq};")));
+        }
+    }
+
+    #[test]
+    fn digest_ignores_line_ending_style() {
+        assert_eq!(body_digest(b"a\r\nb\r\n"), body_digest(b"a\nb\n"));
+        assert_eq!(body_digest(b"a\r\nb\r\n"), body_digest(b"a\r\nb\r\n\r\n"));
+        assert_ne!(body_digest(b"a\r\nb\r\n"), body_digest(b"a\r\nc\r\n"));
+        assert_ne!(body_digest(b"a\r\n\r\nb\r\n"), body_digest(b"a\r\nb\r\n"));
+    }
+
+    #[test]
+    fn attachment_and_corpus() {
+        let dir = tempfile::tempdir().unwrap();
+        let att = dir.path().join("doc.bin");
+        std::fs::write(&att, vec![7u8; 9167]).unwrap();
+        let mut f = Factory::new(
+            "r2".into(),
+            Range::fixed(10200),
+            Range::fixed(1),
+            AddressPool::from_pattern("s@x.test").unwrap(),
+            AddressPool::from_pattern("u@x.test").unwrap(),
+            Pick::RoundRobin,
+        )
+        .unwrap();
+        f.attach(&att).unwrap();
+        let f = Arc::new(f);
+        let mut b = f.builder(SmallRng::seed_from_u64(1), 0);
+        let mut built = Built {
+            digest: [0; 16],
+            from: 0,
+            rcpts: vec![],
+        };
+        let mut out = Vec::new();
+        b.envelope(&mut built);
+        b.build(1, 0, &mut built, &mut out);
+        let s = String::from_utf8_lossy(&out);
+        assert!(s.contains("Content-Transfer-Encoding: base64"));
+        assert!(s.contains("multipart/mixed"));
+        let msg = unstuff(&out);
+        assert_eq!(body_digest(split_message(&msg).1), built.digest);
+
+        let eml = dir.path().join("a.eml");
+        std::fs::write(
+            &eml,
+            b"From: old@x\nTo: old@y\nSubject: hi\n\n.dot line\nbody\n",
+        )
+        .unwrap();
+        let mut f2 = Factory::new(
+            "r3".into(),
+            Range::fixed(1),
+            Range::fixed(1),
+            AddressPool::from_pattern("s@x.test").unwrap(),
+            AddressPool::from_pattern("u@x.test").unwrap(),
+            Pick::RoundRobin,
+        )
+        .unwrap();
+        f2.load_corpus(dir.path()).unwrap();
+        let f2 = Arc::new(f2);
+        let mut b = f2.builder(SmallRng::seed_from_u64(1), 0);
+        let mut out = Vec::new();
+        b.envelope(&mut built);
+        b.build(1, 0, &mut built, &mut out);
+        let s = String::from_utf8_lossy(&out);
+        assert!(s.contains("From: <s@x.test>") && !s.contains("old@"));
+        assert!(s.contains("\r\n..dot line\r\n"));
+        assert!(s.contains("Subject: hi"));
+        let msg = unstuff(&out);
+        assert_eq!(body_digest(split_message(&msg).1), built.digest);
+    }
+
+    #[test]
+    fn address_pools() {
+        assert_eq!(
+            AddressPool::from_pattern("u{0..999}@x.test").unwrap().len(),
+            1000
+        );
+        assert!(AddressPool::from_pattern("u{9..1}@x").is_err());
+        assert!(AddressPool::from_pattern("not an address").is_err());
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("to.txt");
+        std::fs::write(&p, "a@x.test pw\n# c\n\nb@x.test\n").unwrap();
+        assert_eq!(AddressPool::from_file(&p).unwrap().len(), 2);
+        std::fs::write(&p, "a@x.test\nbroken\n").unwrap();
+        let e = AddressPool::from_file(&p).unwrap_err().to_string();
+        assert!(e.contains(":2:"), "{e}");
+        std::fs::write(&p, "# nothing\n").unwrap();
+        assert!(AddressPool::from_file(&p).is_err());
+    }
+}

@@ -1,1 +1,268 @@
-//! The one connection type.
+//! The one client connection type: TCP or TLS (implicit, or upgraded in place by STARTTLS),
+//! a bounded read buffer, a deadline on every read and write, and the clock for phase
+//! timings. Protocol logic lives in `proto`; this only moves bytes.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::TlsConnector;
+
+use crate::metrics::ErrorKind;
+use crate::proto::smtp::reply::{self, Parse, Reply, ReplyError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    #[error("connection refused")]
+    Refused,
+    #[error("connection closed by the server")]
+    Closed,
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("TLS: {0}")]
+    Tls(String),
+    #[error("protocol: {0}")]
+    Protocol(String),
+    #[error("{0}")]
+    Io(io::Error),
+}
+
+impl TransportError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            TransportError::Refused => ErrorKind::Refused,
+            TransportError::Closed => ErrorKind::Closed,
+            TransportError::Timeout(_) => ErrorKind::Timeout,
+            TransportError::Tls(_) => ErrorKind::Tls,
+            TransportError::Protocol(_) => ErrorKind::Protocol,
+            TransportError::Io(_) => ErrorKind::Io,
+        }
+    }
+
+    fn from_io(e: io::Error) -> Self {
+        use io::ErrorKind as K;
+        match e.kind() {
+            K::ConnectionRefused => TransportError::Refused,
+            K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe | K::UnexpectedEof => {
+                TransportError::Closed
+            }
+            K::InvalidData => TransportError::Tls(e.to_string()),
+            _ => TransportError::Io(e),
+        }
+    }
+}
+
+impl From<ReplyError> for TransportError {
+    fn from(e: ReplyError) -> Self {
+        TransportError::Protocol(e.to_string())
+    }
+}
+
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+    /// Only during an upgrade, or after a failed one.
+    Gone,
+}
+
+pub struct Connection {
+    stream: Stream,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// Bytes of the last reply, released at the next read.
+    pending: usize,
+    timeout: Duration,
+}
+
+const INITIAL_BUF: usize = 4096;
+
+impl Connection {
+    /// Connects (optionally from a given source address), with TCP_NODELAY set: a load
+    /// generator that waits for delayed ACKs measures its own Nagle, not the server.
+    pub async fn connect(
+        addr: SocketAddr,
+        bind: Option<IpAddr>,
+        timeout: Duration,
+    ) -> Result<Self, TransportError> {
+        let fut = async {
+            let socket = if addr.is_ipv4() {
+                TcpSocket::new_v4()
+            } else {
+                TcpSocket::new_v6()
+            }
+            .map_err(TransportError::from_io)?;
+            if let Some(ip) = bind {
+                socket
+                    .bind(SocketAddr::new(ip, 0))
+                    .map_err(TransportError::from_io)?;
+            }
+            socket.set_nodelay(true).map_err(TransportError::from_io)?;
+            socket.connect(addr).await.map_err(TransportError::from_io)
+        };
+        let tcp = tokio::time::timeout(timeout, fut)
+            .await
+            .map_err(|_| TransportError::Timeout(timeout))??;
+        Ok(Connection {
+            stream: Stream::Plain(tcp),
+            buf: vec![0; INITIAL_BUF],
+            start: 0,
+            end: 0,
+            pending: 0,
+            timeout,
+        })
+    }
+
+    pub fn is_tls(&self) -> bool {
+        matches!(self.stream, Stream::Tls(_))
+    }
+
+    /// Upgrades to TLS in place (implicit TLS right after connect, or after STARTTLS).
+    pub async fn start_tls(
+        &mut self,
+        config: Arc<rustls::ClientConfig>,
+        name: rustls::pki_types::ServerName<'static>,
+    ) -> Result<(), TransportError> {
+        self.release();
+        if self.start != self.end {
+            // Bytes after the 220 that came before the handshake would be trusted as if
+            // they had come over TLS (the STARTTLS injection attack): refuse.
+            return Err(TransportError::Protocol(
+                "server sent data after its STARTTLS reply".into(),
+            ));
+        }
+        let Stream::Plain(tcp) = std::mem::replace(&mut self.stream, Stream::Gone) else {
+            return Err(TransportError::Tls("connection is not plain TCP".into()));
+        };
+        let connector = TlsConnector::from(config);
+        let tls = tokio::time::timeout(self.timeout, connector.connect(name, tcp))
+            .await
+            .map_err(|_| TransportError::Timeout(self.timeout))?
+            .map_err(|e| TransportError::Tls(e.to_string()))?;
+        self.stream = Stream::Tls(Box::new(tls));
+        Ok(())
+    }
+
+    /// Writes all of `bytes`; returns when they are handed to the kernel.
+    pub async fn send(&mut self, bytes: &[u8]) -> Result<(), TransportError> {
+        let timeout = self.timeout;
+        let fut = async {
+            match &mut self.stream {
+                Stream::Plain(s) => s.write_all(bytes).await,
+                Stream::Tls(s) => {
+                    s.write_all(bytes).await?;
+                    s.flush().await
+                }
+                Stream::Gone => Err(io::ErrorKind::NotConnected.into()),
+            }
+        };
+        tokio::time::timeout(timeout, fut)
+            .await
+            .map_err(|_| TransportError::Timeout(timeout))?
+            .map_err(TransportError::from_io)
+    }
+
+    fn release(&mut self) {
+        self.start += self.pending;
+        self.pending = 0;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
+    /// Reads one complete SMTP reply. The whole reply must arrive within the timeout.
+    pub async fn read_reply(&mut self) -> Result<Reply<'_>, TransportError> {
+        self.release();
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let (code, n) = loop {
+            match reply::parse(&self.buf[self.start..self.end])? {
+                Parse::Complete(r, n) => break (r.code, n),
+                Parse::Incomplete => self.fill(deadline).await?,
+            }
+        };
+        self.pending = n;
+        Ok(Reply {
+            code,
+            raw: &self.buf[self.start..self.start + n],
+        })
+    }
+
+    async fn fill(&mut self, deadline: tokio::time::Instant) -> Result<(), TransportError> {
+        if self.start > 0 && self.end == self.buf.len() {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.end == self.buf.len() {
+            // The reply parser caps replies well below this; growth is bounded.
+            let cap = reply::MAX_REPLY + reply::MAX_LINE;
+            if self.buf.len() >= cap {
+                return Err(TransportError::Protocol("reply too long".into()));
+            }
+            self.buf.resize((self.buf.len() * 2).min(cap), 0);
+        }
+        let timeout = self.timeout;
+        let dst = &mut self.buf[self.end..];
+        let read = async {
+            match &mut self.stream {
+                Stream::Plain(s) => s.read(dst).await,
+                Stream::Tls(s) => s.read(dst).await,
+                Stream::Gone => Err(io::ErrorKind::NotConnected.into()),
+            }
+        };
+        let n = tokio::time::timeout_at(deadline, read)
+            .await
+            .map_err(|_| TransportError::Timeout(timeout))?
+            .map_err(TransportError::from_io)?;
+        if n == 0 {
+            return Err(TransportError::Closed);
+        }
+        self.end += n;
+        Ok(())
+    }
+
+    /// Closes the write side politely; errors are irrelevant at this point.
+    pub async fn shutdown(mut self) {
+        let _ = tokio::time::timeout(Duration::from_millis(200), async {
+            match &mut self.stream {
+                Stream::Plain(s) => s.shutdown().await,
+                Stream::Tls(s) => s.shutdown().await,
+                Stream::Gone => Ok(()),
+            }
+        })
+        .await;
+    }
+}
+
+/// The clock for phase timings: monotonic, microseconds.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    origin: Instant,
+}
+
+impl Clock {
+    pub fn new() -> Self {
+        Clock {
+            origin: Instant::now(),
+        }
+    }
+    pub fn origin(&self) -> Instant {
+        self.origin
+    }
+    /// Microseconds since the run's origin.
+    #[inline]
+    pub fn now_us(&self) -> u64 {
+        self.origin.elapsed().as_micros() as u64
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Self::new()
+    }
+}

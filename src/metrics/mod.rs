@@ -1,1 +1,11 @@
-//! metrics
+//! Phases, error classes, counters and the sharded recorder that sessions write into and
+//! the aggregator drains once per interval.
+
+mod phase;
+mod recorder;
+
+pub use phase::Phase;
+pub use recorder::{
+    new_histogram, Counters, ErrorKey, ErrorKind, ErrorStat, Interval, Recorder, SentRecord, Shard,
+    HIST_MAX_US,
+};

@@ -1,0 +1,51 @@
+//! The phase taxonomy. A phase is timed from the first byte of the command written to the
+//! last byte of its complete reply; pipelined groups get a phase of their own rather than
+//! invented per-command times.
+
+use serde::Serialize;
+
+macro_rules! phases {
+    ($($variant:ident => $name:literal, $doc:literal;)*) => {
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum Phase { $(#[doc = $doc] $variant,)* }
+
+        impl Phase {
+            pub const ALL: &'static [Phase] = &[$(Phase::$variant,)*];
+            pub const COUNT: usize = Phase::ALL.len();
+            pub fn name(self) -> &'static str {
+                match self { $(Phase::$variant => $name,)* }
+            }
+            pub fn describe(self) -> &'static str {
+                match self { $(Phase::$variant => $doc,)* }
+            }
+            pub fn from_name(name: &str) -> Option<Phase> {
+                match name { $($name => Some(Phase::$variant),)* _ => None }
+            }
+        }
+    };
+}
+
+phases! {
+    Connect => "connect", "TCP connect";
+    Tls => "tls", "TLS handshake (implicit TLS or after STARTTLS)";
+    Banner => "banner", "connect complete to greeting complete";
+    Ehlo => "ehlo", "EHLO/HELO/LHLO to its reply";
+    Starttls => "starttls", "STARTTLS to its 220 reply";
+    Auth => "auth", "AUTH exchange, all round trips";
+    Mail => "mail", "MAIL FROM to its reply (no pipelining)";
+    Rcpt => "rcpt", "each RCPT TO to its reply (no pipelining)";
+    Data => "data", "DATA to its 354 reply (no pipelining)";
+    Envelope => "envelope", "pipelined MAIL+RCPT..+DATA group to the DATA reply";
+    Body => "body", "message body and final dot to the final reply (all LMTP replies)";
+    Quit => "quit", "QUIT to its reply";
+    Transaction => "transaction", "first envelope command to final reply (service time)";
+    Response => "response", "scheduled start to final reply, incl. waiting and connecting";
+    Lag => "lag", "how late a message started against its schedule (generator lag)";
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}

@@ -1,0 +1,373 @@
+//! The recorder: a few mutex-guarded shards that sessions write into (a session always uses
+//! the same shard, so locks are practically uncontended and held for a few hundred
+//! nanoseconds), drained by the aggregator once per interval. Nothing per message is kept
+//! beyond the interval except what the sent log must record.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Mutex;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use super::Phase;
+use crate::proto::smtp::reply::Enhanced;
+
+/// Highest latency a histogram tracks: one hour, in microseconds. Larger values saturate.
+pub const HIST_MAX_US: u64 = 3_600_000_000;
+
+pub fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, HIST_MAX_US, 3).expect("static histogram bounds are valid")
+}
+
+/// Message and connection counts. Invariant: attempted = accepted + rejected + failed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Counters {
+    /// Messages whose transaction was started (or whose connection was attempted for them).
+    pub attempted: u64,
+    /// Messages the server accepted for at least one recipient.
+    pub accepted: u64,
+    /// Messages the server refused with a 4xx/5xx reply (no recipient accepted).
+    pub rejected: u64,
+    /// Messages lost to transport or protocol failures (refused, reset, timeout, garbage).
+    pub failed: u64,
+    /// Recipients accepted / refused across all messages.
+    pub rcpt_accepted: u64,
+    pub rcpt_rejected: u64,
+    /// Message bytes written (as on the wire, dot-stuffed).
+    pub bytes: u64,
+    pub connections: u64,
+    pub tls_connections: u64,
+    pub connect_failures: u64,
+    /// Arrivals (open model) that started more than 10 ms after their schedule.
+    pub late: u64,
+    /// Arrivals dropped because the in-flight cap and the backlog were full.
+    pub dropped: u64,
+}
+
+impl Counters {
+    pub fn add(&mut self, o: &Counters) {
+        self.attempted += o.attempted;
+        self.accepted += o.accepted;
+        self.rejected += o.rejected;
+        self.failed += o.failed;
+        self.rcpt_accepted += o.rcpt_accepted;
+        self.rcpt_rejected += o.rcpt_rejected;
+        self.bytes += o.bytes;
+        self.connections += o.connections;
+        self.tls_connections += o.tls_connections;
+        self.connect_failures += o.connect_failures;
+        self.late += o.late;
+        self.dropped += o.dropped;
+    }
+
+    pub fn reconciles(&self) -> bool {
+        self.attempted == self.accepted + self.rejected + self.failed
+    }
+}
+
+/// What kind of failure an error is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The server replied 4xx.
+    Transient,
+    /// The server replied 5xx.
+    Permanent,
+    /// TCP connection refused.
+    Refused,
+    /// Connection reset or closed by the server unexpectedly.
+    Closed,
+    /// A phase deadline passed.
+    Timeout,
+    /// TLS handshake or certificate failure.
+    Tls,
+    /// The server sent something that is not the protocol (garbage, overlong line).
+    Protocol,
+    /// Any other I/O error.
+    Io,
+}
+
+impl ErrorKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::Transient => "4xx",
+            ErrorKind::Permanent => "5xx",
+            ErrorKind::Refused => "refused",
+            ErrorKind::Closed => "closed",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Tls => "tls",
+            ErrorKind::Protocol => "protocol",
+            ErrorKind::Io => "io",
+        }
+    }
+}
+
+/// An error class: phase, kind, reply code, enhanced code and normalised text.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct ErrorKey {
+    pub phase: Phase,
+    pub kind: ErrorKind,
+    pub code: u16,
+    pub enhanced: Option<Enhanced>,
+    pub text: String,
+}
+
+impl std::fmt::Display for ErrorKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.phase)?;
+        if self.code != 0 {
+            write!(f, " {}", self.code)?;
+        } else {
+            write!(f, " {}", self.kind.name())?;
+        }
+        if let Some(e) = self.enhanced {
+            write!(f, " {e}")?;
+        }
+        if !self.text.is_empty() {
+            write!(f, " {}", self.text)?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ErrorStat {
+    pub count: u64,
+    /// One verbatim example (the first seen), for the error table.
+    pub sample: String,
+}
+
+/// One accepted message, for the sent log. Recipients are indices into the run's
+/// address pool, stored in the shard's `rcpts` vector at `rcpt_start..+rcpt_len`.
+#[derive(Debug, Clone, Copy)]
+pub struct SentRecord {
+    pub seq: u64,
+    /// Microseconds since the run's start when the final reply arrived.
+    pub accepted_us: u64,
+    pub digest: [u8; 16],
+    pub size: u32,
+    pub from: u32,
+    pub rcpt_start: u32,
+    pub rcpt_len: u16,
+}
+
+/// What one shard (and one drained interval) holds.
+#[derive(Debug)]
+pub struct Shard {
+    pub counters: Counters,
+    pub hists: Vec<Option<Histogram<u64>>>,
+    pub errors: HashMap<ErrorKey, ErrorStat>,
+    pub sent: Vec<SentRecord>,
+    pub rcpts: Vec<u32>,
+}
+
+impl Default for Shard {
+    fn default() -> Self {
+        Shard {
+            counters: Counters::default(),
+            hists: (0..Phase::COUNT).map(|_| None).collect(),
+            errors: HashMap::new(),
+            sent: Vec::new(),
+            rcpts: Vec::new(),
+        }
+    }
+}
+
+/// Distinct error classes kept per shard per interval; beyond this, errors are still
+/// counted but folded into one overflow class, so a server that puts a counter in every
+/// reply text cannot grow memory.
+const MAX_ERROR_CLASSES: usize = 256;
+
+impl Shard {
+    #[inline]
+    pub fn record(&mut self, phase: Phase, micros: u64) {
+        self.hists[phase as usize]
+            .get_or_insert_with(new_histogram)
+            .saturating_record(micros.clamp(1, HIST_MAX_US));
+    }
+
+    pub fn error(&mut self, key: ErrorKey, sample: impl FnOnce() -> String) {
+        let len = self.errors.len();
+        let key = if len >= MAX_ERROR_CLASSES && !self.errors.contains_key(&key) {
+            ErrorKey {
+                text: "(more error classes than spate keeps per interval)".into(),
+                ..key
+            }
+        } else {
+            key
+        };
+        let stat = self.errors.entry(key).or_default();
+        if stat.count == 0 {
+            stat.sample = sample();
+        }
+        stat.count += 1;
+    }
+
+    pub fn sent(&mut self, mut rec: SentRecord, rcpts: &[u32]) {
+        rec.rcpt_start = self.rcpts.len() as u32;
+        rec.rcpt_len = rcpts.len() as u16;
+        self.rcpts.extend_from_slice(rcpts);
+        self.sent.push(rec);
+    }
+
+    /// Adds another shard into this one (histograms add, counters add, errors merge).
+    pub fn absorb(&mut self, other: &mut Shard) {
+        self.counters.add(&other.counters);
+        for (mine, theirs) in self.hists.iter_mut().zip(other.hists.iter_mut()) {
+            if let Some(t) = theirs {
+                if t.is_empty() {
+                    continue;
+                }
+                mine.get_or_insert_with(new_histogram)
+                    .add(&*t)
+                    .expect("same bounds");
+                t.reset();
+            }
+        }
+        for (k, v) in other.errors.drain() {
+            let e = self.errors.entry(k).or_default();
+            if e.count == 0 {
+                e.sample = v.sample;
+            }
+            e.count += v.count;
+        }
+        let base = self.rcpts.len() as u32;
+        self.rcpts.append(&mut other.rcpts);
+        self.sent.extend(other.sent.drain(..).map(|mut r| {
+            r.rcpt_start += base;
+            r
+        }));
+        other.counters = Counters::default();
+    }
+
+    pub fn hist(&self, phase: Phase) -> Option<&Histogram<u64>> {
+        self.hists[phase as usize]
+            .as_ref()
+            .filter(|h| !h.is_empty())
+    }
+}
+
+/// One drained interval.
+pub type Interval = Shard;
+
+pub struct Recorder {
+    shards: Box<[Mutex<Shard>]>,
+    active: AtomicI64,
+}
+
+impl Recorder {
+    pub fn new(shards: usize) -> Self {
+        Recorder {
+            shards: (0..shards.max(1))
+                .map(|_| Mutex::new(Shard::default()))
+                .collect(),
+            active: AtomicI64::new(0),
+        }
+    }
+
+    /// Runs `f` on the shard that session `session` owns.
+    #[inline]
+    pub fn with<R>(&self, session: usize, f: impl FnOnce(&mut Shard) -> R) -> R {
+        let mut shard = self.shards[session % self.shards.len()]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        f(&mut shard)
+    }
+
+    pub fn session_started(&self) {
+        self.active.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn session_ended(&self) {
+        self.active.fetch_sub(1, Ordering::Relaxed);
+    }
+    pub fn active_sessions(&self) -> i64 {
+        self.active.load(Ordering::Relaxed)
+    }
+
+    /// Drains every shard into `into` (which the caller reuses from interval to interval).
+    pub fn drain_into(&self, into: &mut Shard) {
+        for shard in self.shards.iter() {
+            let mut s = shard.lock().unwrap_or_else(|p| p.into_inner());
+            into.absorb(&mut s);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drain_merges_and_resets() {
+        let rec = Recorder::new(4);
+        for session in 0..8 {
+            rec.with(session, |s| {
+                s.counters.attempted += 1;
+                s.counters.accepted += 1;
+                s.record(Phase::Body, 1000 + session as u64);
+                s.sent(
+                    SentRecord {
+                        seq: session as u64,
+                        accepted_us: 5,
+                        digest: [0; 16],
+                        size: 10,
+                        from: 0,
+                        rcpt_start: 0,
+                        rcpt_len: 0,
+                    },
+                    &[session as u32, 99],
+                );
+            });
+        }
+        rec.with(1, |s| {
+            s.counters.attempted += 1;
+            s.counters.failed += 1;
+            s.error(
+                ErrorKey {
+                    phase: Phase::Rcpt,
+                    kind: ErrorKind::Transient,
+                    code: 451,
+                    enhanced: Some(Enhanced(4, 3, 0)),
+                    text: "Temporary lookup failure".into(),
+                },
+                || "451 4.3.0 Temporary lookup failure".into(),
+            )
+        });
+        let mut iv = Shard::default();
+        rec.drain_into(&mut iv);
+        assert_eq!(iv.counters.attempted, 9);
+        assert!(iv.counters.reconciles());
+        assert_eq!(iv.hist(Phase::Body).unwrap().len(), 8);
+        assert_eq!(iv.sent.len(), 8);
+        for r in &iv.sent {
+            let rc = &iv.rcpts[r.rcpt_start as usize..][..r.rcpt_len as usize];
+            assert_eq!(rc, &[r.seq as u32, 99]);
+        }
+        assert_eq!(iv.errors.values().map(|e| e.count).sum::<u64>(), 1);
+        // Drained: a second drain adds nothing.
+        let mut again = Shard::default();
+        rec.drain_into(&mut again);
+        assert_eq!(again.counters, Counters::default());
+        assert!(again.hist(Phase::Body).is_none());
+    }
+
+    #[test]
+    fn error_classes_are_bounded() {
+        let mut s = Shard::default();
+        for i in 0..1000 {
+            s.error(
+                ErrorKey {
+                    phase: Phase::Mail,
+                    kind: ErrorKind::Permanent,
+                    code: 550,
+                    enhanced: None,
+                    text: format!("reason {i}"),
+                },
+                String::new,
+            );
+        }
+        assert!(s.errors.len() <= MAX_ERROR_CLASSES + 1);
+        assert_eq!(s.errors.values().map(|e| e.count).sum::<u64>(), 1000);
+    }
+}
