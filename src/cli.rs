@@ -21,6 +21,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Inject SMTP or LMTP load and measure every phase.
+    Smtp(crate::load::SmtpArgs),
     /// Run the embedded mail server (SMTP, submission, LMTP, POP3, IMAP) on loopback.
     Serve(crate::serve::Args),
     /// Start the embedded server and run a canned workload against it: the tour.
@@ -29,6 +31,7 @@ pub enum Command {
 
 pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Smtp(args) => crate::load::main(args).await,
         Command::Serve(args) => crate::serve::run(args).await,
         Command::Demo(args) => crate::demo::run(args).await,
     }

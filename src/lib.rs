@@ -20,6 +20,7 @@
 
 pub mod cli;
 pub mod demo;
+pub mod load;
 pub mod message;
 pub mod metrics;
 pub mod proto;

@@ -1,1 +1,3 @@
-//! report
+//! Reports: pure functions of a results directory.
+
+pub mod text;

@@ -1,1 +1,17 @@
-//! results
+//! The results directory: the single source of truth of a run. Files are appended once per
+//! interval and flushed; summary.json is rewritten atomically every interval, so a run that
+//! is killed still leaves a valid directory.
+//!
+//! - plan.json — what ran (all defaults resolved)
+//! - intervals.csv — one row per second
+//! - postal.csv — Postal's per-minute line `time,messages,data(K),errors,connections,SSL connections`
+//! - `<phase>.hlog` — HdrHistogram interval logs (values in µs), one per phase
+//! - errors.jsonl — one line per error class per interval, with a sample reply
+//! - sent.log — every accepted message: seq, accept time, digest, size, from, recipients
+//! - summary.json — totals, per-phase percentiles, error table, generator CPU
+
+mod summary;
+mod writer;
+
+pub use summary::{ErrorRow, PhaseStats, Summary, SCHEMA_VERSION};
+pub use writer::{rfc3339 as writer_rfc3339, write_atomic, Writer};

@@ -1,0 +1,116 @@
+//! The text summary printed at the end of a run (and by `spate report --text`).
+
+use std::fmt::Write;
+use std::time::Duration;
+
+use crate::results::Summary;
+use crate::units::{fmt_bytes, fmt_duration};
+
+fn d(us: u64) -> String {
+    fmt_duration(Duration::from_micros(us))
+}
+
+pub fn render(s: &Summary) -> String {
+    let mut o = String::new();
+    let c = &s.totals;
+    let _ = writeln!(
+        o,
+        "\n{} load on {} — run {}{}",
+        s.protocol.to_uppercase(),
+        s.target,
+        s.run_id,
+        if s.interrupted { " (interrupted)" } else { "" }
+    );
+    let _ = writeln!(
+        o,
+        "  {:.1}s  attempted {}  accepted {}  rejected {}  failed {}{}",
+        s.elapsed_s,
+        c.attempted,
+        c.accepted,
+        c.rejected,
+        c.failed,
+        if s.reconciles {
+            ""
+        } else {
+            "  (COUNTS DO NOT RECONCILE)"
+        }
+    );
+    let _ = writeln!(
+        o,
+        "  {:.1} msg/s  {:.1} KiB/s  {} sent  recipients {} accepted / {} refused  connections {} ({} TLS, {} failed)",
+        s.messages_per_s,
+        s.kbytes_per_s,
+        fmt_bytes(c.bytes),
+        c.rcpt_accepted,
+        c.rcpt_rejected,
+        c.connections,
+        c.tls_connections,
+        c.connect_failures
+    );
+    if !s.phases.is_empty() {
+        let _ = writeln!(
+            o,
+            "\n  {:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "phase", "count", "mean", "p50", "p90", "p99", "p99.9", "max"
+        );
+        for p in &s.phases {
+            let _ = writeln!(
+                o,
+                "  {:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                p.phase,
+                p.count,
+                d(p.mean_us as u64),
+                d(p.p50_us),
+                d(p.p90_us),
+                d(p.p99_us),
+                d(p.p999_us),
+                d(p.max_us)
+            );
+        }
+    }
+    if !s.errors.is_empty() {
+        let _ = writeln!(o, "\n  {:>7}  error (phase, reply, text)", "count");
+        for e in s.errors.iter().take(20) {
+            let what = if e.code != 0 {
+                format!(
+                    "{} {}{}",
+                    e.phase,
+                    e.code,
+                    e.enhanced
+                        .as_deref()
+                        .map(|x| format!(" {x}"))
+                        .unwrap_or_default()
+                )
+            } else {
+                format!("{} {}", e.phase, e.kind)
+            };
+            let _ = writeln!(o, "  {:>7}  {:<18} {}", e.count, what, e.text);
+        }
+        if s.errors.len() > 20 {
+            let _ = writeln!(
+                o,
+                "  … {} more classes in errors.jsonl",
+                s.errors.len() - 20
+            );
+        }
+    }
+    let _ = writeln!(
+        o,
+        "\n  generator CPU {:.2}s ({:.1}% of {} cores{})",
+        s.generator_cpu_s,
+        s.generator_cpu_pct,
+        s.cores,
+        if c.accepted > 0 {
+            format!(
+                ", {:.1} µs/msg",
+                s.generator_cpu_s * 1e6 / c.accepted as f64
+            )
+        } else {
+            String::new()
+        }
+    );
+    for w in &s.warnings {
+        let _ = writeln!(o, "  warning: {w}");
+    }
+    o
+}

@@ -1,0 +1,116 @@
+//! summary.json: what a report needs, computed from the totals.
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use crate::metrics::{Counters, Phase, Shard};
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PhaseStats {
+    pub phase: String,
+    pub count: u64,
+    pub min_us: u64,
+    pub mean_us: f64,
+    pub p50_us: u64,
+    pub p90_us: u64,
+    pub p99_us: u64,
+    pub p999_us: u64,
+    pub max_us: u64,
+}
+
+impl PhaseStats {
+    pub fn from_hist(phase: Phase, h: &Histogram<u64>) -> Self {
+        PhaseStats {
+            phase: phase.name().to_string(),
+            count: h.len(),
+            min_us: h.min(),
+            mean_us: (h.mean() * 10.0).round() / 10.0,
+            p50_us: h.value_at_quantile(0.50),
+            p90_us: h.value_at_quantile(0.90),
+            p99_us: h.value_at_quantile(0.99),
+            p999_us: h.value_at_quantile(0.999),
+            max_us: h.max(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ErrorRow {
+    pub phase: String,
+    pub kind: String,
+    pub code: u16,
+    pub enhanced: Option<String>,
+    pub text: String,
+    pub count: u64,
+    pub sample: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Summary {
+    pub schema_version: u32,
+    pub spate_version: String,
+    pub run_id: String,
+    pub command: Vec<String>,
+    pub protocol: String,
+    pub target: String,
+    pub started_at: String,
+    pub ended_at: String,
+    pub elapsed_s: f64,
+    /// False while the run is going on; a summary that stays false was killed hard.
+    pub complete: bool,
+    /// Stopped by Ctrl-C / SIGTERM before its planned end.
+    pub interrupted: bool,
+    pub totals: Counters,
+    pub reconciles: bool,
+    pub messages_per_s: f64,
+    pub kbytes_per_s: f64,
+    pub phases: Vec<PhaseStats>,
+    pub errors: Vec<ErrorRow>,
+    pub generator_cpu_s: f64,
+    /// Generator CPU as a percentage of all the machine's cores.
+    pub generator_cpu_pct: f64,
+    pub cores: usize,
+    pub warnings: Vec<String>,
+}
+
+impl Summary {
+    pub fn phases_from(totals: &Shard) -> Vec<PhaseStats> {
+        Phase::ALL
+            .iter()
+            .filter_map(|&p| totals.hist(p).map(|h| PhaseStats::from_hist(p, h)))
+            .collect()
+    }
+
+    pub fn errors_from(totals: &Shard) -> Vec<ErrorRow> {
+        let mut rows: Vec<ErrorRow> = totals
+            .errors
+            .iter()
+            .map(|(k, v)| ErrorRow {
+                phase: k.phase.name().to_string(),
+                kind: k.kind.name().to_string(),
+                code: k.code,
+                enhanced: k.enhanced.map(|e| e.to_string()),
+                text: k.text.clone(),
+                count: v.count,
+                sample: v.sample.clone(),
+            })
+            .collect();
+        rows.sort_by(|a, b| b.count.cmp(&a.count).then(a.phase.cmp(&b.phase)));
+        rows
+    }
+
+    pub fn phase(&self, name: &str) -> Option<&PhaseStats> {
+        self.phases.iter().find(|p| p.phase == name)
+    }
+
+    pub fn read(dir: &std::path::Path) -> anyhow::Result<Summary> {
+        let path = dir.join("summary.json");
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let s: Summary = serde_json::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("{}: not a spate summary: {e}", path.display()))?;
+        Ok(s)
+    }
+}

@@ -1,0 +1,297 @@
+//! Incremental writers for the results directory.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use base64::Engine as _;
+use chrono::{DateTime, Local, Utc};
+use hdrhistogram::serialization::{Serializer, V2DeflateSerializer};
+
+use super::summary::Summary;
+use crate::message::{hex, Factory};
+use crate::metrics::{Counters, Phase, Shard};
+
+pub struct Writer {
+    dir: PathBuf,
+    start: SystemTime,
+    intervals: BufWriter<File>,
+    postal: BufWriter<File>,
+    errors: BufWriter<File>,
+    sent: BufWriter<File>,
+    hlogs: HashMap<Phase, BufWriter<File>>,
+    serializer: V2DeflateSerializer,
+    scratch: Vec<u8>,
+    minute: Option<(String, Counters)>,
+    factory: Arc<Factory>,
+    /// Everything so far (histograms, counters, errors); no per-message records.
+    pub totals: Shard,
+}
+
+fn create(dir: &Path, name: &str) -> io::Result<BufWriter<File>> {
+    Ok(BufWriter::with_capacity(
+        64 * 1024,
+        File::create(dir.join(name))?,
+    ))
+}
+
+pub fn rfc3339(t: SystemTime) -> String {
+    DateTime::<Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}
+
+/// Writes `data` to `path` atomically (temporary file, fsync, rename).
+pub fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = File::create(&tmp)?;
+        f.write_all(data)?;
+        f.sync_data()?;
+    }
+    std::fs::rename(tmp, path)
+}
+
+impl Writer {
+    pub fn create(
+        dir: &Path,
+        plan: &serde_json::Value,
+        start: SystemTime,
+        factory: Arc<Factory>,
+    ) -> io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        write_atomic(
+            &dir.join("plan.json"),
+            serde_json::to_string_pretty(plan)?.as_bytes(),
+        )?;
+        let mut intervals = create(dir, "intervals.csv")?;
+        writeln!(
+            intervals,
+            "t_s,time,attempted,accepted,rejected,failed,rcpt_accepted,rcpt_rejected,bytes,\
+             connections,tls_connections,connect_failures,late,dropped,active,errors,\
+             response_p50_us,response_p99_us,transaction_p50_us,transaction_p99_us,transaction_max_us"
+        )?;
+        let mut postal = create(dir, "postal.csv")?;
+        writeln!(
+            postal,
+            "time,messages,data(K),errors,connections,SSL connections"
+        )?;
+        let mut sent = create(dir, "sent.log")?;
+        writeln!(
+            sent,
+            "# spate sent log v1 run={} — one line per accepted message",
+            factory.run_id
+        )?;
+        writeln!(sent, "seq\taccepted_at\tdigest\tbytes\tfrom\trecipients")?;
+        Ok(Writer {
+            dir: dir.to_path_buf(),
+            start,
+            intervals,
+            postal,
+            errors: create(dir, "errors.jsonl")?,
+            sent,
+            hlogs: HashMap::new(),
+            serializer: V2DeflateSerializer::new(),
+            scratch: Vec::new(),
+            minute: None,
+            factory,
+            totals: Shard::default(),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Appends one interval (`t0_s` seconds after start, `len_s` long) and folds it into
+    /// the totals. `iv` is left empty for reuse.
+    pub fn interval(
+        &mut self,
+        iv: &mut Shard,
+        t0_s: f64,
+        len_s: f64,
+        active: i64,
+    ) -> io::Result<()> {
+        let wall = self.start + Duration::from_secs_f64(t0_s + len_s);
+        let c = iv.counters;
+        let q = |p: Phase, q: f64| iv.hist(p).map_or(0, |h| h.value_at_quantile(q));
+        let errors: u64 = iv.errors.values().map(|e| e.count).sum();
+        writeln!(
+            self.intervals,
+            "{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            t0_s + len_s,
+            rfc3339(wall),
+            c.attempted,
+            c.accepted,
+            c.rejected,
+            c.failed,
+            c.rcpt_accepted,
+            c.rcpt_rejected,
+            c.bytes,
+            c.connections,
+            c.tls_connections,
+            c.connect_failures,
+            c.late,
+            c.dropped,
+            active,
+            errors,
+            q(Phase::Response, 0.5),
+            q(Phase::Response, 0.99),
+            q(Phase::Transaction, 0.5),
+            q(Phase::Transaction, 0.99),
+            iv.hist(Phase::Transaction).map_or(0, |h| h.max()),
+        )?;
+
+        for &phase in Phase::ALL {
+            let Some(h) = iv.hist(phase) else { continue };
+            self.scratch.clear();
+            if self.serializer.serialize(h, &mut self.scratch).is_err() {
+                continue;
+            }
+            let encoded = base64::engine::general_purpose::STANDARD.encode(&self.scratch);
+            let max_ms = h.max() as f64 / 1000.0;
+            let log = match self.hlogs.entry(phase) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    let mut f = create(&self.dir, &format!("{}.hlog", phase.name()))?;
+                    let secs = self
+                        .start
+                        .duration_since(SystemTime::UNIX_EPOCH)
+                        .unwrap_or_default()
+                        .as_secs_f64();
+                    writeln!(
+                        f,
+                        "#[spate phase {}: values in microseconds, Interval_Max in milliseconds]",
+                        phase.name()
+                    )?;
+                    writeln!(
+                        f,
+                        "#[StartTime: {secs:.3} (seconds since epoch), {}]",
+                        rfc3339(self.start)
+                    )?;
+                    writeln!(f, "#[BaseTime: {secs:.3} (seconds since epoch)]")?;
+                    writeln!(f, "\"StartTimestamp\",\"Interval_Length\",\"Interval_Max\",\"Interval_Compressed_Histogram\"")?;
+                    e.insert(f)
+                }
+            };
+            writeln!(log, "{t0_s:.3},{len_s:.3},{max_ms:.3},{encoded}")?;
+        }
+
+        let at = rfc3339(wall);
+        let mut keys: Vec<_> = iv.errors.iter().collect();
+        keys.sort_by_key(|(k, _)| (*k).clone());
+        for (k, v) in keys {
+            let line = serde_json::json!({
+                "time": at,
+                "t_s": t0_s + len_s,
+                "phase": k.phase.name(),
+                "kind": k.kind.name(),
+                "code": k.code,
+                "enhanced": k.enhanced.map(|e| e.to_string()),
+                "text": k.text,
+                "count": v.count,
+                "sample": v.sample,
+            });
+            writeln!(self.errors, "{line}")?;
+        }
+
+        for r in &iv.sent {
+            let t = self.start + Duration::from_micros(r.accepted_us);
+            write!(
+                self.sent,
+                "{}\t{}\t{}\t{}\t{}\t",
+                r.seq,
+                rfc3339(t),
+                hex(&r.digest),
+                r.size,
+                self.factory.from.addrs[r.from as usize]
+            )?;
+            let rc = &iv.rcpts[r.rcpt_start as usize..][..r.rcpt_len as usize];
+            for (i, idx) in rc.iter().enumerate() {
+                if i > 0 {
+                    self.sent.write_all(b",")?;
+                }
+                self.sent
+                    .write_all(self.factory.to.addrs[*idx as usize].as_bytes())?;
+            }
+            self.sent.write_all(b"\n")?;
+        }
+        iv.sent.clear();
+        iv.rcpts.clear();
+
+        self.postal_minute(wall, &c, errors)?;
+        self.totals.absorb(iv);
+        iv.errors.clear();
+        self.flush()
+    }
+
+    fn postal_minute(&mut self, wall: SystemTime, c: &Counters, errors: u64) -> io::Result<()> {
+        let label = DateTime::<Local>::from(wall - Duration::from_millis(1))
+            .format("%H:%M")
+            .to_string();
+        if let Some((cur, _)) = &self.minute {
+            if *cur != label {
+                self.flush_minute()?;
+            }
+        }
+        let entry = self
+            .minute
+            .get_or_insert_with(|| (label, Counters::default()));
+        let mut add = *c;
+        // Postal's "errors" column counts error events; keep it that way.
+        add.failed = errors;
+        entry.1.accepted += add.accepted;
+        entry.1.bytes += add.bytes;
+        entry.1.failed += add.failed;
+        entry.1.connections += add.connections;
+        entry.1.tls_connections += add.tls_connections;
+        Ok(())
+    }
+
+    fn flush_minute(&mut self) -> io::Result<()> {
+        if let Some((label, m)) = self.minute.take() {
+            writeln!(
+                self.postal,
+                "{label},{},{},{},{},{}",
+                m.accepted,
+                m.bytes / 1024,
+                m.failed,
+                m.connections,
+                m.tls_connections
+            )?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.intervals.flush()?;
+        self.postal.flush()?;
+        self.errors.flush()?;
+        self.sent.flush()?;
+        for f in self.hlogs.values_mut() {
+            f.flush()?;
+        }
+        Ok(())
+    }
+
+    pub fn write_summary(&self, s: &Summary) -> io::Result<()> {
+        write_atomic(
+            &self.dir.join("summary.json"),
+            serde_json::to_string_pretty(s)?.as_bytes(),
+        )
+    }
+
+    /// Writes the last partial minute and syncs every file.
+    pub fn finish(&mut self) -> io::Result<()> {
+        self.flush_minute()?;
+        self.flush()?;
+        for f in [&self.intervals, &self.postal, &self.errors, &self.sent] {
+            f.get_ref().sync_data()?;
+        }
+        for f in self.hlogs.values() {
+            f.get_ref().sync_data()?;
+        }
+        Ok(())
+    }
+}
