@@ -23,6 +23,8 @@ pub struct Cli {
 pub enum Command {
     /// Inject SMTP or LMTP load and measure every phase.
     Smtp(crate::load::SmtpArgs),
+    /// Send a few probe messages and time every phase of each (smtpping's job).
+    Ping(crate::ping::PingArgs),
     /// Run the embedded mail server (SMTP, submission, LMTP, POP3, IMAP) on loopback.
     Serve(crate::serve::Args),
     /// Start the embedded server and run a canned workload against it: the tour.
@@ -32,6 +34,7 @@ pub enum Command {
 pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Smtp(args) => crate::load::main(args).await,
+        Command::Ping(args) => crate::ping::main(args).await,
         Command::Serve(args) => crate::serve::run(args).await,
         Command::Demo(args) => crate::demo::run(args).await,
     }

@@ -23,6 +23,7 @@ pub mod demo;
 pub mod load;
 pub mod message;
 pub mod metrics;
+pub mod ping;
 pub mod proto;
 pub mod report;
 pub mod results;

@@ -150,6 +150,7 @@ pub struct Session {
     wire: Vec<u8>,
     cmd: Vec<u8>,
     x: Scratch,
+    last_error: Option<String>,
 }
 
 impl Session {
@@ -169,6 +170,7 @@ impl Session {
             },
             wire: Vec::with_capacity(4096),
             cmd: Vec::with_capacity(512),
+            last_error: None,
             x: Scratch {
                 timings: Vec::with_capacity(16),
                 fails: Vec::new(),
@@ -225,7 +227,18 @@ impl Session {
         self.commit(seq, outcome, end_us, open && lag > 10_000);
     }
 
+    /// The phase timings of the last message (for `spate ping`).
+    pub fn last_timings(&self) -> &[(Phase, u64)] {
+        &self.x.timings
+    }
+
+    /// The first error reply or failure of the last message, verbatim.
+    pub fn last_error(&self) -> Option<&str> {
+        self.last_error.as_deref()
+    }
+
     fn commit(&mut self, seq: u64, outcome: Outcome, end_us: u64, late: bool) {
+        self.last_error = self.x.fails.first().map(|f| f.sample.clone());
         let x = &mut self.x;
         let built = &self.built;
         self.s.recorder.with(self.id, |sh| {
