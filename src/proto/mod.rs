@@ -1,4 +1,5 @@
 //! Sans-I/O protocol codecs: bytes in, events out; intents in, bytes out. No sockets, no
 //! clocks, no tokio. Every line and literal is capped before it is parsed.
 
+pub mod sasl;
 pub mod smtp;

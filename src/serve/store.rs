@@ -144,6 +144,14 @@ impl Store {
         &self.opts
     }
 
+    /// Would `bytes` more fit under the memory cap? (Checked before a multi-recipient
+    /// delivery so that it is all or nothing.)
+    pub fn has_room(&self, bytes: u64) -> bool {
+        self.opts.discard
+            || self.opts.memory_cap == 0
+            || self.stored_bytes.load(Ordering::Relaxed) + bytes <= self.opts.memory_cap
+    }
+
     /// Delivers one message to one mailbox; returns its UID.
     pub fn deliver(&self, mailbox: &str, data: &[u8]) -> Result<u32, StoreError> {
         let key = mailbox_key(mailbox);

@@ -1,0 +1,108 @@
+//! Server side of the SASL mechanisms the embedded server offers (RFC 4616 PLAIN, the
+//! LOGIN draft, RFC 2195 CRAM-MD5): decoding of client responses, no I/O.
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use hmac::{Hmac, Mac};
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SaslError {
+    #[error("response is not valid base64")]
+    Base64,
+    #[error("malformed SASL response")]
+    Malformed,
+    #[error("authentication cancelled")]
+    Cancelled,
+}
+
+pub fn encode(bytes: &[u8]) -> String {
+    STANDARD.encode(bytes)
+}
+
+/// Decodes one base64 response line; `*` means the client cancelled.
+pub fn decode(line: &str) -> Result<Vec<u8>, SaslError> {
+    let line = line.trim();
+    if line == "*" {
+        return Err(SaslError::Cancelled);
+    }
+    if line == "=" {
+        return Ok(Vec::new());
+    }
+    STANDARD.decode(line).map_err(|_| SaslError::Base64)
+}
+
+fn utf8(b: &[u8]) -> Result<String, SaslError> {
+    String::from_utf8(b.to_vec()).map_err(|_| SaslError::Malformed)
+}
+
+/// PLAIN: `authzid NUL authcid NUL password` → (authcid, password).
+pub fn plain(decoded: &[u8]) -> Result<(String, String), SaslError> {
+    let mut parts = decoded.split(|&b| b == 0);
+    let (Some(_authz), Some(user), Some(pass), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(SaslError::Malformed);
+    };
+    if user.is_empty() {
+        return Err(SaslError::Malformed);
+    }
+    Ok((utf8(user)?, utf8(pass)?))
+}
+
+/// CRAM-MD5: the response is `user SP hex(hmac_md5(password, challenge))`.
+pub fn cram_md5_split(decoded: &[u8]) -> Result<(String, String), SaslError> {
+    let text = utf8(decoded)?;
+    let (user, digest) = text.rsplit_once(' ').ok_or(SaslError::Malformed)?;
+    if user.is_empty() || digest.len() != 32 {
+        return Err(SaslError::Malformed);
+    }
+    Ok((user.to_string(), digest.to_ascii_lowercase()))
+}
+
+pub fn cram_md5_digest(password: &str, challenge: &str) -> String {
+    let mut mac = match Hmac::<md5::Md5>::new_from_slice(password.as_bytes()) {
+        Ok(m) => m,
+        Err(_) => return String::new(),
+    };
+    mac.update(challenge.as_bytes());
+    mac.finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_known_answer() {
+        let d = decode("AHRpbQB0YW5zdGFhZnRhbnN0YWFm").unwrap();
+        assert_eq!(
+            plain(&d).unwrap(),
+            ("tim".to_string(), "tanstaaftanstaaf".to_string())
+        );
+        assert_eq!(decode("*"), Err(SaslError::Cancelled));
+        assert_eq!(decode("!!"), Err(SaslError::Base64));
+        assert_eq!(plain(b"nouser"), Err(SaslError::Malformed));
+        assert_eq!(plain(b"\0\0pw"), Err(SaslError::Malformed));
+    }
+
+    #[test]
+    fn cram_md5_rfc2195_example() {
+        let challenge = "<1896.697170952@postoffice.reston.mci.net>";
+        assert_eq!(
+            cram_md5_digest("tanstaaftanstaaf", challenge),
+            "b913a602c7eda7a495b4e6e7334d3890"
+        );
+        let resp = decode("dGltIGI5MTNhNjAyYzdlZGE3YTQ5NWI0ZTZlNzMzNGQzODkw").unwrap();
+        assert_eq!(
+            cram_md5_split(&resp).unwrap(),
+            (
+                "tim".to_string(),
+                "b913a602c7eda7a495b4e6e7334d3890".to_string()
+            )
+        );
+    }
+}

@@ -1,0 +1,325 @@
+//! `spate serve` options and the command itself.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use super::faults::{self, Faults};
+use super::{start, Addrs, Config, Listener, StoreOptions, Users};
+use crate::tls::ServerIdentity;
+use crate::units::{fmt_bytes, parse_duration, parse_size};
+use crate::UsageError;
+
+const EXAMPLES: &str = "\
+Examples:
+  spate serve
+      SMTP on 127.0.0.1:2525, any address @example.test is a mailbox, any login works.
+  spate serve --smtp 127.0.0.1:2525 --submission 127.0.0.1:2587 --imap 127.0.0.1:2143 \\
+              --pop3 127.0.0.1:2110 --users users.txt --cert-out /tmp/spate.pem
+      A small mail system: submission needs AUTH, mail is read back over IMAP/POP3.
+      users.txt holds 'address password' lines.
+  spate serve --fail rcpt:451:0.02 --fail dot:554:0.001 --delay data:5ms..20ms --seed 1
+      A flaky server: 2 % of RCPTs get 451, 0.1 % of messages 554 after the dot, the
+      reply to DATA takes 5-20 ms. The same seed gives the same faults per connection.
+  spate serve --discard --max-connections 2000 --stats-file /tmp/serve.json
+      A sink for pure injection benchmarks: counts and sizes only, counters as JSON
+      every second.
+
+Fault phases: connect (or banner), ehlo, mail, rcpt, data (the reply to DATA), dot (the
+reply after the message). Every injected fault is counted (see --stats-file and the
+summary printed at exit), so a client's error counts can be checked against them.
+
+TLS: a self-signed certificate for localhost/127.0.0.1/::1 is generated at start unless
+--cert/--key are given; --cert-out writes it so clients can trust it (e.g. --ca PATH).
+STARTTLS is offered on smtp, submission, lmtp, pop3 (STLS) and imap.";
+
+/// Options of `spate serve`.
+#[derive(Debug, clap::Args)]
+#[command(
+    about = "Run the embedded mail server (SMTP, submission, LMTP, POP3, IMAP) on loopback",
+    long_about = "Run the embedded mail server: an open test target that stores mail in \
+                  memory (or a Maildir), offers STARTTLS and AUTH, can inject faults, and \
+                  counts everything it does. Without a listener flag it listens for SMTP \
+                  on 127.0.0.1:2525. Ctrl-C or SIGTERM stops it gracefully and prints its \
+                  counters.",
+    after_long_help = EXAMPLES
+)]
+pub struct Args {
+    /// SMTP listener, ADDR:PORT or PORT (loopback) [default without any listener flag:
+    /// 127.0.0.1:2525]
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
+    pub smtp: Option<SocketAddr>,
+    /// Submission listener (MAIL requires AUTH)
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
+    pub submission: Option<SocketAddr>,
+    /// SMTP with implicit TLS (like port 465)
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
+    pub smtps: Option<SocketAddr>,
+    /// LMTP listener (LHLO, one reply per recipient after the dot)
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
+    pub lmtp: Option<SocketAddr>,
+    /// POP3 listener (STLS offered)
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
+    pub pop3: Option<SocketAddr>,
+    /// POP3 with implicit TLS
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
+    pub pop3s: Option<SocketAddr>,
+    /// IMAP listener (STARTTLS offered)
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
+    pub imap: Option<SocketAddr>,
+    /// IMAP with implicit TLS
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
+    pub imaps: Option<SocketAddr>,
+
+    /// A domain served (repeatable) [default: example.test]
+    #[arg(long = "domain", value_name = "DOMAIN")]
+    pub domains: Vec<String>,
+    /// 'address password' lines: only these addresses exist and may log in. Without it,
+    /// every address in the served domains exists and any password is accepted.
+    #[arg(long, value_name = "FILE")]
+    pub users: Option<PathBuf>,
+    /// Also write every delivered message to DIR/<address>/new (Maildir)
+    #[arg(long, value_name = "DIR")]
+    pub maildir: Option<PathBuf>,
+    /// Keep counts and sizes only, not the messages (for pure injection benchmarks)
+    #[arg(long)]
+    pub discard: bool,
+    /// Answer 452 4.3.1 once stored messages take this much memory (e.g. 1G)
+    #[arg(long, value_name = "SIZE", default_value = "1G")]
+    pub memory_cap: String,
+    /// Largest message accepted; larger ones get 552 5.3.4 (0 = no limit)
+    #[arg(long, value_name = "SIZE", default_value = "64M")]
+    pub max_size: String,
+    /// Most recipients per message; more get 452 4.5.3
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub max_rcpt: usize,
+    /// Most simultaneous connections; more get 421 4.7.0 and are closed (0 = no cap)
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub max_connections: usize,
+    /// Close a session idle this long (421 4.4.2)
+    #[arg(long, value_name = "DURATION", default_value = "5m")]
+    pub idle_timeout: String,
+    /// Name in the greeting
+    #[arg(long, value_name = "NAME", default_value = "spate.localhost")]
+    pub hostname: String,
+    /// Refuse messages with bare LF line ends (550 5.6.0) instead of normalizing them
+    #[arg(long)]
+    pub reject_bare_lf: bool,
+
+    /// Server certificate chain (PEM); with --key. Default: a generated self-signed one
+    #[arg(long, value_name = "FILE", requires = "key")]
+    pub cert: Option<PathBuf>,
+    /// Server private key (PEM)
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    pub key: Option<PathBuf>,
+    /// Write the server certificate (PEM) here, for clients' --ca
+    #[arg(long, value_name = "PATH")]
+    pub cert_out: Option<PathBuf>,
+
+    /// Inject a failure: PHASE:CODE:PROB, e.g. rcpt:451:0.02 (repeatable)
+    #[arg(long, value_name = "PHASE:CODE:PROB")]
+    pub fail: Vec<String>,
+    /// Delay a reply: PHASE:DUR or PHASE:MIN..MAX, e.g. data:5ms..20ms (repeatable)
+    #[arg(long, value_name = "PHASE:DUR")]
+    pub delay: Vec<String>,
+    /// Close the connection without a reply: PHASE:PROB, e.g. dot:0.01 (repeatable)
+    #[arg(long, value_name = "PHASE:PROB")]
+    pub drop: Vec<String>,
+    /// Wait this long before the greeting
+    #[arg(long, value_name = "DURATION")]
+    pub banner_delay: Option<String>,
+    /// Wait this long before every reply
+    #[arg(long, value_name = "DURATION")]
+    pub tarpit: Option<String>,
+    /// Seed for the fault draws (reproducible faults per connection number)
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+
+    /// Rewrite this file with the server's counters (JSON) every second
+    #[arg(long, value_name = "PATH")]
+    pub stats_file: Option<PathBuf>,
+}
+
+fn parse_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    s.parse::<SocketAddr>()
+        .map_err(|_| format!("'{s}' is not ADDR:PORT or PORT (e.g. 127.0.0.1:2525)"))
+}
+
+fn usage_err(e: impl std::fmt::Display) -> UsageError {
+    UsageError(e.to_string())
+}
+
+impl Args {
+    /// Turns the options into a server configuration (user errors are `UsageError`s).
+    pub fn config(&self) -> Result<Config, UsageError> {
+        let mut c = Config::loopback();
+        c.listen = Addrs {
+            smtp: self.smtp,
+            submission: self.submission,
+            smtps: self.smtps,
+            lmtp: self.lmtp,
+            pop3: self.pop3,
+            pop3s: self.pop3s,
+            imap: self.imap,
+            imaps: self.imaps,
+        };
+        if c.listen.is_empty() {
+            c.listen.smtp = Some(SocketAddr::from(([127, 0, 0, 1], 2525)));
+        }
+        if !self.domains.is_empty() {
+            c.domains = self
+                .domains
+                .iter()
+                .map(|d| d.to_ascii_lowercase())
+                .collect();
+        }
+        if let Some(path) = &self.users {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| UsageError(format!("--users {}: {e}", path.display())))?;
+            c.users = Users::parse(&text)
+                .map_err(|e| UsageError(format!("--users {}: {e}", path.display())))?;
+        }
+        c.store = StoreOptions {
+            maildir: self.maildir.clone(),
+            discard: self.discard,
+            memory_cap: parse_size(&self.memory_cap)
+                .map_err(|e| UsageError(format!("--memory-cap: {e}")))?,
+        };
+        c.max_message_size =
+            parse_size(&self.max_size).map_err(|e| UsageError(format!("--max-size: {e}")))?;
+        c.max_rcpt = self.max_rcpt;
+        c.max_connections = self.max_connections;
+        c.idle_timeout = parse_duration(&self.idle_timeout)
+            .map_err(|e| UsageError(format!("--idle-timeout: {e}")))?;
+        c.hostname = self.hostname.clone();
+        c.reject_bare_lf = self.reject_bare_lf;
+        c.stats_file = self.stats_file.clone();
+        if let (Some(cert), Some(key)) = (&self.cert, &self.key) {
+            let id =
+                ServerIdentity::from_pem_files(&cert.to_string_lossy(), &key.to_string_lossy())
+                    .map_err(usage_err)?;
+            c.identity = Some(Arc::new(id));
+        }
+        let mut f = Faults {
+            seed: self.seed,
+            ..Faults::default()
+        };
+        for s in &self.fail {
+            f.fails.push(faults::parse_fail(s)?);
+        }
+        for s in &self.delay {
+            f.delays.push(faults::parse_delay(s)?);
+        }
+        for s in &self.drop {
+            f.drops.push(faults::parse_drop(s)?);
+        }
+        if let Some(s) = &self.banner_delay {
+            f.banner_delay = Some(faults::parse_plain_duration("--banner-delay", s)?);
+        }
+        if let Some(s) = &self.tarpit {
+            f.tarpit = Some(faults::parse_plain_duration("--tarpit", s)?);
+        }
+        c.faults = f;
+        Ok(c)
+    }
+}
+
+/// `spate serve`: start, say where, wait for Ctrl-C/SIGTERM, stop gracefully, report.
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let config = args.config()?;
+    for kind in Listener::ALL {
+        if let Some(a) = config.listen.get(kind) {
+            if !a.ip().is_loopback() {
+                eprintln!(
+                    "spate serve: warning: {} listens on {a}, which is not loopback; this is \
+                     an open test server (any login works without --users)",
+                    kind.name()
+                );
+            }
+        }
+    }
+    let generated = config.identity.is_none();
+    let store_note = if config.store.discard {
+        "discarding bodies".to_string()
+    } else {
+        format!("memory cap {}", fmt_bytes(config.store.memory_cap))
+    };
+    let running = start(config).await?;
+    for kind in Listener::ALL {
+        if let Some(a) = running.addrs.get(kind) {
+            println!("spate serve: {:<10} {a}", kind.name());
+        }
+    }
+    if let Some(path) = &args.cert_out {
+        std::fs::write(path, &running.cert_pem)
+            .map_err(|e| UsageError(format!("--cert-out {}: {e}", path.display())))?;
+        println!(
+            "spate serve: certificate {} (clients: --ca {})",
+            path.display(),
+            path.display()
+        );
+    } else if generated {
+        println!("spate serve: self-signed certificate generated; --cert-out PATH saves it");
+    }
+    println!("spate serve: store: {store_note}; Ctrl-C stops");
+    wait_for_signal().await;
+    eprintln!("spate serve: shutting down");
+    let stats = running.stats.clone();
+    running.shutdown().await;
+    eprintln!("{}", stats.snapshot().summary());
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        a: Args,
+    }
+
+    fn cfg(args: &[&str]) -> Result<Config, UsageError> {
+        let mut v = vec!["t"];
+        v.extend_from_slice(args);
+        T::try_parse_from(v).unwrap().a.config()
+    }
+
+    #[test]
+    fn defaults_and_errors() {
+        let c = cfg(&[]).unwrap();
+        assert_eq!(c.listen.smtp, Some("127.0.0.1:2525".parse().unwrap()));
+        assert_eq!(c.max_rcpt, 100);
+        assert_eq!(c.domains, vec!["example.test".to_string()]);
+        let c = cfg(&["--imap", "2143", "--fail", "rcpt:451:0.5", "--seed", "3"]).unwrap();
+        assert!(c.listen.smtp.is_none());
+        assert_eq!(c.listen.imap, Some("127.0.0.1:2143".parse().unwrap()));
+        assert_eq!(c.faults.fails.len(), 1);
+        let e = cfg(&["--fail", "rcpt:abc:0.5"]).unwrap_err().to_string();
+        assert!(e.contains("--fail") && e.contains("abc"), "{e}");
+        assert!(cfg(&["--delay", "data:xyz"]).is_err());
+        assert!(cfg(&["--tarpit", "fast"]).is_err());
+        assert!(cfg(&["--max-size", "lots"]).is_err());
+    }
+}

@@ -1,0 +1,311 @@
+//! The server side of one connection: a plain or TLS stream (upgradable in place for
+//! STARTTLS/STLS), a bounded read buffer, and a write buffer.
+//!
+//! Replies are queued and only flushed when the session is about to block on a read, that
+//! is when the read buffer holds no further complete command. A pipelined batch of
+//! commands therefore gets its replies in one write, which is what makes PIPELINING fast.
+//! Every read has an idle deadline; waiting for a new command also wakes on shutdown.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+
+use crate::proto::smtp::data::DataDecoder;
+
+const READ_CHUNK: usize = 16 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConnError {
+    #[error("peer closed the connection")]
+    Closed,
+    #[error("idle timeout")]
+    Idle,
+    #[error("line too long")]
+    LineTooLong,
+    #[error("server shutting down")]
+    Shutdown,
+    #[error("connection dropped (fault injection)")]
+    Dropped,
+    #[error("TLS handshake failed: {0}")]
+    Tls(std::io::Error),
+    #[error("I/O: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+    Gone,
+}
+
+pub struct Conn {
+    stream: Stream,
+    rbuf: Vec<u8>,
+    rpos: usize,
+    wbuf: Vec<u8>,
+    idle: Duration,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl Conn {
+    pub fn plain(tcp: TcpStream, idle: Duration, shutdown: watch::Receiver<bool>) -> Self {
+        Conn {
+            stream: Stream::Plain(tcp),
+            rbuf: Vec::new(),
+            rpos: 0,
+            wbuf: Vec::new(),
+            idle,
+            shutdown,
+        }
+    }
+
+    /// Implicit TLS (smtps, pop3s, imaps): handshake first, bounded by the idle deadline.
+    pub async fn tls(
+        tcp: TcpStream,
+        acceptor: &TlsAcceptor,
+        idle: Duration,
+        shutdown: watch::Receiver<bool>,
+    ) -> Result<Self, ConnError> {
+        let tls = tokio::time::timeout(idle, acceptor.accept(tcp))
+            .await
+            .map_err(|_| ConnError::Idle)?
+            .map_err(ConnError::Tls)?;
+        let mut c = Conn::plain_placeholder(idle, shutdown);
+        c.stream = Stream::Tls(Box::new(tls));
+        Ok(c)
+    }
+
+    fn plain_placeholder(idle: Duration, shutdown: watch::Receiver<bool>) -> Self {
+        Conn {
+            stream: Stream::Gone,
+            rbuf: Vec::new(),
+            rpos: 0,
+            wbuf: Vec::new(),
+            idle,
+            shutdown,
+        }
+    }
+
+    pub fn is_tls(&self) -> bool {
+        matches!(self.stream, Stream::Tls(_))
+    }
+
+    /// Queues bytes to send; they go out at the next flush.
+    pub fn queue(&mut self, bytes: &[u8]) {
+        self.wbuf.extend_from_slice(bytes);
+    }
+
+    pub async fn flush(&mut self) -> Result<(), ConnError> {
+        if self.wbuf.is_empty() {
+            return Ok(());
+        }
+        let fut = async {
+            match &mut self.stream {
+                Stream::Plain(s) => s.write_all(&self.wbuf).await,
+                Stream::Tls(s) => {
+                    s.write_all(&self.wbuf).await?;
+                    s.flush().await
+                }
+                Stream::Gone => Err(std::io::ErrorKind::NotConnected.into()),
+            }
+        };
+        tokio::time::timeout(self.idle, fut)
+            .await
+            .map_err(|_| ConnError::Idle)??;
+        self.wbuf.clear();
+        Ok(())
+    }
+
+    /// Is another complete line already buffered (the client pipelined)?
+    pub fn has_line(&self) -> bool {
+        self.rbuf[self.rpos..].contains(&b'\n')
+    }
+
+    fn compact(&mut self) {
+        if self.rpos == self.rbuf.len() {
+            self.rbuf.clear();
+            self.rpos = 0;
+        } else if self.rpos > READ_CHUNK {
+            self.rbuf.drain(..self.rpos);
+            self.rpos = 0;
+        }
+    }
+
+    /// Flushes pending replies, then reads more bytes. `idle_wait` makes the wait also end
+    /// on server shutdown (only between commands, never in the middle of one).
+    /// Cancel-safe once the flush is done: bytes are appended only when read.
+    async fn fill(&mut self, idle_wait: bool) -> Result<(), ConnError> {
+        self.flush().await?;
+        self.compact();
+        self.rbuf.reserve(READ_CHUNK);
+        let Conn {
+            stream,
+            rbuf,
+            shutdown,
+            idle,
+            ..
+        } = self;
+        let read = async {
+            match stream {
+                Stream::Plain(s) => s.read_buf(rbuf).await,
+                Stream::Tls(s) => s.read_buf(rbuf).await,
+                Stream::Gone => Ok(0),
+            }
+        };
+        let read = tokio::time::timeout(*idle, read);
+        let result = if idle_wait {
+            tokio::select! {
+                r = read => r,
+                _ = shutdown.wait_for(|v| *v) => return Err(ConnError::Shutdown),
+            }
+        } else {
+            read.await
+        };
+        match result {
+            Ok(Ok(0)) => Err(ConnError::Closed),
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(e.into()),
+            Err(_) => Err(ConnError::Idle),
+        }
+    }
+
+    /// Reads more input without a deadline of its own (the caller bounds it); cancel-safe.
+    pub async fn fill_unbounded(&mut self) -> Result<(), ConnError> {
+        self.flush().await?;
+        self.compact();
+        self.rbuf.reserve(READ_CHUNK);
+        let n = match &mut self.stream {
+            Stream::Plain(s) => s.read_buf(&mut self.rbuf).await?,
+            Stream::Tls(s) => s.read_buf(&mut self.rbuf).await?,
+            Stream::Gone => 0,
+        };
+        if n == 0 {
+            return Err(ConnError::Closed);
+        }
+        Ok(())
+    }
+
+    /// Reads one line (CRLF or bare LF stripped) of at most `max` bytes. A longer line is
+    /// read to its end and thrown away, then reported as `LineTooLong`, so the session can
+    /// answer and carry on without buffering it.
+    pub async fn read_line(&mut self, max: usize) -> Result<Vec<u8>, ConnError> {
+        let mut discarding = false;
+        loop {
+            let avail = &self.rbuf[self.rpos..];
+            if let Some(i) = avail.iter().position(|&b| b == b'\n') {
+                let start = self.rpos;
+                self.rpos += i + 1;
+                let mut end = start + i;
+                if end > start && self.rbuf[end - 1] == b'\r' {
+                    end -= 1;
+                }
+                if discarding || end - start > max {
+                    self.compact();
+                    return Err(ConnError::LineTooLong);
+                }
+                let line = self.rbuf[start..end].to_vec();
+                self.compact();
+                return Ok(line);
+            }
+            let waiting_idle = avail.is_empty() && !discarding;
+            if avail.len() > max + 1 {
+                discarding = true;
+                self.rpos = self.rbuf.len();
+                self.compact();
+            }
+            self.fill(waiting_idle).await?;
+        }
+    }
+
+    /// Feeds the DATA decoder until the terminating dot.
+    pub async fn read_data(&mut self, decoder: &mut DataDecoder) -> Result<(), ConnError> {
+        loop {
+            let p = decoder.feed(&self.rbuf[self.rpos..]);
+            self.rpos += p.consumed;
+            self.compact();
+            if p.done {
+                return Ok(());
+            }
+            self.fill(false).await?;
+        }
+    }
+
+    /// Reads exactly `n` bytes (BDAT, IMAP literals), handing them to `sink` in pieces.
+    pub async fn read_exact_with(
+        &mut self,
+        mut n: u64,
+        mut sink: impl FnMut(&[u8]),
+    ) -> Result<(), ConnError> {
+        loop {
+            let avail = self.rbuf.len() - self.rpos;
+            let take = (avail as u64).min(n) as usize;
+            sink(&self.rbuf[self.rpos..self.rpos + take]);
+            self.rpos += take;
+            n -= take as u64;
+            self.compact();
+            if n == 0 {
+                return Ok(());
+            }
+            self.fill(false).await?;
+        }
+    }
+
+    /// Upgrades to TLS after the "go ahead" reply (which is flushed first). Anything the
+    /// client pipelined after the STARTTLS command is discarded (RFC 3207 section 4.2:
+    /// plaintext injected before the handshake must not be acted on).
+    pub async fn starttls(&mut self, acceptor: &TlsAcceptor) -> Result<(), ConnError> {
+        self.flush().await?;
+        self.rbuf.clear();
+        self.rpos = 0;
+        let tcp = match std::mem::replace(&mut self.stream, Stream::Gone) {
+            Stream::Plain(tcp) => tcp,
+            other => {
+                self.stream = other;
+                return Err(ConnError::Tls(std::io::Error::other("TLS already active")));
+            }
+        };
+        let tls = tokio::time::timeout(self.idle, acceptor.accept(tcp))
+            .await
+            .map_err(|_| ConnError::Idle)?
+            .map_err(ConnError::Tls)?;
+        self.stream = Stream::Tls(Box::new(tls));
+        Ok(())
+    }
+
+    /// Flushes what is queued and closes (bounded in time; errors do not matter here).
+    pub async fn close(&mut self) {
+        let _ = self.flush().await;
+        let fut = async {
+            match &mut self.stream {
+                Stream::Plain(s) => {
+                    let _ = s.shutdown().await;
+                }
+                Stream::Tls(s) => {
+                    let _ = s.shutdown().await;
+                }
+                Stream::Gone => {}
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(1), fut).await;
+        self.stream = Stream::Gone;
+    }
+
+    /// Waits until `d` has passed, flushing first so the delay is seen by the client.
+    pub async fn pause(&mut self, d: Duration) -> Result<(), ConnError> {
+        if d.is_zero() {
+            return Ok(());
+        }
+        self.flush().await?;
+        tokio::time::sleep(d).await;
+        Ok(())
+    }
+
+    /// A receiver that turns true on server shutdown (for IMAP IDLE).
+    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutdown.clone()
+    }
+}

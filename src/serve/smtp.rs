@@ -1,0 +1,606 @@
+//! The SMTP / submission / LMTP session (RFC 5321, RFC 6409, RFC 2033), with PIPELINING,
+//! CHUNKING, STARTTLS, AUTH and the fault hooks. Commands are parsed by
+//! `proto::smtp::command`, the body by `proto::smtp::data`.
+
+use std::fmt::Write as _;
+
+use super::conn::{Conn, ConnError};
+use super::faults::{FaultSession, Injected, Phase};
+use super::store::StoreError;
+use super::Shared;
+use crate::proto::sasl;
+use crate::proto::smtp::command::{self, Command, MailParams};
+use crate::proto::smtp::data::{BareLf, DataDecoder};
+
+/// Longest command line accepted (RFC 5321 says 512; AUTH lines may be longer).
+pub const MAX_LINE: usize = 4096;
+/// Longest SASL response line (RFC 4954 section 4).
+const MAX_AUTH_LINE: usize = 12288;
+/// Bad commands tolerated before the session is closed.
+const MAX_ERRORS: u32 = 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Smtp,
+    /// Port 587: MAIL requires AUTH.
+    Submission,
+    Lmtp,
+}
+
+struct Transaction {
+    rcpts: Vec<String>,
+    /// BDAT chunks so far (None until the first BDAT).
+    chunks: Option<Vec<u8>>,
+    chunk_bytes: u64,
+}
+
+struct Session<'a> {
+    conn: &'a mut Conn,
+    sh: &'a Shared,
+    mode: Mode,
+    faults: FaultSession<'a>,
+    greeted: bool,
+    user: Option<String>,
+    tx: Option<Transaction>,
+    errors: u32,
+}
+
+/// Runs one session until QUIT, an error, an idle timeout or shutdown.
+pub(crate) async fn run(
+    conn: &mut Conn,
+    sh: &Shared,
+    mode: Mode,
+    conn_no: u64,
+) -> Result<(), ConnError> {
+    let mut s = Session {
+        conn,
+        sh,
+        mode,
+        faults: sh.faults.session(conn_no),
+        greeted: false,
+        user: None,
+        tx: None,
+        errors: 0,
+    };
+    let r = s.serve().await;
+    match &r {
+        Err(ConnError::Idle) => s.reply(421, "4.4.2", "Idle timeout, closing").await?,
+        Err(ConnError::Shutdown) => {
+            s.reply(421, "4.3.2", "Service shutting down, closing")
+                .await?
+        }
+        _ => {}
+    }
+    r
+}
+
+impl Session<'_> {
+    /// Queues one reply line (the tarpit applies to every reply).
+    async fn reply(&mut self, code: u16, enhanced: &str, text: &str) -> Result<(), ConnError> {
+        if let Some(d) = self.faults.tarpit() {
+            self.conn.pause(d).await?;
+        }
+        self.sh.stats.reply(code);
+        let line = if enhanced.is_empty() {
+            format!("{code} {text}\r\n")
+        } else {
+            format!("{code} {enhanced} {text}\r\n")
+        };
+        self.conn.queue(line.as_bytes());
+        Ok(())
+    }
+
+    /// Applies the faults drawn for this phase. `Ok(true)` means a failure reply was sent
+    /// instead of the normal one; a drop closes the connection without a word.
+    async fn fault(&mut self, phase: Phase) -> Result<bool, ConnError> {
+        let (delay, what) = self.faults.draw(phase, &self.sh.stats);
+        self.conn.pause(delay).await?;
+        match what {
+            Injected::None => Ok(false),
+            Injected::Drop => Err(ConnError::Dropped),
+            Injected::Fail(code) => {
+                let enhanced = if code < 500 { "4.3.0" } else { "5.3.0" };
+                let text = format!("Injected fault ({})", phase.name());
+                self.reply(code, enhanced, &text).await?;
+                if code == 421 {
+                    self.conn.flush().await?;
+                    return Err(ConnError::Closed);
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    async fn serve(&mut self) -> Result<(), ConnError> {
+        if self.fault(Phase::Connect).await? {
+            // A refused greeting ends the session (RFC 5321 3.1 allows waiting for QUIT;
+            // closing is what load tests need to see).
+            self.conn.flush().await?;
+            return Ok(());
+        }
+        let banner = format!(
+            "{} ESMTP spate{}",
+            self.sh.hostname,
+            if self.mode == Mode::Lmtp { " LMTP" } else { "" }
+        );
+        self.reply(220, "", &banner).await?;
+        loop {
+            let line = match self.conn.read_line(MAX_LINE).await {
+                Ok(l) => l,
+                Err(ConnError::LineTooLong) => {
+                    self.reply(500, "5.5.2", "Line too long").await?;
+                    self.bad_command().await?;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            match command::parse(&line) {
+                Ok(Command::Quit) => {
+                    self.reply(221, "2.0.0", "Bye").await?;
+                    self.conn.flush().await?;
+                    return Ok(());
+                }
+                Ok(cmd) => self.command(cmd).await?,
+                Err(e) => {
+                    let (code, enhanced) = e.code();
+                    let text = match &e {
+                        command::CommandError::Unknown => "Command unrecognized".to_string(),
+                        other => capitalize(&other.to_string()),
+                    };
+                    self.reply(code, enhanced, &text).await?;
+                    self.bad_command().await?;
+                }
+            }
+        }
+    }
+
+    async fn bad_command(&mut self) -> Result<(), ConnError> {
+        self.errors += 1;
+        if self.errors >= MAX_ERRORS {
+            self.reply(421, "4.7.0", "Too many errors, closing").await?;
+            self.conn.flush().await?;
+            return Err(ConnError::Closed);
+        }
+        Ok(())
+    }
+
+    async fn command(&mut self, cmd: Command) -> Result<(), ConnError> {
+        match cmd {
+            Command::Ehlo(_) | Command::Helo(_) if self.mode == Mode::Lmtp => {
+                self.reply(500, "5.5.1", "This is LMTP: use LHLO").await
+            }
+            Command::Lhlo(_) if self.mode != Mode::Lmtp => {
+                self.reply(500, "5.5.1", "Command unrecognized").await
+            }
+            Command::Ehlo(name) | Command::Lhlo(name) => self.ehlo(&name, true).await,
+            Command::Helo(name) => self.ehlo(&name, false).await,
+            Command::Starttls => self.starttls().await,
+            Command::Auth { mechanism, initial } => self.auth(&mechanism, initial).await,
+            Command::Mail { from, params } => self.mail(&from, &params).await,
+            Command::Rcpt { to, .. } => self.rcpt(&to).await,
+            Command::Data => self.data().await,
+            Command::Bdat { size, last } => self.bdat(size, last).await,
+            Command::Rset => {
+                self.tx = None;
+                self.reply(250, "2.0.0", "Ok").await
+            }
+            Command::Noop => self.reply(250, "2.0.0", "Ok").await,
+            Command::Vrfy(_) => self.reply(502, "5.5.1", "VRFY not supported").await,
+            Command::Quit => Ok(()),
+        }
+    }
+
+    async fn ehlo(&mut self, name: &str, extended: bool) -> Result<(), ConnError> {
+        self.tx = None;
+        if self.fault(Phase::Ehlo).await? {
+            return Ok(());
+        }
+        self.greeted = true;
+        if !extended {
+            let text = format!("{} greets {name}", self.sh.hostname);
+            return self.reply(250, "", &text).await;
+        }
+        let mut lines = vec![format!("{} greets {name}", self.sh.hostname)];
+        lines.push("PIPELINING".into());
+        if self.sh.max_message_size > 0 {
+            lines.push(format!("SIZE {}", self.sh.max_message_size));
+        } else {
+            lines.push("SIZE".into());
+        }
+        lines.push("8BITMIME".into());
+        lines.push("ENHANCEDSTATUSCODES".into());
+        lines.push("CHUNKING".into());
+        lines.push("DSN".into());
+        if !self.conn.is_tls() {
+            lines.push("STARTTLS".into());
+        }
+        if self.mode != Mode::Lmtp && self.user.is_none() {
+            lines.push("AUTH PLAIN LOGIN CRAM-MD5".into());
+        }
+        if let Some(d) = self.faults.tarpit() {
+            self.conn.pause(d).await?;
+        }
+        let mut out = String::new();
+        let n = lines.len();
+        for (i, l) in lines.iter().enumerate() {
+            let sep = if i + 1 == n { ' ' } else { '-' };
+            let _ = write!(out, "250{sep}{l}\r\n");
+        }
+        self.conn.queue(out.as_bytes());
+        Ok(())
+    }
+
+    async fn starttls(&mut self) -> Result<(), ConnError> {
+        if self.conn.is_tls() {
+            return self.reply(503, "5.5.1", "TLS already active").await;
+        }
+        self.reply(220, "2.0.0", "Ready to start TLS").await?;
+        self.conn.starttls(&self.sh.tls).await?;
+        self.sh.stats.tls_session();
+        // RFC 3207 4.2: forget everything learned before the handshake.
+        self.greeted = false;
+        self.user = None;
+        self.tx = None;
+        Ok(())
+    }
+
+    async fn auth(&mut self, mechanism: &str, initial: Option<String>) -> Result<(), ConnError> {
+        if self.mode == Mode::Lmtp {
+            return self.reply(502, "5.5.1", "AUTH not available in LMTP").await;
+        }
+        if !self.greeted {
+            return self.reply(503, "5.5.1", "Send EHLO first").await;
+        }
+        if self.user.is_some() {
+            return self.reply(503, "5.5.1", "Already authenticated").await;
+        }
+        if self.tx.is_some() {
+            return self
+                .reply(503, "5.5.1", "AUTH not allowed in a transaction")
+                .await;
+        }
+        let result = match mechanism {
+            "PLAIN" => self.auth_plain(initial).await?,
+            "LOGIN" => self.auth_login(initial).await?,
+            "CRAM-MD5" => self.auth_cram().await?,
+            _ => {
+                return self
+                    .reply(504, "5.5.4", "Unrecognized authentication type")
+                    .await
+            }
+        };
+        match result {
+            Ok((user, pass)) => {
+                let ok = match &pass {
+                    Secret::Password(p) => self.sh.users.check(&user, p),
+                    Secret::Cram { challenge, digest } => match self.sh.users.password(&user) {
+                        Some(p) => sasl::cram_md5_digest(p, challenge) == *digest,
+                        None => !self.sh.users.has_table(),
+                    },
+                };
+                self.sh.stats.auth(ok);
+                if ok {
+                    self.user = Some(self.sh.users.mailbox_for_login(&user));
+                    self.reply(235, "2.7.0", "Authentication successful").await
+                } else {
+                    self.reply(535, "5.7.8", "Authentication credentials invalid")
+                        .await
+                }
+            }
+            Err(sasl::SaslError::Cancelled) => {
+                self.reply(501, "5.0.0", "Authentication cancelled").await
+            }
+            Err(e) => {
+                self.sh.stats.auth(false);
+                self.reply(501, "5.5.2", &capitalize(&e.to_string())).await
+            }
+        }
+    }
+
+    /// Sends a 334 challenge and reads the client's base64 answer.
+    async fn challenge(
+        &mut self,
+        text: &str,
+    ) -> Result<Result<Vec<u8>, sasl::SaslError>, ConnError> {
+        self.conn.queue(format!("334 {text}\r\n").as_bytes());
+        let line = match self.conn.read_line(MAX_AUTH_LINE).await {
+            Ok(l) => l,
+            Err(ConnError::LineTooLong) => return Ok(Err(sasl::SaslError::Malformed)),
+            Err(e) => return Err(e),
+        };
+        Ok(sasl::decode(&String::from_utf8_lossy(&line)))
+    }
+
+    async fn auth_plain(&mut self, initial: Option<String>) -> Result<AuthResult, ConnError> {
+        let decoded = match initial {
+            Some(i) => sasl::decode(&i),
+            None => self.challenge("").await?,
+        };
+        Ok(decoded
+            .and_then(|d| sasl::plain(&d))
+            .map(|(u, p)| (u, Secret::Password(p))))
+    }
+
+    async fn auth_login(&mut self, initial: Option<String>) -> Result<AuthResult, ConnError> {
+        let user = match initial {
+            Some(i) => sasl::decode(&i),
+            None => self.challenge("VXNlcm5hbWU6").await?,
+        };
+        let user = match user {
+            Ok(u) => String::from_utf8_lossy(&u).into_owned(),
+            Err(e) => return Ok(Err(e)),
+        };
+        let pass = match self.challenge("UGFzc3dvcmQ6").await? {
+            Ok(p) => String::from_utf8_lossy(&p).into_owned(),
+            Err(e) => return Ok(Err(e)),
+        };
+        Ok(Ok((user, Secret::Password(pass))))
+    }
+
+    async fn auth_cram(&mut self) -> Result<AuthResult, ConnError> {
+        let challenge = format!(
+            "<{}.{}@{}>",
+            rand::random::<u32>(),
+            self.sh.next_id(),
+            self.sh.hostname
+        );
+        let resp = self.challenge(&sasl::encode(challenge.as_bytes())).await?;
+        Ok(resp
+            .and_then(|r| sasl::cram_md5_split(&r))
+            .map(|(user, digest)| (user, Secret::Cram { challenge, digest })))
+    }
+
+    async fn mail(&mut self, from: &str, params: &MailParams) -> Result<(), ConnError> {
+        if !self.greeted {
+            return self.reply(503, "5.5.1", "Send EHLO/HELO first").await;
+        }
+        if self.mode == Mode::Submission && self.user.is_none() {
+            return self.reply(530, "5.7.0", "Authentication required").await;
+        }
+        if self.tx.is_some() {
+            return self.reply(503, "5.5.1", "Nested MAIL command").await;
+        }
+        if self.fault(Phase::Mail).await? {
+            return Ok(());
+        }
+        if let Some(size) = params.size {
+            if self.sh.max_message_size > 0 && size > self.sh.max_message_size {
+                return self
+                    .reply(
+                        552,
+                        "5.3.4",
+                        "Message size exceeds fixed maximum message size",
+                    )
+                    .await;
+            }
+        }
+        let _ = from;
+        self.tx = Some(Transaction {
+            rcpts: Vec::new(),
+            chunks: None,
+            chunk_bytes: 0,
+        });
+        self.reply(250, "2.1.0", "Ok").await
+    }
+
+    async fn rcpt(&mut self, to: &str) -> Result<(), ConnError> {
+        let Some(tx) = &self.tx else {
+            return self.reply(503, "5.5.1", "Need MAIL before RCPT").await;
+        };
+        if tx.chunks.is_some() {
+            return self
+                .reply(503, "5.5.1", "RCPT not allowed during BDAT")
+                .await;
+        }
+        if tx.rcpts.len() >= self.sh.max_rcpt {
+            return self.reply(452, "4.5.3", "Too many recipients").await;
+        }
+        if self.fault(Phase::Rcpt).await? {
+            return Ok(());
+        }
+        // Authenticated clients may send anywhere (the copy is stored all the same).
+        if self.user.is_none() && !self.sh.users.is_local(to) {
+            return self
+                .reply(550, "5.1.1", "Recipient address rejected: user unknown")
+                .await;
+        }
+        if let Some(tx) = &mut self.tx {
+            tx.rcpts.push(to.to_string());
+        }
+        self.reply(250, "2.1.5", "Ok").await
+    }
+
+    /// Checks shared by DATA and BDAT; `Some((code, enhanced, text))` refuses.
+    fn data_refusal(&self) -> Option<(u16, &'static str, &'static str)> {
+        match &self.tx {
+            None => Some((503, "5.5.1", "Need MAIL command")),
+            Some(tx) if tx.rcpts.is_empty() => Some((554, "5.5.1", "No valid recipients")),
+            _ => None,
+        }
+    }
+
+    async fn data(&mut self) -> Result<(), ConnError> {
+        if let Some((c, e, t)) = self.data_refusal() {
+            return self.reply(c, e, t).await;
+        }
+        if self.tx.as_ref().is_some_and(|tx| tx.chunks.is_some()) {
+            return self
+                .reply(503, "5.5.1", "DATA not allowed after BDAT")
+                .await;
+        }
+        if self.fault(Phase::Data).await? {
+            self.tx = None;
+            return Ok(());
+        }
+        self.reply(354, "", "End data with <CR><LF>.<CR><LF>")
+            .await?;
+        let policy = if self.sh.reject_bare_lf {
+            BareLf::Reject
+        } else {
+            BareLf::Normalize
+        };
+        let mut dec = DataDecoder::new(self.sh.max_message_size, policy);
+        self.conn.read_data(&mut dec).await?;
+        if dec.oversized() {
+            self.tx = None;
+            return self
+                .reply(
+                    552,
+                    "5.3.4",
+                    "Message size exceeds fixed maximum message size",
+                )
+                .await;
+        }
+        if dec.refused_bare_lf() {
+            self.tx = None;
+            return self
+                .reply(550, "5.6.0", "Bare LF line endings are not accepted")
+                .await;
+        }
+        let message = dec.take();
+        self.finish(&message).await
+    }
+
+    async fn bdat(&mut self, size: u64, last: bool) -> Result<(), ConnError> {
+        let refusal = self.data_refusal();
+        let first = self.tx.as_ref().is_some_and(|tx| tx.chunks.is_none());
+        let injected = if refusal.is_none() && first {
+            let (delay, what) = self.faults.draw(Phase::Data, &self.sh.stats);
+            self.conn.pause(delay).await?;
+            what
+        } else {
+            Injected::None
+        };
+        // The chunk must be read whatever the answer, or its bytes would be taken for
+        // commands.
+        let max = self.sh.max_message_size;
+        let mut kept = match (&mut self.tx, refusal, injected) {
+            (Some(tx), None, Injected::None) => tx.chunks.take().unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        let mut total = self.tx.as_ref().map(|t| t.chunk_bytes).unwrap_or(0);
+        self.conn
+            .read_exact_with(size, |piece| {
+                total += piece.len() as u64;
+                if max == 0 || total <= max {
+                    kept.extend_from_slice(piece);
+                }
+            })
+            .await?;
+        if let Some((c, e, t)) = refusal {
+            return self.reply(c, e, t).await;
+        }
+        match injected {
+            Injected::Drop => return Err(ConnError::Dropped),
+            Injected::Fail(code) => {
+                self.tx = None;
+                let enhanced = if code < 500 { "4.3.0" } else { "5.3.0" };
+                self.reply(code, enhanced, "Injected fault (data)").await?;
+                if code == 421 {
+                    self.conn.flush().await?;
+                    return Err(ConnError::Closed);
+                }
+                return Ok(());
+            }
+            Injected::None => {}
+        }
+        if let Some(tx) = &mut self.tx {
+            tx.chunks = Some(kept);
+            tx.chunk_bytes = total;
+        }
+        if max > 0 && total > max {
+            if last {
+                self.tx = None;
+            }
+            return self
+                .reply(
+                    552,
+                    "5.3.4",
+                    "Message size exceeds fixed maximum message size",
+                )
+                .await;
+        }
+        if !last {
+            let text = format!("{size} octets received");
+            return self.reply(250, "2.0.0", &text).await;
+        }
+        let message = self
+            .tx
+            .as_mut()
+            .and_then(|tx| tx.chunks.take())
+            .unwrap_or_default();
+        self.finish(&message).await
+    }
+
+    /// The message is in: dot-phase faults, delivery, the final reply (or replies).
+    async fn finish(&mut self, message: &[u8]) -> Result<(), ConnError> {
+        let Some(tx) = self.tx.take() else {
+            return Ok(());
+        };
+        let size = message.len() as u64;
+        let id = self.sh.next_id();
+        if self.mode == Mode::Lmtp {
+            let mut delivered = 0u64;
+            for rcpt in &tx.rcpts {
+                if self.fault(Phase::Dot).await? {
+                    continue;
+                }
+                match self.sh.store.deliver(rcpt, message) {
+                    Ok(_) => {
+                        delivered += 1;
+                        let text = format!("<{rcpt}> delivered as {id:X}");
+                        self.reply(250, "2.0.0", &text).await?;
+                    }
+                    Err(e) => self.store_error(&e).await?,
+                }
+            }
+            if delivered > 0 {
+                self.sh.stats.accepted(delivered, size);
+            }
+            return Ok(());
+        }
+        if self.fault(Phase::Dot).await? {
+            return Ok(());
+        }
+        let need = size * tx.rcpts.len() as u64;
+        if !self.sh.store.has_room(need) {
+            return self.store_error(&StoreError::Full(0)).await;
+        }
+        let mut delivered = 0u64;
+        for rcpt in &tx.rcpts {
+            match self.sh.store.deliver(rcpt, message) {
+                Ok(_) => delivered += 1,
+                Err(e) if delivered == 0 => return self.store_error(&e).await,
+                Err(_) => {}
+            }
+        }
+        self.sh.stats.accepted(delivered, size);
+        let text = format!("Ok: queued as {id:X}");
+        self.reply(250, "2.0.0", &text).await
+    }
+
+    async fn store_error(&mut self, e: &StoreError) -> Result<(), ConnError> {
+        match e {
+            StoreError::Full(_) => {
+                self.reply(452, "4.3.1", "Insufficient system storage")
+                    .await
+            }
+            StoreError::Io(_) => self.reply(451, "4.3.0", "Local error in processing").await,
+        }
+    }
+}
+
+enum Secret {
+    Password(String),
+    Cram { challenge: String, digest: String },
+}
+
+type AuthResult = Result<(String, Secret), sasl::SaslError>;
+
+fn capitalize(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(f) => f.to_uppercase().chain(c).collect(),
+        None => String::new(),
+    }
+}

@@ -1,0 +1,269 @@
+//! The embedded server's own counters, so tests and benchmarks can reconcile what the
+//! client saw with what the server did. Plain atomics: sessions bump them without locks;
+//! readers take a [`Snapshot`] (serializable, written to `--stats-file`).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::faults::{FaultKind, Phase};
+use super::Listener;
+
+const CODES: usize = 600;
+
+#[derive(Debug)]
+pub struct Stats {
+    connections: [AtomicU64; Listener::ALL.len()],
+    refused_connections: AtomicU64,
+    active: AtomicU64,
+    tls_sessions: AtomicU64,
+    auth_successes: AtomicU64,
+    auth_failures: AtomicU64,
+    messages: AtomicU64,
+    recipients: AtomicU64,
+    bytes: AtomicU64,
+    rejections: Box<[AtomicU64]>,
+    faults: [[AtomicU64; FaultKind::ALL.len()]; Phase::ALL.len()],
+    logins: AtomicU64,
+    retrieved: AtomicU64,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Stats {
+            connections: Default::default(),
+            refused_connections: AtomicU64::new(0),
+            active: AtomicU64::new(0),
+            tls_sessions: AtomicU64::new(0),
+            auth_successes: AtomicU64::new(0),
+            auth_failures: AtomicU64::new(0),
+            messages: AtomicU64::new(0),
+            recipients: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            rejections: (0..CODES).map(|_| AtomicU64::new(0)).collect(),
+            faults: Default::default(),
+            logins: AtomicU64::new(0),
+            retrieved: AtomicU64::new(0),
+        }
+    }
+}
+
+fn inc(a: &AtomicU64) {
+    a.fetch_add(1, Ordering::Relaxed);
+}
+
+fn get(a: &AtomicU64) -> u64 {
+    a.load(Ordering::Relaxed)
+}
+
+/// A point-in-time copy of every counter (the `--stats-file` JSON).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Snapshot {
+    pub connections: BTreeMap<String, u64>,
+    pub refused_connections: u64,
+    pub active_connections: u64,
+    pub tls_sessions: u64,
+    pub auth_successes: u64,
+    pub auth_failures: u64,
+    pub messages_accepted: u64,
+    pub recipients_delivered: u64,
+    pub bytes_accepted: u64,
+    /// Replies with code >= 400, by code.
+    pub rejections: BTreeMap<u16, u64>,
+    /// Injected faults by "phase:kind" (e.g. "rcpt:fail").
+    pub faults: BTreeMap<String, u64>,
+    /// POP3/IMAP logins and messages retrieved.
+    pub mailbox_logins: u64,
+    pub messages_retrieved: u64,
+}
+
+impl Stats {
+    pub fn connection(&self, l: Listener) {
+        inc(&self.connections[l as usize]);
+    }
+    pub fn refused(&self) {
+        inc(&self.refused_connections);
+    }
+    pub(crate) fn active_delta(&self, up: bool) {
+        if up {
+            inc(&self.active);
+        } else {
+            self.active.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+    pub fn tls_session(&self) {
+        inc(&self.tls_sessions);
+    }
+    pub fn auth(&self, ok: bool) {
+        inc(if ok {
+            &self.auth_successes
+        } else {
+            &self.auth_failures
+        });
+    }
+    pub fn accepted(&self, recipients: u64, bytes: u64) {
+        inc(&self.messages);
+        self.recipients.fetch_add(recipients, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+    pub fn reply(&self, code: u16) {
+        if code >= 400 {
+            if let Some(a) = self.rejections.get(code as usize) {
+                inc(a);
+            }
+        }
+    }
+    pub fn fault(&self, phase: Phase, kind: FaultKind) {
+        inc(&self.faults[phase as usize][kind as usize]);
+    }
+    pub fn login(&self) {
+        inc(&self.logins);
+    }
+    pub fn retrieved(&self) {
+        inc(&self.retrieved);
+    }
+
+    pub fn connections(&self, l: Listener) -> u64 {
+        get(&self.connections[l as usize])
+    }
+    pub fn messages(&self) -> u64 {
+        get(&self.messages)
+    }
+    pub fn recipients(&self) -> u64 {
+        get(&self.recipients)
+    }
+    pub fn rejections(&self, code: u16) -> u64 {
+        self.rejections.get(code as usize).map(get).unwrap_or(0)
+    }
+    pub fn faults(&self, phase: Phase, kind: FaultKind) -> u64 {
+        get(&self.faults[phase as usize][kind as usize])
+    }
+    pub fn active(&self) -> u64 {
+        get(&self.active)
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        let mut faults = BTreeMap::new();
+        for p in Phase::ALL {
+            for k in FaultKind::ALL {
+                let n = self.faults(p, k);
+                if n > 0 {
+                    faults.insert(format!("{}:{}", p.name(), k.name()), n);
+                }
+            }
+        }
+        Snapshot {
+            connections: Listener::ALL
+                .iter()
+                .map(|l| (l.name().to_string(), self.connections(*l)))
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+            refused_connections: get(&self.refused_connections),
+            active_connections: get(&self.active),
+            tls_sessions: get(&self.tls_sessions),
+            auth_successes: get(&self.auth_successes),
+            auth_failures: get(&self.auth_failures),
+            messages_accepted: get(&self.messages),
+            recipients_delivered: get(&self.recipients),
+            bytes_accepted: get(&self.bytes),
+            rejections: (0..CODES)
+                .filter_map(|c| {
+                    let n = get(&self.rejections[c]);
+                    (n > 0).then_some((c as u16, n))
+                })
+                .collect(),
+            faults,
+            mailbox_logins: get(&self.logins),
+            messages_retrieved: get(&self.retrieved),
+        }
+    }
+}
+
+impl Snapshot {
+    /// A few lines for stderr at exit.
+    pub fn summary(&self) -> String {
+        let conns: Vec<String> = self
+            .connections
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let rej: Vec<String> = self
+            .rejections
+            .iter()
+            .map(|(k, v)| format!("{k}x{v}"))
+            .collect();
+        let faults: Vec<String> = self
+            .faults
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        format!(
+            "connections: {} (refused {}), TLS sessions {}, auth ok {} failed {}\n\
+             messages accepted {}, recipients delivered {}, bytes {}\n\
+             rejections: {}\ninjected faults: {}\nmailbox logins {}, messages retrieved {}",
+            if conns.is_empty() {
+                "none".to_string()
+            } else {
+                conns.join(" ")
+            },
+            self.refused_connections,
+            self.tls_sessions,
+            self.auth_successes,
+            self.auth_failures,
+            self.messages_accepted,
+            self.recipients_delivered,
+            self.bytes_accepted,
+            if rej.is_empty() {
+                "none".to_string()
+            } else {
+                rej.join(" ")
+            },
+            if faults.is_empty() {
+                "none".to_string()
+            } else {
+                faults.join(" ")
+            },
+            self.mailbox_logins,
+            self.messages_retrieved,
+        )
+    }
+
+    /// Writes the JSON atomically: a temporary file in the same directory, then rename.
+    pub fn write_atomic(&self, path: &Path) -> std::io::Result<()> {
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        let tmp = std::path::PathBuf::from(tmp);
+        let json = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+        std::fs::write(&tmp, json)?;
+        std::fs::rename(&tmp, path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_counts_and_writes() {
+        let s = Stats::default();
+        s.connection(Listener::Smtp);
+        s.reply(451);
+        s.reply(451);
+        s.reply(250);
+        s.reply(9999);
+        s.fault(Phase::Rcpt, FaultKind::Fail);
+        s.accepted(2, 100);
+        let snap = s.snapshot();
+        assert_eq!(snap.connections.get("smtp"), Some(&1));
+        assert_eq!(snap.rejections.get(&451), Some(&2));
+        assert_eq!(snap.rejections.len(), 1);
+        assert_eq!(snap.faults.get("rcpt:fail"), Some(&1));
+        assert_eq!(snap.recipients_delivered, 2);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stats.json");
+        snap.write_atomic(&path).unwrap();
+        let back: Snapshot = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(back, snap);
+        assert!(snap.summary().contains("451x2"));
+    }
+}

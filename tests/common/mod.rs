@@ -1,0 +1,148 @@
+//! Helpers shared by the `serve_*` integration tests: start the embedded server, run
+//! external clients (Python, swaks, smtp-source) with a time limit, talk raw TCP.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Is `tool` on the PATH? If not, say the test is skipped.
+pub fn have(tool: &str) -> bool {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+        .unwrap_or(false);
+    if !found {
+        eprintln!("SKIPPED: {tool} not installed");
+    }
+    found
+}
+
+pub struct Output {
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs a program to completion (killed after `limit`), from a blocking thread.
+pub async fn run_tool(program: &str, args: Vec<String>, limit: Duration) -> Output {
+    let program = program.to_string();
+    tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(&program)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {program}: {e}"));
+        let mut out = child.stdout.take().unwrap();
+        let mut err = child.stderr.take().unwrap();
+        let t_out = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = out.read_to_string(&mut s);
+            s
+        });
+        let t_err = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = err.read_to_string(&mut s);
+            s
+        });
+        let start = Instant::now();
+        let status = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break Some(st);
+            }
+            if start.elapsed() > limit {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let stdout = t_out.join().unwrap_or_default();
+        let stderr = t_err.join().unwrap_or_default();
+        if status.is_none() {
+            eprintln!("{program} timed out after {limit:?}");
+        }
+        Output {
+            ok: status.is_some_and(|s| s.success()),
+            stdout,
+            stderr,
+        }
+    })
+    .await
+    .unwrap()
+}
+
+/// Runs a Python 3 script with arguments; the script prints its findings.
+pub async fn python(script: &str, args: &[String]) -> Output {
+    let mut a = vec!["-c".to_string(), script.to_string()];
+    a.extend_from_slice(args);
+    let o = run_tool("python3", a, Duration::from_secs(60)).await;
+    if !o.ok {
+        eprintln!("python stdout:\n{}\npython stderr:\n{}", o.stdout, o.stderr);
+    }
+    o
+}
+
+/// A raw line-oriented client for hostile and pipelining tests (blocking, with timeouts).
+pub struct Raw {
+    pub reader: BufReader<TcpStream>,
+    pub stream: TcpStream,
+}
+
+impl Raw {
+    pub fn connect(addr: SocketAddr) -> Raw {
+        let stream = TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        Raw {
+            reader: BufReader::new(stream.try_clone().unwrap()),
+            stream,
+        }
+    }
+
+    pub fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).unwrap();
+    }
+
+    /// One line, CRLF stripped; empty at EOF.
+    pub fn line(&mut self) -> String {
+        let mut s = String::new();
+        let _ = self.reader.read_line(&mut s);
+        s.trim_end().to_string()
+    }
+
+    /// A whole (multi-line) reply: its lines.
+    pub fn reply(&mut self) -> Vec<String> {
+        let mut lines = Vec::new();
+        for _ in 0..100 {
+            let l = self.line();
+            let done = l.len() < 4 || l.as_bytes()[3] != b'-';
+            lines.push(l);
+            if done {
+                break;
+            }
+        }
+        lines
+    }
+
+    /// The last line of the next reply.
+    pub fn last(&mut self) -> String {
+        self.reply().pop().unwrap_or_default()
+    }
+
+    /// True when the server closed the connection (EOF within the read timeout).
+    pub fn closed(&mut self) -> bool {
+        let mut buf = [0u8; 256];
+        for _ in 0..100 {
+            match self.reader.read(&mut buf) {
+                Ok(0) => return true,
+                Ok(_) => continue,
+                Err(_) => return false,
+            }
+        }
+        false
+    }
+}
