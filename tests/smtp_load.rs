@@ -1,0 +1,474 @@
+//! `spate smtp` end to end: the binary against the embedded server (and against small
+//! hostile servers), checking exact counts against what the server received.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+use spate::message::{body_digest, hex, split_message};
+use spate::serve::{self, faults};
+
+const SPATE: &str = env!("CARGO_BIN_EXE_spate");
+
+async fn spate(args: &[&str]) -> common::Output {
+    let args = args.iter().map(|s| s.to_string()).collect();
+    common::run_tool(SPATE, args, Duration::from_secs(120)).await
+}
+
+fn summary(dir: &std::path::Path) -> Value {
+    let text = std::fs::read_to_string(dir.join("summary.json")).expect("summary.json");
+    serde_json::from_str(&text).expect("valid JSON")
+}
+
+fn errors_of(s: &Value, phase: &str, code: u64) -> u64 {
+    s["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["phase"] == phase && e["code"] == code)
+        .map(|e| e["count"].as_u64().unwrap())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_load_counts_match_the_server_and_every_body_is_intact() {
+    let server = serve::start(serve::Config::loopback()).await.unwrap();
+    let addr = server.addrs.smtp.unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r");
+    let o = spate(&[
+        "smtp",
+        &addr,
+        "--users",
+        "20",
+        "--count",
+        "2000",
+        "-m",
+        "0",
+        "--size",
+        "0..5k",
+        "--rcpt",
+        "1..3",
+        "--to",
+        "user{0..49}@example.test",
+        "-o",
+        out.to_str().unwrap(),
+        "--seed",
+        "3",
+    ])
+    .await;
+    assert!(o.ok, "{}", o.stderr);
+    let s = summary(&out);
+    let t = &s["totals"];
+    assert_eq!(t["attempted"], 2000);
+    assert_eq!(t["accepted"], 2000, "{}", o.stdout);
+    assert_eq!(s["complete"], true);
+    assert_eq!(s["reconciles"], true);
+    let rcpts = t["rcpt_accepted"].as_u64().unwrap();
+    assert_eq!(server.stats.messages(), 2000);
+    assert_eq!(server.stats.recipients(), rcpts);
+    assert_eq!(server.store.delivered(), rcpts);
+
+    // The sent log lists every accepted message once.
+    let sent = std::fs::read_to_string(out.join("sent.log")).unwrap();
+    let lines: Vec<&str> = sent
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with("seq"))
+        .collect();
+    assert_eq!(lines.len(), 2000);
+    let mut seqs: Vec<u64> = lines
+        .iter()
+        .map(|l| l.split('\t').next().unwrap().parse().unwrap())
+        .collect();
+    seqs.sort();
+    seqs.dedup();
+    assert_eq!(seqs.len(), 2000);
+
+    // Every stored copy carries a digest that matches its body.
+    let mut checked = 0;
+    for (mailbox, n, _) in server.store.mailbox_counts() {
+        server.store.with_mailbox(&mailbox, |mb| {
+            for m in &mb.messages {
+                let (head, body) = split_message(&m.data);
+                let head = String::from_utf8_lossy(head);
+                let digest = head
+                    .split("digest=")
+                    .nth(1)
+                    .unwrap()
+                    .split(';')
+                    .next()
+                    .unwrap();
+                assert_eq!(digest, hex(&body_digest(body)), "{mailbox}");
+            }
+        });
+        checked += n;
+    }
+    assert_eq!(checked as u64, rcpts);
+    for f in [
+        "plan.json",
+        "intervals.csv",
+        "postal.csv",
+        "errors.jsonl",
+        "body.hlog",
+        "envelope.hlog",
+    ] {
+        assert!(out.join(f).exists(), "{f} missing");
+    }
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn injected_4xx_are_counted_exactly_as_the_server_injected_them() {
+    let mut cfg = serve::Config::loopback();
+    cfg.faults
+        .fails
+        .push(faults::parse_fail("rcpt:451:0.1").unwrap());
+    cfg.faults
+        .fails
+        .push(faults::parse_fail("data:554:0.05").unwrap());
+    cfg.faults.seed = Some(11);
+    let server = serve::start(cfg).await.unwrap();
+    let addr = server.addrs.smtp.unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r");
+    // Without pipelining so each reply is attributed to its own command.
+    let o = spate(&[
+        "smtp",
+        &addr,
+        "-u",
+        "8",
+        "-n",
+        "1500",
+        "-m",
+        "5",
+        "--no-pipelining",
+        "-o",
+        out.to_str().unwrap(),
+    ])
+    .await;
+    assert!(o.ok, "{}", o.stderr);
+    let s = summary(&out);
+    let injected_rcpt = server.stats.rejections(451);
+    let injected_data = server.stats.rejections(554);
+    assert!(
+        injected_rcpt > 50 && injected_data > 20,
+        "{injected_rcpt} {injected_data}"
+    );
+    assert_eq!(errors_of(&s, "rcpt", 451), injected_rcpt);
+    let t = &s["totals"];
+    assert_eq!(
+        t["rejected"].as_u64().unwrap(),
+        injected_rcpt + errors_of(&s, "data", 554)
+    );
+    assert_eq!(t["accepted"].as_u64().unwrap(), server.stats.messages());
+    assert_eq!(s["reconciles"], true);
+    assert_eq!(t["attempted"], 1500);
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lmtp_starttls_and_auth() {
+    let mut cfg = serve::Config::loopback();
+    let lo = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    cfg.listen.lmtp = Some(lo);
+    cfg.listen.submission = Some(lo);
+    cfg.users =
+        spate::serve::store::Users::parse("a@example.test pa\nb@example.test pb\n").unwrap();
+    let server = serve::start(cfg).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, &server.cert_pem).unwrap();
+    let users = dir.path().join("users.txt");
+    std::fs::write(&users, "a@example.test pa\nb@example.test pb\n").unwrap();
+
+    let out = dir.path().join("lmtp");
+    let lmtp = server.addrs.lmtp.unwrap().to_string();
+    let o = spate(&[
+        "smtp",
+        "--lmtp",
+        &lmtp,
+        "-n",
+        "100",
+        "--rcpt",
+        "2",
+        "--to-file",
+        users.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ])
+    .await;
+    assert!(o.ok, "{}", o.stderr);
+    let s = summary(&out);
+    assert_eq!(s["totals"]["accepted"], 100);
+    assert_eq!(s["totals"]["rcpt_accepted"], 200);
+
+    let out = dir.path().join("sub");
+    let sub = server.addrs.submission.unwrap().to_string();
+    let o = spate(&[
+        "smtp",
+        &sub,
+        "--starttls",
+        "--ca",
+        ca.to_str().unwrap(),
+        "--auth-file",
+        users.to_str().unwrap(),
+        "-u",
+        "4",
+        "-n",
+        "100",
+        "-m",
+        "10",
+        "--to-file",
+        users.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ])
+    .await;
+    assert!(o.ok, "{}", o.stderr);
+    let s = summary(&out);
+    assert_eq!(s["totals"]["accepted"], 100, "{}", o.stdout);
+    assert_eq!(s["totals"]["tls_connections"], s["totals"]["connections"]);
+    assert!(s["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["phase"] == "auth"));
+
+    // Without --ca the self-signed certificate must be refused: TLS errors, not success.
+    let out = dir.path().join("untrusted");
+    let o = spate(&[
+        "smtp",
+        &sub,
+        "--starttls",
+        "-n",
+        "5",
+        "-o",
+        out.to_str().unwrap(),
+    ])
+    .await;
+    assert!(o.ok, "{}", o.stderr);
+    let s = summary(&out);
+    assert_eq!(s["totals"]["accepted"], 0);
+    assert_eq!(s["totals"]["failed"], 5);
+    assert!(s["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["kind"] == "tls"));
+    assert_eq!(server.stats.messages(), 200);
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_workload_keeps_its_rate_and_reports_lag() {
+    let server = serve::start(serve::Config::loopback()).await.unwrap();
+    let addr = server.addrs.smtp.unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r");
+    let o = spate(&[
+        "smtp",
+        &addr,
+        "--rate",
+        "200/s",
+        "--duration",
+        "3s",
+        "--arrival",
+        "poisson",
+        "-m",
+        "0",
+        "-o",
+        out.to_str().unwrap(),
+        "--seed",
+        "5",
+    ])
+    .await;
+    assert!(o.ok, "{}", o.stderr);
+    let s = summary(&out);
+    let attempted = s["totals"]["attempted"].as_u64().unwrap();
+    // 600 expected; Poisson with this seed and a loaded machine: allow ±15 %.
+    assert!((510..=690).contains(&attempted), "{attempted}");
+    assert!(s["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["phase"] == "lag"));
+    assert_eq!(
+        s["totals"]["accepted"].as_u64().unwrap(),
+        server.stats.messages()
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_leaves_a_complete_results_directory() {
+    let server = serve::start(serve::Config::loopback()).await.unwrap();
+    let addr = server.addrs.smtp.unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r");
+    let mut child = Command::new(SPATE)
+        .args([
+            "smtp",
+            &addr,
+            "-u",
+            "4",
+            "--duration",
+            "60s",
+            "-q",
+            "-o",
+            out.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    unsafe { libc_kill(child.id() as i32, 15) };
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success());
+    let s = summary(&out);
+    assert_eq!(s["complete"], true);
+    assert_eq!(s["interrupted"], true);
+    assert_eq!(s["reconciles"], true);
+    let accepted = s["totals"]["accepted"].as_u64().unwrap();
+    assert!(accepted > 0);
+    // Everything the server took is in the results: nothing in flight was lost.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(accepted, server.stats.messages());
+    let sent = std::fs::read_to_string(out.join("sent.log")).unwrap();
+    assert_eq!(sent.lines().count() as u64 - 2, accepted);
+    server.shutdown().await;
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+#[test]
+fn user_errors_get_one_line_and_exit_2() {
+    let cases: &[&[&str]] = &[
+        &["smtp", "127.0.0.1:1", "--rate", "fast"],
+        &["smtp", "127.0.0.1:1", "--size", "huge"],
+        &["smtp", "127.0.0.1:1", "--to-file", "/nonexistent/file"],
+        &["smtp", "127.0.0.1:1", "--to", "not an address"],
+        &["smtp", "127.0.0.1:1", "--duration", "10x"],
+        &["smtp", "127.0.0.1:99999"],
+        &["smtp", "127.0.0.1:1", "--auth-user", "me"],
+        &["smtp", "127.0.0.1:1", "--bogus-flag"],
+    ];
+    for args in cases {
+        let o = Command::new(SPATE)
+            .args(*args)
+            .env_remove("SPATE_PASSWORD")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            !err.contains("panicked") && !err.contains("backtrace"),
+            "{err}"
+        );
+        if !args.contains(&"--bogus-flag") {
+            assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        }
+    }
+    // Unreachable server: one line, exit 1.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    drop(l);
+    let o = Command::new(SPATE)
+        .args(["smtp", &format!("127.0.0.1:{port}"), "-n", "1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("cannot connect") && err.contains("refused"),
+        "{err}"
+    );
+}
+
+/// A server that misbehaves in a given way on every connection.
+fn hostile(mode: &'static str) -> (std::net::SocketAddr, std::thread::JoinHandle<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    l.set_nonblocking(false).unwrap();
+    let h = std::thread::spawn(move || {
+        // Bounded: a handful of connections, then stop.
+        for _ in 0..12 {
+            let Ok((mut s, _)) = l.accept() else { return };
+            std::thread::spawn(move || {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                let mut buf = [0u8; 4096];
+                match mode {
+                    "garbage" => {
+                        let _ = s.write_all(b"\x00\x01garbage that is not SMTP\r\n");
+                    }
+                    "overlong" => {
+                        let _ = s.write_all(b"220 ");
+                        let _ = s.write_all(&vec![b'x'; 100_000]);
+                    }
+                    "silent" => {
+                        std::thread::sleep(Duration::from_secs(3));
+                    }
+                    "reset-in-data" => {
+                        let _ = s.write_all(b"220 hi\r\n");
+                        let _ = s.read(&mut buf);
+                        let _ = s.write_all(b"250 ok\r\n");
+                        let _ = s.read(&mut buf);
+                        let _ = s.write_all(b"250 ok\r\n250 ok\r\n354 go\r\n");
+                        let _ = s.read(&mut buf);
+                        // close mid-DATA
+                    }
+                    _ => {}
+                }
+            });
+        }
+    });
+    (addr, h)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_servers_are_measured_not_fatal() {
+    for (mode, kind) in [
+        ("garbage", "protocol"),
+        ("overlong", "protocol"),
+        ("silent", "timeout"),
+        ("reset-in-data", "closed"),
+    ] {
+        let (addr, _h) = hostile(mode);
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("r");
+        let o = spate(&[
+            "smtp",
+            &addr.to_string(),
+            "-n",
+            "3",
+            "--timeout",
+            "1s",
+            "-o",
+            out.to_str().unwrap(),
+        ])
+        .await;
+        assert!(o.ok, "{mode}: {}", o.stderr);
+        let s = summary(&out);
+        assert_eq!(s["totals"]["failed"], 3, "{mode}: {}", o.stdout);
+        assert_eq!(s["reconciles"], true);
+        assert!(
+            s["errors"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["kind"] == kind),
+            "{mode}: {}",
+            serde_json::to_string(&s["errors"]).unwrap()
+        );
+    }
+}
