@@ -247,7 +247,9 @@ pub fn resolve(target: &str, default_port: u16) -> anyhow::Result<(String, Socke
     Ok((host, addr))
 }
 
-fn credentials(args: &SmtpArgs) -> anyhow::Result<Option<(AuthMech, Vec<(String, String)>)>> {
+type Credentials = Option<(AuthMech, Vec<(String, String)>)>;
+
+fn credentials(args: &SmtpArgs) -> anyhow::Result<Credentials> {
     if let Some(path) = &args.auth_file {
         let text = std::fs::read_to_string(path)
             .map_err(|e| UsageError(format!("{}: {e}", path.display())))?;
@@ -568,8 +570,8 @@ pub async fn run_smtp(
             let origin = tokio::time::Instant::from_std(clock.origin());
             let limit = plan.duration_s;
             scheduler = Some(tokio::spawn(async move {
-                let mut seq = 0u64;
-                for at in arrivals {
+                for (seq, at) in arrivals.enumerate() {
+                    let seq = seq as u64;
                     if stop.load(Ordering::Relaxed)
                         || count.is_some_and(|c| seq >= c)
                         || limit.is_some_and(|l| at >= l)
@@ -581,7 +583,6 @@ pub async fn run_smtp(
                     if tx.try_send((seq, at_us)).is_err() {
                         rec.with(0, |s| s.counters.dropped += 1);
                     }
-                    seq += 1;
                 }
                 tx.close();
             }));
@@ -642,7 +643,7 @@ pub async fn run_smtp(
         last_t = t;
         let summary = header.summary(&writer.totals, t, false, interrupted, cpu_time() - cpu0);
         writer.write_summary(&summary)?;
-        progress.show(&summary, t);
+        progress.show(&summary, t, recorder.active_sessions());
         if workers.is_empty() {
             break;
         }
@@ -742,7 +743,7 @@ impl SummaryHeader {
 }
 
 impl Progress {
-    fn show(&self, s: &Summary, t: f64) {
+    fn show(&self, s: &Summary, t: f64, active: i64) {
         if !self.enabled {
             return;
         }
@@ -776,7 +777,7 @@ impl Progress {
             c.failed,
             s.messages_per_s,
             units::fmt_duration(Duration::from_micros(p99)),
-            c.connections.min(u64::MAX),
+            active,
         );
         let _ = err.flush();
     }
