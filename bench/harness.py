@@ -1,0 +1,567 @@
+#!/usr/bin/env python3
+"""spate benchmark harness: spate against its peers, on loopback only.
+
+This is a benchmark, never a test: it asserts nothing about speed, it measures and prints.
+
+  bench/peers.sh  [--reps N] [--postal-seconds S] [--only CONFIG,...] [--tools a,b]
+  bench/serve.sh  [--reps N]
+
+peers: generators (smtp-source, postal, spate) against one smtp-sink, for 8 configurations
+       (1 and 50 sessions) x (1 KB and 10 KB) x (connection reuse or one message per
+       connection). Counts are taken at the receiver (smtp-sink -c), generator CPU from the
+       child's own rusage (os.wait4), sink CPU from /proc/PID/stat.
+serve: one generator (smtp-source -d -s 50 -m 20000 -l 1024) against smtp-sink and against
+       a server command (SERVE_CMD, default spate serve); server CPU from /proc/PID/stat.
+
+Command templates (environment), placeholders in braces:
+  SPATE_CMD  default: target/release/spate smtp 127.0.0.1:{port} --users {sessions}
+             --count {count} --size {size} --messages-per-connection {mpc} --quiet
+             {mpc} is {count} when connections are reused.
+  SERVE_CMD  default: target/release/spate serve --smtp 127.0.0.1:{port} --discard
+If the template's program does not exist the rows read 'spate: not built'.
+
+Results: a markdown table per configuration on stdout and in bench/results/latest.md, every
+single run in bench/results/latest.csv.
+"""
+
+import argparse
+import csv
+import datetime
+import os
+import platform
+import re
+import shlex
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+RESULTS = os.path.join(HERE, "results")
+TICK = os.sysconf("SC_CLK_TCK")
+
+DEFAULT_SPATE_CMD = (
+    "target/release/spate smtp 127.0.0.1:{port} --users {sessions} --count {count} "
+    "--size {size} --messages-per-connection {mpc} --quiet"
+)
+DEFAULT_SERVE_CMD = "target/release/spate serve --smtp 127.0.0.1:{port} --discard"
+
+SINK_PORT = int(os.environ.get("BENCH_SINK_PORT", "2626"))
+SERVE_PORT = int(os.environ.get("BENCH_SERVE_PORT", "2627"))
+RUN_TIMEOUT = 300  # seconds: every generator run is bounded
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------- install
+def ensure_tools(need_postal=True):
+    missing = []
+    if not shutil.which("smtp-source") or not shutil.which("smtp-sink"):
+        missing.append("postfix")
+    if need_postal and not shutil.which("postal"):
+        missing.append("postal")
+    if not missing:
+        return
+    if os.geteuid() != 0:
+        sys.exit(f"missing {' '.join(missing)}: as root, apt-get install -y {' '.join(missing)}")
+    log(f"installing {' '.join(missing)} (waits for the dpkg lock if another apt runs)")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    subprocess.run(
+        ["apt-get", "install", "-y", "-o", "DPkg::Lock::Timeout=600"] + missing,
+        env=env, check=True, stdout=subprocess.DEVNULL, timeout=900,
+    )
+
+
+# ------------------------------------------------------------------------------- processes
+def proc_cpu_seconds(pid, with_children=True):
+    """utime+stime (+cutime+cstime of waited-for children) of a live process, in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    # fields[0] is state (field 3); utime is field 14 -> index 11
+    ut, st, cut, cst = (int(x) for x in fields[11:15])
+    total = ut + st + ((cut + cst) if with_children else 0)
+    return total / TICK
+
+
+def tree_cpu_seconds(pid):
+    """CPU of a process plus its live descendants (for servers that fork)."""
+    total = 0.0
+    kids = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            kids.setdefault(ppid, []).append(int(d))
+        except (OSError, ValueError, IndexError):
+            pass
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            total += proc_cpu_seconds(p)
+        except OSError:
+            pass
+        todo.extend(kids.get(p, []))
+    return total
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def wait_listen(port, secs=10.0):
+    deadline = time.monotonic() + secs
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+def port_free(port):
+    s = socket.socket()
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def stop(proc, name, secs=10):
+    """SIGTERM one process we started (by PID), wait bounded, then SIGKILL."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=secs)
+    except subprocess.TimeoutExpired:
+        log(f"{name} (pid {proc.pid}) ignored SIGTERM for {secs}s: SIGKILL")
+        proc.kill()
+        proc.wait(timeout=secs)
+
+
+class Sink:
+    """smtp-sink with -c: its counter line `sess=N quit=N mesg=N\\r` is the exact count."""
+
+    def __init__(self, port, workdir):
+        self.port = port
+        self.out_path = os.path.join(workdir, f"smtp-sink-{port}.out")
+        self.out = open(self.out_path, "wb")
+        cmd = ["smtp-sink", "-c"]
+        if os.geteuid() == 0:
+            cmd += ["-u", "postfix"]
+        cmd += [f"127.0.0.1:{port}", "1024"]
+        if not port_free(port):
+            sys.exit(f"127.0.0.1:{port} is in use; set BENCH_SINK_PORT/BENCH_SERVE_PORT")
+        self.proc = subprocess.Popen(cmd, stdout=self.out, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)
+        if not wait_listen(port):
+            stop(self.proc, "smtp-sink")
+            sys.exit("smtp-sink did not start")
+        self.cmd = " ".join(cmd)
+
+    def count(self, settle=0.3):
+        """Messages accepted so far (waits until the counter stops moving, bounded)."""
+        last = -1
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            time.sleep(settle)
+            self.out.flush()
+            with open(self.out_path, "rb") as f:
+                try:
+                    f.seek(-200, os.SEEK_END)
+                except OSError:
+                    f.seek(0)
+                tail = f.read()
+            m = re.findall(rb"mesg=(\d+)", tail)
+            n = int(m[-1]) if m else 0
+            if n == last:
+                return n
+            last = n
+        return last
+
+    def cpu(self):
+        return proc_cpu_seconds(self.proc.pid)
+
+    def close(self):
+        stop(self.proc, "smtp-sink")
+        self.out.close()
+
+
+def run_child(argv, timeout=RUN_TIMEOUT, term_after=None, out_path=None):
+    """Run a generator; return (rc, wall seconds, cpu seconds from its own rusage, output).
+
+    term_after: send SIGTERM after this many seconds (postal never exits by itself).
+    """
+    out = open(out_path, "wb") if out_path else subprocess.DEVNULL
+    t0 = time.monotonic()
+    p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    deadline = t0 + (term_after if term_after else timeout)
+    termed = False
+    status = None
+    rusage = None
+    while True:
+        pid, st, ru = os.wait4(p.pid, os.WNOHANG)
+        if pid == p.pid:
+            status, rusage = st, ru
+            break
+        now = time.monotonic()
+        if now >= deadline:
+            if term_after and not termed:
+                p.send_signal(signal.SIGTERM)
+                termed = True
+                deadline = now + 10
+            elif termed or not term_after:
+                log(f"{argv[0]} (pid {p.pid}) over its time limit: SIGKILL")
+                p.kill()
+                deadline = now + 10
+                term_after = None
+                termed = True
+        time.sleep(0.01)
+    wall = time.monotonic() - t0
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if out_path:
+        out.close()
+    cpu = rusage.ru_utime + rusage.ru_stime
+    rc = p.returncode
+    if termed and rc == -signal.SIGTERM:
+        rc = 0  # stopped as planned
+    text = ""
+    if out_path:
+        with open(out_path, "rb") as f:
+            text = f.read()[-2000:].decode(errors="replace")
+    return rc, wall, cpu, text
+
+
+# ------------------------------------------------------------------------------- configs
+CONFIGS = [
+    # name, sessions, size, reuse
+    ("s50-1k-reuse", 50, 1024, True),
+    ("s50-1k-1perconn", 50, 1024, False),
+    ("s50-10k-reuse", 50, 10240, True),
+    ("s50-10k-1perconn", 50, 10240, False),
+    ("s1-1k-reuse", 1, 1024, True),
+    ("s1-1k-1perconn", 1, 1024, False),
+    ("s1-10k-reuse", 1, 10240, True),
+    ("s1-10k-1perconn", 1, 10240, False),
+]
+
+
+def count_for(sessions, reuse, scale):
+    # enough work for >= ~1 s per run at the rates seen here; bounded for TIME_WAIT's sake
+    if sessions >= 50:
+        n = 20000 if reuse else 10000
+    else:
+        n = 5000 if reuse else 3000
+    return max(100, int(n * scale))
+
+
+def template_program(template):
+    argv = shlex.split(template)
+    prog = argv[0] if argv else ""
+    path = prog if os.path.isabs(prog) else os.path.join(REPO, prog)
+    if os.sep in prog:
+        return path if os.access(path, os.X_OK) else None
+    return shutil.which(prog)
+
+
+def fill(template, **kw):
+    argv = [a.format(**kw) for a in shlex.split(template)]
+    prog = argv[0]
+    if os.sep in prog and not os.path.isabs(prog):
+        argv[0] = os.path.join(REPO, prog)
+    return argv
+
+
+def users_file(workdir, n=100):
+    path = os.path.join(workdir, "postal-users.txt")
+    with open(path, "w") as f:
+        for i in range(n):
+            f.write(f"user{i}@example.test\n")
+    return path
+
+
+def generator_argv(tool, cfg, port, count, workdir, spate_cmd):
+    name, sessions, size, reuse = cfg
+    if tool == "smtp-source":
+        argv = ["smtp-source", "-s", str(sessions), "-m", str(count), "-l", str(size),
+                "-f", "sender@example.test", "-t", "user0@example.test"]
+        if reuse:
+            argv.insert(1, "-d")
+        return argv + [f"127.0.0.1:{port}"]
+    if tool == "postal":
+        kb = str(size // 1024)
+        return ["postal", "-t", str(sessions), "-c", "100000" if reuse else "1", "-m", kb, "-M", kb,
+                "-r", "1000000", f"[127.0.0.1]{port}", users_file(workdir)]
+    if tool == "spate":
+        return fill(spate_cmd, port=port, sessions=sessions, count=count, size=size,
+                    mpc=count if reuse else 1)
+    raise ValueError(tool)
+
+
+def median(xs):
+    return statistics.median(xs) if xs else None
+
+
+def fmt(x, nd=0):
+    if x is None:
+        return "n/a"
+    return f"{x:,.{nd}f}"
+
+
+# ------------------------------------------------------------------------------- peers
+def cmd_peers(args):
+    ensure_tools(need_postal="postal" in args.tools)
+    spate_cmd = os.environ.get("SPATE_CMD", DEFAULT_SPATE_CMD)
+    spate_prog = template_program(spate_cmd)
+    tools = list(args.tools)
+    configs = [c for c in CONFIGS if not args.only or c[0] in args.only]
+    os.makedirs(RESULTS, exist_ok=True)
+    workdir = tempfile.mkdtemp(prefix="spate-bench-")
+    sink = Sink(SINK_PORT, workdir)
+    rows = []  # one per run
+    started = datetime.datetime.now().isoformat(timespec="seconds")
+    try:
+        for cfg in configs:
+            name, sessions, size, reuse = cfg
+            count = count_for(sessions, reuse, args.scale)
+            for rep in range(args.reps):
+                # alternate: tools in a rotating order so drift hits all of them alike
+                order = tools[rep % len(tools):] + tools[:rep % len(tools)]
+                for tool in order:
+                    row = dict(config=name, sessions=sessions, size=size,
+                               mode="reuse" if reuse else "1/conn", tool=tool, rep=rep + 1,
+                               count_target=count, accepted=None, wall_s=None,
+                               msgs_per_s=None, gen_cpu_us=None, sink_cpu_us=None,
+                               rc=None, loadavg=loadavg(), note="")
+                    if tool == "spate" and spate_prog is None:
+                        row["note"] = "spate: not built"
+                        rows.append(row)
+                        continue
+                    argv = generator_argv(tool, cfg, SINK_PORT, count, workdir, spate_cmd)
+                    before = sink.count(settle=0.05)
+                    cpu0 = sink.cpu()
+                    out_path = os.path.join(workdir, f"{tool}.out")
+                    term = args.postal_seconds if tool == "postal" else None
+                    rc, wall, gcpu, text = run_child(argv, term_after=term, out_path=out_path)
+                    after = sink.count()
+                    scpu = sink.cpu() - cpu0
+                    n = after - before
+                    row.update(accepted=n, wall_s=round(wall, 3), rc=rc,
+                               msgs_per_s=round(n / wall, 1) if wall > 0 else None,
+                               gen_cpu_us=round(gcpu * 1e6 / n, 1) if n else None,
+                               sink_cpu_us=round(scpu * 1e6 / n, 1) if n else None)
+                    if rc != 0:
+                        row["note"] = f"exit {rc}: " + text.strip().splitlines()[-1][:80] if text.strip() else f"exit {rc}"
+                    elif tool != "postal" and n != count:
+                        row["note"] = f"sink counted {n} of {count}"
+                    rows.append(row)
+                    log(f"{name:18} {tool:12} rep {rep + 1}: {fmt(row['msgs_per_s'])} msgs/s, "
+                        f"gen {fmt(row['gen_cpu_us'], 1)} µs/msg, sink {fmt(row['sink_cpu_us'], 1)} µs/msg"
+                        f"{'  ' + row['note'] if row['note'] else ''}")
+                    time.sleep(args.pause)
+    finally:
+        sink.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+    md = render_peers(rows, configs, tools, args, spate_cmd, started, sink.cmd)
+    print(md)
+    write_results(md, rows, "latest")
+
+
+def render_peers(rows, configs, tools, args, spate_cmd, started, sink_cmd):
+    out = []
+    out.append("# spate vs peers — generators against smtp-sink (loopback)\n")
+    out.append(f"- date: {started}; host: {platform.node()}, {os.cpu_count()} CPUs, "
+               f"{platform.system()} {platform.release()}")
+    out.append(f"- receiver: `{sink_cmd}`; counts are the sink's exact counter deltas")
+    out.append(f"- repetitions: {args.reps} per tool and configuration, tools alternating; "
+               f"figures are medians (min–max of msgs/s in brackets)")
+    out.append("- CPU-µs/msg: generator = the child's own rusage (user+sys) / messages; "
+               "sink = smtp-sink's /proc utime+stime delta / messages")
+    out.append(f"- postal: stopped by SIGTERM after {args.postal_seconds} s (it never exits); "
+               "its -m/-M are KB; reuse = -c 100000 (random 1..100000 per connection: -c -1 sends no message at all in this version); -r 1000000")
+    out.append(f"- spate: `SPATE_CMD={spate_cmd}`")
+    loads = [r["loadavg"] for r in rows if r.get("loadavg") is not None]
+    if loads:
+        out.append(f"- 1-min load average before the runs: median {median(loads):.2f}, max {max(loads):.2f} "
+                   "(other work on this machine skews the figures; see latest.csv per run)")
+    out.append("- ratios are spate/peer: msgs/s (higher is better for spate) and "
+               "generator CPU-µs/msg (lower is better for spate)\n")
+    for cfg in configs:
+        name, sessions, size, reuse = cfg
+        out.append(f"## {name}: {sessions} session(s), {size // 1024} KB, "
+                   f"{'connection reuse' if reuse else 'one message per connection'}\n")
+        out.append("| tool | runs | accepted/run | msgs/s (median) | msgs/s (min–max) | "
+                   "gen CPU-µs/msg | sink CPU-µs/msg | notes |")
+        out.append("|---|---|---|---|---|---|---|---|")
+        summary = {}
+        for tool in tools:
+            rs = [r for r in rows if r["config"] == name and r["tool"] == tool]
+            good = [r for r in rs if r["msgs_per_s"] is not None and r["accepted"]]
+            notes = sorted({r["note"] for r in rs if r["note"]})
+            rates = [r["msgs_per_s"] for r in good]
+            s = dict(rate=median(rates), gcpu=median([r["gen_cpu_us"] for r in good]),
+                     scpu=median([r["sink_cpu_us"] for r in good]))
+            summary[tool] = s
+            rng = f"{fmt(min(rates))}–{fmt(max(rates))}" if rates else "n/a"
+            out.append(f"| {tool} | {len(good)} | {fmt(median([r['accepted'] for r in good]))} | "
+                       f"{fmt(s['rate'])} | {rng} | {fmt(s['gcpu'], 1)} | {fmt(s['scpu'], 1)} | "
+                       f"{'; '.join(notes)} |")
+        sp = summary.get("spate")
+        for peer in [t for t in tools if t != "spate"]:
+            pr = summary.get(peer)
+            if not sp or not pr:
+                continue
+            r_rate = (sp["rate"] / pr["rate"]) if sp["rate"] and pr["rate"] else None
+            r_cpu = (sp["gcpu"] / pr["gcpu"]) if sp["gcpu"] and pr["gcpu"] else None
+            out.append(f"\nspate/{peer}: msgs/s ×{fmt(r_rate, 2)}, gen CPU-µs/msg ×{fmt(r_cpu, 2)}"
+                       + ("" if sp["rate"] else " (spate: not built or no data)"))
+        out.append("")
+    return "\n".join(out)
+
+
+def write_results(md, rows, stem):
+    os.makedirs(RESULTS, exist_ok=True)
+    with open(os.path.join(RESULTS, f"{stem}.md"), "w") as f:
+        f.write(md + "\n")
+    if rows:
+        with open(os.path.join(RESULTS, f"{stem}.csv"), "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+            w.writeheader()
+            w.writerows(rows)
+    log(f"written: {os.path.join(RESULTS, stem + '.md')} and .csv")
+
+
+# ------------------------------------------------------------------------------- serve
+def cmd_serve(args):
+    ensure_tools(need_postal=False)
+    serve_cmd = os.environ.get("SERVE_CMD", DEFAULT_SERVE_CMD)
+    serve_prog = template_program(serve_cmd)
+    count = max(100, int(20000 * args.scale))
+    gen = ["smtp-source", "-d", "-s", "50", "-m", str(count), "-l", "1024",
+           "-f", "sender@example.test", "-t", "user0@example.test"]
+    workdir = tempfile.mkdtemp(prefix="spate-bench-serve-")
+    rows = []
+    started = datetime.datetime.now().isoformat(timespec="seconds")
+    servers = ["smtp-sink", "serve"]
+    try:
+        for rep in range(args.reps):
+            for server in (servers if rep % 2 == 0 else servers[::-1]):
+                row = dict(server=server, rep=rep + 1, count=count, accepted=None, wall_s=None,
+                           msgs_per_s=None, server_cpu_us=None, gen_cpu_us=None, rc=None, note="")
+                if server == "smtp-sink":
+                    sink = Sink(SINK_PORT, workdir)
+                    pid, port, proc, closer = sink.proc.pid, SINK_PORT, sink.proc, sink.close
+                else:
+                    if serve_prog is None:
+                        row["note"] = "spate: not built"
+                        rows.append(row)
+                        continue
+                    if not port_free(SERVE_PORT):
+                        sys.exit(f"127.0.0.1:{SERVE_PORT} is in use; set BENCH_SERVE_PORT")
+                    sink = None
+                    argv = fill(serve_cmd, port=SERVE_PORT)
+                    slog = open(os.path.join(workdir, "serve.out"), "wb")
+                    proc = subprocess.Popen(argv, stdout=slog, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL)
+                    pid, port = proc.pid, SERVE_PORT
+
+                    def closer(proc=proc, slog=slog):
+                        stop(proc, "server")
+                        slog.close()
+                    if not wait_listen(port):
+                        closer()
+                        row["note"] = "server did not listen"
+                        rows.append(row)
+                        continue
+                try:
+                    cpu0 = tree_cpu_seconds(pid)
+                    rc, wall, gcpu, text = run_child(gen + [f"127.0.0.1:{port}"],
+                                                     out_path=os.path.join(workdir, "gen.out"))
+                    n = sink.count() if sink else (count if rc == 0 else None)
+                    time.sleep(0.2 if not sink else 0)
+                    scpu = tree_cpu_seconds(pid) - cpu0
+                finally:
+                    closer()
+                row.update(accepted=n, wall_s=round(wall, 3), rc=rc,
+                           msgs_per_s=round(n / wall, 1) if n else None,
+                           server_cpu_us=round(scpu * 1e6 / n, 1) if n else None,
+                           gen_cpu_us=round(gcpu * 1e6 / n, 1) if n else None)
+                if rc != 0:
+                    row["note"] = f"smtp-source exit {rc}: {text.strip()[-80:]}"
+                elif not sink:
+                    row["note"] = "count = smtp-source -m (exit 0: every reply 2xx)"
+                rows.append(row)
+                log(f"{server:10} rep {rep + 1}: {fmt(row['msgs_per_s'])} msgs/s, server "
+                    f"{fmt(row['server_cpu_us'], 1)} µs/msg, gen {fmt(row['gen_cpu_us'], 1)} µs/msg"
+                    f"{'  ' + row['note'] if row['note'] else ''}")
+                time.sleep(args.pause)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    out = ["# spate serve vs smtp-sink — the same generator against each server (loopback)\n",
+           f"- date: {started}; host: {platform.node()}, {os.cpu_count()} CPUs",
+           f"- generator: `{' '.join(gen)} 127.0.0.1:PORT`",
+           f"- `SERVE_CMD={serve_cmd}`",
+           "- server CPU-µs/msg: /proc utime+stime (process and its children) delta / messages",
+           f"- {args.reps} repetitions, servers alternating; medians (min–max)\n",
+           "| server | runs | msgs/s (median) | msgs/s (min–max) | server CPU-µs/msg | "
+           "generator CPU-µs/msg | notes |", "|---|---|---|---|---|---|---|"]
+    summ = {}
+    for server in servers:
+        rs = [r for r in rows if r["server"] == server]
+        good = [r for r in rs if r["msgs_per_s"]]
+        rates = [r["msgs_per_s"] for r in good]
+        summ[server] = (median(rates), median([r["server_cpu_us"] for r in good]))
+        rng = f"{fmt(min(rates))}–{fmt(max(rates))}" if rates else "n/a"
+        notes = "; ".join(sorted({r["note"] for r in rs if r["note"]}))
+        out.append(f"| {server} | {len(good)} | {fmt(summ[server][0])} | {rng} | "
+                   f"{fmt(summ[server][1], 1)} | {fmt(median([r['gen_cpu_us'] for r in good]), 1)} | {notes} |")
+    a, b = summ["serve"], summ["smtp-sink"]
+    if a[0] and b[0]:
+        out.append(f"\nserve/smtp-sink: msgs/s ×{a[0] / b[0]:.2f}, server CPU-µs/msg ×{a[1] / b[1]:.2f}")
+    else:
+        out.append("\nserve/smtp-sink: n/a (spate: not built)")
+    md = "\n".join(out) + "\n"
+    print(md)
+    write_results(md, rows, "serve-latest")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("peers", help="generators against smtp-sink")
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--postal-seconds", type=float, default=5.0)
+    p.add_argument("--only", type=lambda s: s.split(","), default=None,
+                   help="comma-separated config names: " + ",".join(c[0] for c in CONFIGS))
+    p.add_argument("--tools", type=lambda s: s.split(","), default=["smtp-source", "postal", "spate"])
+    p.add_argument("--scale", type=float, default=1.0, help="multiply message counts")
+    p.add_argument("--pause", type=float, default=0.5, help="seconds between runs")
+    s = sub.add_parser("serve", help="smtp-source against smtp-sink and spate serve")
+    s.add_argument("--reps", type=int, default=3)
+    s.add_argument("--scale", type=float, default=1.0)
+    s.add_argument("--pause", type=float, default=0.5)
+    args = ap.parse_args()
+    if args.cmd == "peers":
+        cmd_peers(args)
+    else:
+        cmd_serve(args)
+
+
+if __name__ == "__main__":
+    main()
