@@ -249,14 +249,18 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         format!("memory cap {}", fmt_bytes(config.store.memory_cap))
     };
     let running = start(config).await?;
+    // Written before anything is printed: a script that waits for the first line may
+    // read the certificate at once.
+    if let Some(path) = &args.cert_out {
+        std::fs::write(path, &running.cert_pem)
+            .map_err(|e| UsageError(format!("--cert-out {}: {e}", path.display())))?;
+    }
     for kind in Listener::ALL {
         if let Some(a) = running.addrs.get(kind) {
             println!("spate serve: {:<10} {a}", kind.name());
         }
     }
     if let Some(path) = &args.cert_out {
-        std::fs::write(path, &running.cert_pem)
-            .map_err(|e| UsageError(format!("--cert-out {}: {e}", path.display())))?;
         println!(
             "spate serve: certificate {} (clients: --ca {})",
             path.display(),
