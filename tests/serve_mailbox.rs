@@ -83,3 +83,111 @@ async fn poplib_retrieves_intact_and_commits_deletes_at_quit() {
     assert_eq!(snap.tls_sessions, 1);
     running.shutdown().await;
 }
+
+const IMAP: &str = r#"
+import imaplib, ssl, sys
+port, sport, ca, body = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+ctx = ssl.create_default_context(cafile=ca)
+m = imaplib.IMAP4("127.0.0.1", port, timeout=20)
+assert "STARTTLS" in m.capabilities, m.capabilities
+m.starttls(ssl_context=ctx)
+try:
+    m.login("carol@example.test", "nope")
+    print("bad login accepted")
+except imaplib.IMAP4.error as e:
+    print("bad login:", e)
+m.login("carol", "pw")
+typ, data = m.select("INBOX")
+print("select", typ, data)
+typ, data = m.search(None, "ALL")
+print("search", data[0].decode())
+typ, data = m.uid("SEARCH", None, "HEADER", "X-Spate-Id", "id-3")
+print("uid search", data[0].decode())
+for i in range(1, 6):
+    typ, data = m.fetch(str(i), "(BODY.PEEK[])")
+    got = data[0][1]
+    want = body.replace("{i}", str(i - 1)).encode()
+    assert got == want, (got, want)
+typ, data = m.fetch("2", "(FLAGS UID RFC822.SIZE INTERNALDATE BODY.PEEK[HEADER.FIELDS (SUBJECT)])")
+print("fetch2", data[0][0].decode(), data[0][1].decode().strip())
+typ, data = m.fetch("1:2", "(RFC822)")
+typ, data = m.fetch("1", "(FLAGS)")
+print("flags1", data[0].decode())
+typ, data = m.store("1:2", "+FLAGS", "(\\Deleted)")
+print("store", [d.decode() for d in data])
+typ, data = m.expunge()
+print("expunge", [d.decode() for d in data])
+typ, data = m.search(None, "UNSEEN")
+print("unseen", data[0].decode())
+m.logout()
+s = imaplib.IMAP4_SSL("127.0.0.1", sport, ssl_context=ctx, timeout=20)
+s.login("carol", "pw")
+typ, data = s.select("INBOX", readonly=True)
+print("examine", data[0].decode())
+typ, data = s.uid("FETCH", "1:*", "(UID)")
+print("uids", [d.decode() for d in data])
+s.logout()
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn imaplib_reads_searches_flags_and_expunges() {
+    let (running, _dir, ca) = with_mail(5).await;
+    let port = running.addrs.imap.unwrap().port().to_string();
+    let sport = running.addrs.imaps.unwrap().port().to_string();
+    let out = python(IMAP, &[port, sport, ca, BODY.to_string()]).await;
+    assert!(out.ok, "{}", out.stderr);
+    let o = &out.stdout;
+    for want in [
+        "bad login: b'[AUTHENTICATIONFAILED]",
+        "select OK [b'5']",
+        "search 1 2 3 4 5",
+        "uid search 4",
+        "fetch2 2 (FLAGS () UID 2 RFC822.SIZE",
+        "Subject: number 1",
+        "flags1 1 (FLAGS (\\Seen))",
+        "expunge ['1', '1']",
+        "unseen 1 2 3",
+        "examine 3",
+        "uids ['1 (UID 3)', '2 (UID 4)', '3 (UID 5)']",
+    ] {
+        assert!(o.contains(want), "missing {want:?} in\n{o}");
+    }
+    assert_eq!(running.store.mailbox_counts()[0].1, 3);
+    assert_eq!(running.stats.snapshot().mailbox_logins, 2);
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_reports_new_mail() {
+    let (running, _dir, _ca) = with_mail(1).await;
+    let addr = running.addrs.imap.unwrap();
+    let store = running.store.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut c = common::Raw::connect(addr);
+        assert!(c.line().starts_with("* OK"));
+        c.send(b"a LOGIN carol pw\r\na2 SELECT INBOX\r\n");
+        let mut lines = Vec::new();
+        for _ in 0..20 {
+            let l = c.line();
+            let done = l.starts_with("a2 ");
+            lines.push(l);
+            if done {
+                break;
+            }
+        }
+        assert!(lines.iter().any(|l| l == "* 1 EXISTS"), "{lines:?}");
+        c.send(b"a3 IDLE\r\n");
+        assert_eq!(c.line(), "+ idling");
+        store
+            .deliver("carol@example.test", b"Subject: new\r\n\r\nx\r\n")
+            .unwrap();
+        assert_eq!(c.line(), "* 2 EXISTS");
+        c.send(b"DONE\r\n");
+        assert_eq!(c.line(), "a3 OK IDLE terminated");
+        c.send(b"a4 LOGOUT\r\n");
+        assert_eq!(c.line(), "* BYE logging out");
+    })
+    .await
+    .unwrap();
+    running.shutdown().await;
+}
