@@ -230,6 +230,7 @@ async fn lmtp_replies_once_per_recipient() {
     let mut config = Config::loopback();
     config.listen.smtp = None;
     config.listen.lmtp = Some("127.0.0.1:0".parse().unwrap());
+    config.max_message_size = 100;
     let running = serve::start(config).await.unwrap();
     let port = running.addrs.lmtp.unwrap().port();
     let script = r#"
@@ -253,6 +254,15 @@ s.quit()
         c.send(b"hello\r\n.\r\n");
         seen.push(c.last());
         seen.push(c.last());
+        // Too big: still one reply per recipient.
+        c.send(b"MAIL FROM:<>\r\nRCPT TO:<l1@example.test>\r\nRCPT TO:<l2@example.test>\r\nDATA\r\n");
+        for _ in 0..4 {
+            seen.push(c.last());
+        }
+        c.send(&[b'z'; 200]);
+        c.send(b"\r\n.\r\n");
+        seen.push(c.last());
+        seen.push(c.last());
         seen
     })
     .await
@@ -260,6 +270,11 @@ s.quit()
     assert!(got[1].starts_with("500"), "{got:?}");
     assert!(got[7].starts_with("250 2.0.0 <l1@example.test>"), "{got:?}");
     assert!(got[8].starts_with("250 2.0.0 <l3@example.test>"), "{got:?}");
+    assert!(got[12].starts_with("354"), "{got:?}");
+    assert!(
+        got[13].starts_with("552 5.3.4") && got[14].starts_with("552 5.3.4"),
+        "{got:?}"
+    );
     assert_eq!(message_of(&running, "l1@example.test").len(), 2);
     assert_eq!(running.stats.recipients(), 4);
     running.shutdown().await;

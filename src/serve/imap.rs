@@ -89,8 +89,18 @@ pub(crate) async fn run(conn: &mut Conn, sh: &Shared) -> Result<(), ConnError> {
                 continue;
             }
         };
-        if let Next::Logout = s.command(&req.tag, req.command).await? {
-            return Ok(());
+        match s.command(&req.tag, req.command).await {
+            Ok(Next::Continue) => {}
+            Ok(Next::Logout) => return Ok(()),
+            Err(ConnError::Shutdown) => {
+                s.conn.queue(b"* BYE server shutting down\r\n");
+                return Ok(());
+            }
+            Err(ConnError::Idle) => {
+                s.conn.queue(b"* BYE idle timeout\r\n");
+                return Ok(());
+            }
+            Err(e) => return Err(e),
         }
     }
 }
