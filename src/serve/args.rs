@@ -37,12 +37,6 @@ STARTTLS is offered on smtp, submission, lmtp, pop3 (STLS) and imap.";
 /// Options of `spate serve`.
 #[derive(Debug, clap::Args)]
 #[command(
-    about = "Run the embedded mail server (SMTP, submission, LMTP, POP3, IMAP) on loopback",
-    long_about = "Run the embedded mail server: an open test target that stores mail in \
-                  memory (or a Maildir), offers STARTTLS and AUTH, can inject faults, and \
-                  counts everything it does. Without a listener flag it listens for SMTP \
-                  on 127.0.0.1:2525. Ctrl-C or SIGTERM stops it gracefully and prints its \
-                  counters.",
     after_long_help = EXAMPLES
 )]
 pub struct Args {
