@@ -145,15 +145,18 @@ fn binary_serves_until_sigterm_and_writes_stats() {
     let dir = tempfile::tempdir().unwrap();
     let stats = dir.path().join("stats.json");
     let pem = dir.path().join("cert.pem");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_spate"))
-        .args(["serve", "--smtp", "127.0.0.1:0", "--stats-file"])
-        .arg(&stats)
-        .arg("--cert-out")
-        .arg(&pem)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = Guard(
+        Command::new(env!("CARGO_BIN_EXE_spate"))
+            .args(["serve", "--smtp", "127.0.0.1:0", "--stats-file"])
+            .arg(&stats)
+            .arg("--cert-out")
+            .arg(&pem)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let child = &mut child.0;
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let first = lines.next().unwrap().unwrap();
     let addr: std::net::SocketAddr = match first.split_whitespace().last().map(str::parse) {
@@ -194,4 +197,16 @@ fn binary_serves_until_sigterm_and_writes_stats() {
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
     assert_eq!(json["messages_accepted"], 1);
+}
+
+/// Kills the child (by its PID) if the test fails before stopping it.
+struct Guard(std::process::Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
 }
