@@ -191,3 +191,45 @@ async fn idle_reports_new_mail() {
     .unwrap();
     running.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pop3_and_imap_survive_garbage() {
+    let (running, _dir, _ca) = with_mail(1).await;
+    let pop = running.addrs.pop3.unwrap();
+    let imap = running.addrs.imap.unwrap();
+    tokio::task::spawn_blocking(move || {
+        let mut p = common::Raw::connect(pop);
+        assert!(p.line().starts_with("+OK"));
+        p.send(
+            b"\x00\xffgarbage\r\nRETR 1\r\nUSER carol\r\nPASS pw\r\nRETR 9\r\nRETR 0\r\nSTAT\r\n",
+        );
+        let got: Vec<String> = (0..7).map(|_| p.line()).collect();
+        assert!(got[0].starts_with("-ERR"), "{got:?}");
+        assert!(got[1].starts_with("-ERR not in TRANSACTION"), "{got:?}");
+        assert!(got[3].starts_with("+OK 1 messages"), "{got:?}");
+        assert!(got[4].starts_with("-ERR no such message"), "{got:?}");
+        assert!(got[5].starts_with("-ERR no such message"), "{got:?}");
+        assert!(got[6].starts_with("+OK 1 "), "{got:?}");
+
+        let mut c = common::Raw::connect(imap);
+        assert!(c.line().starts_with("* OK"));
+        c.send(b"a FETCH 1 FLAGS\r\nb LOGIN {999999999}\r\n");
+        assert_eq!(c.line(), "a BAD log in first");
+        assert_eq!(c.line(), "* BAD literal too large");
+        let mut long = vec![b'x'; 20_000];
+        long.extend_from_slice(b"\r\n");
+        c.send(&long);
+        assert_eq!(c.line(), "* BAD line too long");
+        for i in 0..17 {
+            c.send(format!("t{i} BOGUS\r\n").as_bytes());
+            assert_eq!(c.line(), format!("t{i} BAD unknown command"));
+        }
+        c.send(b"z BOGUS\r\n");
+        assert_eq!(c.line(), "z BAD unknown command");
+        assert_eq!(c.line(), "* BYE too many errors");
+        assert!(c.closed());
+    })
+    .await
+    .unwrap();
+    running.shutdown().await;
+}
