@@ -28,6 +28,11 @@ pub enum Command {
     /// Send a few probe messages and time every phase of each (smtpping's job).
     Ping(crate::ping::PingArgs),
     /// Run the embedded mail server (SMTP, submission, LMTP, POP3, IMAP) on loopback.
+    ///
+    /// An open test target that stores mail in memory (or a Maildir), offers STARTTLS and
+    /// AUTH, can inject faults, and counts everything it does. Without a listener flag it
+    /// listens for SMTP on 127.0.0.1:2525. Ctrl-C or SIGTERM stops it gracefully and prints
+    /// its counters.
     Serve(crate::serve::Args),
     /// Start the embedded server and run a canned workload against it: the tour.
     Demo(crate::demo::Args),

@@ -230,6 +230,7 @@ async fn lmtp_replies_once_per_recipient() {
     let mut config = Config::loopback();
     config.listen.smtp = None;
     config.listen.lmtp = Some("127.0.0.1:0".parse().unwrap());
+    config.max_message_size = 100;
     let running = serve::start(config).await.unwrap();
     let port = running.addrs.lmtp.unwrap().port();
     let script = r#"
@@ -253,6 +254,15 @@ s.quit()
         c.send(b"hello\r\n.\r\n");
         seen.push(c.last());
         seen.push(c.last());
+        // Too big: still one reply per recipient.
+        c.send(b"MAIL FROM:<>\r\nRCPT TO:<l1@example.test>\r\nRCPT TO:<l2@example.test>\r\nDATA\r\n");
+        for _ in 0..4 {
+            seen.push(c.last());
+        }
+        c.send(&[b'z'; 200]);
+        c.send(b"\r\n.\r\n");
+        seen.push(c.last());
+        seen.push(c.last());
         seen
     })
     .await
@@ -260,6 +270,11 @@ s.quit()
     assert!(got[1].starts_with("500"), "{got:?}");
     assert!(got[7].starts_with("250 2.0.0 <l1@example.test>"), "{got:?}");
     assert!(got[8].starts_with("250 2.0.0 <l3@example.test>"), "{got:?}");
+    assert!(got[12].starts_with("354"), "{got:?}");
+    assert!(
+        got[13].starts_with("552 5.3.4") && got[14].starts_with("552 5.3.4"),
+        "{got:?}"
+    );
     assert_eq!(message_of(&running, "l1@example.test").len(), 2);
     assert_eq!(running.stats.recipients(), 4);
     running.shutdown().await;
@@ -335,5 +350,51 @@ async fn smtp_source_500_messages_over_10_sessions() {
     assert_eq!(running.store.delivered(), 500);
     assert_eq!(message_of(&running, "sink@example.test").len(), 500);
     assert_eq!(running.stats.messages(), 500);
+    running.shutdown().await;
+}
+
+const SMTPS: &str = r#"
+import smtplib, ssl, sys
+port, ca = int(sys.argv[1]), sys.argv[2]
+ctx = ssl.create_default_context(cafile=ca)
+sizes = [60, 80, 10]
+for i, n in enumerate(sizes):
+    with smtplib.SMTP_SSL("127.0.0.1", port, context=ctx, timeout=20) as s:
+        try:
+            s.sendmail("a@example.test", ["m@example.test"], "S: %d\r\n\r\n" % i + "x" * n + "\r\n")
+            print("sent", i)
+        except smtplib.SMTPDataError as e:
+            print("refused", i, e.smtp_code, e.smtp_error.decode())
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smtps_memory_cap_and_maildir() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::loopback();
+    config.listen.smtp = None;
+    config.listen.smtps = Some("127.0.0.1:0".parse().unwrap());
+    config.store.memory_cap = 150;
+    config.store.maildir = Some(dir.path().join("maildir"));
+    let running = serve::start(config).await.unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, &running.cert_pem).unwrap();
+    let port = running.addrs.smtps.unwrap().port().to_string();
+    let out = python(SMTPS, &[port, ca.to_string_lossy().into_owned()]).await;
+    assert!(out.ok, "{}", out.stderr);
+    assert!(out.stdout.contains("sent 0"), "{}", out.stdout);
+    assert!(
+        out.stdout
+            .contains("refused 1 452 4.3.1 Insufficient system storage"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("sent 2"), "{}", out.stdout);
+    assert_eq!(running.store.delivered(), 2);
+    let new = dir.path().join("maildir/m@example.test/new");
+    let files: Vec<_> = std::fs::read_dir(&new).unwrap().collect();
+    assert_eq!(files.len(), 2);
+    let snap = running.stats.snapshot();
+    assert_eq!(snap.tls_sessions, 3);
+    assert_eq!(snap.rejections.get(&452), Some(&1));
     running.shutdown().await;
 }

@@ -1,5 +1,7 @@
 //! Sans-I/O protocol codecs: bytes in, events out; intents in, bytes out. No sockets, no
 //! clocks, no tokio. Every line and literal is capped before it is parsed.
 
+pub mod imap;
+pub mod pop3;
 pub mod sasl;
 pub mod smtp;

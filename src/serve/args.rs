@@ -37,12 +37,6 @@ STARTTLS is offered on smtp, submission, lmtp, pop3 (STLS) and imap.";
 /// Options of `spate serve`.
 #[derive(Debug, clap::Args)]
 #[command(
-    about = "Run the embedded mail server (SMTP, submission, LMTP, POP3, IMAP) on loopback",
-    long_about = "Run the embedded mail server: an open test target that stores mail in \
-                  memory (or a Maildir), offers STARTTLS and AUTH, can inject faults, and \
-                  counts everything it does. Without a listener flag it listens for SMTP \
-                  on 127.0.0.1:2525. Ctrl-C or SIGTERM stops it gracefully and prints its \
-                  counters.",
     after_long_help = EXAMPLES
 )]
 pub struct Args {
@@ -113,7 +107,8 @@ pub struct Args {
     /// Server private key (PEM)
     #[arg(long, value_name = "FILE", requires = "cert")]
     pub key: Option<PathBuf>,
-    /// Write the server certificate (PEM) here, for clients' --ca
+    /// Write the server certificate (PEM) here, for clients' --ca [default for a generated
+    /// one: a file in the temporary directory, removed at exit]
     #[arg(long, value_name = "PATH")]
     pub cert_out: Option<PathBuf>,
 
@@ -249,31 +244,42 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         format!("memory cap {}", fmt_bytes(config.store.memory_cap))
     };
     let running = start(config).await?;
-    // Written before anything is printed: a script that waits for the first line may
-    // read the certificate at once.
-    if let Some(path) = &args.cert_out {
+    // A generated certificate is always written somewhere (removed again at exit), so
+    // clients can trust it. Written before anything is printed: a script that waits for
+    // the first line may read it at once.
+    let (cert_path, temporary) = match &args.cert_out {
+        Some(p) => (Some(p.clone()), false),
+        None if generated => (
+            Some(std::env::temp_dir().join(format!("spate-serve-{}.pem", std::process::id()))),
+            true,
+        ),
+        None => (None, false),
+    };
+    if let Some(path) = &cert_path {
         std::fs::write(path, &running.cert_pem)
-            .map_err(|e| UsageError(format!("--cert-out {}: {e}", path.display())))?;
+            .map_err(|e| UsageError(format!("cannot write {}: {e}", path.display())))?;
     }
     for kind in Listener::ALL {
         if let Some(a) = running.addrs.get(kind) {
             println!("spate serve: {:<10} {a}", kind.name());
         }
     }
-    if let Some(path) = &args.cert_out {
+    if let Some(path) = &cert_path {
         println!(
-            "spate serve: certificate {} (clients: --ca {})",
+            "spate serve: certificate {} (clients: --ca {}){}",
             path.display(),
-            path.display()
+            path.display(),
+            if temporary { ", removed at exit" } else { "" }
         );
-    } else if generated {
-        println!("spate serve: self-signed certificate generated; --cert-out PATH saves it");
     }
     println!("spate serve: store: {store_note}; Ctrl-C stops");
     wait_for_signal().await;
     eprintln!("spate serve: shutting down");
     let stats = running.stats.clone();
     running.shutdown().await;
+    if let (Some(path), true) = (&cert_path, temporary) {
+        let _ = std::fs::remove_file(path);
+    }
     eprintln!("{}", stats.snapshot().summary());
     Ok(ExitCode::SUCCESS)
 }

@@ -49,6 +49,7 @@ pub struct Conn {
     wbuf: Vec<u8>,
     idle: Duration,
     shutdown: watch::Receiver<bool>,
+    writes: u64,
 }
 
 impl Conn {
@@ -60,6 +61,7 @@ impl Conn {
             wbuf: Vec::new(),
             idle,
             shutdown,
+            writes: 0,
         }
     }
 
@@ -87,6 +89,7 @@ impl Conn {
             wbuf: Vec::new(),
             idle,
             shutdown,
+            writes: 0,
         }
     }
 
@@ -117,7 +120,13 @@ impl Conn {
             .await
             .map_err(|_| ConnError::Idle)??;
         self.wbuf.clear();
+        self.writes += 1;
         Ok(())
+    }
+
+    /// How many times queued replies were written out (one per pipelined batch).
+    pub fn writes(&self) -> u64 {
+        self.writes
     }
 
     /// Is another complete line already buffered (the client pipelined)?
@@ -307,5 +316,75 @@ impl Conn {
     /// A receiver that turns true on server shutdown (for IMAP IDLE).
     pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
         self.shutdown.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::TcpListener;
+
+    async fn pair() -> (Conn, TcpStream, watch::Sender<bool>) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (server, _) = l.accept().await.unwrap();
+        let (tx, rx) = watch::channel(false);
+        (Conn::plain(server, Duration::from_secs(5), rx), client, tx)
+    }
+
+    #[tokio::test]
+    async fn pipelined_batch_is_answered_with_one_write() {
+        let (mut conn, mut client, _tx) = pair().await;
+        client.write_all(b"ONE\r\nTWO\r\nTHREE\r\n").await.unwrap();
+        // Wait until all three lines are in the server's buffer.
+        assert_eq!(conn.read_line(100).await.unwrap(), b"ONE");
+        while !conn.rbuf[conn.rpos..].ends_with(b"THREE\r\n") {
+            conn.fill(false).await.unwrap();
+        }
+        conn.queue(b"1\r\n");
+        assert_eq!(conn.read_line(100).await.unwrap(), b"TWO");
+        conn.queue(b"2\r\n");
+        assert_eq!(conn.read_line(100).await.unwrap(), b"THREE");
+        conn.queue(b"3\r\n");
+        assert_eq!(
+            conn.writes(),
+            0,
+            "nothing written while commands are pending"
+        );
+        client.write_all(b"FOUR\n").await.unwrap();
+        assert_eq!(conn.read_line(100).await.unwrap(), b"FOUR");
+        assert_eq!(conn.writes(), 1, "one write for the batch, before blocking");
+        let mut buf = [0u8; 9];
+        client.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"1\r\n2\r\n3\r\n");
+    }
+
+    #[tokio::test]
+    async fn overlong_line_is_skipped_and_buffer_stays_small() {
+        let (mut conn, mut client, _tx) = pair().await;
+        let mut big = vec![b'x'; 200_000];
+        big.extend_from_slice(b"\r\nNEXT\r\n");
+        let writer = tokio::spawn(async move {
+            client.write_all(&big).await.unwrap();
+            client
+        });
+        assert!(matches!(
+            conn.read_line(4096).await,
+            Err(ConnError::LineTooLong)
+        ));
+        assert!(conn.rbuf.capacity() < 64 * 1024, "{}", conn.rbuf.capacity());
+        assert_eq!(conn.read_line(4096).await.unwrap(), b"NEXT");
+        drop(writer.await.unwrap());
+        assert!(matches!(conn.read_line(4096).await, Err(ConnError::Closed)));
+    }
+
+    #[tokio::test]
+    async fn waiting_for_a_command_ends_on_shutdown() {
+        let (mut conn, _client, tx) = pair().await;
+        tx.send(true).unwrap();
+        assert!(matches!(
+            conn.read_line(100).await,
+            Err(ConnError::Shutdown)
+        ));
     }
 }

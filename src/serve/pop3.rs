@@ -1,8 +1,237 @@
-//! Placeholder.
+//! The POP3 session (RFC 1939 with CAPA, STLS, UIDL, TOP, AUTH PLAIN) over the store.
+//! The maildrop is a snapshot taken at login; DELE marks, QUIT commits (RFC 1939 6).
+
+use std::sync::Arc;
+
 use super::conn::{Conn, ConnError};
 use super::Shared;
+use crate::proto::pop3::{self, Command};
+use crate::proto::sasl;
+use crate::proto::smtp::data::stuff;
 
-pub(crate) async fn run(conn: &mut Conn, _sh: &Shared) -> Result<(), ConnError> {
-    conn.queue(b"-ERR not yet\r\n");
-    Ok(())
+const MAX_LINE: usize = 1024;
+const MAX_ERRORS: u32 = 20;
+
+struct Message {
+    uid: u32,
+    size: u64,
+    data: Arc<[u8]>,
+    deleted: bool,
+}
+
+struct Maildrop {
+    mailbox: String,
+    uid_validity: u32,
+    messages: Vec<Message>,
+}
+
+pub(crate) async fn run(conn: &mut Conn, sh: &Shared) -> Result<(), ConnError> {
+    conn.queue(b"+OK spate POP3 ready\r\n");
+    let mut user: Option<String> = None;
+    let mut drop: Option<Maildrop> = None;
+    let mut errors = 0;
+    loop {
+        let line = match conn.read_line(MAX_LINE).await {
+            Ok(l) => l,
+            Err(ConnError::LineTooLong) => {
+                conn.queue(b"-ERR line too long\r\n");
+                errors += 1;
+                if errors >= MAX_ERRORS {
+                    return Ok(());
+                }
+                continue;
+            }
+            Err(ConnError::Shutdown) => {
+                conn.queue(b"-ERR [SYS/TEMP] server shutting down\r\n");
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        let cmd = match pop3::parse(&line) {
+            Ok(c) => c,
+            Err(e) => {
+                conn.queue(format!("-ERR {e}\r\n").as_bytes());
+                errors += 1;
+                if errors >= MAX_ERRORS {
+                    return Ok(());
+                }
+                continue;
+            }
+        };
+        let Some(md) = &mut drop else {
+            match cmd {
+                Command::Capa => capa(conn, false),
+                Command::Stls if conn.is_tls() => conn.queue(b"-ERR TLS already active\r\n"),
+                Command::Stls => {
+                    conn.queue(b"+OK begin TLS\r\n");
+                    conn.starttls(&sh.tls).await?;
+                    sh.stats.tls_session();
+                    user = None;
+                }
+                Command::User(u) => {
+                    user = Some(u);
+                    conn.queue(b"+OK send PASS\r\n");
+                }
+                Command::Pass(p) => match user.take() {
+                    None => conn.queue(b"-ERR USER first\r\n"),
+                    Some(u) => drop = login(conn, sh, &u, &p),
+                },
+                Command::Auth { mechanism, initial } if mechanism == "PLAIN" => {
+                    let decoded = match initial {
+                        Some(i) => sasl::decode(&i),
+                        None => {
+                            conn.queue(b"+ \r\n");
+                            let l = conn.read_line(MAX_LINE * 12).await?;
+                            sasl::decode(&String::from_utf8_lossy(&l))
+                        }
+                    };
+                    match decoded.and_then(|d| sasl::plain(&d)) {
+                        Ok((u, p)) => drop = login(conn, sh, &u, &p),
+                        Err(e) => conn.queue(format!("-ERR {e}\r\n").as_bytes()),
+                    }
+                }
+                Command::Auth { .. } => conn.queue(b"-ERR unsupported mechanism\r\n"),
+                Command::Noop => conn.queue(b"+OK\r\n"),
+                Command::Quit => {
+                    conn.queue(b"+OK bye\r\n");
+                    return Ok(());
+                }
+                _ => conn.queue(b"-ERR not in TRANSACTION state\r\n"),
+            }
+            continue;
+        };
+        match cmd {
+            Command::Capa => capa(conn, true),
+            Command::Stat => {
+                let (n, size) = md
+                    .messages
+                    .iter()
+                    .filter(|m| !m.deleted)
+                    .fold((0, 0), |(n, s), m| (n + 1, s + m.size));
+                conn.queue(format!("+OK {n} {size}\r\n").as_bytes());
+            }
+            Command::List(None) | Command::Uidl(None) => {
+                let uidl = matches!(cmd, Command::Uidl(_));
+                let mut out = String::from("+OK\r\n");
+                for (i, m) in md.messages.iter().enumerate().filter(|(_, m)| !m.deleted) {
+                    out.push_str(&entry(i, m, uidl, md.uid_validity));
+                }
+                out.push_str(".\r\n");
+                conn.queue(out.as_bytes());
+            }
+            Command::List(Some(n)) | Command::Uidl(Some(n)) => {
+                let uidl = matches!(cmd, Command::Uidl(_));
+                match pick(md, n) {
+                    Some(i) => {
+                        let e = entry(i, &md.messages[i], uidl, md.uid_validity);
+                        conn.queue(format!("+OK {e}").as_bytes());
+                    }
+                    None => conn.queue(b"-ERR no such message\r\n"),
+                }
+            }
+            Command::Retr(n) | Command::Top { msg: n, .. } => match pick(md, n) {
+                Some(i) => {
+                    let m = &md.messages[i];
+                    let body = match cmd {
+                        Command::Top { lines, .. } => pop3::top(&m.data, lines),
+                        _ => &m.data[..],
+                    };
+                    conn.queue(format!("+OK {} octets\r\n", m.size).as_bytes());
+                    conn.queue(&stuff(body));
+                    if matches!(cmd, Command::Retr(_)) {
+                        sh.stats.retrieved();
+                    }
+                }
+                None => conn.queue(b"-ERR no such message\r\n"),
+            },
+            Command::Dele(n) => match pick(md, n) {
+                Some(i) => {
+                    md.messages[i].deleted = true;
+                    conn.queue(b"+OK marked\r\n");
+                }
+                None => conn.queue(b"-ERR no such message\r\n"),
+            },
+            Command::Rset => {
+                for m in &mut md.messages {
+                    m.deleted = false;
+                }
+                conn.queue(b"+OK\r\n");
+            }
+            Command::Noop => conn.queue(b"+OK\r\n"),
+            Command::Quit => {
+                let uids: Vec<u32> = md
+                    .messages
+                    .iter()
+                    .filter(|m| m.deleted)
+                    .map(|m| m.uid)
+                    .collect();
+                let n = if uids.is_empty() {
+                    0
+                } else {
+                    sh.store
+                        .with_mailbox(&md.mailbox, |mb| mb.remove_uids(&uids))
+                };
+                conn.queue(format!("+OK bye, {n} deleted\r\n").as_bytes());
+                return Ok(());
+            }
+            _ => conn.queue(b"-ERR already authenticated\r\n"),
+        }
+    }
+}
+
+fn capa(conn: &mut Conn, authed: bool) {
+    let mut s = String::from("+OK capabilities\r\nUSER\r\nUIDL\r\nTOP\r\nRESP-CODES\r\n");
+    if !authed {
+        s.push_str("SASL PLAIN\r\n");
+        if !conn.is_tls() {
+            s.push_str("STLS\r\n");
+        }
+    }
+    s.push_str("IMPLEMENTATION spate\r\n.\r\n");
+    conn.queue(s.as_bytes());
+}
+
+fn login(conn: &mut Conn, sh: &Shared, user: &str, pass: &str) -> Option<Maildrop> {
+    let ok = sh.users.check(user, pass);
+    sh.stats.auth(ok);
+    if !ok {
+        conn.queue(b"-ERR [AUTH] invalid credentials\r\n");
+        return None;
+    }
+    sh.stats.login();
+    let mailbox = sh.users.mailbox_for_login(user);
+    let (uid_validity, messages) = sh.store.with_mailbox(&mailbox, |mb| {
+        (
+            mb.uid_validity,
+            mb.messages
+                .iter()
+                .map(|m| Message {
+                    uid: m.uid,
+                    size: m.size,
+                    data: m.data.clone(),
+                    deleted: false,
+                })
+                .collect::<Vec<_>>(),
+        )
+    });
+    conn.queue(format!("+OK {} messages\r\n", messages.len()).as_bytes());
+    Some(Maildrop {
+        mailbox,
+        uid_validity,
+        messages,
+    })
+}
+
+/// Message number `n` (1-based) if it exists and is not deleted.
+fn pick(md: &Maildrop, n: u32) -> Option<usize> {
+    let i = (n as usize).checked_sub(1)?;
+    md.messages.get(i).filter(|m| !m.deleted).map(|_| i)
+}
+
+fn entry(i: usize, m: &Message, uidl: bool, validity: u32) -> String {
+    if uidl {
+        format!("{} {validity}.{}\r\n", i + 1, m.uid)
+    } else {
+        format!("{} {}\r\n", i + 1, m.size)
+    }
 }

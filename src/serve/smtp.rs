@@ -442,9 +442,8 @@ impl Session<'_> {
         let mut dec = DataDecoder::new(self.sh.max_message_size, policy);
         self.conn.read_data(&mut dec).await?;
         if dec.oversized() {
-            self.tx = None;
             return self
-                .reply(
+                .refuse_message(
                     552,
                     "5.3.4",
                     "Message size exceeds fixed maximum message size",
@@ -452,9 +451,8 @@ impl Session<'_> {
                 .await;
         }
         if dec.refused_bare_lf() {
-            self.tx = None;
             return self
-                .reply(550, "5.6.0", "Bare LF line endings are not accepted")
+                .refuse_message(550, "5.6.0", "Bare LF line endings are not accepted")
                 .await;
         }
         let message = dec.take();
@@ -509,16 +507,11 @@ impl Session<'_> {
             tx.chunk_bytes = total;
         }
         if max > 0 && total > max {
+            let text = "Message size exceeds fixed maximum message size";
             if last {
-                self.tx = None;
+                return self.refuse_message(552, "5.3.4", text).await;
             }
-            return self
-                .reply(
-                    552,
-                    "5.3.4",
-                    "Message size exceeds fixed maximum message size",
-                )
-                .await;
+            return self.reply(552, "5.3.4", text).await;
         }
         if !last {
             let text = format!("{size} octets received");
@@ -530,6 +523,18 @@ impl Session<'_> {
             .and_then(|tx| tx.chunks.take())
             .unwrap_or_default();
         self.finish(&message).await
+    }
+
+    /// Refuses a received message: one reply, or in LMTP one per recipient (RFC 2033 4.2).
+    async fn refuse_message(&mut self, code: u16, enh: &str, text: &str) -> Result<(), ConnError> {
+        let n = match (self.mode, self.tx.take()) {
+            (Mode::Lmtp, Some(tx)) => tx.rcpts.len().max(1),
+            _ => 1,
+        };
+        for _ in 0..n {
+            self.reply(code, enh, text).await?;
+        }
+        Ok(())
     }
 
     /// The message is in: dot-phase faults, delivery, the final reply (or replies).
