@@ -16,7 +16,8 @@ serve: one generator (smtp-source -d -s 50 -m 20000 -l 1024) against smtp-sink a
 Command templates (environment), placeholders in braces:
   SPATE_CMD  default: target/release/spate smtp 127.0.0.1:{port} --users {sessions}
              --count {count} --size {size} --messages-per-connection {mpc} --quiet
-             {mpc} is {count} when connections are reused.
+             {mpc} is {count} when connections are reused. Also {size_kb}, {reuse} (1/0)
+             and {reuse_flag} ("-d" or nothing: lets smtp-source stand in for spate).
   SERVE_CMD  default: target/release/spate serve --smtp 127.0.0.1:{port} --discard
 If the template's program does not exist the rows read 'spate: not built'.
 
@@ -117,6 +118,30 @@ def tree_cpu_seconds(pid):
 def loadavg():
     with open("/proc/loadavg") as f:
         return float(f.read().split()[0])
+
+
+def cpu_busy(interval=0.5):
+    """Share of all CPUs busy (0..1) over a short interval, from /proc/stat."""
+    def snap():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        idle = v[3] + (v[4] if len(v) > 4 else 0)
+        return sum(v), idle
+    t0, i0 = snap()
+    time.sleep(interval)
+    t1, i1 = snap()
+    return 1.0 - (i1 - i0) / max(1, t1 - t0)
+
+
+def wait_quiet(max_wait, threshold=0.25):
+    """Wait (bounded by max_wait seconds) until other work leaves the CPUs mostly idle.
+    Returns the busy share last seen, recorded with each run."""
+    deadline = time.monotonic() + max_wait
+    busy = cpu_busy()
+    while busy > threshold and time.monotonic() < deadline:
+        time.sleep(1.0)
+        busy = cpu_busy()
+    return busy
 
 
 def wait_listen(port, secs=10.0):
@@ -281,7 +306,12 @@ def template_program(template):
 
 
 def fill(template, **kw):
-    argv = [a.format(**kw) for a in shlex.split(template)]
+    try:
+        argv = [a.format(**kw) for a in shlex.split(template)]
+    except (KeyError, IndexError, ValueError) as e:
+        sys.exit(f"bad placeholder {e} in command template {template!r}; "
+                 f"known: {', '.join('{' + k + '}' for k in kw)}")
+    argv = [a for a in argv if a != ""]
     prog = argv[0]
     if os.sep in prog and not os.path.isabs(prog):
         argv[0] = os.path.join(REPO, prog)
@@ -310,7 +340,8 @@ def generator_argv(tool, cfg, port, count, workdir, spate_cmd):
                 "-r", "1000000", f"[127.0.0.1]{port}", users_file(workdir)]
     if tool == "spate":
         return fill(spate_cmd, port=port, sessions=sessions, count=count, size=size,
-                    mpc=count if reuse else 1)
+                    size_kb=size // 1024, mpc=count if reuse else 1,
+                    reuse_flag="-d" if reuse else "", reuse=1 if reuse else 0)
     raise ValueError(tool)
 
 
@@ -348,11 +379,12 @@ def cmd_peers(args):
                                mode="reuse" if reuse else "1/conn", tool=tool, rep=rep + 1,
                                count_target=count, accepted=None, wall_s=None,
                                msgs_per_s=None, gen_cpu_us=None, sink_cpu_us=None,
-                               rc=None, loadavg=loadavg(), note="")
+                               rc=None, loadavg=loadavg(), busy_before=None, note="")
                     if tool == "spate" and spate_prog is None:
                         row["note"] = "spate: not built"
                         rows.append(row)
                         continue
+                    row["busy_before"] = round(wait_quiet(args.wait_idle), 2)
                     argv = generator_argv(tool, cfg, SINK_PORT, count, workdir, spate_cmd)
                     before = sink.count(settle=0.05)
                     cpu0 = sink.cpu()
@@ -400,6 +432,12 @@ def render_peers(rows, configs, tools, args, spate_cmd, started, sink_cmd):
     if loads:
         out.append(f"- 1-min load average before the runs: median {median(loads):.2f}, max {max(loads):.2f} "
                    "(other work on this machine skews the figures; see latest.csv per run)")
+    busy = [r["busy_before"] for r in rows if r.get("busy_before") is not None]
+    if busy:
+        noisy = sum(1 for b in busy if b > 0.25)
+        out.append(f"- CPU busy (all cores) in the 0.5 s before each run, after waiting up to "
+                   f"{args.wait_idle:.0f} s for < 25 %: median {100 * median(busy):.0f} %, "
+                   f"{noisy} of {len(busy)} runs started on a busy machine")
     out.append("- ratios are spate/peer: msgs/s (higher is better for spate) and "
                "generator CPU-µs/msg (lower is better for spate)\n")
     for cfg in configs:
@@ -463,7 +501,8 @@ def cmd_serve(args):
         for rep in range(args.reps):
             for server in (servers if rep % 2 == 0 else servers[::-1]):
                 row = dict(server=server, rep=rep + 1, count=count, accepted=None, wall_s=None,
-                           msgs_per_s=None, server_cpu_us=None, gen_cpu_us=None, rc=None, note="")
+                           msgs_per_s=None, server_cpu_us=None, gen_cpu_us=None, rc=None,
+                           loadavg=loadavg(), busy_before=None, note="")
                 if server == "smtp-sink":
                     sink = Sink(SINK_PORT, workdir)
                     pid, port, proc, closer = sink.proc.pid, SINK_PORT, sink.proc, sink.close
@@ -490,6 +529,7 @@ def cmd_serve(args):
                         rows.append(row)
                         continue
                 try:
+                    row["busy_before"] = round(wait_quiet(args.wait_idle), 2)
                     cpu0 = tree_cpu_seconds(pid)
                     rc, wall, gcpu, text = run_child(gen + [f"127.0.0.1:{port}"],
                                                      out_path=os.path.join(workdir, "gen.out"))
@@ -518,6 +558,8 @@ def cmd_serve(args):
            f"- generator: `{' '.join(gen)} 127.0.0.1:PORT`",
            f"- `SERVE_CMD={serve_cmd}`",
            "- server CPU-µs/msg: /proc utime+stime (process and its children) delta / messages",
+           f"- CPU busy before each run (after waiting up to {args.wait_idle:.0f} s for < 25 %): "
+           + ", ".join(f"{100 * r['busy_before']:.0f} %" for r in rows if r.get("busy_before") is not None),
            f"- {args.reps} repetitions, servers alternating; medians (min–max)\n",
            "| server | runs | msgs/s (median) | msgs/s (min–max) | server CPU-µs/msg | "
            "generator CPU-µs/msg | notes |", "|---|---|---|---|---|---|---|"]
@@ -552,10 +594,13 @@ def main():
     p.add_argument("--tools", type=lambda s: s.split(","), default=["smtp-source", "postal", "spate"])
     p.add_argument("--scale", type=float, default=1.0, help="multiply message counts")
     p.add_argument("--pause", type=float, default=0.5, help="seconds between runs")
+    p.add_argument("--wait-idle", type=float, default=20.0,
+                   help="before each run wait up to this many seconds for the CPUs to be < 25%% busy")
     s = sub.add_parser("serve", help="smtp-source against smtp-sink and spate serve")
     s.add_argument("--reps", type=int, default=3)
     s.add_argument("--scale", type=float, default=1.0)
     s.add_argument("--pause", type=float, default=0.5)
+    s.add_argument("--wait-idle", type=float, default=20.0)
     args = ap.parse_args()
     if args.cmd == "peers":
         cmd_peers(args)
