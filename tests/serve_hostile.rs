@@ -246,3 +246,54 @@ impl Drop for Guard {
         }
     }
 }
+
+/// CVE-2011-0411 style: commands pipelined after STARTTLS must not run inside TLS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plaintext_injected_after_starttls_is_discarded() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader as TokioBufReader};
+    let running = serve::start(Config::loopback()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, &running.cert_pem).unwrap();
+    let tcp = tokio::net::TcpStream::connect(running.addrs.smtp.unwrap())
+        .await
+        .unwrap();
+    let mut plain = TokioBufReader::new(tcp);
+    let mut line = String::new();
+    plain.read_line(&mut line).await.unwrap();
+    assert!(line.starts_with("220"));
+    plain
+        .get_mut()
+        .write_all(b"EHLO x\r\nSTARTTLS\r\nMAIL FROM:<evil@example.test>\r\n")
+        .await
+        .unwrap();
+    loop {
+        line.clear();
+        plain.read_line(&mut line).await.unwrap();
+        if line.starts_with("220 ") {
+            break;
+        }
+        assert!(line.starts_with("250"), "{line}");
+    }
+    let config = spate::tls::client_config(&spate::tls::ClientOptions {
+        ca: Some(ca.to_string_lossy().into_owned()),
+        ..Default::default()
+    })
+    .unwrap();
+    let tls = tokio_rustls::TlsConnector::from(config)
+        .connect(
+            spate::tls::server_name("127.0.0.1").unwrap(),
+            plain.into_inner(),
+        )
+        .await
+        .unwrap();
+    let mut tls = TokioBufReader::new(tls);
+    tls.get_mut().write_all(b"NOOP\r\n").await.unwrap();
+    line.clear();
+    tls.read_line(&mut line).await.unwrap();
+    assert_eq!(
+        line, "250 2.0.0 Ok\r\n",
+        "the injected MAIL must not be answered"
+    );
+    running.shutdown().await;
+}

@@ -398,3 +398,24 @@ async fn smtps_memory_cap_and_maildir() {
     assert_eq!(snap.rejections.get(&452), Some(&1));
     running.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cram_md5_with_a_bare_local_part() {
+    let (running, _dir, _ca) = submission_with_users().await;
+    let port = running.addrs.submission.unwrap().port().to_string();
+    let script = r#"
+import smtplib, sys
+s = smtplib.SMTP("127.0.0.1", int(sys.argv[1]), timeout=20)
+s.ehlo("c")
+s.user, s.password = sys.argv[2], sys.argv[3]
+try:
+    print("auth", s.auth("CRAM-MD5", s.auth_cram_md5)[0])
+except smtplib.SMTPAuthenticationError as e:
+    print("auth", e.smtp_code)
+"#;
+    let ok = python(script, &[port.clone(), "alice".into(), "s3cret".into()]).await;
+    assert!(ok.stdout.contains("auth 235"), "{}", ok.stdout);
+    let bad = python(script, &[port, "alice".into(), "wrong".into()]).await;
+    assert!(bad.stdout.contains("auth 535"), "{}", bad.stdout);
+    running.shutdown().await;
+}

@@ -273,7 +273,11 @@ impl Session<'_> {
             Ok((user, pass)) => {
                 let ok = match &pass {
                     Secret::Password(p) => self.sh.users.check(&user, p),
-                    Secret::Cram { challenge, digest } => match self.sh.users.password(&user) {
+                    Secret::Cram { challenge, digest } => match self
+                        .sh
+                        .users
+                        .password(&self.sh.users.mailbox_for_login(&user))
+                    {
                         Some(p) => sasl::cram_md5_digest(p, challenge) == *digest,
                         None => !self.sh.users.has_table(),
                     },
