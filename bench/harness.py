@@ -52,8 +52,11 @@ DEFAULT_SPATE_CMD = (
 )
 DEFAULT_SERVE_CMD = "target/release/spate serve --smtp 127.0.0.1:{port} --discard"
 
-SINK_PORT = int(os.environ.get("BENCH_SINK_PORT", "2626"))
-SERVE_PORT = int(os.environ.get("BENCH_SERVE_PORT", "2627"))
+# Default ports are random in 20000-29999 (not a well-known port another benchmark or a
+# stray generator on this machine might also be aimed at: the sink's counts must be ours).
+_rand = int.from_bytes(os.urandom(2), "big") % 1000
+SINK_PORT = int(os.environ.get("BENCH_SINK_PORT", str(20000 + 10 * _rand)))
+SERVE_PORT = int(os.environ.get("BENCH_SERVE_PORT", str(20001 + 10 * _rand)))
 RUN_TIMEOUT = 300  # seconds: every generator run is bounded
 
 
@@ -167,6 +170,16 @@ def port_free(port):
         s.close()
 
 
+def free_port(port, tries=20):
+    """The given port if free, else the next free one in steps of 10 (bounded)."""
+    for i in range(tries):
+        if port_free(port + 10 * i):
+            if i:
+                log(f"127.0.0.1:{port} is in use (another benchmark?): using {port + 10 * i}")
+            return port + 10 * i
+    sys.exit(f"no free port near {port}; set BENCH_SINK_PORT/BENCH_SERVE_PORT")
+
+
 def stop(proc, name, secs=10):
     """SIGTERM one process we started (by PID), wait bounded, then SIGKILL."""
     if proc.poll() is not None:
@@ -184,6 +197,7 @@ class Sink:
     """smtp-sink with -c: its counter line `sess=N quit=N mesg=N\\r` is the exact count."""
 
     def __init__(self, port, workdir):
+        port = free_port(port)
         self.port = port
         self.out_path = os.path.join(workdir, f"smtp-sink-{port}.out")
         self.out = open(self.out_path, "wb")
@@ -191,8 +205,6 @@ class Sink:
         if os.geteuid() == 0:
             cmd += ["-u", "postfix"]
         cmd += [f"127.0.0.1:{port}", "1024"]
-        if not port_free(port):
-            sys.exit(f"127.0.0.1:{port} is in use; set BENCH_SINK_PORT/BENCH_SERVE_PORT")
         self.proc = subprocess.Popen(cmd, stdout=self.out, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
         if not wait_listen(port):
@@ -228,14 +240,15 @@ class Sink:
         self.out.close()
 
 
-def run_child(argv, timeout=RUN_TIMEOUT, term_after=None, out_path=None):
+def run_child(argv, timeout=RUN_TIMEOUT, term_after=None, out_path=None, cwd=None):
     """Run a generator; return (rc, wall seconds, cpu seconds from its own rusage, output).
 
     term_after: send SIGTERM after this many seconds (postal never exits by itself).
     """
     out = open(out_path, "wb") if out_path else subprocess.DEVNULL
     t0 = time.monotonic()
-    p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                         cwd=cwd or (os.path.dirname(out_path) if out_path else None))
     deadline = t0 + (term_after if term_after else timeout)
     termed = False
     status = None
@@ -385,7 +398,7 @@ def cmd_peers(args):
                         rows.append(row)
                         continue
                     row["busy_before"] = round(wait_quiet(args.wait_idle), 2)
-                    argv = generator_argv(tool, cfg, SINK_PORT, count, workdir, spate_cmd)
+                    argv = generator_argv(tool, cfg, sink.port, count, workdir, spate_cmd)
                     before = sink.count(settle=0.05)
                     cpu0 = sink.cpu()
                     out_path = os.path.join(workdir, f"{tool}.out")
@@ -402,6 +415,8 @@ def cmd_peers(args):
                         row["note"] = f"exit {rc}: " + text.strip().splitlines()[-1][:80] if text.strip() else f"exit {rc}"
                     elif tool != "postal" and n != count:
                         row["note"] = f"sink counted {n} of {count}"
+                    elif tool == "postal" and n / wall > 450:
+                        row["note"] = "above postal's ~409/s cap: foreign traffic at the sink?"
                     rows.append(row)
                     log(f"{name:18} {tool:12} rep {rep + 1}: {fmt(row['msgs_per_s'])} msgs/s, "
                         f"gen {fmt(row['gen_cpu_us'], 1)} µs/msg, sink {fmt(row['sink_cpu_us'], 1)} µs/msg"
@@ -505,20 +520,19 @@ def cmd_serve(args):
                            loadavg=loadavg(), busy_before=None, note="")
                 if server == "smtp-sink":
                     sink = Sink(SINK_PORT, workdir)
-                    pid, port, proc, closer = sink.proc.pid, SINK_PORT, sink.proc, sink.close
+                    pid, port, proc, closer = sink.proc.pid, sink.port, sink.proc, sink.close
                 else:
                     if serve_prog is None:
                         row["note"] = "spate: not built"
                         rows.append(row)
                         continue
-                    if not port_free(SERVE_PORT):
-                        sys.exit(f"127.0.0.1:{SERVE_PORT} is in use; set BENCH_SERVE_PORT")
                     sink = None
-                    argv = fill(serve_cmd, port=SERVE_PORT)
+                    serve_port = free_port(SERVE_PORT)
+                    argv = fill(serve_cmd, port=serve_port)
                     slog = open(os.path.join(workdir, "serve.out"), "wb")
                     proc = subprocess.Popen(argv, stdout=slog, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL)
-                    pid, port = proc.pid, SERVE_PORT
+                    pid, port = proc.pid, serve_port
 
                     def closer(proc=proc, slog=slog):
                         stop(proc, "server")
