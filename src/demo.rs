@@ -5,11 +5,9 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::Duration;
 
-use crate::load::{default_out, prepare, run_smtp, PickArg, Progress, SmtpArgs};
+use crate::load::{default_out, PickArg, SmtpArgs};
 use crate::serve::{self, faults, store::Users, Addrs};
 use crate::session::smtp::AuthMech;
 
@@ -154,22 +152,7 @@ async fn run_part(
     out: PathBuf,
     progress: bool,
 ) -> anyhow::Result<crate::results::Summary> {
-    let (plan, factory, settings) = prepare(args, std::env::args().collect())?;
-    let p = Progress {
-        enabled: progress,
-        count: None,
-        duration: plan.duration_s.map(Duration::from_secs_f64),
-    };
-    let outcome = run_smtp(
-        plan,
-        factory,
-        settings,
-        out,
-        p,
-        Arc::new(AtomicBool::new(false)),
-    )
-    .await?;
-    print!("{}", crate::report::text::render(&outcome.summary));
+    let outcome = crate::load::run_and_print(args, out, progress).await?;
     println!();
     Ok(outcome.summary)
 }

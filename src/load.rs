@@ -251,21 +251,22 @@ type Credentials = Option<(AuthMech, Vec<(String, String)>)>;
 
 fn credentials(args: &SmtpArgs) -> anyhow::Result<Credentials> {
     if let Some(path) = &args.auth_file {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| UsageError(format!("{}: {e}", path.display())))?;
-        let users = crate::serve::store::Users::parse(&text)
-            .map_err(|e| UsageError(format!("{}: {e}", path.display())))?;
+        let bad = |e: String| UsageError(format!("{}: {e}", path.display()));
+        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
         let mut creds = Vec::new();
-        for line in text.lines().map(str::trim) {
+        for (n, line) in text.lines().map(str::trim).enumerate() {
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
             let mut w = line.split_whitespace();
-            if let (Some(u), Some(p)) = (w.next(), w.next()) {
-                creds.push((u.to_string(), p.to_string()));
+            match (w.next(), w.next()) {
+                (Some(u), Some(p)) => creds.push((u.to_string(), p.to_string())),
+                _ => return Err(bad(format!("line {}: expected 'address password'", n + 1)).into()),
             }
         }
-        drop(users);
+        if creds.is_empty() {
+            return Err(bad("no users in file".into()).into());
+        }
         return Ok(Some((args.auth_mech, creds)));
     }
     if let Some(user) = &args.auth_user {
@@ -817,29 +818,30 @@ impl Signals {
     }
 }
 
-/// `spate smtp`.
-pub async fn main(args: SmtpArgs) -> anyhow::Result<ExitCode> {
-    use std::io::IsTerminal;
-    let command: Vec<String> = std::env::args().collect();
-    let quiet = args.quiet;
-    let enabled = !quiet && (args.progress || std::io::stderr().is_terminal());
-    let out = args.out.clone().unwrap_or_else(|| default_out("smtp"));
-    let (plan, factory, settings) = prepare(args, command)?;
+/// Prepares, runs and prints one SMTP load: what `spate smtp` and each demo part do.
+pub async fn run_and_print(
+    args: SmtpArgs,
+    out: PathBuf,
+    progress: bool,
+) -> anyhow::Result<Outcome> {
+    let (plan, factory, settings) = prepare(args, std::env::args().collect())?;
     let progress = Progress {
-        enabled,
+        enabled: progress,
         count: plan.count,
         duration: plan.duration_s.map(Duration::from_secs_f64),
     };
-    let outcome = run_smtp(
-        plan,
-        factory,
-        settings,
-        out,
-        progress,
-        Arc::new(AtomicBool::new(false)),
-    )
-    .await?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let outcome = run_smtp(plan, factory, settings, out, progress, stop).await?;
     print!("{}", crate::report::text::render(&outcome.summary));
+    Ok(outcome)
+}
+
+/// `spate smtp`.
+pub async fn main(args: SmtpArgs) -> anyhow::Result<ExitCode> {
+    use std::io::IsTerminal;
+    let progress = !args.quiet && (args.progress || std::io::stderr().is_terminal());
+    let out = args.out.clone().unwrap_or_else(|| default_out("smtp"));
+    let outcome = run_and_print(args, out, progress).await?;
     println!("results: {}", outcome.dir.display());
     Ok(ExitCode::SUCCESS)
 }

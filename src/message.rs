@@ -50,11 +50,18 @@ pub fn body_digest(body: &[u8]) -> [u8; 16] {
 }
 
 pub fn hex(d: &[u8; 16]) -> String {
-    let mut s = String::with_capacity(32);
+    let mut v = Vec::with_capacity(32);
+    hex_into(d, &mut v);
+    String::from_utf8(v).unwrap_or_default()
+}
+
+/// Appends the lowercase hex of a digest, without formatting machinery.
+pub fn hex_into(d: &[u8; 16], out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     for b in d {
-        let _ = write!(s, "{b:02x}");
+        out.push(HEX[usize::from(b >> 4)]);
+        out.push(HEX[usize::from(b & 15)]);
     }
-    s
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -419,7 +426,7 @@ impl Builder {
     /// Appends the DATA payload of message `seq` to `out`: headers, body, final dot,
     /// dot-stuffed and CRLF. `now_unix_us` is the send time written into the trace header.
     pub fn build(&mut self, seq: u64, now_unix_us: u64, built: &mut Built, out: &mut Vec<u8>) {
-        let f = self.factory.clone();
+        let f = &*self.factory;
         let from = &f.from.addrs[built.from as usize];
         let (digest, body_size, corpus) = if f.corpus.is_empty() {
             let size = if f.size.is_fixed() {
@@ -427,7 +434,7 @@ impl Builder {
             } else {
                 self.rng.random_range(f.size.lo..=f.size.hi)
             };
-            let digest = self.generated_body(size);
+            let digest = generated_body(f, size, &mut self.body, &mut self.digests);
             (digest, self.body.len(), None)
         } else {
             let eml = &f.corpus[(seq % f.corpus.len() as u64) as usize];
@@ -448,15 +455,15 @@ impl Builder {
             push(out, ">");
         }
         push(out, "\r\n");
-        let mut line = String::with_capacity(160);
+        // Written straight into the output: no allocation per message.
         let _ = write!(
-            line,
-            "Message-ID: <{seq}.{}@spate.invalid>\r\n{TRACE_HEADER}: run={}; seq={seq}; sent={now_unix_us}; digest={}; size={body_size}\r\n",
+            Wrap(out),
+            "Message-ID: <{seq}.{}@spate.invalid>\r\n{TRACE_HEADER}: run={}; seq={seq}; sent={now_unix_us}; digest=",
             f.run_id,
             f.run_id,
-            hex(&digest)
         );
-        push(out, &line);
+        hex_into(&digest, out);
+        let _ = write!(Wrap(out), "; size={body_size}\r\n");
         push(out, &f.extra_headers);
         match corpus {
             Some(eml) => {
@@ -494,34 +501,34 @@ impl Builder {
         }
         out.extend_from_slice(b".\r\n");
     }
+}
 
-    /// Fills `self.body` with the generated body of this size; returns its digest.
-    fn generated_body(&mut self, size: u64) -> [u8; 16] {
-        let f = &*self.factory;
-        self.body.clear();
-        if let Some((name, b64)) = &f.attachment {
-            let b = &f.run_id;
-            let _ = write!(
-                Wrap(&mut self.body),
-                "--spate-{b}\r\nContent-Type: text/plain; charset=us-ascii\r\n\r\n"
-            );
-            push_text(&mut self.body, &f.text, size);
-            let _ = write!(
-                Wrap(&mut self.body),
-                "--spate-{b}\r\nContent-Type: application/octet-stream; name=\"{name}\"\r\nContent-Transfer-Encoding: base64\r\nContent-Disposition: attachment; filename=\"{name}\"\r\n\r\n{b64}--spate-{b}--\r\n"
-            );
-        } else {
-            push_text(&mut self.body, &f.text, size);
-        }
-        if self.digests.len() > 100_000 {
-            self.digests.clear();
-        }
-        let body = &self.body;
-        *self
-            .digests
-            .entry(size)
-            .or_insert_with(|| body_digest(body))
+/// Fills `body` with the generated body of this size; returns its digest (cached per size).
+fn generated_body(
+    f: &Factory,
+    size: u64,
+    body: &mut Vec<u8>,
+    digests: &mut HashMap<u64, [u8; 16]>,
+) -> [u8; 16] {
+    body.clear();
+    if let Some((name, b64)) = &f.attachment {
+        let b = &f.run_id;
+        let _ = write!(
+            Wrap(body),
+            "--spate-{b}\r\nContent-Type: text/plain; charset=us-ascii\r\n\r\n"
+        );
+        push_text(body, &f.text, size);
+        let _ = write!(
+            Wrap(body),
+            "--spate-{b}\r\nContent-Type: application/octet-stream; name=\"{name}\"\r\nContent-Transfer-Encoding: base64\r\nContent-Disposition: attachment; filename=\"{name}\"\r\n\r\n{b64}--spate-{b}--\r\n"
+        );
+    } else {
+        push_text(body, &f.text, size);
     }
+    if digests.len() > 100_000 {
+        digests.clear();
+    }
+    *digests.entry(size).or_insert_with(|| body_digest(body))
 }
 
 /// `size` bytes of text ending in CRLF (whole lines, the last padded with 'x').

@@ -16,6 +16,12 @@ pub struct UnitError {
     hint: &'static str,
 }
 
+impl UnitError {
+    pub fn new(what: &'static str, text: &str, hint: &'static str) -> Self {
+        err(what, text, hint)
+    }
+}
+
 fn err(what: &'static str, text: &str, hint: &'static str) -> UnitError {
     UnitError {
         what,

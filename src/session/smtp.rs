@@ -221,7 +221,11 @@ impl Session {
             self.on_conn += 1;
             let mpc = self.s.messages_per_connection;
             if mpc > 0 && self.on_conn >= mpc {
-                self.quit().await;
+                // Timed with the message, so it is committed in the same lock and
+                // `spate ping` sees it.
+                if let Some(us) = self.close().await {
+                    self.x.timings.push((Phase::Quit, us));
+                }
             }
         }
         self.commit(seq, outcome, end_us, open && lag > 10_000);
@@ -285,24 +289,27 @@ impl Session {
         self.on_conn = 0;
     }
 
-    /// Sends QUIT (timed) and closes. Used at the end of a connection's messages and at
-    /// the end of the run.
+    /// Sends QUIT and closes at the end of the run (outside any message).
     pub async fn quit(&mut self) {
-        if let Some(mut conn) = self.conn.take() {
-            let t = self.s.clock.now_us();
-            let ok = match conn.send(b"QUIT\r\n").await {
-                Ok(()) => conn.read_reply().await.is_ok(),
-                Err(_) => false,
-            };
-            if ok {
-                let us = self.s.clock.now_us() - t;
-                self.s
-                    .recorder
-                    .with(self.id, |sh| sh.record(Phase::Quit, us));
-            }
-            conn.shutdown().await;
+        if let Some(us) = self.close().await {
+            self.s
+                .recorder
+                .with(self.id, |sh| sh.record(Phase::Quit, us));
         }
+    }
+
+    /// Sends QUIT and closes; returns the QUIT round trip when it completed.
+    async fn close(&mut self) -> Option<u64> {
         self.on_conn = 0;
+        let mut conn = self.conn.take()?;
+        let t = self.s.clock.now_us();
+        let ok = match conn.send(b"QUIT\r\n").await {
+            Ok(()) => conn.read_reply().await.is_ok(),
+            Err(_) => false,
+        };
+        let us = self.s.clock.now_us() - t;
+        conn.shutdown().await;
+        ok.then_some(us)
     }
 
     fn timed(&mut self, phase: Phase, since: u64) {
@@ -345,18 +352,7 @@ impl Session {
             self.x.tls_connections += 1;
         }
         let t = s.clock.now_us();
-        {
-            let r = conn
-                .read_reply()
-                .await
-                .map_err(|e| Fail::transport(Phase::Banner, e))?;
-            if r.code != 220 {
-                return Err(Fail {
-                    fatal: true,
-                    ..Fail::reply(Phase::Banner, &r)
-                });
-            }
-        }
+        expect_reply(&mut conn, Phase::Banner, 220).await?;
         self.timed(Phase::Banner, t);
         self.caps = self.hello(&mut conn).await?;
         let want_starttls = match s.tls {
@@ -373,18 +369,7 @@ impl Session {
             conn.send(b"STARTTLS\r\n")
                 .await
                 .map_err(|e| Fail::transport(Phase::Starttls, e))?;
-            {
-                let r = conn
-                    .read_reply()
-                    .await
-                    .map_err(|e| Fail::transport(Phase::Starttls, e))?;
-                if r.code != 220 {
-                    return Err(Fail {
-                        fatal: true,
-                        ..Fail::reply(Phase::Starttls, &r)
-                    });
-                }
-            }
+            expect_reply(&mut conn, Phase::Starttls, 220).await?;
             self.timed(Phase::Starttls, t);
             let t = s.clock.now_us();
             conn.start_tls(tls_config(), s.server_name.clone())
@@ -433,7 +418,6 @@ impl Session {
     }
 
     async fn transaction(&mut self, seq: u64) -> Outcome {
-        let s = self.s.clone();
         self.builder.envelope(&mut self.built);
         let now_unix_us = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -442,11 +426,11 @@ impl Session {
         self.wire.clear();
         self.builder
             .build(seq, now_unix_us, &mut self.built, &mut self.wire);
-        let pipelining = s.pipelining && self.caps.pipelining;
+        let pipelining = self.s.pipelining && self.caps.pipelining;
         let Some(mut conn) = self.conn.take() else {
             return Outcome::Failed;
         };
-        let t_start = s.clock.now_us();
+        let t_start = self.s.clock.now_us();
         let result = self.envelope(&mut conn, pipelining).await;
         let outcome = match result {
             Err(f) => {
@@ -704,6 +688,22 @@ impl Session {
         if conn.send(b"RSET\r\n").await.is_ok() {
             let _ = conn.read_reply().await;
         }
+    }
+}
+
+/// Reads one reply; anything but `code` ends the connection with a failure of `phase`.
+async fn expect_reply(conn: &mut Connection, phase: Phase, code: u16) -> Result<(), Fail> {
+    let r = conn
+        .read_reply()
+        .await
+        .map_err(|e| Fail::transport(phase, e))?;
+    if r.code == code {
+        Ok(())
+    } else {
+        Err(Fail {
+            fatal: true,
+            ..Fail::reply(phase, &r)
+        })
     }
 }
 

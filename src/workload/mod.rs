@@ -30,18 +30,24 @@ pub struct Stage {
 pub fn parse_stages(text: &str) -> Result<Vec<Stage>, crate::units::UnitError> {
     let mut stages = Vec::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (d, r) = part.split_once(':').ok_or_else(|| {
-            crate::units::parse_rate("").unwrap_err() // reuse the rate error shape
-        })?;
+        let (d, r) = part.split_once(':').ok_or_else(|| stages_error(text))?;
         stages.push(Stage {
             duration_s: crate::units::parse_duration(d)?.as_secs_f64(),
             rate: crate::units::parse_rate(r)?,
         });
     }
     if stages.is_empty() {
-        return Err(crate::units::parse_rate("").unwrap_err());
+        return Err(stages_error(text));
     }
     Ok(stages)
+}
+
+fn stages_error(text: &str) -> crate::units::UnitError {
+    crate::units::UnitError::new(
+        "bad stages",
+        text,
+        "expected DURATION:RATE,..., e.g. 1m:100/s,5m:500/s",
+    )
 }
 
 /// The rate profile of an open workload.
