@@ -231,6 +231,10 @@ impl Connection {
         Ok(&self.buf[self.start..self.start + n])
     }
 
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// The per-read deadline (also what `read_frame` allows for a whole unit).
     pub fn set_timeout(&mut self, timeout: Duration) {
         self.timeout = timeout;

@@ -43,6 +43,14 @@ pub struct Counters {
     pub late: u64,
     /// Arrivals dropped because the in-flight cap and the backlog were full.
     pub dropped: u64,
+    /// POP3/IMAP: whole messages read (RETR, FETCH BODY[]) and their bytes.
+    #[serde(default)]
+    pub retrieved: u64,
+    #[serde(default)]
+    pub retrieved_bytes: u64,
+    /// POP3/IMAP: messages deleted (DELE before QUIT, \Deleted before EXPUNGE).
+    #[serde(default)]
+    pub deleted: u64,
 }
 
 impl Counters {
@@ -59,6 +67,9 @@ impl Counters {
         self.connect_failures += o.connect_failures;
         self.late += o.late;
         self.dropped += o.dropped;
+        self.retrieved += o.retrieved;
+        self.retrieved_bytes += o.retrieved_bytes;
+        self.deleted += o.deleted;
     }
 
     pub fn reconciles(&self) -> bool {
