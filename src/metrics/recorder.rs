@@ -97,6 +97,12 @@ pub enum ErrorKind {
     Protocol,
     /// Any other I/O error.
     Io,
+    /// POP3 -ERR.
+    Err,
+    /// IMAP NO.
+    No,
+    /// IMAP BAD (or an unexpected BYE).
+    Bad,
 }
 
 impl ErrorKind {
@@ -110,6 +116,9 @@ impl ErrorKind {
             ErrorKind::Tls => "tls",
             ErrorKind::Protocol => "protocol",
             ErrorKind::Io => "io",
+            ErrorKind::Err => "-ERR",
+            ErrorKind::No => "NO",
+            ErrorKind::Bad => "BAD",
         }
     }
 }

@@ -201,7 +201,9 @@ impl Imap {
     }
 
     pub fn has_capability(&self, cap: &str) -> bool {
-        self.capabilities.iter().any(|c| c.eq_ignore_ascii_case(cap))
+        self.capabilities
+            .iter()
+            .any(|c| c.eq_ignore_ascii_case(cap))
     }
 
     fn tag(&mut self) -> String {
@@ -239,7 +241,11 @@ impl Imap {
                 .read_frame(MAX_MESSAGE + imap::MAX_LINE, |b| framer.frame(b))
                 .await?;
             match imap::parse(frame).map_err(ClientError::protocol)? {
-                Response::Tagged { tag: t, status, text } if t == tag => {
+                Response::Tagged {
+                    tag: t,
+                    status,
+                    text,
+                } if t == tag => {
                     return match status {
                         Status::Ok => Ok(text.text.to_string()),
                         s => Err(ClientError::server(

@@ -88,8 +88,7 @@ pub fn parse_url(
         _ => return Err(bad("unknown scheme")),
     };
     let hostport = rest.split(['/', '?']).next().unwrap_or("");
-    let (host, addr) =
-        crate::load::resolve(hostport, port).map_err(|e| bad(&format!("{e:#}")))?;
+    let (host, addr) = crate::load::resolve(hostport, port).map_err(|e| bad(&format!("{e:#}")))?;
     let tls_config = if mode == TlsMode::Plain {
         None
     } else {

@@ -9,8 +9,11 @@
 pub mod client;
 pub mod fetch;
 pub mod load;
+mod visit;
 
-pub use fetch::{fetch_mailbox, parse_url, watch_mailbox, Account, Endpoint, FetchError, Fetched, MailProto};
+pub use fetch::{
+    fetch_mailbox, parse_url, watch_mailbox, Account, Endpoint, FetchError, Fetched, MailProto,
+};
 
 use std::path::Path;
 
