@@ -520,3 +520,73 @@ fn mailbox_urls() {
     assert!(retrieve::parse_url("http://x", &opts, t).is_err());
     assert!(retrieve::parse_url("127.0.0.1:143", &opts, t).is_err());
 }
+
+/// A POP3 "server" on a thread: greets (or not), then misbehaves per connection.
+fn hostile(greeting: &'static [u8], after: &'static [u8], conns: usize) -> std::net::SocketAddr {
+    use std::io::{BufRead, BufReader, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        // One probe connection (the reachability check) plus the visits.
+        for s in l.incoming().take(conns + 1) {
+            let Ok(mut s) = s else { continue };
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let _ = s.write_all(greeting);
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            let mut line = String::new();
+            let _ = r.read_line(&mut line);
+            let _ = s.write_all(after);
+            // Dropping the socket closes the connection.
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transport_failures_are_failed_visits_by_phase_and_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("u.txt");
+    std::fs::write(&users, "a@example.test pw\n").unwrap();
+    let users = users.to_string_lossy().into_owned();
+    for (greeting, after, phase, kind) in [
+        (&b"+OK hi\r\n"[..], &b""[..], "auth", "closed"),
+        (b"HELLO there\r\n", b"", "greeting", "protocol"),
+        (
+            b"+OK hi\r\n",
+            b"+OK go on\r\n-ERR [SYS/TEMP] try later\r\n",
+            "auth",
+            "-ERR",
+        ),
+    ] {
+        let addr = hostile(greeting, after, 2).to_string();
+        let o = dir.path().join(phase).join(kind);
+        let o = o.to_str().unwrap();
+        let r = spate(&[
+            "pop3",
+            &addr,
+            "--users-file",
+            &users,
+            "-n",
+            "2",
+            "--timeout",
+            "5s",
+            "-o",
+            o,
+            "-q",
+        ])
+        .await;
+        assert!(r.ok, "{}\n{}", r.stdout, r.stderr);
+        let s = summary(Path::new(o));
+        let t = &s["totals"];
+        let (failed, rejected) = if kind == "-ERR" { (0, 2) } else { (2, 0) };
+        assert_eq!(
+            (t["failed"].as_u64(), t["rejected"].as_u64()),
+            (Some(failed), Some(rejected)),
+            "{s}"
+        );
+        assert_eq!(s["reconciles"], true);
+        assert_eq!(s["errors"][0]["phase"], phase, "{s}");
+        assert_eq!(s["errors"][0]["kind"], kind, "{s}");
+        assert_eq!(s["errors"][0]["count"], 2, "{s}");
+    }
+}

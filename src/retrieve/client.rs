@@ -163,6 +163,9 @@ pub struct Imap {
     next_tag: u32,
     /// The latest EXISTS count seen in any response.
     pub exists: u32,
+    /// How long the last IDLE waited between the continuation and its end (so callers
+    /// can time the server's part of IDLE apart from the wait).
+    pub idle_waited: Duration,
 }
 
 /// Why an IDLE wait ended.
@@ -197,6 +200,7 @@ impl Imap {
             capabilities: caps,
             next_tag: 1,
             exists: 0,
+            idle_waited: Duration::ZERO,
         })
     }
 
@@ -375,6 +379,7 @@ impl Imap {
                 Response::Untagged(_) => {}
             }
         }
+        let waiting = std::time::Instant::now();
         let saved = self.conn.timeout();
         self.conn.set_timeout(limit + saved);
         let mut wake = Wake::Done;
@@ -407,6 +412,7 @@ impl Imap {
         }
         .await;
         self.conn.set_timeout(saved);
+        self.idle_waited = waiting.elapsed();
         result?;
         self.conn.send(b"DONE\r\n").await?;
         self.complete(&tag, &mut |_| {}).await?;

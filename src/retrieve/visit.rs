@@ -317,8 +317,14 @@ impl Visitor {
                 x.deleted += std::mem::take(&mut x.pending_deletes);
             }
             if let Some(d) = s.idle {
-                let wait = tokio::time::sleep(d);
-                step(x, clock, Phase::Idle, m.idle(wait, d)).await?;
+                let t = clock.now_us();
+                m.idle(tokio::time::sleep(d), d)
+                    .await
+                    .map_err(|e| Fail::new(Phase::Idle, e))?;
+                // The server's part: IDLE to "+", DONE to OK; not the wait asked for.
+                let total = clock.now_us().saturating_sub(t);
+                let waited = m.idle_waited.as_micros() as u64;
+                x.timings.push((Phase::Idle, total.saturating_sub(waited)));
             }
             Ok(())
         }
@@ -432,4 +438,26 @@ impl Driver for Visitor {
     }
 
     async fn finish(&mut self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Spread;
+
+    #[test]
+    fn spread_is_exact_and_even() {
+        for pct in [0u8, 1, 25, 33, 50, 99, 100] {
+            let mut s = Spread::default();
+            let hits: Vec<bool> = (0..200).map(|_| s.next(pct)).collect();
+            assert_eq!(
+                hits.iter().filter(|h| **h).count(),
+                2 * pct as usize,
+                "{pct}"
+            );
+            // Never two misses more than the gap the percentage implies.
+            if pct >= 50 {
+                assert!(!hits.windows(2).any(|w| !w[0] && !w[1]), "{pct}");
+            }
+        }
+    }
 }
