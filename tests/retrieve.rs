@@ -590,3 +590,50 @@ async fn transport_failures_are_failed_visits_by_phase_and_kind() {
         assert_eq!(s["errors"][0]["count"], 2, "{s}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apop_when_the_greeting_offers_it() {
+    use spate::retrieve::client::Pop3;
+    use spate::transport::Connection;
+    let b = bed(2).await;
+    let addr = b.server.addrs.pop3.unwrap();
+    let open = || async {
+        let c = Connection::connect(addr, None, Duration::from_secs(10))
+            .await
+            .unwrap();
+        Pop3::greet(c).await.unwrap()
+    };
+    let mut p = open().await;
+    assert!(
+        spate::proto::pop3_client::apop_timestamp(&p.greeting).is_some(),
+        "{}",
+        p.greeting
+    );
+    // A wrong password makes a wrong digest.
+    let e = p.login(&user(0), "nope", true).await.unwrap_err();
+    assert!(e.to_string().starts_with("-ERR [AUTH]"), "{e}");
+    let mut p = open().await;
+    p.login(&user(0), "pw", true).await.unwrap();
+    assert_eq!(p.stat().await.unwrap().0, 2);
+    p.quit().await.unwrap();
+    // And as a load option.
+    let o = out(&b, "apop");
+    let a = addr.to_string();
+    let r = spate(&[
+        "pop3",
+        &a,
+        "--users-file",
+        &b.users_file,
+        "-n",
+        "5",
+        "--auth",
+        "apop",
+        "-o",
+        &o,
+        "-q",
+    ])
+    .await;
+    assert!(r.ok, "{}", r.stderr);
+    assert_eq!(summary(Path::new(&o))["totals"]["accepted"], 5);
+    b.server.shutdown().await;
+}
