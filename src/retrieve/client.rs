@@ -13,6 +13,9 @@ use crate::transport::{Connection, TransportError};
 
 /// Largest message a client reads (a RETR response or one FETCH literal).
 pub const MAX_MESSAGE: usize = 64 * 1024 * 1024;
+/// Most untagged responses accepted before one command completes (a FETCH 1:* of a
+/// mailbox this large is not what a load client does).
+pub const MAX_UNTAGGED: usize = 1_000_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -238,7 +241,8 @@ impl Imap {
         tag: &str,
         each: &mut impl FnMut(&Untagged<'_>),
     ) -> Result<String, ClientError> {
-        loop {
+        // Bounded: a server that never completes the command cannot keep us forever.
+        for _ in 0..MAX_UNTAGGED {
             let mut framer = imap::Framer::new(MAX_MESSAGE as u64);
             let frame = self
                 .conn
@@ -276,6 +280,9 @@ impl Imap {
                 }
             }
         }
+        Err(ClientError::protocol(format!(
+            "more than {MAX_UNTAGGED} responses to one command"
+        )))
     }
 
     pub async fn starttls(
