@@ -259,4 +259,36 @@ fn dovecot_pop3_and_imap_loads_and_fetches() {
         .unwrap();
     assert_eq!(got.len(), 10);
     assert_eq!(bed.messages(&user(9)), 0);
+
+    // IDLE on Dovecot: a message delivered over LMTP while watching is reported promptly.
+    let url = format!("imap://{}", bed.var("SPATE_IMAP"));
+    let (_, ep) = retrieve::parse_url(&url, &opts, t).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let watcher = rt.spawn(async move {
+        retrieve::watch_mailbox(&ep, &acct, move |f| drop(tx.send(f)), stop_rx).await
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let lmtp2 = o("lmtp2");
+    let t0 = std::time::Instant::now();
+    run(&[
+        "smtp",
+        "--lmtp",
+        &bed.var("SPATE_LMTP"),
+        "--to",
+        &user(9),
+        "--count",
+        "1",
+        "-o",
+        &lmtp2,
+        "-q",
+    ]);
+    let f = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("IDLE reported the delivery");
+    eprintln!("IDLE reported a delivery after {:?}", t0.elapsed());
+    assert!(String::from_utf8_lossy(&f.raw).contains("X-Spate-Trace:"));
+    stop_tx.send(true).unwrap();
+    let r = rt.block_on(async { tokio::time::timeout(Duration::from_secs(10), watcher).await });
+    assert!(r.unwrap().unwrap().is_ok());
 }

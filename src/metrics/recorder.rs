@@ -34,7 +34,8 @@ pub struct Counters {
     /// Recipients accepted / refused across all messages.
     pub rcpt_accepted: u64,
     pub rcpt_rejected: u64,
-    /// Message bytes written (as on the wire, dot-stuffed).
+    /// Message bytes written (as on the wire, dot-stuffed); for POP3/IMAP, message bytes
+    /// read (the same as `retrieved_bytes`), so KiB/s means the same thing in every report.
     pub bytes: u64,
     pub connections: u64,
     pub tls_connections: u64,
