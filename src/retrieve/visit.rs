@@ -239,7 +239,7 @@ impl Visitor {
             Ok(())
         }
         .await;
-        finish(x, clock, result, Phase::Logout, p.quit()).await
+        finish(x, clock, result, true, p.quit()).await
     }
 
     async fn imap(&mut self, ep: &Endpoint, acct: usize) -> Result<(), Fail> {
@@ -329,34 +329,36 @@ impl Visitor {
             Ok(())
         }
         .await;
-        finish(x, clock, result, Phase::Logout, m.logout()).await
+        finish(x, clock, result, false, m.logout()).await
     }
 }
 
-/// Ends a visit: after success, logs out as a timed phase (POP3 QUIT commits deletions);
-/// after a server refusal, logs out untimed; after a transport failure, just drops.
+/// Ends a visit: after success, logs out as a timed phase; after a server refusal, logs
+/// out untimed; after a transport failure, just drops. `commits` says whether logging out
+/// commits pending deletions (POP3 QUIT does, RFC 1939 6; IMAP LOGOUT does not expunge).
 async fn finish(
     x: &mut Scratch,
     clock: Clock,
     result: Result<(), Fail>,
-    phase: Phase,
+    commits: bool,
     logout: impl Future<Output = Result<(), ClientError>>,
 ) -> Result<(), Fail> {
-    match result {
+    let (outcome, logged_out) = match result {
         Ok(()) => {
-            step(x, clock, phase, logout).await?;
-            x.deleted += std::mem::take(&mut x.pending_deletes);
-            Ok(())
+            let r = step(x, clock, Phase::Logout, logout).await;
+            let ok = r.is_ok();
+            (r, ok)
         }
-        Err(f) if f.transport => Err(f),
+        Err(f) if f.transport => return Err(f),
         Err(f) => {
-            // POP3 QUIT commits the DELEs made before the refusal (RFC 1939 6).
-            if logout.await.is_ok() {
-                x.deleted += std::mem::take(&mut x.pending_deletes);
-            }
-            Err(f)
+            let ok = logout.await.is_ok();
+            (Err(f), ok)
         }
+    };
+    if commits && logged_out {
+        x.deleted += std::mem::take(&mut x.pending_deletes);
     }
+    outcome
 }
 
 impl Driver for Visitor {
