@@ -61,6 +61,13 @@ impl Fail {
     }
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Accepted,
+    Rejected,
+    Failed,
+}
+
 /// Per-visit scratch, reused.
 #[derive(Default)]
 struct Scratch {
@@ -365,13 +372,18 @@ impl Driver for Visitor {
     async fn run_one(&mut self, seq: u64, scheduled_us: u64, open: bool) {
         let clock = self.s.clock;
         let start_us = clock.now_us();
+        // Reset the counts, keep the vectors' capacity.
+        let (mut timings, mut fails) = (
+            std::mem::take(&mut self.x.timings),
+            std::mem::take(&mut self.x.fails),
+        );
+        timings.clear();
+        fails.clear();
         self.x = Scratch {
-            timings: std::mem::take(&mut self.x.timings),
-            fails: std::mem::take(&mut self.x.fails),
+            timings,
+            fails,
             ..Scratch::default()
         };
-        self.x.timings.clear();
-        self.x.fails.clear();
         let lag = start_us.saturating_sub(scheduled_us);
         if open {
             self.x.timings.push((Phase::Lag, lag));
@@ -388,19 +400,19 @@ impl Driver for Visitor {
         };
         let end_us = clock.now_us();
         let outcome = match &result {
-            Ok(()) => 0,
-            Err(f) if f.transport => 2,
-            Err(_) => 1,
+            Ok(()) => Outcome::Accepted,
+            Err(f) if f.transport => Outcome::Failed,
+            Err(_) => Outcome::Rejected,
         };
         if let Err(f) = result {
             self.x.fails.push(f);
         }
-        if outcome < 2 {
+        if outcome != Outcome::Failed {
             self.x
                 .timings
                 .push((Phase::Response, end_us.saturating_sub(scheduled_us)));
         }
-        if outcome == 0 {
+        if outcome == Outcome::Accepted {
             self.x
                 .timings
                 .push((Phase::Session, end_us.saturating_sub(start_us)));
@@ -411,9 +423,9 @@ impl Driver for Visitor {
             let c = &mut sh.counters;
             c.attempted += 1;
             match outcome {
-                0 => c.accepted += 1,
-                1 => c.rejected += 1,
-                _ => c.failed += 1,
+                Outcome::Accepted => c.accepted += 1,
+                Outcome::Rejected => c.rejected += 1,
+                Outcome::Failed => c.failed += 1,
             }
             c.connections += x.connections;
             c.tls_connections += x.tls_connections;
