@@ -197,22 +197,7 @@ type Credentials = Option<(AuthMech, Vec<(String, String)>)>;
 
 fn credentials(args: &SmtpArgs) -> anyhow::Result<Credentials> {
     if let Some(path) = &args.auth_file {
-        let bad = |e: String| UsageError(format!("{}: {e}", path.display()));
-        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
-        let mut creds = Vec::new();
-        for (n, line) in text.lines().map(str::trim).enumerate() {
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let mut w = line.split_whitespace();
-            match (w.next(), w.next()) {
-                (Some(u), Some(p)) => creds.push((u.to_string(), p.to_string())),
-                _ => return Err(bad(format!("line {}: expected 'address password'", n + 1)).into()),
-            }
-        }
-        if creds.is_empty() {
-            return Err(bad("no users in file".into()).into());
-        }
+        let creds = crate::retrieve::read_credentials(path)?;
         return Ok(Some((args.auth_mech, creds)));
     }
     if let Some(user) = &args.auth_user {

@@ -70,7 +70,8 @@ impl Writer {
             intervals,
             "t_s,time,attempted,accepted,rejected,failed,rcpt_accepted,rcpt_rejected,bytes,\
              connections,tls_connections,connect_failures,late,dropped,active,errors,\
-             response_p50_us,response_p99_us,transaction_p50_us,transaction_p99_us,transaction_max_us"
+             response_p50_us,response_p99_us,transaction_p50_us,transaction_p99_us,transaction_max_us,\
+             retrieved,retrieved_bytes,deleted"
         )?;
         let mut postal = create(dir, "postal.csv")?;
         writeln!(
@@ -126,7 +127,7 @@ impl Writer {
         let errors: u64 = iv.errors.values().map(|e| e.count).sum();
         writeln!(
             self.intervals,
-            "{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             t0_s + len_s,
             rfc3339(wall),
             c.attempted,
@@ -148,6 +149,9 @@ impl Writer {
             q(Phase::Transaction, 0.5),
             q(Phase::Transaction, 0.99),
             iv.hist(Phase::Transaction).map_or(0, |h| h.max()),
+            c.retrieved,
+            c.retrieved_bytes,
+            c.deleted,
         )?;
 
         for &phase in Phase::ALL {
