@@ -64,6 +64,7 @@ fn base_args(target: String) -> SmtpArgs {
         progress: false,
         grace: "5s".into(),
         seed: Some(42),
+        verify: Default::default(),
     }
 }
 

@@ -17,6 +17,7 @@
 //! - [`report`]: pure functions of a results directory (text summary, ...).
 //! - [`serve`]: the embedded mail server (`spate serve`), also the demo's and tests' target.
 //! - [`demo`]: `spate demo`, the whole job in one command.
+//! - [`verify`]: `spate verify`, end-to-end delivery accounting from a run's sent.log.
 
 pub mod cli;
 pub mod demo;
@@ -32,6 +33,7 @@ pub mod session;
 pub mod tls;
 pub mod transport;
 pub mod units;
+pub mod verify;
 pub mod workload;
 
 use std::ffi::OsString;

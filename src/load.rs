@@ -161,6 +161,9 @@ pub struct SmtpArgs {
     /// Seed for every random choice, for repeatable runs.
     #[arg(long, help_heading = "Output")]
     pub seed: Option<u64>,
+
+    #[command(flatten)]
+    pub verify: crate::verify::InlineArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -841,7 +844,11 @@ pub async fn main(args: SmtpArgs) -> anyhow::Result<ExitCode> {
     use std::io::IsTerminal;
     let progress = !args.quiet && (args.progress || std::io::stderr().is_terminal());
     let out = args.out.clone().unwrap_or_else(|| default_out("smtp"));
+    let watch = crate::verify::Watch::start(&args.verify)?;
     let outcome = run_and_print(args, out, progress).await?;
     println!("results: {}", outcome.dir.display());
-    Ok(ExitCode::SUCCESS)
+    match watch {
+        Some(w) => w.finish(&outcome.dir).await,
+        None => Ok(ExitCode::SUCCESS),
+    }
 }

@@ -114,6 +114,7 @@ pub async fn main(a: PingArgs) -> anyhow::Result<ExitCode> {
         progress: false,
         grace: "1s".into(),
         seed: Some(1),
+        verify: Default::default(),
     };
     let (plan, factory, settings) = prepare(args, vec![])?;
     println!(
