@@ -188,7 +188,7 @@ pub fn render(r: &Report, source: &str, dir: &Path, show: usize) -> String {
         ("missing", r.missing_count(), String::new()),
         ("duplicated", r.duplicated, "extra copies".into()),
         ("corrupted", r.corrupted, "body digest mismatch".into()),
-        ("foreign", r.foreign, "not from this run (ignored)".into()),
+        ("foreign", r.foreign, "not from this run; ignored".into()),
         (
             "unlogged",
             r.unlogged,
