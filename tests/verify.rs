@@ -32,10 +32,18 @@ fn verify_json(dir: &Path) -> Value {
 fn files(root: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for mb in std::fs::read_dir(root).unwrap().flatten() {
-        for sub in ["new", "cur"] {
-            if let Ok(rd) = std::fs::read_dir(mb.path().join(sub)) {
-                out.extend(rd.flatten().map(|e| e.path()));
-            }
+        out.extend(mailbox_files(&mb.path()));
+    }
+    out.sort();
+    out
+}
+
+/// Every message file of one Maildir.
+fn mailbox_files(mb: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for sub in ["new", "cur"] {
+        if let Ok(rd) = std::fs::read_dir(mb.join(sub)) {
+            out.extend(rd.flatten().map(|e| e.path()));
         }
     }
     out.sort();
@@ -309,4 +317,166 @@ fn usage_errors_and_unavailable_sources() {
         help.contains("EXIT STATUS") && help.contains("undelivered"),
         "{help}"
     );
+}
+
+/// A private test bed (own state directory and ports), brought down on drop.
+struct Bed {
+    dir: PathBuf,
+}
+
+impl Bed {
+    fn script() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed")
+    }
+
+    /// `None` (after printing SKIPPED) when the test bed cannot run here.
+    fn up(dir: &Path) -> Option<Bed> {
+        let root = Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+        if !root
+            || !Path::new("/usr/sbin/postfix").exists()
+            || !Path::new("/usr/sbin/dovecot").exists()
+        {
+            eprintln!(
+                "SKIPPED: the Postfix+Dovecot test bed needs root and the postfix/dovecot packages"
+            );
+            return None;
+        }
+        // Offset ports: the other test-bed tests use the defaults.
+        let o = Command::new(Self::script())
+            .args(["up", "--dir", dir.to_str().unwrap(), "--users", "10"])
+            .args(["--in-flow-delay", "0", "--port-offset", "7100"])
+            .output()
+            .unwrap();
+        let bed = Bed {
+            dir: dir.to_path_buf(),
+        };
+        assert!(o.status.success(), "scripts/testbed up: {}", text(&o));
+        Some(bed)
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        let _ = Command::new(Self::script())
+            .args(["down", "--dir", self.dir.to_str().unwrap()])
+            .output();
+    }
+}
+
+/// Postfix accepts ghost@ (it is in its virtual mailbox table) but Dovecot's LMTP does not
+/// know it: each ghost recipient bounces to the (local) sender, with the original headers
+/// returned. spate verify must find every normal delivery in Dovecot's Maildirs and count
+/// one bounce per ghost recipient with the bounce rule.
+#[test]
+fn postfix_dovecot_deliveries_and_bounces() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = Bed::up(&tmp.path().join("bed")) else {
+        return;
+    };
+    let pf = bed.dir.join("postfix");
+    let vmailbox = pf.join("vmailbox");
+    let mut table = std::fs::read_to_string(&vmailbox).unwrap();
+    table.push_str("ghost@example.test ghost@example.test/\n");
+    std::fs::write(&vmailbox, table).unwrap();
+    let o = Command::new("postmap")
+        .args(["-c", pf.to_str().unwrap()])
+        .arg(format!("hash:{}", vmailbox.display()))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "postmap: {}", text(&o));
+    let to = tmp.path().join("to.txt");
+    let mut list: String = (0..10).map(|i| format!("user{i}@example.test\n")).collect();
+    list.push_str("ghost@example.test\n");
+    std::fs::write(&to, list).unwrap();
+    let rules = tmp.path().join("bounce.rules");
+    std::fs::write(
+        &rules,
+        "# unknown to Dovecot: bounced to the sender, original headers returned\n\
+         bounce per=recipient to=ghost@example.test undelivered in=sender match=trace\n",
+    )
+    .unwrap();
+    let run = tmp.path().join("run");
+    let root = bed.dir.join("mail");
+    let o = spate(&[
+        "smtp",
+        "127.0.0.1:9625",
+        "-n",
+        "200",
+        "-u",
+        "4",
+        "--rcpt",
+        "1..2",
+        "--to-file",
+        to.to_str().unwrap(),
+        "--from",
+        "user0@example.test",
+        "-q",
+        "-o",
+        run.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let sent = std::fs::read_to_string(run.join("sent.log")).unwrap();
+    let ghosts = sent.matches("ghost@example.test").count() as u64;
+    assert!(
+        ghosts > 0,
+        "the random recipients never picked ghost: {sent}"
+    );
+
+    let (r, m, rl) = (
+        run.to_str().unwrap(),
+        root.to_str().unwrap(),
+        rules.to_str().unwrap(),
+    );
+    let o = spate(&["verify", r, "--maildir", m, "--rules", rl, "--wait", "90s"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v = verify_json(&run);
+    assert_eq!(v["delivered"], v["expected"], "{v}");
+    assert_eq!(v["rules"][0]["expected"], ghosts, "{v}");
+    assert_eq!(v["rules"][0]["found"], ghosts, "{v}");
+    assert_eq!(v["foreign"], 0, "{v}");
+    // Through a real queue and LMTP, delivery takes time; the file times show it.
+    let p50 = v["latency"]["p50_us"].as_u64().unwrap();
+    assert!(p50 > 100 && p50 < 60_000_000, "{v}");
+
+    // Without the rule, the ghost recipients are missing and their bounces foreign.
+    let o = spate(&[
+        "verify",
+        r,
+        "--maildir",
+        m,
+        "--out",
+        tmp.path().to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let v = verify_json(tmp.path());
+    assert_eq!(v["missing"].as_u64(), Some(ghosts), "{v}");
+    assert_eq!(v["foreign"].as_u64(), Some(ghosts), "{v}");
+
+    // A message deleted from a Dovecot Maildir is missing, by seq; a lost bounce fails the rule.
+    let victim = mailbox_files(&root.join("user3@example.test"))
+        .into_iter()
+        .find(|f| std::fs::read_to_string(f).is_ok_and(|s| s.contains("X-Spate-Trace:")))
+        .expect("user3 got something");
+    let seq = seq_of(&victim);
+    std::fs::remove_file(&victim).unwrap();
+    let bounce = mailbox_files(&root.join("user0@example.test"))
+        .into_iter()
+        .find(|f| std::fs::read_to_string(f).is_ok_and(|s| s.contains("Final-Recipient")))
+        .expect("a bounce in the sender's mailbox");
+    std::fs::remove_file(&bounce).unwrap();
+    let o = spate(&["verify", r, "--maildir", m, "--rules", rl]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains(&format!("\n  {seq}\tuser3@example.test\t")),
+        "{out}"
+    );
+    assert!(out.contains("rule bounce:"), "{out}");
+    let v = verify_json(&run);
+    assert_eq!(v["missing"], 1, "{v}");
+    assert_eq!(v["rules"][0]["found"].as_u64(), Some(ghosts - 1), "{v}");
+    drop(bed);
 }

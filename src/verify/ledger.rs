@@ -327,7 +327,9 @@ impl Ledger {
                     // The embedded server stores before it replies: a delivery can precede
                     // the accept time by microseconds. That is zero latency.
                     let latency_us = (f.arrived_us - m.accepted_us).max(0) as u64;
-                    rep.latency.saturating_record(latency_us);
+                    // `record`, not `saturating_record`: the latter clamps at the current top
+                    // instead of growing the auto-resizing histogram.
+                    let _ = rep.latency.record(latency_us);
                     rep.arrivals.push(Arrival {
                         arrived_us: f.arrived_us,
                         latency_us,

@@ -90,7 +90,7 @@ pub fn write_files(r: &Report, out: &Path, source: &str) -> io::Result<()> {
         let sec = arrivals[i].0;
         h.reset();
         while i < arrivals.len() && arrivals[i].0 == sec {
-            h.saturating_record(arrivals[i].1);
+            let _ = h.record(arrivals[i].1);
             i += 1;
         }
         hlog.append(sec as f64, 1.0, &h)?;
