@@ -56,7 +56,9 @@ pub struct Ledger {
     runs: Interner,
     finds: HashMap<(u32, u64, u32), Found>,
     hits: Vec<Hit>,
-    seen: HashSet<(u32, Box<str>)>,
+    /// (mailbox, 64-bit hash of the source id): compact for millions of messages, and a
+    /// collision within one mailbox is vanishingly unlikely.
+    seen: HashSet<(u32, u64)>,
     foreign: u64,
     ingested: u64,
 }
@@ -126,6 +128,14 @@ impl Report {
     }
 }
 
+fn id_hash(id: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    // Fixed keys: the same id hashes the same in every poll.
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    id.hash(&mut h);
+    h.finish()
+}
+
 fn to_us(t: SystemTime) -> i64 {
     match t.duration_since(SystemTime::UNIX_EPOCH) {
         Ok(d) => d.as_micros() as i64,
@@ -157,7 +167,7 @@ impl Ledger {
     pub fn seen(&self, mailbox: &str, source_id: &str) -> bool {
         self.mailboxes
             .get(mailbox)
-            .is_some_and(|m| self.seen.contains(&(m, Box::from(source_id))))
+            .is_some_and(|m| self.seen.contains(&(m, id_hash(source_id))))
     }
 
     /// Feeds one message found in `mailbox` (an address). `source_id` identifies it within
@@ -173,7 +183,7 @@ impl Ledger {
         arrived: Option<SystemTime>,
     ) -> Ingested {
         let mbx = self.mailboxes.intern(mailbox);
-        if !self.seen.insert((mbx, Box::from(source_id))) {
+        if !self.seen.insert((mbx, id_hash(source_id))) {
             return Ingested::AlreadySeen;
         }
         self.ingested += 1;
