@@ -480,3 +480,80 @@ fn postfix_dovecot_deliveries_and_bounces() {
     assert_eq!(v["rules"][0]["found"].as_u64(), Some(ghosts - 1), "{v}");
     drop(bed);
 }
+
+/// E1-style derived messages: one acceptance notice per message back to the sender,
+/// naming the original in In-Reply-To. Crafted here (the embedded server sends none).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notice_rule_counts_replies_by_message_id() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("mail");
+    let run = tmp.path().join("run");
+    let (server, o) = inject(&root, &run, 15, &[]).await;
+    assert!(o.status.success(), "{}", text(&o));
+    server.shutdown().await;
+    let sent = std::fs::read_to_string(run.join("sent.log")).unwrap();
+    let run_id = sent
+        .lines()
+        .next()
+        .unwrap()
+        .split("run=")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    let seqs: Vec<&str> = sent
+        .lines()
+        .skip(2)
+        .map(|l| l.split('\t').next().unwrap())
+        .collect();
+    assert_eq!(seqs.len(), 15);
+    let inbox = root.join("spate@example.test").join("new");
+    std::fs::create_dir_all(&inbox).unwrap();
+    for s in &seqs {
+        std::fs::write(
+            inbox.join(format!("notice-{s}")),
+            format!(
+                "From: robot@example.test\r\nSubject: Accepted: your message\r\n\
+                 In-Reply-To: <{s}.{run_id}@spate.invalid>\r\n\r\nAccepted.\r\n"
+            ),
+        )
+        .unwrap();
+    }
+    let rules = tmp.path().join("rules");
+    std::fs::write(
+        &rules,
+        "notice per=message in=sender match=in-reply-to subject=accepted:*\n",
+    )
+    .unwrap();
+    let (r, m, rl) = (
+        run.to_str().unwrap(),
+        root.to_str().unwrap(),
+        rules.to_str().unwrap(),
+    );
+    let o = spate(&["verify", r, "--maildir", m, "--rules", rl]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v = verify_json(&run);
+    assert_eq!(v["rules"][0]["expected"], 15, "{v}");
+    assert_eq!(v["rules"][0]["found"], 15, "{v}");
+    assert_eq!(v["foreign"], 0, "{v}");
+    // A lost notice fails the rule; a notice in the wrong mailbox is misplaced.
+    let elsewhere = root.join("someone@example.test").join("new");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::rename(
+        inbox.join(format!("notice-{}", seqs[0])),
+        elsewhere.join("misplaced-notice"),
+    )
+    .unwrap();
+    let o = spate(&["verify", r, "--maildir", m, "--rules", rl]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let v = verify_json(&run);
+    assert_eq!(
+        (&v["rules"][0]["found"], &v["rules"][0]["misplaced"]),
+        (&14.into(), &1.into()),
+        "{v}"
+    );
+    assert!(String::from_utf8_lossy(&o.stdout)
+        .contains("FAILED: rule notice: 14 of 15 found, 1 misplaced"));
+}

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-pub const RULES_HELP: &str = "RULES FILE (--rules): one rule a line, '#' starts a comment:\n  \
+pub const RULES_HELP: &str = "Derived messages to expect (bounces, notices, receipts), counted against \
+    what was expected; an unmet rule fails the check. One rule a line, '#' starts a comment:\n  \
     KIND per=message|recipient [to=GLOB] [undelivered] [in=sender|recipient|ADDRESS]\n       \
     [match=trace|in-reply-to|references|header:NAME] [subject=GLOB] [from=GLOB] [count=N]\n  \
     per      one derived message per accepted message, or per (message, recipient)\n  \
