@@ -73,3 +73,40 @@ impl Maildir {
         Ok(pass)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{body_digest, hex, TRACE_HEADER};
+
+    #[test]
+    fn a_message_moved_to_cur_between_polls_counts_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mb = tmp.path().join("A@x.test");
+        for sub in ["new", "cur", "tmp"] {
+            std::fs::create_dir_all(mb.join(sub)).unwrap();
+        }
+        let d = hex(&body_digest(b"hi\r\n"));
+        let msg = format!("{TRACE_HEADER}: run=r; seq=0; sent=1; digest={d}; size=4\r\n\r\nhi\r\n");
+        std::fs::write(mb.join("new/1.M1P1.host"), &msg).unwrap();
+        let mut ledger = Ledger::new(Vec::new());
+        let dir = Maildir::new(tmp.path());
+        assert_eq!(dir.poll(&mut ledger).unwrap().ingested, 1);
+        std::fs::rename(mb.join("new/1.M1P1.host"), mb.join("cur/1.M1P1.host:2,S")).unwrap();
+        assert_eq!(dir.poll(&mut ledger).unwrap().ingested, 0);
+        assert_eq!(ledger.ingested(), 1);
+        let log = crate::verify::SentLog::parse(
+            "# spate sent log v1 run=r\n0\t2026-01-01T00:00:00Z\t00\t4\ts@x.test\ta@x.test\n"
+                .as_bytes(),
+            "t",
+        )
+        .unwrap();
+        let r = ledger.report(&log);
+        assert_eq!((r.delivered, r.duplicated, r.corrupted), (1, 0, 0));
+        assert!(r.ok());
+        // Not a Maildir root: a clear error.
+        assert!(Maildir::new(&tmp.path().join("nope"))
+            .poll(&mut ledger)
+            .is_err());
+    }
+}
