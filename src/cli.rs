@@ -40,6 +40,8 @@ pub enum Command {
     Serve(crate::serve::Args),
     /// Start the embedded server and run a canned workload against it: the tour.
     Demo(crate::demo::Args),
+    /// Check that every message of a run was delivered once, intact (reads the mailboxes).
+    Verify(crate::verify::VerifyArgs),
 }
 
 pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -54,5 +56,6 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Ping(args) => crate::ping::main(args).await,
         Command::Serve(args) => crate::serve::run(args).await,
         Command::Demo(args) => crate::demo::run(args).await,
+        Command::Verify(args) => crate::verify::main(args).await,
     }
 }

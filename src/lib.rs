@@ -20,6 +20,7 @@
 //! - [`retrieve`]: POP3/IMAP mailbox-access load and the fetch API verification uses.
 //! - [`serve`]: the embedded mail server (`spate serve`), also the demo's and tests' target.
 //! - [`demo`]: `spate demo`, the whole job in one command.
+//! - [`verify`]: `spate verify`, end-to-end delivery accounting from a run's sent.log.
 
 pub mod cli;
 pub mod demo;
@@ -37,6 +38,7 @@ pub mod session;
 pub mod tls;
 pub mod transport;
 pub mod units;
+pub mod verify;
 pub mod workload;
 
 use std::ffi::OsString;

@@ -123,6 +123,9 @@ pub struct SmtpArgs {
 
     #[command(flatten)]
     pub output: OutputArgs,
+
+    #[command(flatten)]
+    pub verify: crate::verify::InlineArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -416,7 +419,11 @@ pub async fn main(args: SmtpArgs) -> anyhow::Result<ExitCode> {
         .out
         .clone()
         .unwrap_or_else(|| default_out("smtp"));
+    let watch = crate::verify::Watch::start(&args.verify)?;
     let outcome = run_and_print(args, out, progress).await?;
     println!("results: {}", outcome.dir.display());
-    Ok(ExitCode::SUCCESS)
+    match watch {
+        Some(w) => w.finish(&outcome.dir).await,
+        None => Ok(ExitCode::SUCCESS),
+    }
 }
