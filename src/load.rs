@@ -419,7 +419,15 @@ pub async fn main(args: SmtpArgs) -> anyhow::Result<ExitCode> {
         .out
         .clone()
         .unwrap_or_else(|| default_out("smtp"));
-    let watch = crate::verify::Watch::start(&args.verify)?;
+    let watch = crate::verify::Watch::start(
+        &args.verify,
+        crate::verify::RemoteOptions {
+            users_file: args.verify.verify_users_file.clone(),
+            ca: args.ca.clone(),
+            insecure: args.insecure,
+            timeout: args.timeout.clone(),
+        },
+    )?;
     let outcome = run_and_print(args, out, progress).await?;
     println!("results: {}", outcome.dir.display());
     match watch {
