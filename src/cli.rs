@@ -36,6 +36,8 @@ pub enum Command {
     Serve(crate::serve::Args),
     /// Start the embedded server and run a canned workload against it: the tour.
     Demo(crate::demo::Args),
+    /// Run a scenario file: steps in sequence, mixed workloads, hooks, thresholds.
+    Run(crate::scenario::RunArgs),
 }
 
 pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -44,5 +46,14 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Ping(args) => crate::ping::main(args).await,
         Command::Serve(args) => crate::serve::run(args).await,
         Command::Demo(args) => crate::demo::run(args).await,
+        Command::Run(args) => crate::scenario::main(args).await,
     }
+}
+
+/// `dispatch` behind a named future type: `spate run` calls it for its steps, and the
+/// recursion needs a type that is not defined in terms of itself.
+pub fn dispatch_boxed(
+    cli: Cli,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<ExitCode>> + Send>> {
+    Box::pin(dispatch(cli))
 }
