@@ -173,6 +173,19 @@ pub fn suggest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) ->
     }
 }
 
+/// A clap error as one line: its first paragraph without the "error: " prefix (clap puts
+/// lists such as missing arguments on indented lines below the first).
+pub fn clap_line(e: &clap::Error) -> String {
+    let text = e.to_string();
+    let words: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.trim().is_empty() && !l.starts_with("Usage:"))
+        .map(str::trim)
+        .collect();
+    let line = words.join(" ");
+    line.strip_prefix("error: ").unwrap_or(&line).to_string()
+}
+
 /// A TOML basic string with the escapes TOML needs.
 pub fn quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);

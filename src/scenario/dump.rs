@@ -34,14 +34,10 @@ pub fn intercept(args: &[OsString]) -> Option<ExitCode> {
 /// The scenario text for a command line (`spate CMD ...`, without --dump-scenario).
 pub fn render(args: &[OsString]) -> Result<String, String> {
     let cli = <crate::cli::Cli as clap::CommandFactory>::command();
-    let m = cli.clone().try_get_matches_from(args).map_err(|e| {
-        let t = e.to_string();
-        t.lines()
-            .next()
-            .unwrap_or("bad command line")
-            .trim_start_matches("error: ")
-            .to_string()
-    })?;
+    let m = cli
+        .clone()
+        .try_get_matches_from(args)
+        .map_err(|e| super::doc::clap_line(&e))?;
     let (name, sub) = m.subcommand().ok_or("--dump-scenario needs a command")?;
     if name == "run" {
         return Err(

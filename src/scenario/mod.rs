@@ -90,7 +90,7 @@ pub fn load_file(path: &std::path::Path, set: &[String]) -> anyhow::Result<Scena
 pub fn shell_word(w: &str) -> String {
     let plain = !w.is_empty()
         && w.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "_@%+=:,./-{}$".contains(c));
+            .all(|c| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c));
     if plain {
         w.to_string()
     } else {
@@ -196,12 +196,8 @@ pub async fn execute(sc: &Scenario, out: PathBuf) -> anyhow::Result<ExitCode> {
                 .map(|w| run::expand(w, &live))
                 .collect::<Result<_, _>>()
                 .map_err(UsageError)?;
-            let cli = <crate::cli::Cli as clap::Parser>::try_parse_from(&argv).map_err(|e| {
-                UsageError(format!(
-                    "[server]: {}",
-                    e.to_string().lines().next().unwrap_or("")
-                ))
-            })?;
+            let cli = <crate::cli::Cli as clap::Parser>::try_parse_from(&argv)
+                .map_err(|e| UsageError(format!("[server]: {}", doc::clap_line(&e))))?;
             let crate::cli::Command::Serve(sargs) = cli.command else {
                 return Err(UsageError("[server]: not serve options".into()).into());
             };

@@ -65,11 +65,7 @@ fn now() -> String {
 pub async fn run_command(argv: &[String]) -> (u8, Option<String>) {
     let cli = match <crate::cli::Cli as clap::Parser>::try_parse_from(argv) {
         Ok(c) => c,
-        Err(e) => {
-            let text = e.to_string();
-            let first = text.lines().next().unwrap_or("bad options").to_string();
-            return (2, Some(first.trim_start_matches("error: ").to_string()));
-        }
+        Err(e) => return (2, Some(super::doc::clap_line(&e))),
     };
     match crate::cli::dispatch_boxed(cli).await {
         Ok(code) if code == ExitCode::SUCCESS => (0, None),

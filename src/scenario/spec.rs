@@ -884,10 +884,7 @@ impl<'a> Loader<'a> {
                 .iter()
                 .find(|(k, _)| k == &which || k.to_uppercase() == which.trim_matches(['<', '>']))
                 .map_or(span.clone(), |(_, s)| s.clone());
-            let text = e.to_string();
-            let first = text.lines().next().unwrap_or("invalid options");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            return Err(src.err(&at, format!("{label}: {first}")));
+            return Err(src.err(&at, format!("{label}: {}", super::doc::clap_line(&e))));
         }
         Ok(inv)
     }

@@ -270,10 +270,8 @@ impl Check {
             return Ok(());
         }
         match rest[0].as_str() {
-            "errors" => {
-                if rest.len() != 2 || !(rest[1] == "rate" || rest[1] == "count") {
-                    return bad("expected errors.rate or errors.count".into());
-                }
+            "errors" if rest.len() != 2 || !(rest[1] == "rate" || rest[1] == "count") => {
+                return bad("expected errors.rate or errors.count".into());
             }
             "totals" => {
                 let fields = counter_fields();
@@ -331,16 +329,15 @@ impl Check {
             s.trim_end_matches('0').trim_end_matches('.').to_string()
         };
         match (self.unit(), self.shown) {
-            (Unit::Time(f), shown) => {
+            (Unit::Time(f), _) => {
                 let us = v * f;
-                let div = match shown {
-                    "ms" => 1e3,
-                    "s" => 1e6,
-                    "min" => 60e6,
-                    "h" => 3600e6,
-                    _ => 1.0,
-                };
-                format!("{}{shown}", num(us / div))
+                if us.abs() < 1e3 {
+                    format!("{}us", num(us))
+                } else if us.abs() < 1e6 {
+                    format!("{}ms", num(us / 1e3))
+                } else {
+                    format!("{}s", num(us / 1e6))
+                }
             }
             (Unit::Ratio, "%") => format!("{}%", num(v * 100.0)),
             (Unit::Percent, _) => format!("{}%", num(v)),
