@@ -25,9 +25,11 @@
 
 pub mod doc;
 pub mod dump;
+pub mod options;
 pub mod run;
 pub mod spec;
 pub mod threshold;
+pub mod vars;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

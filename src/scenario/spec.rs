@@ -9,8 +9,10 @@ use std::time::Duration;
 
 use super::doc::{suggest, Entry, Kind, Node, Source};
 use super::threshold::Check;
+use super::{options, vars};
 use crate::units;
 use crate::UsageError;
+pub use options::{arg_key, is_flag, is_multiple, subcommand, subcommand_names};
 
 type Res<T> = Result<T, UsageError>;
 
@@ -111,47 +113,6 @@ pub struct Global {
     pub rest: Vec<String>,
 }
 
-/// The clap definition of a subcommand, `None` when there is no such subcommand.
-pub fn subcommand(name: &str) -> Option<clap::Command> {
-    let mut cli = <crate::cli::Cli as clap::CommandFactory>::command();
-    cli.build();
-    cli.find_subcommand(name).cloned()
-}
-
-pub fn subcommand_names() -> Vec<String> {
-    <crate::cli::Cli as clap::CommandFactory>::command()
-        .get_subcommands()
-        .map(|c| c.get_name().to_string())
-        .filter(|n| n != "run" && n != "help")
-        .collect()
-}
-
-/// The scenario key of a clap argument: its long name, or its id for a positional.
-pub fn arg_key(a: &clap::Arg) -> Option<String> {
-    let id = a.get_id().as_str();
-    if id == "help" || id == "version" {
-        return None;
-    }
-    if a.is_positional() {
-        Some(id.to_string())
-    } else {
-        a.get_long().map(str::to_string)
-    }
-}
-
-pub fn is_flag(a: &clap::Arg) -> bool {
-    matches!(
-        a.get_action(),
-        clap::ArgAction::SetTrue | clap::ArgAction::SetFalse
-    )
-}
-
-pub fn is_multiple(a: &clap::Arg) -> bool {
-    matches!(a.get_action(), clap::ArgAction::Append)
-        || a.get_num_args().is_some_and(|r| r.max_values() > 1)
-        || a.get_value_delimiter().is_some()
-}
-
 struct Loader<'a> {
     src: &'a Source,
     sets: HashMap<String, (&'a str, &'a [Entry])>,
@@ -186,7 +147,7 @@ pub fn load(src: Source, overrides: &[(String, String)]) -> Res<Scenario> {
                 )
             })?;
             let empty = HashMap::new();
-            let value = substitute(&src, &word, &e.value.span, &empty, has_server)?;
+            let value = vars::substitute(&src, &word, &e.value.span, &empty, has_server)?;
             vars.insert(e.key.clone(), value);
         }
     }
@@ -201,7 +162,7 @@ pub fn load(src: Source, overrides: &[(String, String)]) -> Res<Scenario> {
         }
         vars.insert(k.clone(), v.clone());
     }
-    substitute_tree(&src, &mut root, &vars, has_server)?;
+    vars::substitute_tree(&src, &mut root, &vars, has_server)?;
     let top = root.as_table().unwrap_or_default();
     let get = |k: &str| top.iter().find(|e| e.key == k);
 
@@ -245,7 +206,14 @@ pub fn load(src: Source, overrides: &[(String, String)]) -> Res<Scenario> {
     let server = match get("server") {
         Some(e) => {
             let body = table(&src, &e.value, "[server]")?;
-            Some(l.invocation("serve", &e.key_span, "[server]", &[body], &[])?)
+            Some(options::invocation(
+                &src,
+                "serve",
+                &e.key_span,
+                "[server]",
+                &[body],
+                &[],
+            )?)
         }
         None => None,
     };
@@ -334,128 +302,6 @@ fn duration(src: &Source, n: &Node, key: &str) -> Res<Duration> {
     units::parse_duration(&w).map_err(|e| src.err(&n.span, format!("\"{key}\": {e}")))
 }
 
-/// Replaces `${name}`, `${env:NAME}` and `${env:NAME:-default}`; `$${` stands for `${`.
-/// `${server.X}` and `${out}` are left for the runner, which knows them only at run time.
-fn substitute(
-    src: &Source,
-    s: &str,
-    span: &Range<usize>,
-    vars: &HashMap<String, String>,
-    has_server: bool,
-) -> Res<String> {
-    let mut out = String::with_capacity(s.len());
-    let mut rest = s;
-    while let Some(i) = rest.find('$') {
-        out.push_str(&rest[..i]);
-        rest = &rest[i..];
-        if let Some(r) = rest.strip_prefix("$${") {
-            out.push_str("${");
-            rest = r;
-            continue;
-        }
-        let Some(r) = rest.strip_prefix("${") else {
-            out.push('$');
-            rest = &rest[1..];
-            continue;
-        };
-        let end = r
-            .find('}')
-            .ok_or_else(|| src.err(span, format!("unclosed ${{ in \"{s}\"")))?;
-        let name = &r[..end];
-        rest = &r[end + 1..];
-        if let Some(env) = name.strip_prefix("env:") {
-            let (var, default) = match env.split_once(":-") {
-                Some((v, d)) => (v, Some(d)),
-                None => (env, None),
-            };
-            match (std::env::var(var), default) {
-                (Ok(v), _) => out.push_str(&v),
-                (Err(_), Some(d)) => out.push_str(d),
-                (Err(_), None) => {
-                    return Err(src.err(
-                        span,
-                        format!("environment variable {var} is not set (write ${{env:{var}:-DEFAULT}} for a default)"),
-                    ))
-                }
-            }
-        } else if let Some(what) = name.strip_prefix("server.") {
-            let known: Vec<&str> = crate::serve::Listener::ALL
-                .iter()
-                .map(|l| l.name())
-                .chain(["ca"])
-                .collect();
-            if !has_server {
-                return Err(src.err(span, format!("${{{name}}} needs a [server] section")));
-            }
-            if !known.contains(&what) {
-                return Err(src.err(
-                    span,
-                    format!(
-                        "${{{name}}}: no such server address{}",
-                        suggest(what, known)
-                    ),
-                ));
-            }
-            out.push_str(&format!("${{{name}}}"));
-        } else if name == "dir" {
-            // The scenario file's directory, so files next to it are found from anywhere.
-            let dir = std::path::Path::new(&src.name)
-                .parent()
-                .map_or(".".into(), |d| {
-                    if d.as_os_str().is_empty() {
-                        ".".to_string()
-                    } else {
-                        d.display().to_string()
-                    }
-                });
-            out.push_str(&dir);
-        } else if name == "out" {
-            out.push_str("${out}");
-        } else if let Some(v) = vars.get(name) {
-            out.push_str(v);
-        } else {
-            let names = vars
-                .keys()
-                .map(String::as_str)
-                .chain(["out", "dir", "env:NAME"]);
-            return Err(src.err(
-                span,
-                format!(
-                    "${{{name}}}: no such variable in [vars]{}",
-                    suggest(name, names)
-                ),
-            ));
-        }
-    }
-    out.push_str(rest);
-    Ok(out)
-}
-
-fn substitute_tree(
-    src: &Source,
-    n: &mut Node,
-    vars: &HashMap<String, String>,
-    has_server: bool,
-) -> Res<()> {
-    match &mut n.kind {
-        Kind::Str(s) => *s = substitute(src, s, &n.span, vars, has_server)?,
-        Kind::Array(items) => {
-            for i in items {
-                substitute_tree(src, i, vars, has_server)?;
-            }
-        }
-        Kind::Table(entries) => {
-            for e in entries {
-                if e.key != "vars" {
-                    substitute_tree(src, &mut e.value, vars, has_server)?;
-                }
-            }
-        }
-        _ => {}
-    }
-    Ok(())
-}
-
 /// Resolves a scenario-wide threshold's leading segment(s) to a step (and workload).
 fn global(src: &Source, steps: &[Step], text: &str, span: &Range<usize>) -> Res<Global> {
     let check = Check::parse(text).map_err(|e| src.err(span, e))?;
@@ -535,12 +381,19 @@ impl<'a> Loader<'a> {
     fn step(&self, body: &[Entry], span: &Range<usize>, index: usize) -> Res<Step> {
         let src = self.src;
         let has = |k: &str| body.iter().find(|e| e.key == k);
-        let kinds: Vec<&Entry> = ["command", "run", "wait", "until_empty", "workload"]
+        let mut kinds: Vec<&Entry> = ["command", "run", "wait", "until_empty", "workload"]
             .iter()
             .filter_map(|k| has(k))
             .collect();
+        kinds.sort_by_key(|e| e.key_span.start);
         let is_wait = has("wait").is_some() || has("until_empty").is_some();
-        if kinds.is_empty() || (kinds.len() > 1 && !(is_wait && kinds.len() == 2)) {
+        // wait and until_empty together are one kind: pause first, then wait for the queue.
+        let distinct = kinds
+            .iter()
+            .filter(|e| e.key != "wait" && e.key != "until_empty")
+            .count()
+            + usize::from(is_wait);
+        if distinct != 1 {
             return Err(src.err(
                 kinds.get(1).map_or(span, |e| &e.key_span),
                 format!(
@@ -669,7 +522,7 @@ impl<'a> Loader<'a> {
             let mut layer = shared.clone();
             for k in SPLIT {
                 if let Some(e) = group.iter().find(|e| e.key == k) {
-                    layer.push(split(src, e, share)?);
+                    layer.push(options::split(src, e, share)?);
                 }
             }
             let c = b.iter().find(|e| e.key == "command").expect("checked");
@@ -761,132 +614,7 @@ impl<'a> Loader<'a> {
         }
         layers.push(group);
         layers.push(body);
-        self.invocation(cmd, &c.value.span, label, &layers, &COMMAND_KEYS)
-    }
-
-    /// Merges option layers (later wins) and turns them into a checked argument list.
-    fn invocation(
-        &self,
-        cmd: &str,
-        span: &Range<usize>,
-        label: &str,
-        layers: &[&[Entry]],
-        special: &[&str],
-    ) -> Res<Invocation> {
-        let src = self.src;
-        let def = subcommand(cmd).ok_or_else(|| src.err(span, format!("no command \"{cmd}\"")))?;
-        let args: Vec<(String, clap::Arg)> = def
-            .get_arguments()
-            .filter_map(|a| arg_key(a).map(|k| (k, a.clone())))
-            .collect();
-        let mut merged: Vec<&Entry> = Vec::new();
-        for layer in layers {
-            for e in layer.iter().filter(|e| !special.contains(&e.key.as_str())) {
-                merged.retain(|m| m.key != e.key);
-                merged.push(e);
-            }
-        }
-        let mut options = Vec::new();
-        let mut positionals: Vec<(usize, Vec<String>)> = Vec::new();
-        // Which key each clap argument came from, to point clap's errors at it.
-        let mut origin: Vec<(String, Range<usize>)> = Vec::new();
-        for e in &merged {
-            let Some((_, a)) = args.iter().find(|(k, _)| *k == e.key) else {
-                let candidates = args
-                    .iter()
-                    .map(|(k, _)| k.as_str())
-                    .chain(special.iter().copied());
-                return Err(src.err(
-                    &e.key_span,
-                    format!(
-                        "{label} \"{}\": unknown option of {cmd}{}",
-                        e.key,
-                        suggest(&e.key, candidates)
-                    ),
-                ));
-            };
-            let bad = |what: &str| {
-                src.err(
-                    &e.value.span,
-                    format!(
-                        "{label} \"{}\": expected {what}, found {}",
-                        e.key,
-                        e.value.kind.type_name()
-                    ),
-                )
-            };
-            let words: Vec<String> = if is_flag(a) {
-                match e.value.kind {
-                    Kind::Bool(true) => vec![String::new()],
-                    Kind::Bool(false) => Vec::new(),
-                    _ => return Err(bad("true or false")),
-                }
-            } else if matches!(a.get_action(), clap::ArgAction::Count) {
-                match e.value.kind {
-                    Kind::Int(n) if (0..=255).contains(&n) => vec![String::new(); n as usize],
-                    _ => return Err(bad("a count (an integer)")),
-                }
-            } else {
-                match &e.value.kind {
-                    Kind::Array(items) if is_multiple(a) => items
-                        .iter()
-                        .map(|i| {
-                            i.scalar_word()
-                                .ok_or_else(|| bad("a list of strings or numbers"))
-                        })
-                        .collect::<Res<_>>()?,
-                    Kind::Array(_) => return Err(bad("one value (this option is not repeatable)")),
-                    Kind::Table(_) => return Err(bad("a value")),
-                    _ => vec![e.value.scalar_word().unwrap_or_default()],
-                }
-            };
-            let long = a.get_long().unwrap_or(a.get_id().as_str()).to_string();
-            origin.push((long.clone(), e.value.span.clone()));
-            if a.is_positional() {
-                positionals.push((a.get_index().unwrap_or(0), words));
-                continue;
-            }
-            for w in words {
-                if w.is_empty() {
-                    options.push(format!("--{long}"));
-                } else if w.starts_with('-') {
-                    options.push(format!("--{long}={w}"));
-                } else {
-                    options.push(format!("--{long}"));
-                    options.push(w);
-                }
-            }
-        }
-        positionals.sort_by_key(|(i, _)| *i);
-        let pos: Vec<String> = positionals.into_iter().flat_map(|(_, w)| w).collect();
-        if pos.iter().any(|p| p.starts_with('-')) {
-            options.push("--".into());
-        }
-        options.extend(pos);
-        let inv = Invocation {
-            command: cmd.to_string(),
-            args: options,
-            wants_out: args.iter().any(|(k, _)| k == "out")
-                && !merged.iter().any(|e| e.key == "out"),
-        };
-        // The same parser as the command line: every value check clap does happens here.
-        if let Err(e) = <crate::cli::Cli as clap::Parser>::try_parse_from(inv.argv(None)) {
-            let which = match e.get(clap::error::ContextKind::InvalidArg) {
-                Some(clap::error::ContextValue::String(s)) => s
-                    .trim_start_matches('-')
-                    .split([' ', '='])
-                    .next()
-                    .unwrap_or("")
-                    .to_string(),
-                _ => String::new(),
-            };
-            let at = origin
-                .iter()
-                .find(|(k, _)| k == &which || k.to_uppercase() == which.trim_matches(['<', '>']))
-                .map_or(span.clone(), |(_, s)| s.clone());
-            return Err(src.err(&at, format!("{label}: {}", super::doc::clap_line(&e))));
-        }
-        Ok(inv)
+        options::invocation(src, cmd, &c.value.span, label, &layers, &COMMAND_KEYS)
     }
 }
 
@@ -907,32 +635,116 @@ fn only(src: &Source, body: &[Entry], keys: &[&str], label: &str) -> Res<()> {
     Ok(())
 }
 
-/// A group total (rate, users, count) scaled by a workload's share of the weights.
-fn split(src: &Source, e: &Entry, share: f64) -> Res<Entry> {
-    let word = e
-        .value
-        .scalar_word()
-        .ok_or_else(|| src.err(&e.value.span, format!("\"{}\": expected one value", e.key)))?;
-    let kind = if e.key == "rate" {
-        let r = units::parse_rate(&word)
-            .map_err(|err| src.err(&e.value.span, format!("\"rate\": {err}")))?;
-        let s = format!("{:.3}", r * share);
-        Kind::Str(format!(
-            "{}/s",
-            s.trim_end_matches('0').trim_end_matches('.')
-        ))
-    } else {
-        let n: f64 = word
-            .parse()
-            .map_err(|_| src.err(&e.value.span, format!("\"{}\": expected an integer", e.key)))?;
-        Kind::Int(((n * share).round() as i64).max(1))
-    };
-    Ok(Entry {
-        key: e.key.clone(),
-        key_span: e.key_span.clone(),
-        value: Node {
-            span: e.value.span.clone(),
-            kind,
-        },
-    })
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load_text(text: &str) -> Res<Scenario> {
+        load(
+            Source {
+                name: "t.toml".into(),
+                text: text.into(),
+            },
+            &[],
+        )
+    }
+
+    fn args(sc: &Scenario, i: usize) -> Vec<String> {
+        match &sc.steps[i].kind {
+            StepKind::Command(inv) => inv.args.clone(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn layers_merge_defaults_then_sets_then_the_step() {
+        let sc = load_text(
+            "[vars]\nn = 9\n[defaults.smtp]\nusers = 2\nsize = \"1k\"\nquiet = true\n\
+             [templates.big]\nsize = \"1M\"\n[targets.mx]\ntarget = \"h:25\"\n\
+             [[step]]\ncommand = \"smtp\"\nuse = [\"mx\", \"big\"]\nusers = \"${n}\"\n\
+             quiet = false\nbind = [\"127.0.0.2\", \"127.0.0.3\"]\nhelo = \"$${literal}\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            args(&sc, 0),
+            [
+                "--size",
+                "1M",
+                "--users",
+                "9",
+                "--bind",
+                "127.0.0.2",
+                "--bind",
+                "127.0.0.3",
+                "--helo",
+                "${literal}",
+                "h:25"
+            ]
+        );
+        match &sc.steps[0].kind {
+            StepKind::Command(inv) => assert!(inv.wants_out),
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn weights_split_group_totals() {
+        let sc = load_text(
+            "[[step]]\nname = \"g\"\nrate = \"1000/min\"\nusers = 10\ntarget = \"h\"\n\
+             [[step.workload]]\ncommand = \"smtp\"\nweight = 3\n\
+             [[step.workload]]\ncommand = \"smtp\"\nrate = \"1/s\"\n",
+        )
+        .unwrap();
+        let StepKind::Parallel(ws) = &sc.steps[0].kind else {
+            panic!()
+        };
+        assert_eq!(ws[0].name, "smtp");
+        assert_eq!(ws[1].name, "smtp2");
+        assert_eq!(
+            ws[0].inv.args,
+            ["--rate", "12.5/s", "--users", "8", "h"],
+            "3/4 of 1000/min and of 10 users"
+        );
+        assert_eq!(ws[1].inv.args, ["--users", "3", "--rate", "1/s", "h"]);
+    }
+
+    #[test]
+    fn step_kinds_and_their_errors() {
+        let e = load_text("[[step]]\nwait = \"1s\"\ncommand = \"smtp\"\n").unwrap_err();
+        assert!(e.to_string().contains("give exactly one"), "{e}");
+        let e = load_text("[[step]]\nrun = \"x\"\ncommand = \"smtp\"\n").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("t.toml:3:1: [[step]] #1: give exactly one"),
+            "{e}"
+        );
+        let e = load_text("[[step]]\ncommand = \"serve\"\n").unwrap_err();
+        assert!(e.to_string().contains("configure it in [server]"), "{e}");
+        let e = load_text("[[step]]\nwait = \"soon\"\n").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("t.toml:2:8: \"wait\": bad duration"),
+            "{e}"
+        );
+        let e = load_text("[[step]]\nwait = \"1s\"\n[[step]]\nwait = \"1s\"\nname = \"step1\"\n")
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("two steps are named \"step1\""),
+            "{e}"
+        );
+        let e = load_text("").unwrap_err();
+        assert!(e.to_string().contains("nothing to run"), "{e}");
+        let e = load_text("[defaults.smpt]\n[[step]]\nwait = \"1s\"\n").unwrap_err();
+        assert!(e.to_string().contains("did you mean \"smtp\""), "{e}");
+        let sc =
+            load_text("[[step]]\nwait = \"1s\"\nuntil_empty = \"/q\"\ntimeout = \"5s\"\n").unwrap();
+        assert!(matches!(
+            &sc.steps[0].kind,
+            StepKind::Wait {
+                pause: Some(_),
+                until_empty: Some(_),
+                ..
+            }
+        ));
+    }
 }
