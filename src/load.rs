@@ -824,7 +824,7 @@ pub async fn run_and_print(
     out: PathBuf,
     progress: bool,
 ) -> anyhow::Result<Outcome> {
-    let (plan, factory, settings) = prepare(args, std::env::args().collect())?;
+    let (plan, factory, settings) = prepare(args, crate::scenario::command_line())?;
     let progress = Progress {
         enabled: progress,
         count: plan.count,

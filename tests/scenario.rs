@@ -186,7 +186,13 @@ fn thresholds_pass_and_fail_against_a_real_run() {
     let th = j["steps"][0]["thresholds"].as_array().unwrap();
     let passed: Vec<bool> = th.iter().map(|t| t["pass"].as_bool().unwrap()).collect();
     assert_eq!(passed, [true, true, false, true]);
-    assert!(d.path().join("res/01-inject/summary.json").is_file());
+    let summary: Value = serde_json::from_str(
+        &std::fs::read_to_string(d.path().join("res/01-inject/summary.json")).unwrap(),
+    )
+    .unwrap();
+    // The step's own command line is recorded, not `spate run`'s.
+    assert_eq!(summary["command"], j["steps"][0]["argv"]);
+    assert_eq!(summary["command"][1], "smtp");
     assert!(d.path().join("res/scenario.toml").is_file());
 
     // The same run with only thresholds that hold exits 0.
@@ -513,4 +519,38 @@ fn the_example_scenarios_are_valid() {
         }
     }
     assert!(n >= 2, "expected example scenarios in {}", dir.display());
+}
+
+/// The first example really runs end to end (thresholds on latency may fail on a loaded
+/// machine, so only the steps' success and the recorded verdicts are required).
+#[test]
+fn the_injection_example_runs() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("res");
+    let file = dir.join("inject-embedded.toml");
+    let o = spate(
+        &[
+            "run",
+            file.to_str().unwrap(),
+            "--set",
+            "count=300",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        d.path(),
+    );
+    assert!(o.code == 0 || o.code == 1, "{}\n{}", o.stdout, o.stderr);
+    let j: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("scenario.json")).unwrap()).unwrap();
+    let steps = j["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 4);
+    for s in steps {
+        assert_eq!(s["status"], "ok", "{s}");
+    }
+    assert_eq!(steps[3]["workloads"].as_array().unwrap().len(), 2);
+    let accepted = &j["thresholds"][0];
+    assert_eq!(accepted["threshold"], "inject.totals.accepted == 300");
+    assert_eq!(accepted["pass"], true, "{accepted}");
+    assert!(out.join("auth.txt").is_file());
 }

@@ -70,6 +70,23 @@ pub struct RunArgs {
     pub dry_run: bool,
 }
 
+tokio::task_local! {
+    static COMMAND_LINE: Vec<String>;
+}
+
+/// The command line of the running command, for plan.json and summary.json: a scenario
+/// step's own argv under `spate run`, else the process's.
+pub fn command_line() -> Vec<String> {
+    COMMAND_LINE
+        .try_with(Clone::clone)
+        .unwrap_or_else(|_| std::env::args().collect())
+}
+
+/// Runs `f` with `argv` as what [`command_line`] returns.
+pub async fn with_command_line<F: std::future::Future>(argv: Vec<String>, f: F) -> F::Output {
+    COMMAND_LINE.scope(argv, f).await
+}
+
 /// Reads and validates a scenario file.
 pub fn load_file(path: &std::path::Path, set: &[String]) -> anyhow::Result<Scenario> {
     let text = std::fs::read_to_string(path)

@@ -67,7 +67,7 @@ pub async fn run_command(argv: &[String]) -> (u8, Option<String>) {
         Ok(c) => c,
         Err(e) => return (2, Some(super::doc::clap_line(&e))),
     };
-    match crate::cli::dispatch_boxed(cli).await {
+    match super::with_command_line(argv.to_vec(), crate::cli::dispatch_boxed(cli)).await {
         Ok(code) if code == ExitCode::SUCCESS => (0, None),
         Ok(_) => (1, Some("the command reported failure".into())),
         Err(e) => {

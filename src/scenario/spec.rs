@@ -381,25 +381,23 @@ impl<'a> Loader<'a> {
     fn step(&self, body: &[Entry], span: &Range<usize>, index: usize) -> Res<Step> {
         let src = self.src;
         let has = |k: &str| body.iter().find(|e| e.key == k);
-        let mut kinds: Vec<&Entry> = ["command", "run", "wait", "until_empty", "workload"]
-            .iter()
-            .filter_map(|k| has(k))
-            .collect();
-        kinds.sort_by_key(|e| e.key_span.start);
+        // The first of these keys that is present decides the kind; the others are then
+        // options of the command (ping has a --wait) or unknown keys.
         let is_wait = has("wait").is_some() || has("until_empty").is_some();
-        // wait and until_empty together are one kind: pause first, then wait for the queue.
-        let distinct = kinds
-            .iter()
-            .filter(|e| e.key != "wait" && e.key != "until_empty")
-            .count()
-            + usize::from(is_wait);
-        if distinct != 1 {
+        if has("command").is_none() && has("workload").is_none() && has("run").is_none() && !is_wait
+        {
             return Err(src.err(
-                kinds.get(1).map_or(span, |e| &e.key_span),
+                span,
                 format!(
-                    "[[step]] #{}: give exactly one of command = \"...\", run = \"...\", wait/until_empty = ..., or [[step.workload]] tables",
+                    "[[step]] #{}: give one of command = \"...\", run = \"...\", wait/until_empty = ..., or [[step.workload]] tables",
                     index + 1
                 ),
+            ));
+        }
+        if let (Some(_), Some(w)) = (has("command"), has("workload")) {
+            return Err(src.err(
+                &w.key_span,
+                format!("[[step]] #{}: a step with [[step.workload]] runs them; its own command goes into one more [[step.workload]]", index + 1),
             ));
         }
         let name = match has("name") {
@@ -438,6 +436,16 @@ impl<'a> Loader<'a> {
                     Some((_, s)) => return Err(src.err(s, "background: expected true or false")),
                 },
             }
+        } else if has("workload").is_some() {
+            {
+                if let Some(t) = has("thresholds") {
+                    return Err(src.err(
+                        &t.key_span,
+                        format!("{label}: put thresholds on each [[step.workload]] (or scenario-wide: thresholds = [\"{name}.WORKLOAD....\"])"),
+                    ));
+                }
+                StepKind::Parallel(self.workloads(body, &label)?)
+            }
         } else if is_wait {
             only(src, body, &WAIT_KEYS, &label)?;
             let until_empty = match has("until_empty") {
@@ -464,13 +472,7 @@ impl<'a> Loader<'a> {
                 },
             }
         } else {
-            if let Some(t) = has("thresholds") {
-                return Err(src.err(
-                    &t.key_span,
-                    format!("{label}: put thresholds on each [[step.workload]] (or scenario-wide: thresholds = [\"{name}.WORKLOAD....\"])"),
-                ));
-            }
-            StepKind::Parallel(self.workloads(body, &label)?)
+            unreachable!("checked above")
         };
         Ok(Step {
             name,
@@ -710,14 +712,25 @@ mod tests {
 
     #[test]
     fn step_kinds_and_their_errors() {
-        let e = load_text("[[step]]\nwait = \"1s\"\ncommand = \"smtp\"\n").unwrap_err();
-        assert!(e.to_string().contains("give exactly one"), "{e}");
-        let e = load_text("[[step]]\nrun = \"x\"\ncommand = \"smtp\"\n").unwrap_err();
+        // With a command, other kind keys are options (ping has --wait, smtp has not).
+        let e =
+            load_text("[[step]]\nwait = \"1s\"\ncommand = \"smtp\"\ntarget = \"h\"\n").unwrap_err();
         assert!(
             e.to_string()
-                .starts_with("t.toml:3:1: [[step]] #1: give exactly one"),
+                .starts_with("t.toml:2:1: [[step]] \"step1\" \"wait\": unknown option of smtp"),
             "{e}"
         );
+        let sc =
+            load_text("[[step]]\ncommand = \"ping\"\ntarget = \"h\"\nwait = \"5ms\"\n").unwrap();
+        assert_eq!(args(&sc, 0), ["--wait", "5ms", "h"]);
+        let e = load_text("[[step]]\nname = \"x\"\n").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("t.toml:1:1: [[step]] #1: give one of"),
+            "{e}"
+        );
+        let e = load_text("[[step]]\nrun = \"x\"\nwait = \"1s\"\n").unwrap_err();
+        assert!(e.to_string().contains("\"wait\": unknown key"), "{e}");
         let e = load_text("[[step]]\ncommand = \"serve\"\n").unwrap_err();
         assert!(e.to_string().contains("configure it in [server]"), "{e}");
         let e = load_text("[[step]]\nwait = \"soon\"\n").unwrap_err();
