@@ -17,6 +17,11 @@ use clap::{Parser, Subcommand};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    // Declared for --help only: main_with_args handles it before parsing (scenario::dump).
+    /// Print the scenario file (TOML) equivalent to this command line instead of running
+    /// it; `spate run FILE` runs it.
+    #[arg(long, global = true)]
+    pub dump_scenario: bool,
 }
 
 // Parsed once per process: the size difference between variants does not matter.

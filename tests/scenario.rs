@@ -275,7 +275,7 @@ fn hooks_run_in_order_and_a_failing_hook_stops_the_scenario() {
     write(
         d.path(),
         "s.toml",
-        "[vars]\nword = \"hello\"\n\n[[step]]\nname = \"one\"\nrun = \"echo ${word} > \\\"$SPATE_STEP_OUT/said\\\" && echo $SPATE_OUT > ${out}/where\"\n\n[[step]]\nname = \"two\"\nrun = \"exit 3\"\n\n[[step]]\nname = \"three\"\nrun = \"touch ${out}/never\"\n",
+        "[vars]\nword = \"hello\"\n\n[[step]]\nname = \"one\"\nrun = \"echo ${word} > \\\"$SPATE_STEP_OUT/said\\\" && echo $SPATE_OUT > ${out}/where\"\n\n[[step]]\nname = \"check\"\nrun = \"grep -q bonjour ${step.one}/said\"\n\n[[step]]\nname = \"two\"\nrun = \"exit 3\"\n\n[[step]]\nname = \"three\"\nrun = \"touch ${out}/never\"\n",
     );
     let o = spate(
         &["run", "s.toml", "--out", "res", "--set", "word=bonjour"],
@@ -306,7 +306,7 @@ fn hooks_run_in_order_and_a_failing_hook_stops_the_scenario() {
         .iter()
         .map(|s| s["status"].as_str().unwrap())
         .collect();
-    assert_eq!(status, ["ok", "failed", "skipped"]);
+    assert_eq!(status, ["ok", "ok", "failed", "skipped"]);
     // An unknown --set name is a usage error.
     let o = spate(&["run", "s.toml", "--set", "wrod=x"], d.path());
     assert_eq!(o.code, 2);

@@ -19,7 +19,8 @@
 //! - `[targets.X]`, `[pools.X]`, `[templates.X]`: option sets a step takes with
 //!   `use = ["X", ...]`; `[defaults.smtp]`: options for every smtp step.
 //! - `[vars]` with `${name}` anywhere in strings (`spate run --set name=value` overrides),
-//!   `${env:NAME}` / `${env:NAME:-default}`, `${dir}` (the file's directory), `${out}`.
+//!   `${env:NAME}` / `${env:NAME:-default}`, `${dir}` (the file's directory), `${out}`,
+//!   `${step.NAME}` (that step's results directory).
 //! - `thresholds = [...]` per step, or at the top level prefixed with a step name.
 //!   `abort_on_fail = true` stops at the first failed threshold.
 

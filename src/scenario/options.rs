@@ -27,7 +27,7 @@ pub fn subcommand_names() -> Vec<String> {
 /// The scenario key of a clap argument: its long name, or its id for a positional.
 pub fn arg_key(a: &clap::Arg) -> Option<String> {
     let id = a.get_id().as_str();
-    if id == "help" || id == "version" {
+    if id == "help" || id == "version" || id == "dump_scenario" {
         return None;
     }
     if a.is_positional() {

@@ -162,6 +162,20 @@ pub fn load(src: Source, overrides: &[(String, String)]) -> Res<Scenario> {
         }
         vars.insert(k.clone(), v.clone());
     }
+    // ${step.NAME}: the results directory of step NAME (for a later verify or report step).
+    if let Some(Kind::Array(items)) = get("step").map(|e| &e.value.kind) {
+        for (i, item) in items.iter().enumerate() {
+            let name = item
+                .as_table()
+                .and_then(|t| t.iter().find(|e| e.key == "name"))
+                .and_then(|e| e.value.as_str())
+                .map_or(format!("step{}", i + 1), str::to_string);
+            vars.insert(
+                format!("step.{name}"),
+                format!("${{out}}/{:02}-{name}", i + 1),
+            );
+        }
+    }
     vars::substitute_tree(&src, &mut root, &vars, has_server)?;
     let top = root.as_table().unwrap_or_default();
     let get = |k: &str| top.iter().find(|e| e.key == k);
