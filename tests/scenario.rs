@@ -554,3 +554,47 @@ fn the_injection_example_runs() {
     assert_eq!(accepted["pass"], true, "{accepted}");
     assert!(out.join("auth.txt").is_file());
 }
+
+/// SIGTERM during a wait ends the scenario early: the rest is skipped, exit 1, and
+/// scenario.json is still written.
+#[test]
+fn sigterm_stops_the_scenario_and_skips_the_rest() {
+    let d = tempfile::tempdir().unwrap();
+    write(
+        d.path(),
+        "s.toml",
+        "[[step]]\nname = \"long\"\nwait = \"60s\"\n\n[[step]]\nname = \"after\"\nrun = \"touch ${out}/ran\"\n",
+    );
+    let start = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_spate"))
+        .args(["run", "s.toml", "--out", "res"])
+        .current_dir(d.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the wait step has started (its directory exists), then signal.
+    while !d.path().join("res/01-long").exists() && start.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    // SAFETY: signalling the child we started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            panic!("spate run ignored SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(1));
+    assert!(!d.path().join("res/ran").exists());
+    let j: Value =
+        serde_json::from_str(&std::fs::read_to_string(d.path().join("res/scenario.json")).unwrap())
+            .unwrap();
+    assert_eq!(j["steps"][1]["status"], "skipped");
+}

@@ -238,10 +238,25 @@ pub async fn execute(sc: &Scenario, out: PathBuf) -> anyhow::Result<ExitCode> {
     let interrupted = Arc::new(AtomicBool::new(false));
     let watcher = {
         let flag = interrupted.clone();
+        // Commands in steps stop themselves on these signals; the runner then skips the
+        // rest. Once a handler is installed the default action is gone for the process,
+        // so SIGTERM must be watched here too or a later hook or wait would ignore it.
         tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                flag.store(true, Ordering::Relaxed);
+            use tokio::signal::unix::{signal, SignalKind};
+            let mut term = signal(SignalKind::terminate()).ok();
+            let term = async {
+                match &mut term {
+                    Some(t) => {
+                        t.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term => {}
             }
+            flag.store(true, Ordering::Relaxed);
         })
     };
     let mut runner = Runner {

@@ -250,7 +250,6 @@ impl Runner<'_> {
             .collect();
         let worst = subs.iter().map(|s| s.exit).max().unwrap_or(0);
         let msg = format!("workload(s) {} failed", failed.join(", "));
-        rec.argv = subs.iter().map(|s| s.argv.join(" ")).collect();
         rec.workloads = subs;
         if worst == 0 {
             Ok(())
