@@ -48,7 +48,17 @@ use run::{Runner, StepRecord};
 use spec::StepKind;
 
 #[derive(Debug, clap::Args)]
-#[command(after_long_help = "EXAMPLES:\n  \
+#[command(after_long_help = "FORMAT (in short):\n  \
+    [server]                 options of `spate serve`; addresses ${server.smtp}, ${server.ca}, ...\n  \
+    [vars]                   name = \"value\", ${name}; ${env:X:-default} ${out} ${step.NAME}\n  \
+    [targets.X] [pools.X] [templates.X]   option sets a step takes with use = [\"X\", ...]\n  \
+    [defaults.smtp]          options for every smtp step\n  \
+    [[step]] command = \"smtp\"   + its long options as keys: users = 50, starttls = true\n  \
+    [[step]] run = \"sh cmd\"     hook (timeout, background = true)\n  \
+    [[step]] wait = \"5s\" / until_empty = \"/var/spool/postfix\"   pause / queue drain\n  \
+    [[step]] + [[step.workload]] command = ..., weight = 2   run at once; rate/users/count split\n  \
+    thresholds = [\"p99(transaction) < 500ms\", \"errors.rate < 0.1%\", \"verify.missing == 0\"]\n\n\
+EXAMPLES:\n  \
     spate run scenarios/inject-embedded.toml\n  \
     spate run e1.toml --set smtp=127.0.0.1:25 --out results/e1\n  \
     spate run e1.toml --dry-run\n  \
@@ -301,6 +311,15 @@ pub async fn execute(sc: &Scenario, out: PathBuf) -> anyhow::Result<ExitCode> {
             stop = Some("interrupted".into());
         }
         records.push(rec);
+        // Kept current after every step, so a run killed hard still tells what it did.
+        let partial = json!({
+            "schema_version": 1,
+            "file": sc.source.name,
+            "started_at": started_at,
+            "complete": false,
+            "steps": records,
+        });
+        let _ = std::fs::write(out.join("scenario.json"), format!("{partial:#}\n"));
     }
     runner.stop_background(&mut records).await;
     watcher.abort();
@@ -359,6 +378,7 @@ pub async fn execute(sc: &Scenario, out: PathBuf) -> anyhow::Result<ExitCode> {
         "started_at": started_at,
         "ended_at": chrono::Local::now().to_rfc3339(),
         "elapsed_s": t0.elapsed().as_secs_f64(),
+        "complete": true,
         "exit": exit,
         "passed": exit == 0,
         "steps": records,
