@@ -598,3 +598,51 @@ fn sigterm_stops_the_scenario_and_skips_the_rest() {
             .unwrap();
     assert_eq!(j["steps"][1]["status"], "skipped");
 }
+
+/// [matrix]: the whole scenario once per combination; --set pins a matrix variable.
+#[test]
+fn matrix_runs_every_combination() {
+    let d = tempfile::tempdir().unwrap();
+    write(
+        d.path(),
+        "s.toml",
+        "[matrix]\nprocs = [1, 2]\nsize = [\"1k\", \"10k\"]\n\n[[step]]\nname = \"h\"\nrun = \"echo ${procs} ${size} > ${out}/seen; test ${procs} != 2 -o ${size} != 10k\"\n",
+    );
+    let o = spate(&["run", "s.toml", "--out", "res"], d.path());
+    assert_eq!(
+        o.code, 1,
+        "procs=2,size=10k fails: {}\n{}",
+        o.stdout, o.stderr
+    );
+    let res = d.path().join("res");
+    for (dir, seen) in [
+        ("procs=1,size=1k", "1 1k"),
+        ("procs=2,size=10k", "2 10k"),
+        ("procs=1,size=10k", "1 10k"),
+    ] {
+        assert_eq!(
+            std::fs::read_to_string(res.join(dir).join("seen"))
+                .unwrap()
+                .trim(),
+            seen
+        );
+    }
+    let m: Value =
+        serde_json::from_str(&std::fs::read_to_string(res.join("matrix.json")).unwrap()).unwrap();
+    let exits: Vec<u64> = m["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["exit"].as_u64().unwrap())
+        .collect();
+    assert_eq!(exits, [0, 0, 0, 1]);
+    let o = spate(
+        &["run", "s.toml", "--out", "pinned", "--set", "procs=1"],
+        d.path(),
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(d.path().join("pinned/size=10k/seen").is_file());
+    let o = spate(&["run", "s.toml", "--dry-run"], d.path());
+    assert_eq!(o.code, 0);
+    assert_eq!(o.stdout.matches("== procs=").count(), 4, "{}", o.stdout);
+}

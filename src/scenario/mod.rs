@@ -23,6 +23,7 @@
 //!   `${step.NAME}` (that step's results directory).
 //! - `thresholds = [...]` per step, or at the top level prefixed with a step name.
 //!   `abort_on_fail = true` stops at the first failed threshold.
+//! - `[matrix]`: variables with lists of values; the whole scenario runs per combination.
 
 pub mod doc;
 pub mod dump;
@@ -57,6 +58,7 @@ use spec::StepKind;
     [[step]] run = \"sh cmd\"     hook (timeout, background = true)\n  \
     [[step]] wait = \"5s\" / until_empty = \"/var/spool/postfix\"   pause / queue drain\n  \
     [[step]] + [[step.workload]] command = ..., weight = 2   run at once; rate/users/count split\n  \
+    [matrix] procs = [1, 2, 4]   the whole scenario once per value, ${procs}\n  \
     thresholds = [\"p99(transaction) < 500ms\", \"errors.rate < 0.1%\", \"verify.missing == 0\"]\n\n\
 EXAMPLES:\n  \
     spate run scenarios/inject-embedded.toml\n  \
@@ -190,23 +192,90 @@ pub async fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
             .map_or("scenario".into(), |s| s.to_string_lossy().to_string());
         crate::load::default_out(&stem)
     });
-    if args.dry_run {
-        println!(
-            "{}: valid, {} step(s); results would go to {}",
-            args.file.display(),
-            sc.steps.len(),
-            out.display()
-        );
-        for (id, argv) in plan_lines(&sc, &out) {
-            let words: Vec<String> = argv.iter().map(|w| shell_word(w)).collect();
-            println!("{id}: {}", words.join(" "));
+    if sc.matrix.is_empty() {
+        if args.dry_run {
+            dry_run(&sc, &args.file, &out);
+            return Ok(ExitCode::SUCCESS);
         }
-        for g in &sc.thresholds {
-            println!("threshold: {}", g.check.text);
-        }
-        return Ok(ExitCode::SUCCESS);
+        return execute(&sc, out).await;
     }
-    execute(&sc, out).await
+    // [matrix]: one full run per combination, each in <out>/<name=value,...>.
+    let mut combos: Vec<Vec<(String, String)>> = vec![Vec::new()];
+    for (k, values) in &sc.matrix {
+        combos = combos
+            .into_iter()
+            .flat_map(|c| {
+                values.iter().map(move |v| {
+                    let mut c = c.clone();
+                    c.push((k.clone(), v.clone()));
+                    c
+                })
+            })
+            .collect();
+    }
+    let mut results = Vec::new();
+    let mut worst = 0u8;
+    for combo in combos {
+        let name: String = combo
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",")
+            .replace(['/', ' '], "_");
+        let mut set = args.set.clone();
+        set.extend(combo.iter().map(|(k, v)| format!("{k}={v}")));
+        let one = load_file(&args.file, &set)?;
+        let dir = out.join(&name);
+        if args.dry_run {
+            println!("== {name}");
+            dry_run(&one, &args.file, &dir);
+            continue;
+        }
+        println!("spate run: matrix {name}");
+        let code = match execute(&one, dir.clone()).await {
+            Ok(c) if c == ExitCode::SUCCESS => 0,
+            Ok(_) => 1,
+            Err(e) => {
+                let (code, line) = crate::error_report(&e);
+                eprintln!("spate run: matrix {name}: {line}");
+                code
+            }
+        };
+        worst = worst.max(code);
+        let vars: serde_json::Map<String, serde_json::Value> =
+            combo.into_iter().map(|(k, v)| (k, v.into())).collect();
+        results.push(json!({"name": name, "vars": vars, "dir": dir, "exit": code}));
+    }
+    if !args.dry_run {
+        std::fs::create_dir_all(&out)?;
+        let doc = json!({"file": sc.source.name, "runs": results, "exit": worst});
+        std::fs::write(out.join("matrix.json"), format!("{doc:#}\n"))?;
+        println!("\nmatrix {}:", sc.source.name);
+        for r in &results {
+            println!(
+                "  {:<30} exit {}",
+                r["name"].as_str().unwrap_or(""),
+                r["exit"]
+            );
+        }
+    }
+    Ok(ExitCode::from(worst))
+}
+
+fn dry_run(sc: &Scenario, file: &std::path::Path, out: &std::path::Path) {
+    println!(
+        "{}: valid, {} step(s); results would go to {}",
+        file.display(),
+        sc.steps.len(),
+        out.display()
+    );
+    for (id, argv) in plan_lines(sc, out) {
+        let words: Vec<String> = argv.iter().map(|w| shell_word(w)).collect();
+        println!("{id}: {}", words.join(" "));
+    }
+    for g in &sc.thresholds {
+        println!("threshold: {}", g.check.text);
+    }
 }
 
 /// Runs a validated scenario into `out`.

@@ -16,8 +16,9 @@ pub use options::{arg_key, is_flag, is_multiple, subcommand, subcommand_names};
 
 type Res<T> = Result<T, UsageError>;
 
-const TOP: [&str; 10] = [
+const TOP: [&str; 11] = [
     "description",
+    "matrix",
     "vars",
     "server",
     "targets",
@@ -46,6 +47,8 @@ const SPLIT: [&str; 3] = ["rate", "users", "count"];
 #[derive(Debug, Clone)]
 pub struct Scenario {
     pub source: Source,
+    /// Variables to iterate over (not pinned with --set), with their values.
+    pub matrix: Vec<(String, Vec<String>)>,
     pub server: Option<Invocation>,
     pub steps: Vec<Step>,
     pub thresholds: Vec<Global>,
@@ -149,6 +152,39 @@ pub fn load(src: Source, overrides: &[(String, String)]) -> Res<Scenario> {
             let empty = HashMap::new();
             let value = vars::substitute(&src, &word, &e.value.span, &empty, has_server)?;
             vars.insert(e.key.clone(), value);
+        }
+    }
+    // [matrix]: variables with a list of values; the whole scenario runs once per
+    // combination. Each is a variable whose value here is the first (or the --set one).
+    let mut matrix = Vec::new();
+    if let Some(m) = get("matrix") {
+        for e in table(&src, &m.value, "[matrix]")? {
+            let Kind::Array(items) = &e.value.kind else {
+                return Err(src.err(
+                    &e.value.span,
+                    format!("[matrix] \"{}\": expected a list of values", e.key),
+                ));
+            };
+            let values = items
+                .iter()
+                .map(|i| {
+                    i.scalar_word()
+                        .ok_or_else(|| src.err(&i.span, "[matrix]: expected strings or numbers"))
+                })
+                .collect::<Res<Vec<_>>>()?;
+            if values.is_empty() {
+                return Err(src.err(&e.value.span, "[matrix]: an empty list runs nothing"));
+            }
+            if vars.contains_key(&e.key) {
+                return Err(src.err(
+                    &e.key_span,
+                    format!("\"{}\" is in [vars] and in [matrix]", e.key),
+                ));
+            }
+            vars.insert(e.key.clone(), values[0].clone());
+            if !overrides.iter().any(|(k, _)| k == &e.key) {
+                matrix.push((e.key.clone(), values));
+            }
         }
     }
     for (k, v) in overrides {
@@ -275,6 +311,7 @@ pub fn load(src: Source, overrides: &[(String, String)]) -> Res<Scenario> {
     drop(l);
     Ok(Scenario {
         source: src,
+        matrix,
         server,
         steps,
         thresholds,
