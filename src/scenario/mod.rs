@@ -339,7 +339,6 @@ pub async fn execute(sc: &Scenario, out: PathBuf) -> anyhow::Result<ExitCode> {
         })
     };
     let mut runner = Runner {
-        sc,
         out: out.clone(),
         live,
         background: Vec::new(),

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::json;
 
-use super::spec::{Invocation, Scenario, Step, StepKind};
+use super::spec::{Invocation, Step, StepKind};
 use super::threshold::{Check, Verdict};
 
 #[derive(Debug, Default, Serialize)]
@@ -77,15 +77,14 @@ pub async fn run_command(argv: &[String]) -> (u8, Option<String>) {
     }
 }
 
-pub struct Runner<'a> {
-    pub sc: &'a Scenario,
+pub struct Runner {
     pub out: PathBuf,
     pub live: Live,
     pub background: Vec<(String, std::process::Child, usize)>,
     pub interrupted: Arc<AtomicBool>,
 }
 
-impl Runner<'_> {
+impl Runner {
     pub async fn step(&mut self, index: usize, step: &Step) -> StepRecord {
         let dir = self.out.join(format!("{:02}-{}", index + 1, step.name));
         let started = Instant::now();
