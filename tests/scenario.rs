@@ -275,7 +275,7 @@ fn hooks_run_in_order_and_a_failing_hook_stops_the_scenario() {
     write(
         d.path(),
         "s.toml",
-        "[vars]\nword = \"hello\"\n\n[[step]]\nname = \"one\"\nrun = \"echo ${word} > \\\"$SPATE_STEP_OUT/said\\\" && echo $SPATE_OUT > ${out}/where\"\n\n[[step]]\nname = \"check\"\nrun = \"grep -q bonjour ${step.one}/said\"\n\n[[step]]\nname = \"two\"\nrun = \"exit 3\"\n\n[[step]]\nname = \"three\"\nrun = \"touch ${out}/never\"\n",
+        "[vars]\nword = \"hello\"\n\n[[step]]\nname = \"one\"\nrun = \"echo ${word} > \\\"$SPATE_STEP_OUT/said\\\" && echo $SPATE_OUT > ${out}/where\"\n\n[[step]]\nname = \"check\"\nrun = \"grep -q bonjour ${step.one}/said && echo '{\\\"n\\\": 3}' > $SPATE_STEP_OUT/probe.json\"\nthresholds = [\"probe.n == 3\"]\n\n[[step]]\nname = \"two\"\nrun = \"exit 3\"\n\n[[step]]\nname = \"three\"\nrun = \"touch ${out}/never\"\n",
     );
     let o = spate(
         &["run", "s.toml", "--out", "res", "--set", "word=bonjour"],
@@ -307,6 +307,12 @@ fn hooks_run_in_order_and_a_failing_hook_stops_the_scenario() {
         .map(|s| s["status"].as_str().unwrap())
         .collect();
     assert_eq!(status, ["ok", "ok", "failed", "skipped"]);
+    // A hook's own JSON files are metrics too.
+    assert_eq!(
+        j["steps"][1]["thresholds"][0]["pass"], true,
+        "{}",
+        j["steps"][1]
+    );
     // An unknown --set name is a usage error.
     let o = spate(&["run", "s.toml", "--set", "wrod=x"], d.path());
     assert_eq!(o.code, 2);
