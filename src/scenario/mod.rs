@@ -476,6 +476,9 @@ pub async fn execute(sc: &Scenario, out: PathBuf) -> anyhow::Result<ExitCode> {
             r.status,
             r.elapsed_s
         );
+        for w in &r.workloads {
+            println!("     {:<20} {:<10} {:>8.1}s", w.name, w.status, w.elapsed_s);
+        }
     }
     if !globals.is_empty() {
         println!(
