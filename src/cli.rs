@@ -17,6 +17,11 @@ use clap::{Parser, Subcommand};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    // Declared for --help only: main_with_args handles it before parsing (scenario::dump).
+    /// Print the scenario file (TOML) equivalent to this command line instead of running
+    /// it; `spate run FILE` runs it.
+    #[arg(long, global = true)]
+    pub dump_scenario: bool,
 }
 
 // Parsed once per process: the size difference between variants does not matter.
@@ -42,6 +47,8 @@ pub enum Command {
     Demo(crate::demo::Args),
     /// Check that every message of a run was delivered once, intact (reads the mailboxes).
     Verify(crate::verify::VerifyArgs),
+    /// Run a scenario file: steps in sequence, mixed workloads, hooks, thresholds.
+    Run(crate::scenario::RunArgs),
 }
 
 pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -57,5 +64,14 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => crate::serve::run(args).await,
         Command::Demo(args) => crate::demo::run(args).await,
         Command::Verify(args) => crate::verify::main(args).await,
+        Command::Run(args) => crate::scenario::main(args).await,
     }
+}
+
+/// `dispatch` behind a named future type: `spate run` calls it for its steps, and the
+/// recursion needs a type that is not defined in terms of itself.
+pub fn dispatch_boxed(
+    cli: Cli,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<ExitCode>> + Send>> {
+    Box::pin(dispatch(cli))
 }

@@ -400,7 +400,7 @@ pub async fn run_and_print(
     out: PathBuf,
     progress: bool,
 ) -> anyhow::Result<Outcome> {
-    let (plan, factory, settings) = prepare(args, std::env::args().collect())?;
+    let (plan, factory, settings) = prepare(args, crate::scenario::command_line())?;
     let mut observers: Vec<Box<dyn Observer>> = Vec::new();
     if progress {
         observers.push(Box::new(Progress::new("msg")));
