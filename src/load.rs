@@ -42,9 +42,10 @@ pub struct SmtpArgs {
 
     #[command(flatten)]
     pub workload: WorkloadArgs,
-    /// Messages per connection; 0 = keep the connection for the whole run.
-    #[arg(long, short = 'm', default_value_t = 1, help_heading = "Workload")]
-    pub messages_per_connection: u32,
+    /// Messages per connection, or a uniform range chosen anew for each connection
+    /// (1..3, postal's -c style); 0 = keep the connection for the whole run.
+    #[arg(long, short = 'm', default_value = "1", help_heading = "Workload")]
+    pub messages_per_connection: String,
 
     // ---- messages
     /// Body size, or a uniform range: 1k, 10KB, 0..10k.
@@ -147,7 +148,7 @@ pub struct Plan {
     pub address: SocketAddr,
     #[serde(flatten)]
     pub workload: Workload,
-    pub messages_per_connection: u32,
+    pub messages_per_connection: Range<u32>,
     pub size: Range<u64>,
     pub rcpt: Range<u32>,
     pub senders: usize,
@@ -230,6 +231,10 @@ pub fn prepare(
         return usage("--timeout must be more than 0");
     }
     let workload = args.workload.resolve()?;
+    let per_connection = units::parse_count_range(&args.messages_per_connection)?;
+    if per_connection.lo == 0 && per_connection.hi > 0 {
+        return usage("--messages-per-connection: a range starts at 1 (0 alone = unlimited)");
+    }
     let from = match &args.from_file {
         Some(p) => AddressPool::from_file(p),
         None => AddressPool::from_pattern(&args.from),
@@ -287,7 +292,7 @@ pub fn prepare(
         bind: args.bind.clone(),
         helo: args.helo.clone(),
         timeout,
-        messages_per_connection: args.messages_per_connection,
+        messages_per_connection: per_connection,
         clock: Clock::new(),
         recorder: Arc::new(Recorder::new(8)),
         dsn_notify: args.dsn_notify.clone(),
@@ -301,7 +306,7 @@ pub fn prepare(
         target: args.target.clone(),
         address: addr,
         workload,
-        messages_per_connection: args.messages_per_connection,
+        messages_per_connection: per_connection,
         size,
         rcpt,
         senders: factory.from.len(),
