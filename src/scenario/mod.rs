@@ -30,10 +30,11 @@ pub mod dump;
 pub mod options;
 pub mod run;
 pub mod spec;
+mod table;
 pub mod threshold;
 pub mod vars;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -251,13 +252,30 @@ pub async fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         let doc = json!({"file": sc.source.name, "runs": results, "exit": worst});
         std::fs::write(out.join("matrix.json"), format!("{doc:#}\n"))?;
         println!("\nmatrix {}:", sc.source.name);
-        for r in &results {
-            println!(
-                "  {:<30} exit {}",
-                r["name"].as_str().unwrap_or(""),
-                r["exit"]
-            );
-        }
+        let mut header: Vec<String> = sc.matrix.iter().map(|(k, _)| k.clone()).collect();
+        header.extend(sc.report.iter().map(|c| c.title.clone()));
+        header.push("exit".into());
+        let rows: Vec<Vec<String>> = results
+            .iter()
+            .map(|r| {
+                let mut row: Vec<String> = sc
+                    .matrix
+                    .iter()
+                    .map(|(k, _)| r["vars"][k].as_str().unwrap_or("").to_string())
+                    .collect();
+                let done: serde_json::Value = r["dir"]
+                    .as_str()
+                    .and_then(|d| std::fs::read_to_string(Path::new(d).join("scenario.json")).ok())
+                    .and_then(|t| serde_json::from_str(&t).ok())
+                    .unwrap_or_default();
+                for (i, _) in sc.report.iter().enumerate() {
+                    row.push(table::show(done["report"][i]["value"].as_f64()));
+                }
+                row.push(r["exit"].to_string());
+                row
+            })
+            .collect();
+        table::print_and_write(&header, &rows, Some(&out.join("matrix.csv")))?;
     }
     Ok(ExitCode::from(worst))
 }
@@ -394,21 +412,27 @@ pub async fn execute(sc: &Scenario, out: PathBuf) -> anyhow::Result<ExitCode> {
     if let Some(s) = server {
         s.shutdown().await;
     }
+    // The results directory and command a scenario-wide metric reads.
+    let dir_of = |g: &spec::Global| -> Option<(std::path::PathBuf, String)> {
+        let rec = &records[g.step];
+        if rec.status == "skipped" {
+            return None;
+        }
+        match (g.workload, &sc.steps[g.step].kind) {
+            (Some(w), StepKind::Parallel(ws)) => rec
+                .workloads
+                .get(w)
+                .map(|r| (r.dir.clone(), ws[w].inv.command.clone())),
+            (_, StepKind::Command(inv)) => Some((rec.dir.clone(), inv.command.clone())),
+            _ => Some((rec.dir.clone(), rec.kind.to_string())),
+        }
+    };
     let globals: Vec<threshold::Verdict> = sc
         .thresholds
         .iter()
         .map(|g| {
-            let rec = &records[g.step];
-            let (dir, cmd) = match (g.workload, &sc.steps[g.step].kind) {
-                (Some(w), StepKind::Parallel(ws)) => (
-                    rec.workloads.get(w).map(|r| r.dir.clone()),
-                    ws[w].inv.command.as_str(),
-                ),
-                (_, StepKind::Command(inv)) => (Some(rec.dir.clone()), inv.command.as_str()),
-                _ => (Some(rec.dir.clone()), rec.kind),
-            };
-            let v = match dir {
-                Some(d) if rec.status != "skipped" => g.check.evaluate(&d, &g.rest, cmd),
+            let v = match dir_of(g) {
+                Some((d, cmd)) => g.check.evaluate(&d, &g.rest, &cmd),
                 _ => threshold::Verdict {
                     threshold: g.check.text.clone(),
                     value: None,
@@ -420,6 +444,11 @@ pub async fn execute(sc: &Scenario, out: PathBuf) -> anyhow::Result<ExitCode> {
             run::report(&v);
             v
         })
+        .collect();
+    let report: Vec<(String, Option<f64>)> = sc
+        .report
+        .iter()
+        .map(|c| (c.title.clone(), c.value(&dir_of)))
         .collect();
     let worst_step = records.iter().map(|r| r.exit).max().unwrap_or(0);
     let failed_step = records
@@ -451,6 +480,7 @@ pub async fn execute(sc: &Scenario, out: PathBuf) -> anyhow::Result<ExitCode> {
         "passed": exit == 0,
         "steps": records,
         "thresholds": globals,
+        "report": report.iter().map(|(t, v)| json!({"title": t, "value": v})).collect::<Vec<_>>(),
     });
     std::fs::write(out.join("scenario.json"), format!("{doc:#}\n"))?;
     println!("\nscenario {}:", sc.source.name);
@@ -486,6 +516,12 @@ pub async fn execute(sc: &Scenario, out: PathBuf) -> anyhow::Result<ExitCode> {
             globals.iter().filter(|v| v.pass).count(),
             globals.len()
         );
+    }
+    if !report.is_empty() {
+        println!("  report:");
+        let header: Vec<String> = report.iter().map(|(t, _)| t.clone()).collect();
+        let row: Vec<String> = report.iter().map(|(_, v)| table::show(*v)).collect();
+        table::print_and_write(&header, &[row], Some(&out.join("report.csv")))?;
     }
     println!("results: {}", out.display());
     Ok(ExitCode::from(exit))

@@ -16,8 +16,9 @@ pub use options::{arg_key, is_flag, is_multiple, subcommand, subcommand_names};
 
 type Res<T> = Result<T, UsageError>;
 
-const TOP: [&str; 11] = [
+const TOP: [&str; 12] = [
     "description",
+    "report",
     "matrix",
     "vars",
     "server",
@@ -52,6 +53,8 @@ pub struct Scenario {
     pub server: Option<Invocation>,
     pub steps: Vec<Step>,
     pub thresholds: Vec<Global>,
+    /// `report = ["TITLE = EXPR", ...]`: columns tabulated after the run.
+    pub report: Vec<super::table::Column>,
     pub abort_on_fail: bool,
 }
 
@@ -296,6 +299,12 @@ pub fn load(src: Source, overrides: &[(String, String)]) -> Res<Scenario> {
             thresholds.push(super::threshold::global(&src, &steps, &text, &span)?);
         }
     }
+    let mut report = Vec::new();
+    if let Some(e) = get("report") {
+        for (text, span) in strings(&src, &e.value, "report")? {
+            report.push(super::table::Column::parse(&src, &steps, &text, &span)?);
+        }
+    }
     let abort_on_fail = match get("abort_on_fail") {
         Some(e) => match e.value.kind {
             Kind::Bool(b) => b,
@@ -315,6 +324,7 @@ pub fn load(src: Source, overrides: &[(String, String)]) -> Res<Scenario> {
         server,
         steps,
         thresholds,
+        report,
         abort_on_fail,
     })
 }
