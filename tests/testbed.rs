@@ -3,122 +3,16 @@
 
 mod common;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::bed::Bed;
 use serde_json::Value;
 use spate::message::{body_digest, hex, split_message};
 
 const SPATE: &str = env!("CARGO_BIN_EXE_spate");
-
-struct Bed {
-    dir: PathBuf,
-    env: HashMap<String, String>,
-}
-
-impl Bed {
-    fn up(dir: &Path) -> Option<Bed> {
-        Bed::up_with(dir, &[])
-    }
-
-    fn up_with(dir: &Path, extra: &[&str]) -> Option<Bed> {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed");
-        let is_root = Command::new("id")
-            .arg("-u")
-            .output()
-            .map(|o| o.stdout.starts_with(b"0"))
-            .unwrap_or(false);
-        if !is_root
-            || !Path::new("/usr/sbin/postfix").exists()
-            || !Path::new("/usr/sbin/dovecot").exists()
-        {
-            eprintln!("SKIPPED: the Postfix+Dovecot test bed needs root and the postfix/dovecot packages (bash .ci/run installs them)");
-            return None;
-        }
-        let d = dir.to_str().unwrap();
-        let o = Command::new(&script)
-            .args(["up", "--dir", d, "--users", "100", "--in-flow-delay", "0"])
-            .args(extra)
-            .output()
-            .expect("run scripts/testbed");
-        if !o.status.success() {
-            panic!(
-                "scripts/testbed up failed:\n{}\n{}",
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            );
-        }
-        let o = Command::new(&script)
-            .args(["env", "--dir", d])
-            .output()
-            .unwrap();
-        let mut env = HashMap::new();
-        for line in String::from_utf8_lossy(&o.stdout).lines() {
-            for kv in line.trim_start_matches("export ").split_whitespace() {
-                if let Some((k, v)) = kv.split_once('=') {
-                    env.insert(k.to_string(), v.to_string());
-                }
-            }
-        }
-        Some(Bed {
-            dir: dir.to_path_buf(),
-            env,
-        })
-    }
-
-    fn var(&self, k: &str) -> &str {
-        self.env
-            .get(k)
-            .unwrap_or_else(|| panic!("testbed env lacks {k}: {:?}", self.env))
-    }
-
-    fn script(&self, cmd: &str) {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed");
-        let o = Command::new(script)
-            .args([cmd, "--dir", self.dir.to_str().unwrap()])
-            .output()
-            .unwrap();
-        assert!(
-            o.status.success(),
-            "testbed {cmd}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
-
-    fn queue_depth(&self) -> usize {
-        let q = Path::new(self.var("SPATE_QUEUE_DIR"));
-        ["maildrop", "incoming", "active", "deferred", "hold"]
-            .iter()
-            .map(|s| count_files(&q.join(s)))
-            .sum()
-    }
-}
-
-impl Drop for Bed {
-    fn drop(&mut self) {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed");
-        let _ = Command::new(script)
-            .args(["down", "--dir", self.dir.to_str().unwrap()])
-            .output();
-    }
-}
-
-fn count_files(dir: &Path) -> usize {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    rd.filter_map(Result::ok)
-        .map(|e| {
-            if e.path().is_dir() {
-                count_files(&e.path())
-            } else {
-                1
-            }
-        })
-        .sum()
-}
 
 fn maildir_messages(root: &Path, out: &mut Vec<PathBuf>) {
     let Ok(rd) = std::fs::read_dir(root) else {
@@ -161,7 +55,7 @@ fn run(args: &[&str]) -> (Value, String) {
 #[test]
 fn postfix_dovecot_delivery_and_real_error_classes() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(bed) = Bed::up(&tmp.path().join("bed")) else {
+    let Some(bed) = Bed::up(&tmp.path().join("bed"), &[]) else {
         return;
     };
     let smtp = bed.var("SPATE_SMTP").to_string();
@@ -318,7 +212,7 @@ fn postfix_dovecot_delivery_and_real_error_classes() {
 #[test]
 fn ldap_outage_mid_run_is_counted_per_interval_then_recovers() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(bed) = Bed::up_with(&tmp.path().join("bed"), &["--ldap", "--port-offset", "300"])
+    let Some(bed) = Bed::up(&tmp.path().join("bed"), &["--ldap", "--port-offset", "300"])
     else {
         return;
     };
@@ -349,9 +243,9 @@ fn ldap_outage_mid_run_is_counted_per_interval_then_recovers() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_secs(4));
-    bed.script("ldap-stop");
+    bed.script(&["ldap-stop"]);
     std::thread::sleep(Duration::from_secs(4));
-    bed.script("ldap-start");
+    bed.script(&["ldap-start"]);
     let t = Instant::now();
     let status = loop {
         if let Some(st) = child.try_wait().unwrap() {
@@ -433,10 +327,10 @@ fn ldap_outage_mid_run_is_counted_per_interval_then_recovers() {
 #[test]
 fn held_queue_drains_after_release_and_each_message_returns_a_receipt() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(bed) = Bed::up_with(&tmp.path().join("bed"), &["--port-offset", "310"]) else {
+    let Some(bed) = Bed::up(&tmp.path().join("bed"), &["--port-offset", "310"]) else {
         return;
     };
-    bed.script("hold");
+    bed.script(&["hold"]);
     let out = tmp.path().join("held");
     let (s, stdout) = run(&[
         "smtp",
@@ -466,13 +360,8 @@ fn held_queue_drains_after_release_and_each_message_returns_a_receipt() {
     maildir_messages(&root, &mut files);
     assert!(files.is_empty(), "delivered while held: {files:?}");
 
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed");
-    let o = Command::new(&script)
-        .args(["concurrency", "2", "--dir", bed.dir.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    bed.script("release");
+    bed.script(&["concurrency", "2"]);
+    bed.script(&["release"]);
     let t = Instant::now();
     while bed.queue_depth() > 0 {
         assert!(

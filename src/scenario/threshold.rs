@@ -487,12 +487,23 @@ fn read_json(path: &Path) -> Result<Value, String> {
     serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// Follows a dotted path; in an array a segment is an index (`rules.0.found`) or the value
+/// of the element's naming field (`rules.receipt.found`, `phases.connect.p99_us`).
 fn lookup(v: &Value, path: &[String], file: &Path) -> Result<f64, String> {
     let mut cur = v;
     for seg in path {
-        cur = cur
-            .get(seg.as_str())
-            .ok_or_else(|| format!("no '{}' in {}", path.join("."), file.display()))?;
+        let next = match cur {
+            Value::Array(items) => match seg.parse::<usize>() {
+                Ok(i) => items.get(i),
+                Err(_) => items.iter().find(|item| {
+                    ["kind", "name", "phase", "title"]
+                        .iter()
+                        .any(|k| item.get(*k).and_then(Value::as_str) == Some(seg.as_str()))
+                }),
+            },
+            _ => cur.get(seg.as_str()),
+        };
+        cur = next.ok_or_else(|| format!("no '{}' in {}", path.join("."), file.display()))?;
     }
     number(Some(cur), &path.join("."))
 }
@@ -514,6 +525,20 @@ mod tests {
 
     fn c(t: &str) -> Check {
         Check::parse(t).unwrap()
+    }
+
+    #[test]
+    fn paths_index_arrays_by_position_or_name() {
+        let v: Value = serde_json::json!({"rules": [
+            {"kind": "bounce", "found": 3},
+            {"kind": "receipt", "found": 7}
+        ]});
+        let p = |s: &str| s.split('.').map(String::from).collect::<Vec<_>>();
+        let f = Path::new("verify.json");
+        assert_eq!(lookup(&v, &p("rules.1.found"), f), Ok(7.0));
+        assert_eq!(lookup(&v, &p("rules.bounce.found"), f), Ok(3.0));
+        assert!(lookup(&v, &p("rules.2.found"), f).is_err());
+        assert!(lookup(&v, &p("rules.notice.found"), f).is_err());
     }
 
     #[test]

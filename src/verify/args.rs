@@ -136,8 +136,10 @@ pub struct InlineArgs {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
     Maildir(PathBuf),
-    Imap { addr: String, tls: bool },
-    Pop3 { addr: String, tls: bool },
+    /// `scheme` is imap, imaps or imap+starttls.
+    Imap { addr: String, scheme: &'static str },
+    /// `scheme` is pop3, pop3s or pop3+stls.
+    Pop3 { addr: String, scheme: &'static str },
 }
 
 impl Source {
@@ -157,24 +159,26 @@ impl Source {
             }
             return Ok(Source::Maildir(PathBuf::from(p)));
         }
-        for (scheme, tls, imap) in [
-            ("imap://", false, true),
-            ("imaps://", true, true),
-            ("pop3://", false, false),
-            ("pop3s://", true, false),
+        for (scheme, imap) in [
+            ("imap", true),
+            ("imaps", true),
+            ("imap+starttls", true),
+            ("pop3", false),
+            ("pop3s", false),
+            ("pop3+stls", false),
         ] {
-            if let Some(rest) = s.strip_prefix(scheme) {
+            if let Some(rest) = s.strip_prefix(scheme).and_then(|r| r.strip_prefix("://")) {
                 let addr = remote(rest)?;
                 return Ok(if imap {
-                    Source::Imap { addr, tls }
+                    Source::Imap { addr, scheme }
                 } else {
-                    Source::Pop3 { addr, tls }
+                    Source::Pop3 { addr, scheme }
                 });
             }
         }
         if s.contains("://") {
             return crate::usage(format!(
-                "source {s}: use maildir:ROOT, imap://HOST:PORT or pop3://HOST:PORT"
+                "source {s}: use maildir:ROOT, imap[s]://, imap+starttls://, pop3[s]:// or pop3+stls://HOST:PORT"
             ));
         }
         Ok(Source::Maildir(PathBuf::from(s)))
@@ -183,8 +187,9 @@ impl Source {
     pub fn describe(&self) -> String {
         match self {
             Source::Maildir(p) => format!("maildir:{}", p.display()),
-            Source::Imap { addr, tls } => format!("imap{}://{addr}", if *tls { "s" } else { "" }),
-            Source::Pop3 { addr, tls } => format!("pop3{}://{addr}", if *tls { "s" } else { "" }),
+            Source::Imap { addr, scheme } | Source::Pop3 { addr, scheme } => {
+                format!("{scheme}://{addr}")
+            }
         }
     }
 }
@@ -207,13 +212,17 @@ mod tests {
             Source::parse("imap://127.0.0.1:1143").unwrap(),
             Source::Imap {
                 addr: "127.0.0.1:1143".into(),
-                tls: false
+                scheme: "imap"
             }
         );
         assert!(matches!(
             Source::parse("pop3s://h:995").unwrap(),
-            Source::Pop3 { tls: true, .. }
+            Source::Pop3 { scheme: "pop3s", .. }
         ));
+        assert_eq!(
+            Source::parse("pop3+stls://h:110").unwrap().describe(),
+            "pop3+stls://h:110"
+        );
         assert!(Source::parse("http://x").is_err());
         assert!(Source::parse("maildir:").is_err());
         assert!(Source::parse("imap://").is_err());

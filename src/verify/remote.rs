@@ -73,27 +73,47 @@ impl Remote {
         })
     }
 
-    /// Reads every mailbox the sent log names into the ledger once. Blocking: call from a
-    /// blocking thread of the runtime.
+    /// Reads every mailbox the sent log names into the ledger once, a few sessions at a
+    /// time. Blocking: call from a blocking thread of the runtime.
     pub fn poll(&self, log: &SentLog, ledger: &mut Ledger) -> anyhow::Result<()> {
+        const PARALLEL: usize = 8;
         let handle = tokio::runtime::Handle::current();
         let mut skipped = Vec::new();
+        let mut accounts = Vec::new();
         for id in 0..log.addrs.len() as u32 {
             let address = log.addrs.name(id);
-            let Some(password) = self.passwords.get(address) else {
-                skipped.push(address.to_string());
-                continue;
-            };
-            let account = Account {
-                user: address.to_string(),
-                password: password.to_string(),
-            };
-            let fetched = handle
-                .block_on(fetch_mailbox(self.proto, &self.endpoint, &account, false))
-                .map_err(|e| anyhow::anyhow!("mailbox {address}: {e}"))?;
-            for m in fetched {
-                if !ledger.seen(address, &m.id) {
-                    ledger.ingest(address, &m.id, &m.raw, m.arrived);
+            match self.passwords.get(address) {
+                Some(password) => accounts.push(Account {
+                    user: address.to_string(),
+                    password: password.to_string(),
+                }),
+                None => skipped.push(address.to_string()),
+            }
+        }
+        for batch in accounts.chunks(PARALLEL) {
+            let mut set = tokio::task::JoinSet::new();
+            for account in batch {
+                let (proto, ep, account) = (self.proto, self.endpoint.clone(), account.clone());
+                set.spawn(async move {
+                    let r = fetch_mailbox(proto, &ep, &account, false).await;
+                    (account.user, r)
+                });
+            }
+            // Fed in a stable order (the batch's), whatever order the sessions end in.
+            let mut done = handle.block_on(async {
+                let mut v = Vec::new();
+                while let Some(r) = set.join_next().await {
+                    v.push(r?);
+                }
+                Ok::<_, tokio::task::JoinError>(v)
+            })?;
+            done.sort_by_key(|(user, _)| batch.iter().position(|a| &a.user == user));
+            for (address, fetched) in done {
+                let fetched = fetched.map_err(|e| anyhow::anyhow!("mailbox {address}: {e}"))?;
+                for m in fetched {
+                    if !ledger.seen(&address, &m.id) {
+                        ledger.ingest(&address, &m.id, &m.raw, m.arrived);
+                    }
                 }
             }
         }

@@ -2,6 +2,8 @@
 //! external clients (Python, swaks, smtp-source) with a time limit, talk raw TCP.
 #![allow(dead_code)]
 
+pub mod bed;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};

@@ -1,0 +1,117 @@
+//! The real-server test bed (scripts/testbed) for integration tests: brought up in a
+//! temporary directory on a port offset of the test's own (so tests never share a bed),
+//! brought down when dropped. `None`, after printing SKIPPED, where it cannot run (not
+//! root, packages missing): a skipped test says so and never pretends to pass.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed")
+}
+
+pub struct Bed {
+    pub dir: PathBuf,
+    pub env: HashMap<String, String>,
+}
+
+impl Bed {
+    /// `scripts/testbed up --dir DIR --users 100 --in-flow-delay 0 EXTRA...`.
+    pub fn up(dir: &Path, extra: &[&str]) -> Option<Bed> {
+        let is_root = Command::new("id")
+            .arg("-u")
+            .output()
+            .map(|o| o.stdout.starts_with(b"0"))
+            .unwrap_or(false);
+        if !is_root
+            || !Path::new("/usr/sbin/postfix").exists()
+            || !Path::new("/usr/sbin/dovecot").exists()
+        {
+            eprintln!("SKIPPED: the Postfix+Dovecot test bed needs root and the postfix/dovecot packages (bash .ci/run installs them)");
+            return None;
+        }
+        let d = dir.to_str().unwrap();
+        let o = Command::new(script())
+            .args(["up", "--dir", d, "--users", "100", "--in-flow-delay", "0"])
+            .args(extra)
+            .output()
+            .expect("run scripts/testbed");
+        // From here on, Drop brings down whatever came up.
+        let mut bed = Bed {
+            dir: dir.to_path_buf(),
+            env: HashMap::new(),
+        };
+        if !o.status.success() {
+            panic!(
+                "scripts/testbed up failed:\n{}\n{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        let o = Command::new(script())
+            .args(["env", "--dir", d])
+            .output()
+            .unwrap();
+        for line in String::from_utf8_lossy(&o.stdout).lines() {
+            for kv in line.trim_start_matches("export ").split_whitespace() {
+                if let Some((k, v)) = kv.split_once('=') {
+                    bed.env.insert(k.to_string(), v.to_string());
+                }
+            }
+        }
+        Some(bed)
+    }
+
+    pub fn var(&self, k: &str) -> &str {
+        self.env
+            .get(k)
+            .unwrap_or_else(|| panic!("testbed env lacks {k}: {:?}", self.env))
+    }
+
+    /// Runs `scripts/testbed ARGS... --dir DIR`, which must succeed.
+    pub fn script(&self, args: &[&str]) {
+        let o = Command::new(script())
+            .args(args)
+            .args(["--dir", self.dir.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "testbed {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+
+    /// Files in Postfix's queue (maildrop, incoming, active, deferred, hold).
+    pub fn queue_depth(&self) -> usize {
+        let q = Path::new(self.var("SPATE_QUEUE_DIR"));
+        ["maildrop", "incoming", "active", "deferred", "hold"]
+            .iter()
+            .map(|s| count_files(&q.join(s)))
+            .sum()
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        let _ = Command::new(script())
+            .args(["down", "--dir", self.dir.to_str().unwrap()])
+            .output();
+    }
+}
+
+pub fn count_files(dir: &Path) -> usize {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    rd.filter_map(Result::ok)
+        .map(|e| {
+            if e.path().is_dir() {
+                count_files(&e.path())
+            } else {
+                1
+            }
+        })
+        .sum()
+}

@@ -1,0 +1,99 @@
+//! The experiments of ../shared/EXPERIMENTS.md as scenario files (scenarios/), run in short,
+//! bounded variants against the real test bed. Each checks the columns its authors
+//! tabulated are there and hold the figures the run produced.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::bed::Bed;
+
+const SPATE: &str = env!("CARGO_BIN_EXE_spate");
+
+fn scenario(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scenarios")
+        .join(name)
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+/// `spate run` with the bed's environment; returns stdout.
+fn run(bed: &Bed, args: &[&str]) -> String {
+    let o = Command::new(SPATE)
+        .args(args)
+        .envs(&bed.env)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        o.status.success(),
+        "{args:?}\n{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    stdout
+}
+
+fn csv(path: &Path) -> Vec<Vec<String>> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(|l| l.split(',').map(String::from).collect())
+        .collect()
+}
+
+fn col(rows: &[Vec<String>], name: &str) -> usize {
+    rows[0]
+        .iter()
+        .position(|h| h == name)
+        .unwrap_or_else(|| panic!("no column {name}: {:?}", rows[0]))
+}
+
+/// E1: drain time per delivery-process count, and every message and receipt accounted for.
+#[test]
+fn e1_certified_mail() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = Bed::up(&tmp.path().join("bed"), &["--port-offset", "340"]) else {
+        return;
+    };
+    let out = tmp.path().join("e1");
+    let stdout = run(
+        &bed,
+        &[
+            "run",
+            &scenario("e1-certified-mail.toml"),
+            "--set",
+            "count=20",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    let rows = csv(&out.join("matrix.csv"));
+    assert_eq!(rows.len(), 6, "{stdout}");
+    let procs: Vec<&str> = rows[1..].iter().map(|r| r[col(&rows, "procs")].as_str()).collect();
+    assert_eq!(procs, ["1", "2", "4", "8", "16"]);
+    for r in &rows[1..] {
+        let v = |name: &str| -> f64 {
+            r[col(&rows, name)]
+                .parse()
+                .unwrap_or_else(|_| panic!("{name} = {:?}", r[col(&rows, name)]))
+        };
+        assert_eq!(v("messages"), 20.0);
+        assert_eq!(v("delivered"), 20.0);
+        assert_eq!(v("missing"), 0.0);
+        assert_eq!(v("receipts"), 20.0, "{r:?}");
+        assert_eq!(v("receipts expected"), 20.0);
+        let drain = v("drain [s]");
+        assert!(drain > 0.0 && drain < 120.0, "{drain}");
+        assert!((v("time per message [ms]") - drain * 1000.0 / 20.0).abs() < 0.01);
+        assert_eq!(r[col(&rows, "exit")], "0");
+    }
+    // The process count really was set for each run.
+    let main_cf = std::fs::read_to_string(bed.dir.join("postfix/main.cf")).unwrap();
+    assert!(
+        main_cf.contains("lmtp_destination_concurrency_limit = 16"),
+        "{main_cf}"
+    );
+}
