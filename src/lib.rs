@@ -19,6 +19,8 @@
 //! - [`report`]: pure functions of a results directory (text summary, ...).
 //! - [`serve`]: the embedded mail server (`spate serve`), also the demo's and tests' target.
 //! - [`demo`]: `spate demo`, the whole job in one command.
+//! - [`monitor`]: server monitoring (/proc, Postfix queue, Prometheus) as an engine observer.
+//! - [`sweep`]: `spate sweep`, a workload per parameter value, USL fit and knee.
 
 pub mod cli;
 pub mod demo;
@@ -26,12 +28,14 @@ pub mod engine;
 pub mod load;
 pub mod message;
 pub mod metrics;
+pub mod monitor;
 pub mod ping;
 pub mod proto;
 pub mod report;
 pub mod results;
 pub mod serve;
 pub mod session;
+pub mod sweep;
 pub mod tls;
 pub mod transport;
 pub mod units;

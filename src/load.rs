@@ -123,6 +123,9 @@ pub struct SmtpArgs {
 
     #[command(flatten)]
     pub output: OutputArgs,
+
+    #[command(flatten)]
+    pub monitor: crate::monitor::MonitorArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -412,8 +415,9 @@ pub async fn run_and_print(
     out: PathBuf,
     progress: bool,
 ) -> anyhow::Result<Outcome> {
+    let monitor = crate::monitor::observer(&args.monitor)?;
     let (plan, factory, settings) = prepare(args, std::env::args().collect())?;
-    let mut observers: Vec<Box<dyn Observer>> = Vec::new();
+    let mut observers: Vec<Box<dyn Observer>> = monitor.into_iter().collect();
     if progress {
         observers.push(Box::new(Progress::new("msg")));
     }

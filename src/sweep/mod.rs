@@ -1,0 +1,2 @@
+//! `spate sweep` (in progress).
+pub mod usl;
