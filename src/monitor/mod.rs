@@ -273,9 +273,12 @@ impl Monitor {
         }
     }
 
-    /// Seconds after which the run counts as warmed up: a tenth of it, 5 s to 60 s.
+    /// Seconds after which the run counts as warmed up: a tenth of it, 5 s to 60 s, but
+    /// at most half of a short run.
     fn warm_s(&self, end: f64) -> f64 {
-        (self.planned_s.unwrap_or(end) * 0.1).clamp(5.0, 60.0)
+        (self.planned_s.unwrap_or(end) * 0.1)
+            .clamp(5.0, 60.0)
+            .min(end / 2.0)
     }
 
     /// The `monitor` section of summary.json, and warnings.
@@ -303,6 +306,15 @@ impl Monitor {
                 .filter(|p| p.0 as f64 >= warm)
                 .map(|&(x, y)| (x as f64 / 3600.0, y as f64))
                 .collect();
+            if t.group == "self.spate" {
+                let after = pts
+                    .first()
+                    .map(|p| p.1)
+                    .or(t.points.first().map(|p| p.1 as f64))
+                    .unwrap_or(0.0);
+                let end = t.points.last().map_or(0.0, |p| p.1 as f64);
+                self_rss = json!({"after_warmup": r3(after), "end": r3(end), "warmup_s": r3(warm)});
+            }
             let Some(s) = slope::slope(&pts) else {
                 continue;
             };
@@ -314,11 +326,6 @@ impl Monitor {
                     "{} memory grows {:.1} MB/hour (more than --leak-warn {:.1} MB/h): a leak?",
                     t.group, s, self.leak_warn_mb_h
                 ));
-            }
-            if t.group == "self.spate" {
-                let after = pts.first().map_or(0.0, |p| p.1);
-                let end = pts.last().map_or(0.0, |p| p.1);
-                self_rss = json!({"after_warmup": r3(after), "end": r3(end), "warmup_s": warm});
             }
         }
         let drift = slope::drift(&self.accepted);
