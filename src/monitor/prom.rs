@@ -55,7 +55,7 @@ pub fn fetch(hostport: &str, path: &str) -> std::io::Result<String> {
         .split_once("\r\n\r\n")
         .or_else(|| text.split_once("\n\n"))
         .ok_or_else(|| std::io::Error::other("not an HTTP response"))?;
-    if !head.split_whitespace().nth(1).is_some_and(|c| c == "200") {
+    if head.split_whitespace().nth(1).is_none_or(|c| c != "200") {
         return Err(std::io::Error::other(format!(
             "HTTP status {}",
             head.lines().next().unwrap_or("")

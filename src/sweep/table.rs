@@ -188,8 +188,8 @@ pub fn render(a: &Analysis, _rows: &[Row]) -> String {
     } else {
         out.push_str("CPU: host user+system (% of all cores)\n");
     }
-    match &a.usl {
-        Some(u) => {
+    if let Some(u) = &a.usl {
+        {
             out.push_str(&format!(
                 "USL fit: sigma {:.4}, kappa {:.6}, lambda {:.2}/s, r² {:.3}; ",
                 u.sigma, u.kappa, u.lambda, u.r2
@@ -205,7 +205,6 @@ pub fn render(a: &Analysis, _rows: &[Row]) -> String {
                 _ => out.push_str("linear scaling, no peak in sight\n"),
             }
         }
-        None => {}
     }
     match a.knee_value {
         Some(v) => out.push_str(&format!(
