@@ -154,7 +154,7 @@ pub struct Monitor {
     max: Vec<f64>,
     n: u64,
     rss: Vec<RssTrack>,
-    /// (end of interval s, length s, accepted): for throughput drift. 12 bytes a second.
+    /// (end of interval s, length s, accepted): for throughput drift.
     accepted: Vec<(f64, f64, u64)>,
     cost: Duration,
     leak_warn_mb_h: f64,
@@ -364,6 +364,25 @@ impl Monitor {
     }
 }
 
+/// Trend series keep at most this many points: a soak of any length has bounded memory
+/// (a 16-hour run keeps 14-second resolution).
+const MAX_POINTS: usize = 4096;
+
+/// Merges neighbours pairwise, halving the resolution of a trend series.
+fn halve<T: Copy>(v: &mut Vec<T>, merge: impl Fn(T, T) -> T) {
+    let merged: Vec<T> = v
+        .chunks(2)
+        .map(|c| {
+            if c.len() == 2 {
+                merge(c[0], c[1])
+            } else {
+                c[0]
+            }
+        })
+        .collect();
+    *v = merged;
+}
+
 fn fmt_val(v: f64) -> String {
     if v == v.trunc() && v.abs() < 1e15 {
         format!("{}", v as i64)
@@ -406,9 +425,15 @@ impl Observer for Monitor {
         }
         for t in &mut self.rss {
             t.points.push((snap.t_s as f32, self.vals[t.col] as f32));
+            if t.points.len() >= MAX_POINTS {
+                halve(&mut t.points, |a, b| ((a.0 + b.0) / 2.0, (a.1 + b.1) / 2.0));
+            }
         }
         self.accepted
             .push((snap.t_s, snap.interval_s, snap.interval.counters.accepted));
+        if self.accepted.len() >= MAX_POINTS {
+            halve(&mut self.accepted, |a, b| (b.0, a.1 + b.1, a.2 + b.2));
+        }
         if let Some(f) = &mut self.csv {
             let wall = self.start + Duration::from_secs_f64(snap.t_s);
             let mut line = format!("{:.3},{}", snap.t_s, crate::results::writer_rfc3339(wall));
@@ -439,6 +464,16 @@ impl Observer for Monitor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn trend_series_stay_bounded() {
+        let mut v: Vec<(f64, f64, u64)> = (1..=10).map(|i| (i as f64, 1.0, 5)).collect();
+        halve(&mut v, |a, b| (b.0, a.1 + b.1, a.2 + b.2));
+        assert_eq!(v.len(), 5);
+        assert_eq!(v[4], (10.0, 2.0, 10));
+        let total: u64 = v.iter().map(|x| x.2).sum();
+        assert_eq!(total, 50);
+    }
 
     #[test]
     fn leak_rate() {
