@@ -133,7 +133,14 @@ pub struct Procs {
     /// its CPU and I/O belong to this interval.
     last_uptime_ticks: u64,
     scan: bool,
+    /// PIDs that matched no group: looked at again only every few samples. A command
+    /// name changes only on exec, and servers exec right after fork, so this saves most
+    /// of the /proc reads of a scan at the price of a few seconds' delay in that rare case.
+    skip: HashMap<u32, u8>,
 }
+
+/// Samples between looks at a process that matched nothing.
+const RECHECK: u8 = 5;
 
 fn uptime_ticks(hz: f64) -> u64 {
     std::fs::read_to_string("/proc/uptime")
@@ -151,6 +158,7 @@ impl Procs {
             groups,
             sys,
             scan,
+            skip: HashMap::new(),
         }
     }
 
@@ -185,17 +193,30 @@ impl Procs {
         let mut acc = vec![[0f64; 6]; self.groups.len()];
         let mut seen: Vec<Vec<u32>> = vec![Vec::new(); self.groups.len()];
         let mut buf = String::new();
-        for pid in self.pids() {
+        let pids = self.pids();
+        if self.scan {
+            let present: std::collections::HashSet<u32> = pids.iter().copied().collect();
+            self.skip.retain(|p, _| present.contains(p));
+        }
+        for pid in pids {
+            if let Some(n) = self.skip.get_mut(&pid) {
+                if *n > 0 {
+                    *n -= 1;
+                    continue;
+                }
+            }
             let dir = Path::new("/proc").join(pid.to_string());
             buf.clear();
             if read_into(&dir.join("stat"), &mut buf).is_err() {
                 continue;
             }
             let Some(st) = parse_stat(&buf) else { continue };
+            let mut matched = false;
             for (gi, g) in self.groups.iter_mut().enumerate() {
                 if !g.matches(pid, &st) {
                     continue;
                 }
+                matched = true;
                 let (read, write) = if g.full {
                     buf.clear();
                     match read_into(&dir.join("io"), &mut buf) {
@@ -228,6 +249,11 @@ impl Procs {
                 a[5] += 1.0;
                 g.last.insert(pid, cur);
                 seen[gi].push(pid);
+            }
+            if matched {
+                self.skip.remove(&pid);
+            } else if self.scan {
+                self.skip.insert(pid, RECHECK - 1);
             }
         }
         for (gi, g) in self.groups.iter_mut().enumerate() {
