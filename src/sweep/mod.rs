@@ -478,3 +478,107 @@ pub async fn main(args: SweepArgs) -> anyhow::Result<ExitCode> {
     println!("results: {}", dir.display());
     Ok(ExitCode::SUCCESS)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        a: SweepArgs,
+    }
+
+    fn sweep(args: &[&str]) -> SweepArgs {
+        let mut v = vec!["t"];
+        v.extend_from_slice(args);
+        T::try_parse_from(v).unwrap().a
+    }
+
+    #[test]
+    fn each_parameter_sets_its_option() {
+        let base = load::args_from(["127.0.0.1:2525", "--users", "3", "--rate", "5/s"]).unwrap();
+        let s = sweep(&["--users", "1..3,10..30/10", "--", "x"]);
+        let (p, name, v) = s.param().unwrap();
+        assert_eq!((p, name.as_str()), (Param::Users, "users"));
+        assert_eq!(v, vec![1, 2, 3, 10, 20, 30]);
+        let a = step_args(&base, p, 20).unwrap();
+        assert_eq!(a.workload.users, 20);
+        assert!(a.workload.rate.is_none() && a.monitor.monitor);
+
+        let s = sweep(&["--size", "1k, 10k", "--", "x"]);
+        let (p, _, v) = s.param().unwrap();
+        assert_eq!(v, vec![1024, 10240]);
+        assert_eq!(step_args(&base, p, 10240).unwrap().size, "10240");
+
+        let s = sweep(&["--rate", "100,200", "--", "x"]);
+        let (p, _, _) = s.param().unwrap();
+        assert_eq!(
+            step_args(&base, p, 200).unwrap().workload.rate.as_deref(),
+            Some("200/s")
+        );
+        assert!(step_args(&base, p, 0).is_err());
+
+        let s = sweep(&["--messages-per-connection", "1,10", "--", "x"]);
+        let (p, name, _) = s.param().unwrap();
+        assert_eq!(name, "messages_per_connection");
+        assert_eq!(step_args(&base, p, 10).unwrap().messages_per_connection, 10);
+
+        let s = sweep(&[
+            "--values",
+            "1,2",
+            "--param-name",
+            "process limit",
+            "--before-step",
+            "true",
+            "--",
+            "x",
+        ]);
+        let (p, name, _) = s.param().unwrap();
+        assert_eq!((p, name.as_str()), (Param::Value, "process_limit"));
+    }
+
+    #[test]
+    fn row_takes_server_cpu_when_processes_are_monitored() {
+        let header = crate::engine::SummaryHeader {
+            run_id: "x".into(),
+            command: vec![],
+            protocol: "smtp".into(),
+            target: "t".into(),
+            started: std::time::SystemTime::now(),
+        };
+        let mut s = header.summary(
+            &crate::metrics::Shard::default(),
+            2.0,
+            true,
+            false,
+            Duration::ZERO,
+        );
+        s.extra.insert(
+            "monitor".into(),
+            serde_json::json!({
+                "cpu_basis": "proc.smtpd+proc.cleanup",
+                "mean": {
+                    "host.cpu.user_pct": 30.0, "host.cpu.system_pct": 10.0,
+                    "proc.smtpd.cpu_pct": 12.0, "proc.cleanup.cpu_pct": 3.0,
+                    "self.spate.cpu_pct": 50.0,
+                    "disk.vda.read_kbps": 1.0, "disk.vda.write_kbps": 9.0, "disk.vda.ms_per_io": 2.0,
+                    "disk.vdb.read_kbps": 0.0, "disk.vdb.write_kbps": 0.0, "disk.vdb.ms_per_io": 0.0,
+                    "net.lo.rx_kbps": 100.0, "net.lo.tx_kbps": 100.0
+                }
+            }),
+        );
+        let r = Row::from_summary(1, "users", 4, 1, &s, Path::new("/x/step-01-users-4"));
+        assert_eq!(r.cpu_pct, Some(15.0));
+        assert_eq!(r.disk_kbps, Some(10.0));
+        assert_eq!(r.disk_ms, Some(2.0));
+        assert_eq!(r.net_kbps, Some(200.0));
+        assert_eq!(r.dir, "step-01-users-4");
+        assert_eq!(r.csv().split(',').count(), CSV_HEADER.split(',').count());
+        s.extra.clear();
+        let r = Row::from_summary(1, "users", 4, 1, &s, Path::new("d"));
+        assert!(r.cpu_pct.is_none());
+        assert!(r.csv().ends_with(",,,,"));
+    }
+}
