@@ -80,6 +80,7 @@ pub struct SweepArgs {
     /// port and (with --monitor-queue) an empty Postfix queue; at most --idle-max.
     #[arg(long)]
     pub until_idle: bool,
+    /// Longest wait for --until-idle.
     #[arg(long, default_value = "60s", value_name = "DURATION")]
     pub idle_max: String,
     /// Sweep directory (default: ./spate-results/<timestamp>-sweep).
