@@ -28,6 +28,83 @@ fn rows(dir: &std::path::Path) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// Did the machine stall during a step (an interval of more than 1.6 s: the process was
+/// not scheduled)? Five people build on two cores; such a step measures the machine.
+fn stalled(out: &std::path::Path) -> bool {
+    std::fs::read_dir(out).unwrap().flatten().any(|e| {
+        let Ok(text) = std::fs::read_to_string(e.path().join("intervals.csv")) else {
+            return false;
+        };
+        let t: Vec<f64> = text
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.split(',').next()?.parse().ok())
+            .collect();
+        std::iter::once(0.0)
+            .chain(t.iter().copied())
+            .zip(t.iter())
+            .any(|(a, b)| b - a > 1.6)
+    })
+}
+
+macro_rules! ensure {
+    ($cond:expr, $($msg:tt)*) => {
+        if !$cond {
+            return Err(format!($($msg)*));
+        }
+    };
+}
+
+/// The sweep's figures against what the injected service time and the limit predict.
+fn check(out: &std::path::Path, stdout: &str) -> Result<(), String> {
+    let r = rows(out);
+    ensure!(r.len() == 4, "{} rows", r.len());
+    let x: Vec<f64> = r.iter().map(|r| r[8].parse().unwrap()).collect();
+    let lat: Vec<f64> = r.iter().map(|r| r[5].parse().unwrap()).collect();
+    let v: Vec<&str> = r.iter().map(|r| r[2].as_str()).collect();
+    ensure!(v == ["1", "2", "4", "8"], "{v:?}");
+    let table = format!("{x:?} {lat:?}\n{stdout}");
+    // One user: one message per service time (20 ms plus connecting and the dialogue).
+    ensure!((20.0..=50.0).contains(&x[0]), "{table}");
+    ensure!((1.6..=2.3).contains(&(x[1] / x[0])), "{table}");
+    ensure!((2.8..=4.4).contains(&(x[2] / x[0])), "{table}");
+    ensure!(
+        (0.7..=1.3).contains(&(x[3] / x[2])),
+        "flat beyond the limit: {table}"
+    );
+    ensure!(
+        lat[3] / lat[2] > 1.5,
+        "latency grows beyond the limit: {table}"
+    );
+    ensure!(r.iter().all(|r| r[9] == "0"), "no errors: {table}");
+    // Monitor figures are in every row.
+    ensure!(
+        r.iter().all(|r| r[10].parse::<f64>().unwrap() > 0.0),
+        "network figures: {table}"
+    );
+    let j: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("sweep.json")).unwrap()).unwrap();
+    ensure!(j["param"] == "users", "{j}");
+    ensure!(j["values"] == serde_json::json!([1, 2, 4, 8]), "{j}");
+    ensure!(j["knee_value"] == 8, "knee {}: {table}", j["knee_value"]);
+    let usl = &j["usl"];
+    let peak = usl["peak_x"].as_f64().unwrap_or(0.0);
+    ensure!((3.0..=12.0).contains(&peak), "USL peak at {peak}: {usl}");
+    ensure!(usl["r2"].as_f64().unwrap() > 0.8, "{usl}");
+    let pt = usl["peak_throughput"].as_f64().unwrap();
+    ensure!((0.8 * x[2]..=1.3 * x[2]).contains(&pt), "{usl} {table}");
+    for want in [
+        "test time [s]",
+        "app latency [ms]",
+        "throughput [mails/s]",
+        "CPU [%]",
+        "knee: from users = 8",
+    ] {
+        ensure!(stdout.contains(want), "{want}: {stdout}");
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn users_sweep_saturates_at_the_process_limit() {
     // 20 ms per message at DATA, 4 sessions at a time, the rest wait (a process limit):
@@ -42,76 +119,40 @@ async fn users_sweep_saturates_at_the_process_limit() {
     let server = serve::start(cfg).await.unwrap();
     let addr = server.addrs.smtp.unwrap().to_string();
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("sw");
-    let o = spate(&[
-        "sweep",
-        "--users",
-        "1,2,4,8",
-        "--cool-down",
-        "200ms",
-        "--until-idle",
-        "--idle-max",
-        "5s",
-        "-o",
-        out.to_str().unwrap(),
-        "--",
-        &addr,
-        "--duration",
-        "2s",
-    ])
-    .await;
-    assert!(o.ok, "{}\n{}", o.stdout, o.stderr);
-    let r = rows(&out);
-    assert_eq!(r.len(), 4);
-    let x: Vec<f64> = r.iter().map(|r| r[8].parse().unwrap()).collect();
-    let lat: Vec<f64> = r.iter().map(|r| r[5].parse().unwrap()).collect();
-    let v: Vec<&str> = r.iter().map(|r| r[2].as_str()).collect();
-    assert_eq!(v, ["1", "2", "4", "8"]);
-    let table = format!("{x:?} {lat:?}\n{}", o.stdout);
-    // One user: one message per service time (20 ms plus connecting and the dialogue).
-    assert!((20.0..=50.0).contains(&x[0]), "{table}");
-    assert!((1.6..=2.3).contains(&(x[1] / x[0])), "{table}");
-    assert!((2.8..=4.4).contains(&(x[2] / x[0])), "{table}");
-    assert!(
-        (0.7..=1.3).contains(&(x[3] / x[2])),
-        "flat beyond the limit: {table}"
-    );
-    assert!(
-        lat[3] / lat[2] > 1.5,
-        "latency grows beyond the limit: {table}"
-    );
-    assert!(r.iter().all(|r| r[9] == "0"), "no errors: {table}");
-    // Monitor figures are in every row.
-    assert!(
-        r.iter().all(|r| r[10].parse::<f64>().unwrap() > 0.0),
-        "{table}"
-    );
-
-    let j: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("sweep.json")).unwrap()).unwrap();
-    assert_eq!(j["param"], "users");
-    assert_eq!(j["values"], serde_json::json!([1, 2, 4, 8]));
-    assert_eq!(j["knee_value"], 8, "{table}");
-    let usl = &j["usl"];
-    let peak = usl["peak_x"].as_f64().expect("a peak");
-    assert!((3.0..=12.0).contains(&peak), "USL peak at {peak}: {usl}");
-    assert!(usl["r2"].as_f64().unwrap() > 0.8, "{usl}");
-    let pt = usl["peak_throughput"].as_f64().unwrap();
-    assert!((0.8 * x[2]..=1.3 * x[2]).contains(&pt), "{usl} {table}");
-    // Every step is a complete results directory of its own.
-    for name in ["step-01-users-1", "step-04-users-8"] {
-        for f in ["summary.json", "intervals.csv", "monitor.csv", "plan.json"] {
-            assert!(out.join(name).join(f).is_file(), "{name}/{f}");
+    // A second attempt only when the machine demonstrably stalled during the first.
+    for attempt in 1..=2 {
+        let out = dir.path().join(format!("sw{attempt}"));
+        let o = spate(&[
+            "sweep",
+            "--users",
+            "1,2,4,8",
+            "--cool-down",
+            "200ms",
+            "--until-idle",
+            "--idle-max",
+            "5s",
+            "-o",
+            out.to_str().unwrap(),
+            "--",
+            &addr,
+            "--duration",
+            "2s",
+        ])
+        .await;
+        assert!(o.ok, "{}\n{}", o.stdout, o.stderr);
+        // Every step is a complete results directory of its own.
+        for name in ["step-01-users-1", "step-04-users-8"] {
+            for f in ["summary.json", "intervals.csv", "monitor.csv", "plan.json"] {
+                assert!(out.join(name).join(f).is_file(), "{name}/{f}");
+            }
         }
-    }
-    for want in [
-        "test time [s]",
-        "app latency [ms]",
-        "throughput [mails/s]",
-        "CPU [%]",
-        "knee: from users = 8",
-    ] {
-        assert!(o.stdout.contains(want), "{want}: {}", o.stdout);
+        match check(&out, &o.stdout) {
+            Ok(()) => break,
+            Err(e) if attempt == 1 && stalled(&out) => {
+                eprintln!("the machine stalled during a step, once more: {e}");
+            }
+            Err(e) => panic!("{e}"),
+        }
     }
     server.shutdown().await;
 }
