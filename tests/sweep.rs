@@ -49,7 +49,8 @@ fn stalled(out: &std::path::Path) -> bool {
 
 macro_rules! ensure {
     ($cond:expr, $($msg:tt)*) => {
-        if !$cond {
+        let ok: bool = $cond;
+        if !ok {
             return Err(format!($($msg)*));
         }
     };
