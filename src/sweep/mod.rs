@@ -119,6 +119,9 @@ pub struct Row {
     pub disk_kbps: Option<f64>,
     pub disk_ms: Option<f64>,
     pub cpu_pct: Option<f64>,
+    /// Resident memory of the monitored processes (or the host's memory in use), MB.
+    /// In sweep.json only: sweep.csv keeps E4's columns.
+    pub mem_mb: Option<f64>,
     pub dir: String,
     /// See [`table::Analysis::cpu_basis`].
     #[serde(skip)]
@@ -195,11 +198,19 @@ impl Row {
             .and_then(|b| b.as_str())
             .unwrap_or("host")
             .to_string();
-        let cpu = if basis == "host" {
-            sum_of(&|k| k == "host.cpu.user_pct" || k == "host.cpu.system_pct")
+        let (cpu, mem) = if basis == "host" {
+            (
+                sum_of(&|k| k == "host.cpu.user_pct" || k == "host.cpu.system_pct"),
+                sum_of(&|k| k == "host.mem.used_mb"),
+            )
         } else {
-            let groups: Vec<String> = basis.split('+').map(|g| format!("{g}.cpu_pct")).collect();
-            sum_of(&|k| groups.iter().any(|g| g == k))
+            let of =
+                |m: &str| -> Vec<String> { basis.split('+').map(|g| format!("{g}.{m}")).collect() };
+            let (c, r) = (of("cpu_pct"), of("rss_mb"));
+            (
+                sum_of(&|k| c.iter().any(|g| g == k)),
+                sum_of(&|k| r.iter().any(|g| g == k)),
+            )
         };
         Row {
             step,
@@ -216,6 +227,7 @@ impl Row {
             disk_kbps: disk,
             disk_ms,
             cpu_pct: cpu,
+            mem_mb: mem,
             cpu_basis: basis,
             dir: dir
                 .file_name()
@@ -563,6 +575,7 @@ mod tests {
                 "mean": {
                     "host.cpu.user_pct": 30.0, "host.cpu.system_pct": 10.0,
                     "proc.smtpd.cpu_pct": 12.0, "proc.cleanup.cpu_pct": 3.0,
+                    "proc.smtpd.rss_mb": 20.0, "proc.cleanup.rss_mb": 5.0, "host.mem.used_mb": 900.0,
                     "self.spate.cpu_pct": 50.0,
                     "disk.vda.read_kbps": 1.0, "disk.vda.write_kbps": 9.0, "disk.vda.ms_per_io": 2.0,
                     "disk.vdb.read_kbps": 0.0, "disk.vdb.write_kbps": 0.0, "disk.vdb.ms_per_io": 0.0,
@@ -572,6 +585,7 @@ mod tests {
         );
         let r = Row::from_summary(1, "users", 4, 1, &s, Path::new("/x/step-01-users-4"));
         assert_eq!(r.cpu_pct, Some(15.0));
+        assert_eq!(r.mem_mb, Some(25.0));
         assert_eq!(r.disk_kbps, Some(10.0));
         assert_eq!(r.disk_ms, Some(2.0));
         assert_eq!(r.net_kbps, Some(200.0));

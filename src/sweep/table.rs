@@ -51,6 +51,7 @@ pub struct StepStats {
     pub disk_kbps: Option<Spread>,
     pub disk_ms: Option<Spread>,
     pub cpu_pct: Option<Spread>,
+    pub mem_mb: Option<Spread>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -106,6 +107,7 @@ pub fn analyse(param: Param, name: &str, values: &[u64], rows: &[Row]) -> Analys
             disk_kbps: of_opt(&|x| x.disk_kbps),
             disk_ms: of_opt(&|x| x.disk_ms),
             cpu_pct: of_opt(&|x| x.cpu_pct),
+            mem_mb: of_opt(&|x| x.mem_mb),
         });
     }
     let usl = match param {
