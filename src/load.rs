@@ -424,6 +424,7 @@ pub async fn run_and_print(
     let stop = Arc::new(AtomicBool::new(false));
     let outcome = run_smtp(plan, factory, settings, out, observers, stop).await?;
     print!("{}", crate::report::text::render(&outcome.summary));
+    print!("{}", crate::monitor::text::render(&outcome.summary));
     Ok(outcome)
 }
 

@@ -13,6 +13,7 @@ pub mod proc;
 pub mod prom;
 pub mod queue;
 pub mod slope;
+pub mod text;
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -134,9 +135,13 @@ pub fn thread_cpu() -> Duration {
 }
 
 /// One memory series followed for its slope.
+/// For a group of processes that come and go (Postfix's smtpd), the sum of their memory
+/// follows their number; a leak shows in the memory per process, so that is what is
+/// followed when the group has a count.
 struct RssTrack {
     group: String,
     col: usize,
+    count_col: Option<usize>,
     points: Vec<(f32, f32)>,
 }
 
@@ -226,8 +231,11 @@ impl Monitor {
             .iter()
             .enumerate()
             .filter_map(|(i, c)| {
+                let group = c.strip_suffix(".rss_mb")?.to_string();
+                let count = format!("{group}.count");
                 Some(RssTrack {
-                    group: c.strip_suffix(".rss_mb")?.to_string(),
+                    count_col: columns.iter().position(|c| *c == count),
+                    group,
                     col: i,
                     points: Vec::new(),
                 })
@@ -323,7 +331,7 @@ impl Monitor {
             // A short run's noise makes steep slopes; a leak must also have grown a few MB.
             if s > self.leak_warn_mb_h && s * span_h >= 4.0 {
                 warnings.push(format!(
-                    "{} memory grows {:.1} MB/hour (more than --leak-warn {:.1} MB/h): a leak?",
+                    "{} memory grows {:.1} MB/hour per process (more than --leak-warn {:.1} MB/h): a leak?",
                     t.group, s, self.leak_warn_mb_h
                 ));
             }
@@ -353,6 +361,7 @@ impl Monitor {
             "cpu_basis": self.cpu_basis,
             "mean": mean,
             "max": max,
+            // Per process of the group (memory divided by the number of processes).
             "memory_slope_mb_per_h": slopes,
             "memory_slope_after_s": warm,
             "leak_warn_mb_per_h": self.leak_warn_mb_h,
@@ -424,7 +433,13 @@ impl Observer for Monitor {
             }
         }
         for t in &mut self.rss {
-            t.points.push((snap.t_s as f32, self.vals[t.col] as f32));
+            let rss = self.vals[t.col];
+            let y = match t.count_col.map(|c| self.vals[c]) {
+                Some(n) if n >= 1.0 => rss / n,
+                Some(_) => continue, // no such process at the moment
+                None => rss,
+            };
+            t.points.push((snap.t_s as f32, y as f32));
             if t.points.len() >= MAX_POINTS {
                 halve(&mut t.points, |a, b| ((a.0 + b.0) / 2.0, (a.1 + b.1) / 2.0));
             }
