@@ -235,6 +235,9 @@ async fn values_sweep_runs_the_hook_repeats_and_warms_up() {
     // Nothing to sweep, or --values without a hook: usage errors.
     let o = spate(&["sweep", "--", &addr]).await;
     assert!(!o.ok && o.stderr.contains("--users"), "{}", o.stderr);
+    let o = spate(&["sweep", "--users", "1", "--", &addr, "--bogus"]).await;
+    assert!(!o.ok && o.stderr.contains("'--bogus'"), "{}", o.stderr);
+    assert_eq!(o.stderr.trim().lines().count(), 1, "{}", o.stderr);
     let o = spate(&["sweep", "--values", "1,2", "--", &addr]).await;
     assert!(!o.ok && o.stderr.contains("before-step"), "{}", o.stderr);
     server.shutdown().await;

@@ -389,7 +389,15 @@ pub async fn main(args: SweepArgs) -> anyhow::Result<ExitCode> {
     if args.repeat == 0 {
         return crate::usage("--repeat must be at least 1");
     }
-    let base = load::args_from(&args.smtp)?;
+    let base = load::args_from(&args.smtp).map_err(|e| {
+        let text = e.to_string();
+        let first = text
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim_start_matches("error: ");
+        UsageError(format!("the spate smtp options after --: {first}"))
+    })?;
     if base.output.out.is_some() {
         return crate::usage("give the sweep's directory with spate sweep -o DIR, before --");
     }
