@@ -91,6 +91,17 @@ async fn leaking_server_is_caught_and_spate_stays_flat() {
         slope > 0.6 * expected && slope < 1.5 * expected,
         "slope {slope} MB/h, leak rate {expected} MB/h"
     );
+    // Throughput at the start and the end of the run (its first and last tenth).
+    let d = &m["throughput_drift"];
+    let (first, last) = (
+        d["first_per_s"].as_f64().unwrap(),
+        d["last_per_s"].as_f64().unwrap(),
+    );
+    assert!(
+        (70.0..=130.0).contains(&first) && (70.0..=130.0).contains(&last),
+        "{d}"
+    );
+    assert!((d["window_s"].as_f64().unwrap() - 1.2).abs() < 0.3, "{d}");
     let warnings: Vec<String> = s["warnings"]
         .as_array()
         .unwrap()

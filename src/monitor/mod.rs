@@ -336,7 +336,17 @@ impl Monitor {
                 ));
             }
         }
-        let drift = slope::drift(&self.accepted);
+        // Drift compares load with load: the drain after a planned duration is left out.
+        let in_plan: Vec<(f64, f64, u64)> = match self.planned_s {
+            Some(p) => self
+                .accepted
+                .iter()
+                .copied()
+                .filter(|a| a.0 <= p + 0.5)
+                .collect(),
+            None => self.accepted.clone(),
+        };
+        let drift = slope::drift(&in_plan);
         if let Some(d) = &drift {
             if elapsed >= 600.0 && d.change_pct.abs() > 10.0 {
                 warnings.push(format!(
