@@ -123,6 +123,8 @@ async fn known_processes_queue_and_prometheus_read_right() {
     std::fs::copy("/bin/sleep", &sleep_bin).unwrap();
     let _s1 = Kill(Command::new(&sleep_bin).arg("30").spawn().unwrap());
     let _s2 = Kill(Command::new(&sleep_bin).arg("30").spawn().unwrap());
+    // A third that goes away during the run: the group follows it.
+    let _s3 = Kill(Command::new(&sleep_bin).arg("3").spawn().unwrap());
     // A fake Postfix queue: 3 incoming, 2 active (hashed), 0 deferred, 1 hold.
     let q = dir.path().join("queue");
     for d in ["incoming", "active/A", "deferred", "hold"] {
@@ -203,7 +205,9 @@ async fn known_processes_queue_and_prometheus_read_right() {
         "burner RSS {rss} MB (64 MB + python)"
     );
     assert!(cols[&format!("{p}.fds")].iter().all(|&f| f >= 3.0));
-    assert!(cols["proc.spmonsleep.count"].iter().all(|&c| c == 2.0));
+    let count = &cols["proc.spmonsleep.count"];
+    assert_eq!(count[0], 3.0, "{count:?}");
+    assert_eq!(*count.last().unwrap(), 2.0, "{count:?}");
     assert!(cols["proc.spmonsleep.cpu_pct"].iter().all(|&c| c < 5.0));
     assert!(cols["proc.nosuchprocname.count"].iter().all(|&c| c == 0.0));
     assert!(cols["proc.nosuchprocname.rss_mb"].iter().all(|&c| c == 0.0));

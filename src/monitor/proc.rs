@@ -27,6 +27,8 @@ impl Sys {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Stat {
     pub comm: String,
+    /// R, S, D, Z (zombie: exited, not yet reaped), ...
+    pub state: char,
     /// utime + stime, in clock ticks.
     pub cpu_ticks: u64,
     /// Start time after boot, in clock ticks.
@@ -45,6 +47,7 @@ pub fn parse_stat(text: &str) -> Option<Stat> {
     let num = |n: usize| f.get(n - 3).and_then(|s| s.parse::<u64>().ok());
     Some(Stat {
         comm,
+        state: f.first()?.chars().next()?,
         cpu_ticks: num(14)? + num(15)?,
         start_ticks: num(22)?,
         rss_pages: num(24)?,
@@ -211,6 +214,10 @@ impl Procs {
                 continue;
             }
             let Some(st) = parse_stat(&buf) else { continue };
+            // An exited process waiting to be reaped is gone for every purpose here.
+            if matches!(st.state, 'Z' | 'X') {
+                continue;
+            }
             let mut matched = false;
             for (gi, g) in self.groups.iter_mut().enumerate() {
                 if !g.matches(pid, &st) {
@@ -308,6 +315,7 @@ mod tests {
         let t = "1234 (my (odd) prog) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 1 0 98765 1000000 2048 18446744073709551615";
         let s = parse_stat(t).unwrap();
         assert_eq!(s.comm, "my (odd) prog");
+        assert_eq!(s.state, 'S');
         assert_eq!(s.cpu_ticks, 300);
         assert_eq!(s.start_ticks, 98765);
         assert_eq!(s.rss_pages, 2048);
