@@ -153,13 +153,13 @@ fn postfix_processes_and_queue_are_monitored() {
         "30s",
         "--cool-down",
         "0s",
+        "--count-per-user",
+        "50",
         "-o",
         sw.to_str().unwrap(),
         "--",
         &smtp,
         &to,
-        "--count",
-        "100",
         "--monitor-process",
         "smtpd,cleanup",
         "--monitor-queue",
@@ -174,6 +174,11 @@ fn postfix_processes_and_queue_are_monitored() {
         .map(|l| l.split(',').collect())
         .collect();
     assert_eq!(rows.len(), 2);
+    let step: Value = serde_json::from_str(
+        &std::fs::read_to_string(sw.join("step-02-users-4/summary.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(step["totals"]["accepted"], 200, "4 users × 50 messages");
     for r in &rows {
         assert!(r[13].parse::<f64>().unwrap() > 0.0, "Postfix CPU in {r:?}");
         assert_eq!(r[9], "0", "errors in {r:?}");

@@ -429,8 +429,8 @@ impl Observer for Monitor {
         self.planned_s = snap.planned_s;
         let dt = snap.t_s - self.last_t;
         // The last interval of a run can be a few milliseconds long: rates over it are
-        // noise, so it is left out (the next sample would cover it, but there is none).
-        if dt < 0.25 {
+        // noise, so it is left out, unless it is all there is (a run under a second).
+        if dt < 0.25 && self.n > 0 {
             return Ok(());
         }
         self.last_t = snap.t_s;

@@ -49,6 +49,10 @@ pub struct SweepArgs {
     /// Concurrent users per step: 1..10,20..100/10 or 1,2,4,8.
     #[arg(long, value_name = "STEPS")]
     pub users: Option<String>,
+    /// With --users: every user sends this many messages per step (the step's count is
+    /// users × N, like E4's threads of 100 mails each).
+    #[arg(long, value_name = "N", requires = "users")]
+    pub count_per_user: Option<u64>,
     /// Open-workload rate per step, in messages per second: 100,200,400.
     #[arg(long, value_name = "STEPS")]
     pub rate: Option<String>,
@@ -267,7 +271,12 @@ impl SweepArgs {
 }
 
 /// The step's `spate smtp` options: the user's, with the swept one set.
-fn step_args(base: &SmtpArgs, p: Param, v: u64) -> anyhow::Result<SmtpArgs> {
+fn step_args(
+    base: &SmtpArgs,
+    p: Param,
+    v: u64,
+    count_per_user: Option<u64>,
+) -> anyhow::Result<SmtpArgs> {
     let mut a = base.clone();
     match p {
         Param::Users => {
@@ -277,6 +286,10 @@ fn step_args(base: &SmtpArgs, p: Param, v: u64) -> anyhow::Result<SmtpArgs> {
             a.workload.users = v as u32;
             a.workload.rate = None;
             a.workload.stages = None;
+            if let Some(n) = count_per_user {
+                a.workload.count = Some(n.max(1) * v);
+                a.workload.duration = None;
+            }
         }
         Param::Rate => {
             if v == 0 {
@@ -410,7 +423,7 @@ pub async fn main(args: SweepArgs) -> anyhow::Result<ExitCode> {
         .transpose()?;
     // Check every step's options before the first one runs.
     for &v in &values {
-        let a = step_args(&base, param, v)?;
+        let a = step_args(&base, param, v, args.count_per_user)?;
         a.workload.resolve()?;
     }
     let dir = args
@@ -435,7 +448,7 @@ pub async fn main(args: SweepArgs) -> anyhow::Result<ExitCode> {
             if let Some(cmd) = &args.before_step {
                 hook(cmd, v)?;
             }
-            let a = step_args(&base, param, v)?;
+            let a = step_args(&base, param, v, args.count_per_user)?;
             eprintln!(
                 "spate sweep: {name}={v} repeat {rep}/{} ({}/{total})",
                 args.repeat,
@@ -524,27 +537,38 @@ mod tests {
         let (p, name, v) = s.param().unwrap();
         assert_eq!((p, name.as_str()), (Param::Users, "users"));
         assert_eq!(v, vec![1, 2, 3, 10, 20, 30]);
-        let a = step_args(&base, p, 20).unwrap();
+        let a = step_args(&base, p, 20, None).unwrap();
         assert_eq!(a.workload.users, 20);
         assert!(a.workload.rate.is_none() && a.monitor.monitor);
+        let a = step_args(&base, p, 20, Some(100)).unwrap();
+        assert_eq!((a.workload.count, a.workload.duration), (Some(2000), None));
 
         let s = sweep(&["--size", "1k, 10k", "--", "x"]);
         let (p, _, v) = s.param().unwrap();
         assert_eq!(v, vec![1024, 10240]);
-        assert_eq!(step_args(&base, p, 10240).unwrap().size, "10240");
+        assert_eq!(step_args(&base, p, 10240, None).unwrap().size, "10240");
 
         let s = sweep(&["--rate", "100,200", "--", "x"]);
         let (p, _, _) = s.param().unwrap();
         assert_eq!(
-            step_args(&base, p, 200).unwrap().workload.rate.as_deref(),
+            step_args(&base, p, 200, None)
+                .unwrap()
+                .workload
+                .rate
+                .as_deref(),
             Some("200/s")
         );
-        assert!(step_args(&base, p, 0).is_err());
+        assert!(step_args(&base, p, 0, None).is_err());
 
         let s = sweep(&["--messages-per-connection", "1,10", "--", "x"]);
         let (p, name, _) = s.param().unwrap();
         assert_eq!(name, "messages_per_connection");
-        assert_eq!(step_args(&base, p, 10).unwrap().messages_per_connection, 10);
+        assert_eq!(
+            step_args(&base, p, 10, None)
+                .unwrap()
+                .messages_per_connection,
+            10
+        );
 
         let s = sweep(&[
             "--values",
