@@ -25,7 +25,7 @@ use crate::units;
 use crate::UsageError;
 
 const EXAMPLES: &str = "EXAMPLES:
-  spate sweep --users 1..10,20..100/10 --count-per-user 100 -- 127.0.0.1:25 --size 10200 \
+  spate sweep --users 1..10,20..100/10 --count-per-user 100 -- 127.0.0.1:25 --size 10200 \\
       --monitor-process smtpd,cleanup
       E4: how throughput and latency change with concurrency; USL fit and knee.
   spate sweep --values 1,2,4,8,16 --param-name process_limit \\
