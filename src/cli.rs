@@ -43,6 +43,8 @@ pub enum Command {
     /// listens for SMTP on 127.0.0.1:2525. Ctrl-C or SIGTERM stops it gracefully and prints
     /// its counters.
     Serve(crate::serve::Args),
+    /// Run one SMTP workload per value of a parameter: table, USL fit, saturation knee.
+    Sweep(crate::sweep::SweepArgs),
     /// Start the embedded server and run a canned workload against it: the tour.
     Demo(crate::demo::Args),
     /// Check that every message of a run was delivered once, intact (reads the mailboxes).
@@ -62,6 +64,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Ping(args) => crate::ping::main(args).await,
         Command::Serve(args) => crate::serve::run(args).await,
+        Command::Sweep(args) => crate::sweep::main(args).await,
         Command::Demo(args) => crate::demo::run(args).await,
         Command::Verify(args) => crate::verify::main(args).await,
         Command::Run(args) => crate::scenario::main(args).await,

@@ -23,6 +23,8 @@
 //! - [`verify`]: `spate verify`, end-to-end delivery accounting from a run's sent.log.
 //! - [`scenario`]: `spate run FILE.toml` (steps, hooks, waits, thresholds) and
 //!   `--dump-scenario` on every command.
+//! - [`monitor`]: server monitoring (/proc, Postfix queue, Prometheus) as an engine observer.
+//! - [`sweep`]: `spate sweep`, a workload per parameter value, USL fit and knee.
 
 pub mod cli;
 pub mod demo;
@@ -30,6 +32,7 @@ pub mod engine;
 pub mod load;
 pub mod message;
 pub mod metrics;
+pub mod monitor;
 pub mod ping;
 pub mod proto;
 pub mod report;
@@ -38,6 +41,7 @@ pub mod retrieve;
 pub mod scenario;
 pub mod serve;
 pub mod session;
+pub mod sweep;
 pub mod tls;
 pub mod transport;
 pub mod units;

@@ -127,6 +127,9 @@ pub struct SmtpArgs {
 
     #[command(flatten)]
     pub verify: crate::verify::InlineArgs,
+
+    #[command(flatten)]
+    pub monitor: crate::monitor::MonitorArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -405,14 +408,16 @@ pub async fn run_and_print(
     out: PathBuf,
     progress: bool,
 ) -> anyhow::Result<Outcome> {
+    let monitor = crate::monitor::observer(&args.monitor)?;
     let (plan, factory, settings) = prepare(args, crate::scenario::command_line())?;
-    let mut observers: Vec<Box<dyn Observer>> = Vec::new();
+    let mut observers: Vec<Box<dyn Observer>> = monitor.into_iter().collect();
     if progress {
         observers.push(Box::new(Progress::new("msg")));
     }
     let stop = Arc::new(AtomicBool::new(false));
     let outcome = run_smtp(plan, factory, settings, out, observers, stop).await?;
     print!("{}", crate::report::text::render(&outcome.summary));
+    print!("{}", crate::monitor::text::render(&outcome.summary));
     Ok(outcome)
 }
 

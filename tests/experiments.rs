@@ -72,7 +72,10 @@ fn e1_certified_mail() {
     );
     let rows = csv(&out.join("matrix.csv"));
     assert_eq!(rows.len(), 6, "{stdout}");
-    let procs: Vec<&str> = rows[1..].iter().map(|r| r[col(&rows, "procs")].as_str()).collect();
+    let procs: Vec<&str> = rows[1..]
+        .iter()
+        .map(|r| r[col(&rows, "procs")].as_str())
+        .collect();
     assert_eq!(procs, ["1", "2", "4", "8", "16"]);
     for r in &rows[1..] {
         let v = |name: &str| -> f64 {

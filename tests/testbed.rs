@@ -212,8 +212,7 @@ fn postfix_dovecot_delivery_and_real_error_classes() {
 #[test]
 fn ldap_outage_mid_run_is_counted_per_interval_then_recovers() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(bed) = Bed::up(&tmp.path().join("bed"), &["--ldap", "--port-offset", "300"])
-    else {
+    let Some(bed) = Bed::up(&tmp.path().join("bed"), &["--ldap", "--port-offset", "300"]) else {
         return;
     };
     if !Path::new("/usr/sbin/slapd").exists() {

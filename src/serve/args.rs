@@ -91,6 +91,14 @@ pub struct Args {
     /// Most simultaneous connections; more get 421 4.7.0 and are closed (0 = no cap)
     #[arg(long, value_name = "N", default_value_t = 1000)]
     pub max_connections: usize,
+    /// Connections beyond --max-connections wait for a free slot instead of getting 421
+    /// (like Postfix's process limit)
+    #[arg(long)]
+    pub queue_connections: bool,
+    /// Keep this many bytes in memory per accepted message, forever: a deliberate leak,
+    /// for testing soak runs' leak detection (e.g. 10k)
+    #[arg(long, value_name = "SIZE")]
+    pub leak_per_message: Option<String>,
     /// Close a session idle this long (421 4.4.2)
     #[arg(long, value_name = "DURATION", default_value = "5m")]
     pub idle_timeout: String,
@@ -183,11 +191,17 @@ impl Args {
             discard: self.discard,
             memory_cap: parse_size(&self.memory_cap)
                 .map_err(|e| UsageError(format!("--memory-cap: {e}")))?,
+            ..StoreOptions::default()
         };
         c.max_message_size =
             parse_size(&self.max_size).map_err(|e| UsageError(format!("--max-size: {e}")))?;
         c.max_rcpt = self.max_rcpt;
         c.max_connections = self.max_connections;
+        c.queue_connections = self.queue_connections;
+        if let Some(l) = &self.leak_per_message {
+            c.store.leak_per_message =
+                parse_size(l).map_err(|e| UsageError(format!("--leak-per-message: {e}")))?;
+        }
         c.idle_timeout = parse_duration(&self.idle_timeout)
             .map_err(|e| UsageError(format!("--idle-timeout: {e}")))?;
         c.hostname = self.hostname.clone();

@@ -148,6 +148,9 @@ pub struct Config {
     pub faults: Faults,
     /// Simultaneous connections over all listeners; beyond it: 421 and close. 0 = no cap.
     pub max_connections: usize,
+    /// Connections beyond `max_connections` wait for a free slot instead of getting 421
+    /// (like Postfix's process limit): load beyond it queues, so latency grows.
+    pub queue_connections: bool,
     pub max_rcpt: usize,
     /// Largest message accepted (bytes, after unstuffing). 0 = no limit.
     pub max_message_size: u64,
@@ -193,6 +196,7 @@ impl Config {
             identity: None,
             faults: Faults::default(),
             max_connections: 1000,
+            queue_connections: false,
             max_rcpt: 100,
             max_message_size: 64 * 1024 * 1024,
             idle_timeout: Duration::from_secs(300),
@@ -216,6 +220,7 @@ pub(crate) struct Shared {
     pub max_message_size: u64,
     pub idle: Duration,
     pub reject_bare_lf: bool,
+    queue_connections: bool,
     conn_seq: AtomicU64,
     msg_seq: AtomicU64,
     shutdown: watch::Receiver<bool>,
@@ -283,6 +288,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         max_message_size: config.max_message_size,
         idle: config.idle_timeout,
         reject_bare_lf: config.reject_bare_lf,
+        queue_connections: config.queue_connections,
         conn_seq: AtomicU64::new(0),
         msg_seq: AtomicU64::new(1),
         shutdown: rx.clone(),
@@ -373,6 +379,18 @@ async fn accept_loop(
         match limit.clone().try_acquire_owned() {
             Ok(permit) => {
                 sessions.spawn(async move {
+                    shared.stats.active_delta(true);
+                    handle(tcp, kind, &shared).await;
+                    shared.stats.active_delta(false);
+                    drop(permit);
+                });
+            }
+            Err(_) if shared.queue_connections => {
+                let limit = limit.clone();
+                sessions.spawn(async move {
+                    let Ok(permit) = limit.acquire_owned().await else {
+                        return;
+                    };
                     shared.stats.active_delta(true);
                     handle(tcp, kind, &shared).await;
                     shared.stats.active_delta(false);

@@ -95,6 +95,8 @@ pub struct StoreOptions {
     pub discard: bool,
     /// Refuse deliveries (452) once stored bodies exceed this many bytes. 0 = no cap.
     pub memory_cap: u64,
+    /// Bytes kept forever per delivered message: a deliberate leak for soak tests. 0 = off.
+    pub leak_per_message: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -113,6 +115,7 @@ pub struct Store {
     delivered: AtomicU64,
     maildir_seq: AtomicU64,
     uid_validity: u32,
+    leaked: Mutex<Vec<Box<[u8]>>>,
 }
 
 /// Mailbox names are addresses, compared case-insensitively.
@@ -137,6 +140,7 @@ impl Store {
             delivered: AtomicU64::new(0),
             maildir_seq: AtomicU64::new(0),
             uid_validity,
+            leaked: Mutex::new(Vec::new()),
         })
     }
 
@@ -171,6 +175,14 @@ impl Store {
             self.stored_bytes.fetch_add(size, Ordering::Relaxed);
             Arc::from(data)
         };
+        if self.opts.leak_per_message > 0 {
+            // Filled, so the pages are really resident.
+            let leak = vec![0xA5u8; self.opts.leak_per_message as usize].into_boxed_slice();
+            self.leaked
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(leak);
+        }
         let mut boxes = self.boxes.lock().unwrap_or_else(|p| p.into_inner());
         let mb = boxes
             .entry(key.into_boxed_str())

@@ -137,9 +137,15 @@ pub struct InlineArgs {
 pub enum Source {
     Maildir(PathBuf),
     /// `scheme` is imap, imaps or imap+starttls.
-    Imap { addr: String, scheme: &'static str },
+    Imap {
+        addr: String,
+        scheme: &'static str,
+    },
     /// `scheme` is pop3, pop3s or pop3+stls.
-    Pop3 { addr: String, scheme: &'static str },
+    Pop3 {
+        addr: String,
+        scheme: &'static str,
+    },
 }
 
 impl Source {
@@ -217,7 +223,10 @@ mod tests {
         );
         assert!(matches!(
             Source::parse("pop3s://h:995").unwrap(),
-            Source::Pop3 { scheme: "pop3s", .. }
+            Source::Pop3 {
+                scheme: "pop3s",
+                ..
+            }
         ));
         assert_eq!(
             Source::parse("pop3+stls://h:110").unwrap().describe(),

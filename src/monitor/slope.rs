@@ -1,0 +1,86 @@
+//! Trends of a long run: memory growth by least-squares regression (MB per hour) and
+//! throughput drift between the start and the end of the run.
+
+/// Least-squares slope of `y` against `x` (None with fewer than 3 points or no spread).
+pub fn slope(points: &[(f64, f64)]) -> Option<f64> {
+    let n = points.len() as f64;
+    if points.len() < 3 {
+        return None;
+    }
+    let mx = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let my = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    (sxx > 0.0).then(|| sxy / sxx)
+}
+
+/// Throughput at the start and at the end of a run: the first and last hour when the run
+/// lasted at least two hours, otherwise its first and last tenth.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Drift {
+    pub window_s: f64,
+    pub first_per_s: f64,
+    pub last_per_s: f64,
+    /// (last − first) / first, in percent.
+    pub change_pct: f64,
+}
+
+/// `per_interval` holds (end of interval in seconds, interval length, units accepted).
+pub fn drift(per_interval: &[(f64, f64, u64)]) -> Option<Drift> {
+    let end = per_interval.last()?.0;
+    if per_interval.len() < 10 {
+        return None;
+    }
+    let window = if end >= 7200.0 { 3600.0 } else { end / 10.0 };
+    let rate = |lo: f64, hi: f64| {
+        let (mut n, mut t) = (0u64, 0f64);
+        for &(at, len, c) in per_interval {
+            if at > lo && at <= hi + 1e-9 {
+                n += c;
+                t += len;
+            }
+        }
+        (t > 0.0).then(|| n as f64 / t)
+    };
+    let first = rate(0.0, window)?;
+    let last = rate(end - window, end)?;
+    Some(Drift {
+        window_s: window,
+        first_per_s: first,
+        last_per_s: last,
+        change_pct: if first > 0.0 {
+            (last - first) / first * 100.0
+        } else {
+            0.0
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slope_of_a_line_with_noise() {
+        let pts: Vec<(f64, f64)> = (0..100)
+            .map(|i| {
+                let x = i as f64;
+                (x, 3.0 + 0.5 * x + if i % 2 == 0 { 0.1 } else { -0.1 })
+            })
+            .collect();
+        assert!((slope(&pts).unwrap() - 0.5).abs() < 0.01);
+        assert!(slope(&pts[..2]).is_none());
+    }
+
+    #[test]
+    fn drift_first_and_last_tenth() {
+        let iv: Vec<(f64, f64, u64)> = (1..=100)
+            .map(|i| (i as f64, 1.0, if i <= 50 { 100 } else { 80 }))
+            .collect();
+        let d = drift(&iv).unwrap();
+        assert_eq!(d.window_s, 10.0);
+        assert_eq!(d.first_per_s, 100.0);
+        assert_eq!(d.last_per_s, 80.0);
+        assert!((d.change_pct + 20.0).abs() < 1e-9);
+    }
+}

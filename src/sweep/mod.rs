@@ -1,0 +1,632 @@
+//! `spate sweep`: the same SMTP workload once per value of a parameter (users, rate, size,
+//! messages per connection, or a server setting changed by a hook), with warm-up,
+//! cool-down until the server is idle, and repetitions. Every step is a normal results
+//! directory; the sweep directory adds sweep.csv (one row per step and repetition),
+//! sweep.json (the values, a Universal Scalability Law fit, the knee) and the E4-style
+//! table on stdout.
+
+pub mod table;
+pub mod usl;
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use serde::Serialize;
+
+use crate::engine::{Observer, Progress};
+use crate::load::{self, SmtpArgs};
+use crate::results::Summary;
+use crate::units;
+use crate::UsageError;
+
+const EXAMPLES: &str = "EXAMPLES:
+  spate sweep --users 1..10,20..100/10 --count-per-user 100 -- 127.0.0.1:25 --size 10200 \\
+      --monitor-process smtpd,cleanup
+      E4: how throughput and latency change with concurrency; USL fit and knee.
+  spate sweep --values 1,2,4,8,16 --param-name process_limit \\
+      --before-step 'postconf -e default_process_limit={value} && postfix reload' \\
+      --until-idle --monitor-queue /var/spool/postfix -- 127.0.0.1:25 --users 32 --duration 1m
+      E1: a server setting per step, waiting for the queue to drain between steps.
+  spate sweep --rate 100,200,400 --warm-up 10s --repeat 3 -- 127.0.0.1:2525 --duration 1m
+
+Everything after -- is a `spate smtp` command line (target and options) used for every
+step; the swept option is set per step. Host monitoring is on for every step (add
+--monitor-process/--monitor-pid after -- to report the server's own CPU).
+Knee: the first step whose mean latency grew more than its throughput did relative to the
+step before (L_i/L_{i-1} > X_i/X_{i-1}, and latency up at least 5 %): from there on, more
+load mostly adds waiting.";
+
+#[derive(Debug, clap::Args)]
+#[command(
+    after_long_help = EXAMPLES,
+    group(clap::ArgGroup::new("param").required(true).args(["users", "rate", "size", "messages_per_connection", "values"]))
+)]
+pub struct SweepArgs {
+    /// Concurrent users per step: 1..10,20..100/10 or 1,2,4,8.
+    #[arg(long, value_name = "STEPS")]
+    pub users: Option<String>,
+    /// With --users: every user sends this many messages per step (the step's count is
+    /// users × N, like E4's threads of 100 mails each).
+    #[arg(long, value_name = "N", requires = "users")]
+    pub count_per_user: Option<u64>,
+    /// Open-workload rate per step, in messages per second: 100,200,400.
+    #[arg(long, value_name = "STEPS")]
+    pub rate: Option<String>,
+    /// Message size per step: 1k,10k,100k.
+    #[arg(long, value_name = "SIZES")]
+    pub size: Option<String>,
+    /// Messages per connection per step: 1,10,100.
+    #[arg(long, value_name = "STEPS")]
+    pub messages_per_connection: Option<String>,
+    /// Values for --before-step only (a server setting): 1,2,4,8,16.
+    #[arg(long, value_name = "STEPS", requires = "before_step")]
+    pub values: Option<String>,
+    /// What --values are called in tables and directory names.
+    #[arg(long, default_value = "value")]
+    pub param_name: String,
+    /// Shell command run before each step; {value} is replaced by the step's value.
+    #[arg(long, value_name = "CMD")]
+    pub before_step: Option<String>,
+    /// Run every step this many times; the table shows the spread.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: u32,
+    /// A warm-up run of this length before every step, not counted.
+    #[arg(long, value_name = "DURATION")]
+    pub warm_up: Option<String>,
+    /// Pause between steps.
+    #[arg(long, default_value = "1s", value_name = "DURATION")]
+    pub cool_down: String,
+    /// Before the pause, wait until the server is idle: no TCP connections to the target
+    /// port and (with --monitor-queue) an empty Postfix queue; at most --idle-max.
+    #[arg(long)]
+    pub until_idle: bool,
+    /// Longest wait for --until-idle.
+    #[arg(long, default_value = "60s", value_name = "DURATION")]
+    pub idle_max: String,
+    /// Sweep directory (default: ./spate-results/<timestamp>-sweep).
+    #[arg(long, short = 'o')]
+    pub out: Option<PathBuf>,
+    /// The `spate smtp` target and options for every step.
+    #[arg(last = true, required = true, value_name = "SMTP")]
+    pub smtp: Vec<String>,
+}
+
+/// What is swept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Param {
+    Users,
+    Rate,
+    Size,
+    MessagesPerConnection,
+    Value,
+}
+
+/// One row of sweep.csv.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub step: usize,
+    pub param: String,
+    pub value: u64,
+    pub repeat: u32,
+    pub test_time_s: f64,
+    pub latency_mean_ms: f64,
+    pub latency_p50_ms: f64,
+    pub latency_p99_ms: f64,
+    pub throughput_per_s: f64,
+    pub errors: u64,
+    pub net_kbps: Option<f64>,
+    pub disk_kbps: Option<f64>,
+    pub disk_ms: Option<f64>,
+    pub cpu_pct: Option<f64>,
+    /// Resident memory of the monitored processes (or the host's memory in use), MB.
+    /// In sweep.json only: sweep.csv keeps E4's columns.
+    pub mem_mb: Option<f64>,
+    pub dir: String,
+    /// See [`table::Analysis::cpu_basis`].
+    #[serde(skip)]
+    pub cpu_basis: String,
+}
+
+pub const CSV_HEADER: &str = "step,param,value,repeat,test_time_s,latency_mean_ms,latency_p50_ms,latency_p99_ms,throughput_per_s,errors,net_kbps,disk_kbps,disk_ms,cpu_pct";
+
+impl Row {
+    pub fn csv(&self) -> String {
+        let o = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
+        format!(
+            "{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{},{},{}",
+            self.step,
+            self.param,
+            self.value,
+            self.repeat,
+            self.test_time_s,
+            self.latency_mean_ms,
+            self.latency_p50_ms,
+            self.latency_p99_ms,
+            self.throughput_per_s,
+            self.errors,
+            o(self.net_kbps),
+            o(self.disk_kbps),
+            o(self.disk_ms),
+            o(self.cpu_pct)
+        )
+    }
+
+    /// The figures of one finished step.
+    pub fn from_summary(
+        step: usize,
+        param: &str,
+        value: u64,
+        repeat: u32,
+        s: &Summary,
+        dir: &Path,
+    ) -> Row {
+        let lat = s.phase("response").or(s.phase("transaction"));
+        let ms = |us: f64| (us / 1000.0 * 1000.0).round() / 1000.0;
+        let mon = s.extra.get("monitor");
+        let mean = mon.and_then(|m| m.get("mean")).and_then(|m| m.as_object());
+        let sum_of = |pred: &dyn Fn(&str) -> bool| {
+            mean.map(|m| {
+                m.iter()
+                    .filter(|(k, _)| pred(k))
+                    .filter_map(|(_, v)| v.as_f64())
+                    .sum::<f64>()
+            })
+        };
+        let net = sum_of(&|k| {
+            k.starts_with("net.") && (k.ends_with(".rx_kbps") || k.ends_with(".tx_kbps"))
+        });
+        let disk = sum_of(&|k| {
+            k.starts_with("disk.") && (k.ends_with(".read_kbps") || k.ends_with(".write_kbps"))
+        });
+        // Time per transfer: the mean over disks that did any I/O.
+        let disk_ms = mean.map(|m| {
+            let v: Vec<f64> = m
+                .iter()
+                .filter(|(k, _)| k.starts_with("disk.") && k.ends_with(".ms_per_io"))
+                .filter_map(|(_, v)| v.as_f64())
+                .filter(|v| *v > 0.0)
+                .collect();
+            if v.is_empty() {
+                0.0
+            } else {
+                v.iter().sum::<f64>() / v.len() as f64
+            }
+        });
+        let basis = mon
+            .and_then(|m| m.get("cpu_basis"))
+            .and_then(|b| b.as_str())
+            .unwrap_or("host")
+            .to_string();
+        let (cpu, mem) = if basis == "host" {
+            (
+                sum_of(&|k| k == "host.cpu.user_pct" || k == "host.cpu.system_pct"),
+                sum_of(&|k| k == "host.mem.used_mb"),
+            )
+        } else {
+            let of =
+                |m: &str| -> Vec<String> { basis.split('+').map(|g| format!("{g}.{m}")).collect() };
+            let (c, r) = (of("cpu_pct"), of("rss_mb"));
+            (
+                sum_of(&|k| c.iter().any(|g| g == k)),
+                sum_of(&|k| r.iter().any(|g| g == k)),
+            )
+        };
+        Row {
+            step,
+            param: param.to_string(),
+            value,
+            repeat,
+            test_time_s: s.elapsed_s,
+            latency_mean_ms: lat.map_or(0.0, |p| ms(p.mean_us)),
+            latency_p50_ms: lat.map_or(0.0, |p| ms(p.p50_us as f64)),
+            latency_p99_ms: lat.map_or(0.0, |p| ms(p.p99_us as f64)),
+            throughput_per_s: (s.messages_per_s * 1000.0).round() / 1000.0,
+            errors: s.totals.rejected + s.totals.failed,
+            net_kbps: net,
+            disk_kbps: disk,
+            disk_ms,
+            cpu_pct: cpu,
+            mem_mb: mem,
+            cpu_basis: basis,
+            dir: dir
+                .file_name()
+                .map_or(String::new(), |n| n.to_string_lossy().into_owned()),
+        }
+    }
+}
+
+impl SweepArgs {
+    fn param(&self) -> anyhow::Result<(Param, String, Vec<u64>)> {
+        let steps = |t: &str| units::parse_steps(t).map_err(anyhow::Error::from);
+        Ok(if let Some(t) = &self.users {
+            (Param::Users, "users".into(), steps(t)?)
+        } else if let Some(t) = &self.rate {
+            (Param::Rate, "rate".into(), steps(t)?)
+        } else if let Some(t) = &self.messages_per_connection {
+            (
+                Param::MessagesPerConnection,
+                "messages_per_connection".into(),
+                steps(t)?,
+            )
+        } else if let Some(t) = &self.size {
+            let v = t
+                .split(',')
+                .map(|s| units::parse_size(s.trim()))
+                .collect::<Result<Vec<_>, _>>()?;
+            (Param::Size, "size".into(), v)
+        } else if let Some(t) = &self.values {
+            let name = crate::monitor::proc::sanitize(&self.param_name);
+            (Param::Value, name, steps(t)?)
+        } else {
+            return crate::usage(
+                "say what to sweep: --users, --rate, --size, --messages-per-connection or --values",
+            );
+        })
+    }
+}
+
+/// The step's `spate smtp` options: the user's, with the swept one set.
+fn step_args(
+    base: &SmtpArgs,
+    p: Param,
+    v: u64,
+    count_per_user: Option<u64>,
+) -> anyhow::Result<SmtpArgs> {
+    let mut a = base.clone();
+    match p {
+        Param::Users => {
+            if v == 0 {
+                return crate::usage("--users: every step needs at least 1 user");
+            }
+            a.workload.users = v as u32;
+            a.workload.rate = None;
+            a.workload.stages = None;
+            if let Some(n) = count_per_user {
+                a.workload.count = Some(n.max(1) * v);
+                a.workload.duration = None;
+            }
+        }
+        Param::Rate => {
+            if v == 0 {
+                return crate::usage("--rate: every step needs a rate above 0");
+            }
+            a.workload.rate = Some(format!("{v}/s"));
+            a.workload.stages = None;
+        }
+        Param::Size => a.size = v.to_string(),
+        Param::MessagesPerConnection => a.messages_per_connection = (v as u32).to_string(),
+        Param::Value => {}
+    }
+    // Host monitoring is part of every step's row.
+    a.monitor.monitor = true;
+    a.output.quiet = true;
+    Ok(a)
+}
+
+/// Runs `cmd` (with {value} replaced) through sh; fails the sweep when it fails.
+fn hook(cmd: &str, value: u64) -> anyhow::Result<()> {
+    let cmd = cmd.replace("{value}", &value.to_string());
+    let mut child = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(&cmd)
+        .spawn()
+        .with_context(|| format!("--before-step: cannot run '{cmd}'"))?;
+    let start = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait()? {
+            if st.success() {
+                return Ok(());
+            }
+            anyhow::bail!("--before-step '{cmd}' failed ({st})");
+        }
+        if start.elapsed() > Duration::from_secs(600) {
+            let _ = child.kill();
+            let _ = child.wait();
+            anyhow::bail!("--before-step '{cmd}' still running after 10 minutes");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Established TCP connections from or to `port` (/proc/net/tcp and tcp6).
+pub fn connections_on(port: u16) -> usize {
+    let mut n = 0;
+    for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(f) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let c: Vec<&str> = line.split_whitespace().collect();
+            if c.len() < 4 || c[3] != "01" {
+                continue;
+            }
+            let port_of = |s: &str| {
+                s.rsplit_once(':')
+                    .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
+            };
+            if port_of(c[1]) == Some(port) || port_of(c[2]) == Some(port) {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+/// Waits until nothing is connected to the target and the queue (if any) is empty.
+async fn wait_idle(port: u16, queue: Option<&Path>, max: Duration) -> bool {
+    let start = Instant::now();
+    loop {
+        let busy = connections_on(port) > 0
+            || queue
+                .is_some_and(|q| crate::monitor::queue::Queue::new(q.to_path_buf()).total() > 0);
+        if !busy {
+            return true;
+        }
+        if start.elapsed() >= max {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn run_step(args: SmtpArgs, out: PathBuf, progress: bool) -> anyhow::Result<(Summary, u16)> {
+    let monitor = crate::monitor::observer(&args.monitor)?;
+    let mut command: Vec<String> = std::env::args().collect();
+    command.push(format!("# step {}", out.display()));
+    let (plan, factory, settings) = load::prepare(args, command)?;
+    let port = plan.address.port();
+    let mut observers: Vec<Box<dyn Observer>> = monitor.into_iter().collect();
+    if progress {
+        observers.push(Box::new(Progress::new("msg")));
+    }
+    let o = load::run_smtp(
+        plan,
+        factory,
+        settings,
+        out,
+        observers,
+        Arc::new(AtomicBool::new(false)),
+    )
+    .await?;
+    Ok((o.summary, port))
+}
+
+/// `spate sweep`.
+pub async fn main(args: SweepArgs) -> anyhow::Result<ExitCode> {
+    let (param, name, values) = args.param()?;
+    if args.repeat == 0 {
+        return crate::usage("--repeat must be at least 1");
+    }
+    let base = load::args_from(&args.smtp).map_err(|e| {
+        let text = e.to_string();
+        let first = text
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim_start_matches("error: ");
+        UsageError(format!("the spate smtp options after --: {first}"))
+    })?;
+    if base.output.out.is_some() {
+        return crate::usage("give the sweep's directory with spate sweep -o DIR, before --");
+    }
+    let cool = units::parse_duration(&args.cool_down)?;
+    let idle_max = units::parse_duration(&args.idle_max)?;
+    let warm = args
+        .warm_up
+        .as_deref()
+        .map(units::parse_duration)
+        .transpose()?;
+    // Check every step's options before the first one runs.
+    for &v in &values {
+        let a = step_args(&base, param, v, args.count_per_user)?;
+        a.workload.resolve()?;
+    }
+    let dir = args
+        .out
+        .clone()
+        .unwrap_or_else(|| crate::engine::default_out("sweep"));
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| UsageError(format!("cannot create {}: {e}", dir.display())))?;
+    let progress = base.output.progress_enabled();
+    let mut csv = std::fs::File::create(dir.join("sweep.csv"))?;
+    writeln!(csv, "{CSV_HEADER}")?;
+    let mut rows: Vec<Row> = Vec::new();
+    let mut interrupted = false;
+    let total = values.len() * args.repeat as usize;
+    let mut done = 0;
+    'steps: for (i, &v) in values.iter().enumerate() {
+        for rep in 1..=args.repeat {
+            let mut step_name = format!("step-{:02}-{}-{}", i + 1, name.replace('_', "-"), v);
+            if args.repeat > 1 {
+                step_name.push_str(&format!("-r{rep}"));
+            }
+            if let Some(cmd) = &args.before_step {
+                hook(cmd, v)?;
+            }
+            let a = step_args(&base, param, v, args.count_per_user)?;
+            eprintln!(
+                "spate sweep: {name}={v} repeat {rep}/{} ({}/{total})",
+                args.repeat,
+                done + 1
+            );
+            if let Some(w) = warm {
+                let mut wa = a.clone();
+                wa.workload.duration = Some(format!("{}ms", w.as_millis()));
+                wa.workload.count = None;
+                let (s, _) = run_step(wa, dir.join("warmup").join(&step_name), false).await?;
+                if s.interrupted {
+                    interrupted = true;
+                    break 'steps;
+                }
+            }
+            let step_dir = dir.join(&step_name);
+            let (s, port) = run_step(a, step_dir.clone(), progress).await?;
+            let row = Row::from_summary(i + 1, &name, v, rep, &s, &step_dir);
+            writeln!(csv, "{}", row.csv())?;
+            csv.flush()?;
+            eprintln!(
+                "spate sweep: {name}={v}: {:.1}/s, latency mean {:.2} ms p99 {:.2} ms, {} errors",
+                row.throughput_per_s, row.latency_mean_ms, row.latency_p99_ms, row.errors
+            );
+            rows.push(row);
+            done += 1;
+            if s.interrupted {
+                interrupted = true;
+                break 'steps;
+            }
+            if done < total {
+                let pause = async {
+                    if args.until_idle
+                        && !wait_idle(port, base.monitor.monitor_queue.as_deref(), idle_max).await
+                    {
+                        eprintln!(
+                            "spate sweep: server still busy after {}, going on",
+                            units::fmt_duration(idle_max)
+                        );
+                    }
+                    tokio::time::sleep(cool).await;
+                };
+                tokio::select! {
+                    _ = pause => {}
+                    _ = tokio::signal::ctrl_c() => { interrupted = true; break 'steps; }
+                }
+            }
+        }
+    }
+    let analysis = table::analyse(param, &name, &values, &rows);
+    let mut json = serde_json::to_value(&analysis)?;
+    json["interrupted"] = interrupted.into();
+    json["repeat"] = args.repeat.into();
+    json["rows"] = serde_json::to_value(&rows)?;
+    json["command"] = serde_json::to_value(std::env::args().collect::<Vec<_>>())?;
+    crate::results::write_atomic(
+        &dir.join("sweep.json"),
+        serde_json::to_string_pretty(&json)?.as_bytes(),
+    )?;
+    print!("{}", table::render(&analysis, &rows));
+    println!("results: {}", dir.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        a: SweepArgs,
+    }
+
+    fn sweep(args: &[&str]) -> SweepArgs {
+        let mut v = vec!["t"];
+        v.extend_from_slice(args);
+        T::try_parse_from(v).unwrap().a
+    }
+
+    #[test]
+    fn each_parameter_sets_its_option() {
+        let base = load::args_from(["127.0.0.1:2525", "--users", "3", "--rate", "5/s"]).unwrap();
+        let s = sweep(&["--users", "1..3,10..30/10", "--", "x"]);
+        let (p, name, v) = s.param().unwrap();
+        assert_eq!((p, name.as_str()), (Param::Users, "users"));
+        assert_eq!(v, vec![1, 2, 3, 10, 20, 30]);
+        let a = step_args(&base, p, 20, None).unwrap();
+        assert_eq!(a.workload.users, 20);
+        assert!(a.workload.rate.is_none() && a.monitor.monitor);
+        let a = step_args(&base, p, 20, Some(100)).unwrap();
+        assert_eq!((a.workload.count, a.workload.duration), (Some(2000), None));
+
+        let s = sweep(&["--size", "1k, 10k", "--", "x"]);
+        let (p, _, v) = s.param().unwrap();
+        assert_eq!(v, vec![1024, 10240]);
+        assert_eq!(step_args(&base, p, 10240, None).unwrap().size, "10240");
+
+        let s = sweep(&["--rate", "100,200", "--", "x"]);
+        let (p, _, _) = s.param().unwrap();
+        assert_eq!(
+            step_args(&base, p, 200, None)
+                .unwrap()
+                .workload
+                .rate
+                .as_deref(),
+            Some("200/s")
+        );
+        assert!(step_args(&base, p, 0, None).is_err());
+
+        let s = sweep(&["--messages-per-connection", "1,10", "--", "x"]);
+        let (p, name, _) = s.param().unwrap();
+        assert_eq!(name, "messages_per_connection");
+        assert_eq!(
+            step_args(&base, p, 10, None)
+                .unwrap()
+                .messages_per_connection,
+            "10"
+        );
+
+        let s = sweep(&[
+            "--values",
+            "1,2",
+            "--param-name",
+            "process limit",
+            "--before-step",
+            "true",
+            "--",
+            "x",
+        ]);
+        let (p, name, _) = s.param().unwrap();
+        assert_eq!((p, name.as_str()), (Param::Value, "process_limit"));
+    }
+
+    #[test]
+    fn row_takes_server_cpu_when_processes_are_monitored() {
+        let header = crate::engine::SummaryHeader {
+            run_id: "x".into(),
+            command: vec![],
+            protocol: "smtp".into(),
+            target: "t".into(),
+            started: std::time::SystemTime::now(),
+        };
+        let mut s = header.summary(
+            &crate::metrics::Shard::default(),
+            2.0,
+            true,
+            false,
+            Duration::ZERO,
+        );
+        s.extra.insert(
+            "monitor".into(),
+            serde_json::json!({
+                "cpu_basis": "proc.smtpd+proc.cleanup",
+                "mean": {
+                    "host.cpu.user_pct": 30.0, "host.cpu.system_pct": 10.0,
+                    "proc.smtpd.cpu_pct": 12.0, "proc.cleanup.cpu_pct": 3.0,
+                    "proc.smtpd.rss_mb": 20.0, "proc.cleanup.rss_mb": 5.0, "host.mem.used_mb": 900.0,
+                    "self.spate.cpu_pct": 50.0,
+                    "disk.vda.read_kbps": 1.0, "disk.vda.write_kbps": 9.0, "disk.vda.ms_per_io": 2.0,
+                    "disk.vdb.read_kbps": 0.0, "disk.vdb.write_kbps": 0.0, "disk.vdb.ms_per_io": 0.0,
+                    "net.lo.rx_kbps": 100.0, "net.lo.tx_kbps": 100.0
+                }
+            }),
+        );
+        let r = Row::from_summary(1, "users", 4, 1, &s, Path::new("/x/step-01-users-4"));
+        assert_eq!(r.cpu_pct, Some(15.0));
+        assert_eq!(r.mem_mb, Some(25.0));
+        assert_eq!(r.disk_kbps, Some(10.0));
+        assert_eq!(r.disk_ms, Some(2.0));
+        assert_eq!(r.net_kbps, Some(200.0));
+        assert_eq!(r.dir, "step-01-users-4");
+        assert_eq!(r.csv().split(',').count(), CSV_HEADER.split(',').count());
+        s.extra.clear();
+        let r = Row::from_summary(1, "users", 4, 1, &s, Path::new("d"));
+        assert!(r.cpu_pct.is_none());
+        assert!(r.csv().ends_with(",,,,"));
+    }
+}

@@ -1,0 +1,245 @@
+//! A sweep's analysis: per-value means and spread over repetitions, the USL fit, the knee,
+//! and experiment E4's table (one column per value).
+
+use serde::Serialize;
+
+use super::usl::{self, Usl};
+use super::{Param, Row};
+
+/// Mean, extremes and standard deviation over the repetitions of a step.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct Spread {
+    pub mean: f64,
+    pub min: f64,
+    pub max: f64,
+    pub sd: f64,
+}
+
+impl Spread {
+    pub fn of(v: &[f64]) -> Option<Spread> {
+        if v.is_empty() {
+            return None;
+        }
+        let n = v.len() as f64;
+        let mean = v.iter().sum::<f64>() / n;
+        let var = if v.len() > 1 {
+            v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)
+        } else {
+            0.0
+        };
+        let r = |x: f64| (x * 1000.0).round() / 1000.0;
+        Some(Spread {
+            mean: r(mean),
+            min: r(v.iter().copied().fold(f64::INFINITY, f64::min)),
+            max: r(v.iter().copied().fold(f64::NEG_INFINITY, f64::max)),
+            sd: r(var.sqrt()),
+        })
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StepStats {
+    pub value: u64,
+    pub repeats: usize,
+    pub test_time_s: Option<Spread>,
+    pub latency_mean_ms: Option<Spread>,
+    pub latency_p50_ms: Option<Spread>,
+    pub latency_p99_ms: Option<Spread>,
+    pub throughput_per_s: Option<Spread>,
+    pub errors: u64,
+    pub net_kbps: Option<Spread>,
+    pub disk_kbps: Option<Spread>,
+    pub disk_ms: Option<Spread>,
+    pub cpu_pct: Option<Spread>,
+    pub mem_mb: Option<Spread>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Analysis {
+    pub param: String,
+    pub values: Vec<u64>,
+    /// Fitted for concurrency-like parameters (users, --values) with 3 or more values.
+    pub usl: Option<Usl>,
+    pub knee_value: Option<u64>,
+    pub knee_rule: &'static str,
+    /// What cpu_pct measures: "host" (user+system of all cores) or the monitored process
+    /// groups summed ("proc.smtpd+proc.cleanup", percent of one core).
+    pub cpu_basis: String,
+    pub steps: Vec<StepStats>,
+}
+
+pub const KNEE_RULE: &str = "first value whose mean latency grew by a larger factor than its throughput, relative to the value before (L_i/L_(i-1) > X_i/X_(i-1) and L_i/L_(i-1) > 1.05)";
+
+/// The knee: index into `steps` (by order of values) per [`KNEE_RULE`].
+pub fn knee(points: &[(f64, f64)]) -> Option<usize> {
+    (1..points.len()).find(|&i| {
+        let (x0, l0) = points[i - 1];
+        let (x1, l1) = points[i];
+        if x0 <= 0.0 || l0 <= 0.0 {
+            return false;
+        }
+        let (gx, gl) = (x1 / x0, l1 / l0);
+        gl > gx && gl > 1.05
+    })
+}
+
+pub fn analyse(param: Param, name: &str, values: &[u64], rows: &[Row]) -> Analysis {
+    let mut steps = Vec::new();
+    for &v in values {
+        let r: Vec<&Row> = rows.iter().filter(|r| r.value == v).collect();
+        if r.is_empty() {
+            continue;
+        }
+        let of = |f: &dyn Fn(&Row) -> f64| Spread::of(&r.iter().map(|x| f(x)).collect::<Vec<_>>());
+        let of_opt = |f: &dyn Fn(&Row) -> Option<f64>| {
+            Spread::of(&r.iter().filter_map(|x| f(x)).collect::<Vec<_>>())
+        };
+        steps.push(StepStats {
+            value: v,
+            repeats: r.len(),
+            test_time_s: of(&|x| x.test_time_s),
+            latency_mean_ms: of(&|x| x.latency_mean_ms),
+            latency_p50_ms: of(&|x| x.latency_p50_ms),
+            latency_p99_ms: of(&|x| x.latency_p99_ms),
+            throughput_per_s: of(&|x| x.throughput_per_s),
+            errors: r.iter().map(|x| x.errors).sum(),
+            net_kbps: of_opt(&|x| x.net_kbps),
+            disk_kbps: of_opt(&|x| x.disk_kbps),
+            disk_ms: of_opt(&|x| x.disk_ms),
+            cpu_pct: of_opt(&|x| x.cpu_pct),
+            mem_mb: of_opt(&|x| x.mem_mb),
+        });
+    }
+    let usl = match param {
+        Param::Users | Param::Value => usl::fit(
+            &rows
+                .iter()
+                .map(|r| (r.value as f64, r.throughput_per_s))
+                .collect::<Vec<_>>(),
+        ),
+        _ => None,
+    };
+    let pts: Vec<(f64, f64)> = steps
+        .iter()
+        .map(|s| {
+            (
+                s.throughput_per_s.map_or(0.0, |x| x.mean),
+                s.latency_mean_ms.map_or(0.0, |x| x.mean),
+            )
+        })
+        .collect();
+    let knee_value = knee(&pts).map(|i| steps[i].value);
+    Analysis {
+        param: name.to_string(),
+        values: values.to_vec(),
+        usl,
+        knee_value,
+        knee_rule: KNEE_RULE,
+        cpu_basis: rows
+            .first()
+            .map_or("host".to_string(), |r| r.cpu_basis.clone()),
+        steps,
+    }
+}
+
+/// E4's table: one column per value; `mean±sd` when steps were repeated.
+pub fn render(a: &Analysis, _rows: &[Row]) -> String {
+    type Get = fn(&StepStats) -> Option<Spread>;
+    let lines: [(&str, Get, usize); 7] = [
+        ("test time [s]", |s| s.test_time_s, 1),
+        ("app latency [ms]", |s| s.latency_mean_ms, 1),
+        ("throughput [mails/s]", |s| s.throughput_per_s, 1),
+        ("network [kB/s]", |s| s.net_kbps, 0),
+        ("disk [kB/s]", |s| s.disk_kbps, 0),
+        ("disk latency [ms]", |s| s.disk_ms, 2),
+        ("CPU [%]", |s| s.cpu_pct, 0),
+    ];
+    let cell = |sp: Option<Spread>, prec: usize, reps: usize| match sp {
+        None => "-".to_string(),
+        Some(s) if reps > 1 => format!("{:.p$}±{:.p$}", s.mean, s.sd, p = prec),
+        Some(s) => format!("{:.p$}", s.mean, p = prec),
+    };
+    let mut grid: Vec<Vec<String>> = vec![std::iter::once(a.param.clone())
+        .chain(a.steps.iter().map(|s| s.value.to_string()))
+        .collect()];
+    for (label, get, prec) in lines {
+        grid.push(
+            std::iter::once(label.to_string())
+                .chain(a.steps.iter().map(|s| cell(get(s), prec, s.repeats)))
+                .collect(),
+        );
+    }
+    let w0 = grid.iter().map(|r| r[0].chars().count()).max().unwrap_or(0);
+    let w = grid
+        .iter()
+        .flat_map(|r| r.iter().skip(1))
+        .map(|c| c.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(6);
+    let mut out = String::new();
+    for row in &grid {
+        out.push_str(&format!("{:<w0$}", row[0]));
+        for c in &row[1..] {
+            out.push_str(&format!("  {c:>w$}"));
+        }
+        out.push('\n');
+    }
+    if a.cpu_basis != "host" {
+        out.push_str(&format!("CPU: {} (% of one core)\n", a.cpu_basis));
+    } else {
+        out.push_str("CPU: host user+system (% of all cores)\n");
+    }
+    if let Some(u) = &a.usl {
+        {
+            out.push_str(&format!(
+                "USL fit: sigma {:.4}, kappa {:.6}, lambda {:.2}/s, r² {:.3}; ",
+                u.sigma, u.kappa, u.lambda, u.r2
+            ));
+            match (u.peak_x, u.peak_throughput) {
+                (Some(n), Some(x)) => out.push_str(&format!(
+                    "predicted peak {x:.1}/s at {} = {n:.1}\n",
+                    a.param
+                )),
+                (None, Some(x)) => {
+                    out.push_str(&format!("no peak; throughput approaches {x:.1}/s\n"))
+                }
+                _ => out.push_str("linear scaling, no peak in sight\n"),
+            }
+        }
+    }
+    match a.knee_value {
+        Some(v) => out.push_str(&format!(
+            "knee: from {} = {v}, latency grows faster than throughput\n",
+            a.param
+        )),
+        None => out.push_str("knee: none (latency never grew faster than throughput)\n"),
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn knee_where_latency_outgrows_throughput() {
+        // Throughput doubles until 4, then flat; latency flat, then doubles.
+        let pts = [
+            (50.0, 20.0),
+            (100.0, 20.5),
+            (200.0, 21.0),
+            (200.0, 40.0),
+            (200.0, 80.0),
+        ];
+        assert_eq!(knee(&pts), Some(3));
+        assert_eq!(knee(&pts[..3]), None);
+    }
+
+    #[test]
+    fn spread() {
+        let s = Spread::of(&[1.0, 2.0, 3.0]).unwrap();
+        assert_eq!((s.mean, s.min, s.max, s.sd), (2.0, 1.0, 3.0, 1.0));
+        assert!(Spread::of(&[]).is_none());
+    }
+}
