@@ -36,6 +36,10 @@ pub enum Command {
     Serve(crate::serve::Args),
     /// Start the embedded server and run a canned workload against it: the tour.
     Demo(crate::demo::Args),
+    /// Write the HTML report of a results directory (charts, percentiles, errors).
+    Report(crate::report::cmd::ReportArgs),
+    /// Compare runs side by side: headline numbers, differences, noise, overlaid charts.
+    Compare(crate::report::cmd::CompareArgs),
 }
 
 pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -44,5 +48,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Ping(args) => crate::ping::main(args).await,
         Command::Serve(args) => crate::serve::run(args).await,
         Command::Demo(args) => crate::demo::run(args).await,
+        Command::Report(args) => crate::report::cmd::report_main(args),
+        Command::Compare(args) => crate::report::cmd::compare_main(args),
     }
 }

@@ -833,6 +833,10 @@ pub async fn run_and_print(
     let stop = Arc::new(AtomicBool::new(false));
     let outcome = run_smtp(plan, factory, settings, out, progress, stop).await?;
     print!("{}", crate::report::text::render(&outcome.summary));
+    // The HTML report is a convenience: failing to write it must not fail the run.
+    if let Err(e) = crate::report::write_report(&outcome.dir) {
+        eprintln!("spate: warning: no HTML report: {e:#}");
+    }
     Ok(outcome)
 }
 

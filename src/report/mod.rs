@@ -1,3 +1,11 @@
 //! Reports: pure functions of a results directory.
 
+pub mod chart;
+pub mod cmd;
+pub mod compare;
+pub mod data;
+pub mod html;
+pub mod sweep;
 pub mod text;
+
+pub use cmd::write_report;
