@@ -185,7 +185,12 @@ pub fn compare(runs: &[Run]) -> Comparison {
             "KiB/s",
             Better::Higher,
             all(&|r| r.summary.kbytes_per_s),
-            none.clone(),
+            runs.iter()
+                .map(|r| {
+                    let v: Vec<f64> = r.steady_rate("bytes").iter().map(|b| b / 1024.0).collect();
+                    Spread::of(&v)
+                })
+                .collect(),
         ),
         metric(
             &format!("{phase_name} p50"),
@@ -206,7 +211,7 @@ pub fn compare(runs: &[Run]) -> Comparison {
             "ms",
             Better::Lower,
             runs.iter().map(|r| lat(r, |p| p.max_us)).collect(),
-            none.clone(),
+            runs.iter().map(|r| lat_spread(r, |p| p.max)).collect(),
         ),
         metric(
             "accepted",

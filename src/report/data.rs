@@ -332,8 +332,13 @@ impl Run {
     /// Per-interval accepted/s of the full intervals (the first and last are often partial
     /// and are left out when there are enough others): the spread that says what noise is.
     pub fn steady_throughput(&self) -> Vec<f64> {
+        self.steady_rate("accepted")
+    }
+
+    /// Per-interval rates of a counter column, without the partial first and last.
+    pub fn steady_rate(&self, col: &str) -> Vec<f64> {
         let r: Vec<f64> = self
-            .rate("accepted")
+            .rate(col)
             .unwrap_or_default()
             .into_iter()
             .map(|p| p.1)

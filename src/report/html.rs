@@ -17,7 +17,7 @@ td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}\
 .cards{display:flex;flex-wrap:wrap;gap:10px;margin:8px 0}.card{background:#fff;border:1px solid #ddd;border-radius:6px;padding:8px 14px;min-width:120px}\
 .card .v{font-size:22px;font-weight:600}.card .k{color:#666;font-size:12px}\
 .grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:12px}\
-.warn{color:#a40}.ok{color:#070}pre{background:#fff;border:1px solid #ddd;padding:8px;overflow:auto;max-height:400px}\
+.wide{overflow-x:auto}.warn{color:#a40}.ok{color:#070}pre{background:#fff;border:1px solid #ddd;padding:8px;overflow:auto;max-height:400px}\
 code{font-size:12px}";
 
 /// A complete HTML document around `body`.
@@ -71,7 +71,7 @@ pub fn ms(us: f64) -> String {
 }
 
 pub fn num(v: f64) -> String {
-    if v >= 100.0 {
+    if v >= 100.0 || v.fract() == 0.0 {
         format!("{v:.0}")
     } else {
         format!("{v:.1}")
@@ -443,7 +443,7 @@ pub fn monitor_unit(col: &str) -> &'static str {
         "MB"
     } else if metric.ends_with("_kbps") {
         "KB per second"
-    } else if metric.ends_with("_ms") {
+    } else if metric.ends_with("_ms") || metric.starts_with("ms_") {
         "milliseconds"
     } else {
         "count"

@@ -154,24 +154,21 @@ pub fn render_sweep(sw: &Sweep) -> String {
         ],
     );
 
-    b.push_str("<h2>Steps</h2><table><tr>");
-    for c in &t.cols {
-        let _ = write!(b, "<th class=\"n\">{}</th>", esc(c));
-    }
-    b.push_str("</tr>");
-    for r in &t.rows {
+    // The table from the text cells, so that non-numeric columns (param) show.
+    let text = std::fs::read_to_string(sw.dir.join("sweep.csv")).unwrap_or_default();
+    b.push_str("<h2>Steps</h2><div class=\"wide\"><table>");
+    for (i, line) in text.lines().filter(|l| !l.trim().is_empty()).enumerate() {
         b.push_str("<tr>");
-        for v in r {
-            let cell = if v.is_finite() {
-                num_cell(*v)
+        for cell in line.split(',') {
+            if i == 0 {
+                let _ = write!(b, "<th class=\"n\">{}</th>", esc(cell));
             } else {
-                String::new()
-            };
-            let _ = write!(b, "<td class=\"n\">{cell}</td>");
+                let _ = write!(b, "<td class=\"n\">{}</td>", esc(cell));
+            }
         }
         b.push_str("</tr>");
     }
-    b.push_str("</table>\n");
+    b.push_str("</table></div>\n");
     if !sw.steps.is_empty() {
         b.push_str("<p>Step results: ");
         for (i, s) in sw.steps.iter().enumerate() {
@@ -191,12 +188,4 @@ pub fn render_sweep(sw: &Sweep) -> String {
         b.push_str("</p>\n");
     }
     page(&title, &b)
-}
-
-fn num_cell(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e15 {
-        format!("{}", v as i64)
-    } else {
-        format!("{v:.2}")
-    }
 }
