@@ -7,9 +7,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::load::{default_out, PickArg, SmtpArgs};
+use crate::load::{default_out, SmtpArgs};
 use crate::serve::{self, faults, store::Users, Addrs};
-use crate::session::smtp::AuthMech;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -24,47 +23,22 @@ pub struct Args {
     pub quiet: bool,
 }
 
-fn base_args(target: String) -> SmtpArgs {
-    SmtpArgs {
-        target,
-        lmtp: false,
-        users: 1,
-        messages_per_connection: 1,
-        count: None,
-        duration: None,
-        think: None,
-        rate: None,
-        stages: None,
-        arrival: crate::workload::Arrival::Constant,
-        max_in_flight: 100,
-        size: "1k".into(),
-        rcpt: "1".into(),
-        from: "demo@example.test".into(),
-        to: "user{0..99}@example.test".into(),
-        from_file: None,
-        to_file: None,
-        pick: PickArg::Random,
-        messages_from: None,
-        attach: None,
-        dsn_notify: None,
-        starttls: false,
-        tls: false,
-        tls_percent: None,
-        ca: None,
-        insecure: false,
-        auth_file: None,
-        auth_user: None,
-        auth_mech: AuthMech::Auto,
-        no_pipelining: false,
-        bind: vec![],
-        helo: "spate-demo.localhost".into(),
-        timeout: "10s".into(),
-        out: None,
-        quiet: true,
-        progress: false,
-        grace: "5s".into(),
-        seed: Some(42),
-    }
+fn base_args(target: String, extra: &[&str]) -> anyhow::Result<SmtpArgs> {
+    let mut argv: Vec<String> = [
+        target.as_str(),
+        "--from=demo@example.test",
+        "--to=user{0..99}@example.test",
+        "--helo=spate-demo.localhost",
+        "--timeout=10s",
+        "--quiet",
+        "--grace=5s",
+        "--seed=42",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    argv.extend(extra.iter().map(|s| s.to_string()));
+    crate::load::args_from(argv)
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -108,23 +82,31 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let second = total - first;
 
     println!("1/2 SMTP injection: 20 sessions, 10 messages per connection, 1 KiB .. 20 KiB, 1–3 recipients, {}s", first.as_secs());
-    let mut a = base_args(smtp.to_string());
-    a.users = 20;
-    a.messages_per_connection = 10;
-    a.size = "1k..20k".into();
-    a.rcpt = "1..3".into();
-    a.duration = Some(format!("{}ms", first.as_millis()));
+    let a = base_args(
+        smtp.to_string(),
+        &[
+            "--users=20",
+            "--messages-per-connection=10",
+            "--size=1k..20k",
+            "--rcpt=1..3",
+            &format!("--duration={}ms", first.as_millis()),
+        ],
+    )?;
     let r1 = run_part(a, out.join("1-smtp"), progress).await?;
 
     println!("2/2 submission: 5 sessions, STARTTLS (certificate verified), AUTH PLAIN, open rate 100/s, {}s", second.as_secs());
-    let mut b = base_args(submission.to_string());
-    b.rate = Some("100/s".into());
-    b.duration = Some(format!("{}ms", second.as_millis()));
-    b.starttls = true;
-    b.ca = Some(ca_path.display().to_string());
-    b.auth_file = Some(users_path.clone());
-    b.max_in_flight = 5;
-    b.messages_per_connection = 20;
+    let b = base_args(
+        submission.to_string(),
+        &[
+            "--rate=100/s",
+            &format!("--duration={}ms", second.as_millis()),
+            "--starttls",
+            &format!("--ca={}", ca_path.display()),
+            &format!("--auth-file={}", users_path.display()),
+            "--max-in-flight=5",
+            "--messages-per-connection=20",
+        ],
+    )?;
     let r2 = run_part(b, out.join("2-submission"), progress).await?;
 
     let stats = server.stats.clone();

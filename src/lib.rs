@@ -11,6 +11,8 @@
 //! - [`message`]: the message factory (sizes, tracking header, digests, attachments, .eml).
 //! - [`workload`]: arrival strategies (closed users, constant/Poisson rate, stages).
 //! - [`session`]: the per-protocol drivers that run a state machine over a transport.
+//! - [`engine`]: the one worker loop (closed/open schedules, the per-second aggregator,
+//!   signals, observers, the summary) that every load command plugs a driver into.
 //! - [`metrics`]: phases, error classes, sharded recorder, interval snapshots.
 //! - [`results`]: the results directory (plan.json, intervals.csv, postal.csv, *.hlog,
 //!   errors.jsonl, sent.log, summary.json).
@@ -20,6 +22,7 @@
 
 pub mod cli;
 pub mod demo;
+pub mod engine;
 pub mod load;
 pub mod message;
 pub mod metrics;

@@ -8,9 +8,9 @@ use std::time::Duration;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
-use crate::load::{prepare, PickArg, SmtpArgs};
+use crate::load::prepare;
 use crate::metrics::{new_histogram, Phase};
-use crate::session::smtp::{AuthMech, Session};
+use crate::session::smtp::Session;
 use crate::units::{self, fmt_duration};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -75,46 +75,38 @@ pub async fn main(a: PingArgs) -> anyhow::Result<ExitCode> {
     } else {
         units::parse_duration(&a.wait)?
     };
-    let args = SmtpArgs {
-        target: a.target.clone(),
-        lmtp: a.lmtp,
-        users: 1,
-        messages_per_connection: 1,
-        count: Some(u64::from(a.count.max(1))),
-        duration: None,
-        think: None,
-        rate: None,
-        stages: None,
-        arrival: crate::workload::Arrival::Constant,
-        max_in_flight: 1,
-        size: a.size.clone(),
-        rcpt: "1".into(),
-        from: a.from.clone(),
-        to: a.to.clone(),
-        from_file: None,
-        to_file: None,
-        pick: PickArg::RoundRobin,
-        messages_from: None,
-        attach: None,
-        dsn_notify: None,
-        starttls: a.starttls,
-        tls: a.tls,
-        tls_percent: None,
-        ca: a.ca.clone(),
-        insecure: a.insecure,
-        auth_file: None,
-        auth_user: a.auth_user.clone(),
-        auth_mech: AuthMech::Auto,
-        no_pipelining: !a.pipelining,
-        bind: vec![],
-        helo: "spate.localhost".into(),
-        timeout: a.timeout.clone(),
-        out: None,
-        quiet: true,
-        progress: false,
-        grace: "1s".into(),
-        seed: Some(1),
-    };
+    let mut argv = vec![
+        a.target.clone(),
+        "--users=1".into(),
+        format!("--count={}", a.count.max(1)),
+        "--max-in-flight=1".into(),
+        format!("--size={}", a.size),
+        format!("--from={}", a.from),
+        format!("--to={}", a.to),
+        "--pick=round-robin".into(),
+        format!("--timeout={}", a.timeout),
+        "--quiet".into(),
+        "--grace=1s".into(),
+        "--seed=1".into(),
+    ];
+    for (on, flag) in [
+        (a.lmtp, "--lmtp"),
+        (a.starttls, "--starttls"),
+        (a.tls, "--tls"),
+        (a.insecure, "--insecure"),
+        (!a.pipelining, "--no-pipelining"),
+    ] {
+        if on {
+            argv.push(flag.into());
+        }
+    }
+    if let Some(ca) = &a.ca {
+        argv.push(format!("--ca={ca}"));
+    }
+    if let Some(u) = &a.auth_user {
+        argv.push(format!("--auth-user={u}"));
+    }
+    let args = crate::load::args_from(argv)?;
     let (plan, factory, settings) = prepare(args, vec![])?;
     println!(
         "PING {} ({}) from <{}> to <{}>, {} messages of {} bytes",

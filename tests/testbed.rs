@@ -20,6 +20,10 @@ struct Bed {
 
 impl Bed {
     fn up(dir: &Path) -> Option<Bed> {
+        Bed::up_with(dir, &[])
+    }
+
+    fn up_with(dir: &Path, extra: &[&str]) -> Option<Bed> {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed");
         let is_root = Command::new("id")
             .arg("-u")
@@ -36,6 +40,7 @@ impl Bed {
         let d = dir.to_str().unwrap();
         let o = Command::new(&script)
             .args(["up", "--dir", d, "--users", "100", "--in-flow-delay", "0"])
+            .args(extra)
             .output()
             .expect("run scripts/testbed");
         if !o.status.success() {
@@ -67,6 +72,19 @@ impl Bed {
         self.env
             .get(k)
             .unwrap_or_else(|| panic!("testbed env lacks {k}: {:?}", self.env))
+    }
+
+    fn script(&self, cmd: &str) {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed");
+        let o = Command::new(script)
+            .args([cmd, "--dir", self.dir.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "testbed {cmd}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
     }
 
     fn queue_depth(&self) -> usize {
@@ -292,4 +310,119 @@ fn postfix_dovecot_delivery_and_real_error_classes() {
     ]);
     assert_eq!(s["totals"]["accepted"], 20, "{stdout}");
     assert_eq!(s["totals"]["tls_connections"], s["totals"]["connections"]);
+}
+
+/// Experiment E2's failure: the directory behind Postfix's virtual_mailbox_maps goes away in
+/// the middle of a run. RCPTs then get 451 4.3.0, counted in the intervals where it
+/// happened, and delivery recovers once slapd is back.
+#[test]
+fn ldap_outage_mid_run_is_counted_per_interval_then_recovers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = Bed::up_with(&tmp.path().join("bed"), &["--ldap", "--port-offset", "300"])
+    else {
+        return;
+    };
+    if !Path::new("/usr/sbin/slapd").exists() {
+        eprintln!("SKIPPED: slapd is not installed");
+        return;
+    }
+    let out = tmp.path().join("outage");
+    let mut child = Command::new(SPATE)
+        .args([
+            "smtp",
+            bed.var("SPATE_SMTP"),
+            "--rate",
+            "40/s",
+            "--duration",
+            "14s",
+            "--max-in-flight",
+            "20",
+            "--to-file",
+            bed.var("SPATE_USERS_FILE"),
+            "--timeout",
+            "10s",
+            "-q",
+            "-o",
+            out.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(4));
+    bed.script("ldap-stop");
+    std::thread::sleep(Duration::from_secs(4));
+    bed.script("ldap-start");
+    let t = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("spate did not finish");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success());
+
+    let s: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(s["reconciles"], true);
+    let lookup: Vec<&Value> = s["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["code"] == 451 && e["enhanced"] == "4.3.0")
+        .collect();
+    assert!(!lookup.is_empty(), "no 451 4.3.0: {}", s["errors"]);
+    assert!(
+        lookup.iter().all(|e| e["phase"] == "rcpt"
+            && e["text"]
+                .as_str()
+                .unwrap()
+                .contains("Temporary lookup failure")),
+        "{lookup:?}"
+    );
+    let total_451: u64 = lookup.iter().map(|e| e["count"].as_u64().unwrap()).sum();
+
+    // Per interval: clean before, 451s during, accepted again after.
+    let iv = std::fs::read_to_string(out.join("intervals.csv")).unwrap();
+    let mut lines = iv.lines();
+    let head: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |n: &str| head.iter().position(|h| *h == n).unwrap();
+    let (t_s, accepted, rejected) = (col("t_s"), col("accepted"), col("rejected"));
+    let rows: Vec<(f64, u64, u64)> = lines
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (
+                f[t_s].parse().unwrap(),
+                f[accepted].parse().unwrap(),
+                f[rejected].parse().unwrap(),
+            )
+        })
+        .collect();
+    let first_rej = rows
+        .iter()
+        .position(|r| r.2 > 0)
+        .expect("a rejecting interval");
+    assert!(rows[..first_rej].iter().all(|r| r.1 > 0), "{rows:?}");
+    assert!(
+        rows[first_rej].0 >= 3.0,
+        "rejections before slapd stopped: {rows:?}"
+    );
+    let last_rej = rows.iter().rposition(|r| r.2 > 0).unwrap();
+    assert!(
+        rows[last_rej + 1..].iter().filter(|r| r.1 > 0).count() >= 2,
+        "no recovery after slapd came back: {rows:?}"
+    );
+    // The per-interval error lines add up to the summary's count.
+    let per_interval: u64 = std::fs::read_to_string(out.join("errors.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["code"] == 451)
+        .map(|e| e["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(per_interval, total_451);
+    assert_eq!(s["totals"]["rejected"].as_u64().unwrap(), total_451);
 }

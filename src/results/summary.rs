@@ -73,6 +73,9 @@ pub struct Summary {
     pub generator_cpu_pct: f64,
     pub cores: usize,
     pub warnings: Vec<String>,
+    /// Sections added by observers and later steps (monitoring, verification), by name.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Summary {

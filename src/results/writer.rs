@@ -21,12 +21,12 @@ pub struct Writer {
     intervals: BufWriter<File>,
     postal: BufWriter<File>,
     errors: BufWriter<File>,
-    sent: BufWriter<File>,
+    sent: Option<BufWriter<File>>,
     hlogs: HashMap<Phase, BufWriter<File>>,
     serializer: V2DeflateSerializer,
     scratch: Vec<u8>,
     minute: Option<(String, Counters)>,
-    factory: Arc<Factory>,
+    factory: Option<Arc<Factory>>,
     /// Everything so far (histograms, counters, errors); no per-message records.
     pub totals: Shard,
 }
@@ -58,7 +58,7 @@ impl Writer {
         dir: &Path,
         plan: &serde_json::Value,
         start: SystemTime,
-        factory: Arc<Factory>,
+        factory: Option<Arc<Factory>>,
     ) -> io::Result<Self> {
         std::fs::create_dir_all(dir)?;
         write_atomic(
@@ -77,13 +77,20 @@ impl Writer {
             postal,
             "time,messages,data(K),errors,connections,SSL connections"
         )?;
-        let mut sent = create(dir, "sent.log")?;
-        writeln!(
-            sent,
-            "# spate sent log v1 run={} — one line per accepted message",
-            factory.run_id
-        )?;
-        writeln!(sent, "seq\taccepted_at\tdigest\tbytes\tfrom\trecipients")?;
+        // Only message injection has a sent log.
+        let sent = match &factory {
+            Some(f) => {
+                let mut sent = create(dir, "sent.log")?;
+                writeln!(
+                    sent,
+                    "# spate sent log v1 run={} — one line per accepted message",
+                    f.run_id
+                )?;
+                writeln!(sent, "seq\taccepted_at\tdigest\tbytes\tfrom\trecipients")?;
+                Some(sent)
+            }
+            None => None,
+        };
         Ok(Writer {
             dir: dir.to_path_buf(),
             start,
@@ -196,26 +203,8 @@ impl Writer {
             writeln!(self.errors, "{line}")?;
         }
 
-        for r in &iv.sent {
-            let t = self.start + Duration::from_micros(r.accepted_us);
-            write!(
-                self.sent,
-                "{}\t{}\t{}\t{}\t{}\t",
-                r.seq,
-                rfc3339(t),
-                hex(&r.digest),
-                r.size,
-                self.factory.from.addrs[r.from as usize]
-            )?;
-            let rc = &iv.rcpts[r.rcpt_start as usize..][..r.rcpt_len as usize];
-            for (i, idx) in rc.iter().enumerate() {
-                if i > 0 {
-                    self.sent.write_all(b",")?;
-                }
-                self.sent
-                    .write_all(self.factory.to.addrs[*idx as usize].as_bytes())?;
-            }
-            self.sent.write_all(b"\n")?;
+        if let (Some(sent), Some(factory)) = (&mut self.sent, &self.factory) {
+            write_sent(sent, factory, self.start, iv)?;
         }
         iv.sent.clear();
         iv.rcpts.clear();
@@ -268,7 +257,9 @@ impl Writer {
         self.intervals.flush()?;
         self.postal.flush()?;
         self.errors.flush()?;
-        self.sent.flush()?;
+        if let Some(s) = &mut self.sent {
+            s.flush()?;
+        }
         for f in self.hlogs.values_mut() {
             f.flush()?;
         }
@@ -286,7 +277,10 @@ impl Writer {
     pub fn finish(&mut self) -> io::Result<()> {
         self.flush_minute()?;
         self.flush()?;
-        for f in [&self.intervals, &self.postal, &self.errors, &self.sent] {
+        for f in [&self.intervals, &self.postal, &self.errors]
+            .into_iter()
+            .chain(self.sent.as_ref())
+        {
             f.get_ref().sync_data()?;
         }
         for f in self.hlogs.values() {
@@ -294,4 +288,34 @@ impl Writer {
         }
         Ok(())
     }
+}
+
+/// Appends the interval's accepted messages to the sent log.
+fn write_sent(
+    sent: &mut BufWriter<File>,
+    factory: &Factory,
+    start: SystemTime,
+    iv: &Shard,
+) -> io::Result<()> {
+    for r in &iv.sent {
+        let t = start + Duration::from_micros(r.accepted_us);
+        write!(
+            sent,
+            "{}\t{}\t{}\t{}\t{}\t",
+            r.seq,
+            rfc3339(t),
+            hex(&r.digest),
+            r.size,
+            factory.from.addrs[r.from as usize]
+        )?;
+        let rc = &iv.rcpts[r.rcpt_start as usize..][..r.rcpt_len as usize];
+        for (i, idx) in rc.iter().enumerate() {
+            if i > 0 {
+                sent.write_all(b",")?;
+            }
+            sent.write_all(factory.to.addrs[*idx as usize].as_bytes())?;
+        }
+        sent.write_all(b"\n")?;
+    }
+    Ok(())
 }

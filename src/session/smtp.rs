@@ -775,3 +775,13 @@ async fn auth(
     let r = conn.read_reply().await.map_err(tf)?;
     expect(&r, 235)
 }
+
+impl crate::engine::Driver for Session {
+    async fn run_one(&mut self, seq: u64, scheduled_us: u64, open: bool) {
+        self.send(seq, scheduled_us, open).await
+    }
+
+    async fn finish(&mut self) {
+        self.quit().await
+    }
+}

@@ -20,6 +20,8 @@ pub fn have(tool: &str) -> bool {
 
 pub struct Output {
     pub ok: bool,
+    /// The exit code; None when killed (by a signal or the time limit).
+    pub code: Option<i32>,
     pub stdout: String,
     pub stderr: String,
 }
@@ -66,6 +68,7 @@ pub async fn run_tool(program: &str, args: Vec<String>, limit: Duration) -> Outp
         }
         Output {
             ok: status.is_some_and(|s| s.success()),
+            code: status.and_then(|s| s.code()),
             stdout,
             stderr,
         }
