@@ -123,6 +123,10 @@ pub struct SmtpArgs {
 
     #[command(flatten)]
     pub output: OutputArgs,
+    /// Live dashboard instead of the progress line: throughput, latency per phase, errors;
+    /// q stops cleanly (results are still written).
+    #[arg(long, help_heading = "Output")]
+    pub tui: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -412,12 +416,20 @@ pub async fn run_and_print(
     out: PathBuf,
     progress: bool,
 ) -> anyhow::Result<Outcome> {
+    let tui = args
+        .tui
+        .then(|| format!("spate — SMTP load on {}", args.target));
     let (plan, factory, settings) = prepare(args, std::env::args().collect())?;
     let mut observers: Vec<Box<dyn Observer>> = Vec::new();
-    if progress {
+    let stop = Arc::new(AtomicBool::new(false));
+    if let Some(title) = tui {
+        observers.push(Box::new(crate::report::tui::Dashboard::new(
+            stop.clone(),
+            title,
+        )?));
+    } else if progress {
         observers.push(Box::new(Progress::new("msg")));
     }
-    let stop = Arc::new(AtomicBool::new(false));
     let outcome = run_smtp(plan, factory, settings, out, observers, stop).await?;
     print!("{}", crate::report::text::render(&outcome.summary));
     // The HTML report is a convenience: failing to write it must not fail the run.

@@ -411,3 +411,111 @@ async fn real_runs_report_compare_and_render_in_chromium() {
     assert!(!log.contains("CONSOLE"), "{log}");
     eprintln!("screenshots in {}", artifacts().display());
 }
+
+/// `--tui` on a pseudo-terminal: the dashboard draws, `q` stops the run cleanly before its
+/// planned end, the results are complete, and the terminal is put back (alternate screen
+/// left, canonical mode and echo on again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tui_draws_quits_on_q_and_restores_the_terminal() {
+    use std::io::{Read, Write};
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let server = serve::start(serve::Config::loopback()).await.unwrap();
+    let addr = server.addrs.smtp.unwrap().to_string();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("r");
+    let (mut master, mut slave) = (0, 0);
+    // SAFETY: openpty writes two fds we then own.
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty");
+    let slave = unsafe { OwnedFd::from_raw_fd(slave) };
+    let master = unsafe { std::fs::File::from_raw_fd(master) };
+    let mut child = Command::new(SPATE)
+        .args(["smtp", &addr, "--users", "2", "-d", "60s", "--tui", "-o"])
+        .arg(&out)
+        .stdin(slave.try_clone().unwrap())
+        .stdout(slave.try_clone().unwrap())
+        .stderr(slave)
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut reader = master.try_clone().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        // Ends when the child's side closes (EIO) — the test waits for the child below.
+        while let Ok(n) = reader.read(&mut buf) {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut screen = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
+        if let Ok(b) = rx.recv_timeout(Duration::from_millis(200)) {
+            screen.extend(b);
+        }
+        let s = String::from_utf8_lossy(&screen);
+        if s.matches("throughput").count() >= 3 && s.contains("transaction") {
+            break;
+        }
+    }
+    let text = String::from_utf8_lossy(&screen).into_owned();
+    assert!(text.contains("\x1b[?1049h"), "alternate screen: {text:?}");
+    assert!(
+        text.contains("active sessions") && text.contains("p99"),
+        "{text:?}"
+    );
+    assert!(
+        text.contains('▁') || text.contains('█') || text.contains('▄'),
+        "sparklines: {text:?}"
+    );
+    (&master).write_all(b"q").unwrap();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if started.elapsed() > Duration::from_secs(50) {
+            let _ = child.kill();
+            panic!("q did not stop the run");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    while let Ok(b) = rx.recv_timeout(Duration::from_millis(300)) {
+        screen.extend(b);
+    }
+    let text = String::from_utf8_lossy(&screen).into_owned();
+    std::fs::write(artifacts().join("tui.txt"), &text).unwrap();
+    assert!(status.success(), "{text}");
+    let leave = text
+        .rfind("\x1b[?1049l")
+        .expect("left the alternate screen");
+    assert!(leave > text.rfind("\x1b[?1049h").unwrap());
+    // The text summary comes after the dashboard, on the normal screen.
+    assert!(text[leave..].contains("accepted"), "{:?}", &text[leave..]);
+    // SAFETY: tcgetattr on the master reads the pty's settings into our struct.
+    let mut t: libc::termios = unsafe { std::mem::zeroed() };
+    use std::os::fd::AsRawFd;
+    assert_eq!(unsafe { libc::tcgetattr(master.as_raw_fd(), &mut t) }, 0);
+    assert!(t.c_lflag & libc::ICANON != 0, "canonical mode restored");
+    assert!(t.c_lflag & libc::ECHO != 0, "echo restored");
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(s["complete"], true);
+    assert!(
+        s["elapsed_s"].as_f64().unwrap() < 40.0,
+        "{}",
+        s["elapsed_s"]
+    );
+    assert!(s["totals"]["accepted"].as_u64().unwrap() > 0);
+    assert!(out.join("report.html").is_file());
+    server.shutdown().await;
+}

@@ -7,5 +7,6 @@ pub mod data;
 pub mod html;
 pub mod sweep;
 pub mod text;
+pub mod tui;
 
 pub use cmd::write_report;
