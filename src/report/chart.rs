@@ -152,6 +152,13 @@ pub fn downsample(points: &[(f64, f64)], max: usize) -> Vec<(f64, f64)> {
             out.push(bucket[lo.max(hi)]);
         }
     }
+    // Keep the ends, so the axis still spans the whole run.
+    if out.first() != pts.first() {
+        out.insert(0, pts[0]);
+    }
+    if out.last() != pts.last() {
+        out.push(pts[pts.len() - 1]);
+    }
     out
 }
 
@@ -488,7 +495,8 @@ mod tests {
         pts[54_321].1 = 99.0;
         pts[77_777].1 = -5.0;
         let d = downsample(&pts, 1000);
-        assert!(d.len() <= 1000, "{}", d.len());
+        assert!(d.len() <= 1002, "{}", d.len());
+        assert_eq!((d[0], d[d.len() - 1]), (pts[0], pts[99_999]));
         assert!(d.contains(&(54_321.0, 99.0)));
         assert!(d.contains(&(77_777.0, -5.0)));
         assert!(d.windows(2).all(|w| w[0].0 <= w[1].0));

@@ -109,14 +109,18 @@ impl PhaseLog {
     /// Parses an HdrHistogram V2 interval log as the results writer makes it:
     /// `#` comments, a quoted legend line, then `start,length,max_ms,base64` rows.
     pub fn read(path: &Path, phase: &str) -> Result<Option<PhaseLog>, ReadError> {
-        let Some(text) = read_text(path)? else {
-            return Ok(None);
+        // Streamed line by line: a soak's hlog is tens of megabytes per phase.
+        let file = match std::fs::File::open(path) {
+            Ok(f) => std::io::BufReader::with_capacity(256 * 1024, f),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(ReadError::Io(path.to_path_buf(), e)),
         };
         let mut total = crate::metrics::new_histogram();
         let mut points = Vec::new();
         let mut de = Deserializer::new();
         let bad = |n: usize, m: String| ReadError::Bad(path.to_path_buf(), n + 1, m);
-        for (n, line) in text.lines().enumerate() {
+        for (n, line) in std::io::BufRead::lines(file).enumerate() {
+            let line = line.map_err(|e| ReadError::Io(path.to_path_buf(), e))?;
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') || line.starts_with('"') {
                 continue;
@@ -142,17 +146,34 @@ impl PhaseLog {
             if h.is_empty() {
                 continue;
             }
+            // One pass over the recorded values for the percentiles and the totals: a
+            // 16-hour soak has ~60,000 intervals per phase, and `Histogram::add` or
+            // repeated `value_at_quantile` would scan every bucket of each.
+            let n = h.len();
+            let targets = [0.5, 0.9, 0.99].map(|q: f64| ((q * n as f64).ceil() as u64).max(1));
+            let mut found = [0u64; 3];
+            let mut seen = 0u64;
+            for v in h.iter_recorded() {
+                let value = v.value_iterated_to();
+                let c = v.count_at_value();
+                seen += c;
+                for (k, t) in targets.iter().enumerate() {
+                    if found[k] == 0 && seen >= *t {
+                        found[k] = h.highest_equivalent(value);
+                    }
+                }
+                // A value beyond the totals' range is the writer's bug; a report should
+                // still be made from the rest.
+                let _ = total.record_n(value, c);
+            }
             points.push(LatencyPoint {
                 t_s: start + len,
-                count: h.len(),
-                p50: h.value_at_quantile(0.5),
-                p90: h.value_at_quantile(0.9),
-                p99: h.value_at_quantile(0.99),
+                count: n,
+                p50: found[0],
+                p90: found[1],
+                p99: found[2],
                 max: h.max(),
             });
-            // The totals histogram auto-resizes; a value beyond it is the writer's bug, and a
-            // report should still be made from the rest.
-            let _ = total.add(&h);
         }
         Ok(Some(PhaseLog {
             phase: phase.to_string(),
@@ -264,9 +285,24 @@ impl Run {
         }
         let summary = Summary::read(dir)?;
         let intervals = Table::read(&dir.join("intervals.csv"))?.unwrap_or_default();
+        // Decoding every interval's histogram is the bulk of the work on a long run:
+        // one thread per phase log.
+        let logs: Vec<Result<Option<PhaseLog>, ReadError>> = std::thread::scope(|s| {
+            let handles: Vec<_> = Phase::ALL
+                .iter()
+                .map(|p| {
+                    let path = dir.join(format!("{}.hlog", p.name()));
+                    s.spawn(move || PhaseLog::read(&path, p.name()))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or(Ok(None)))
+                .collect()
+        });
         let mut phases = Vec::new();
-        for p in Phase::ALL {
-            if let Some(log) = PhaseLog::read(&dir.join(format!("{}.hlog", p.name())), p.name())? {
+        for log in logs {
+            if let Some(log) = log? {
                 if !log.points.is_empty() {
                     phases.push(log);
                 }
