@@ -126,6 +126,11 @@ fn fixture_report_has_every_section_and_is_pinned() {
     assert!(n >= 14, "{n} charts");
     no_network(&page);
     snapshot("report.html", &page);
+    // summary.json as the results writer serializes it: the fields reports read.
+    snapshot(
+        "summary.json",
+        &std::fs::read_to_string(dir.join("summary.json")).unwrap(),
+    );
 }
 
 #[test]
@@ -197,6 +202,15 @@ fn sweep_page_marks_saturation_and_is_pinned() {
     }
     assert!(check_charts(&page) >= 6);
     snapshot("sweep.html", &page);
+    // The command picks the sweep page for a directory with sweep.csv.
+    let o = Command::new(SPATE)
+        .arg("report")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let written = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(written.contains("spate sweep over users"));
 }
 
 #[test]
@@ -338,6 +352,19 @@ async fn real_runs_report_compare_and_render_in_chromium() {
     load_run(&addr, &b, "8").await;
     server.shutdown().await;
 
+    // intervals.csv keeps the pinned columns in order (columns may be appended).
+    let header = std::fs::read_to_string(a.join("intervals.csv")).unwrap();
+    let header = header.lines().next().unwrap().to_string();
+    let pinned_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots/intervals.csv");
+    if std::env::var_os("SPATE_BLESS").is_some() {
+        std::fs::write(&pinned_path, format!("{header}\n")).unwrap();
+    }
+    let pinned = std::fs::read_to_string(&pinned_path).unwrap();
+    assert!(
+        header.starts_with(pinned.trim_end()),
+        "intervals.csv header changed:\n pinned {pinned}\n actual {header}"
+    );
+
     // Written at the end of the run.
     let auto = std::fs::read_to_string(a.join("report.html")).expect("report.html of the run");
     assert!(auto.contains("Throughput"));
@@ -419,7 +446,11 @@ async fn real_runs_report_compare_and_render_in_chromium() {
 async fn tui_draws_quits_on_q_and_restores_the_terminal() {
     use std::io::{Read, Write};
     use std::os::fd::{FromRawFd, OwnedFd};
-    let server = serve::start(serve::Config::loopback()).await.unwrap();
+    let mut cfg = serve::Config::loopback();
+    cfg.faults
+        .fails
+        .push(serve::faults::parse_fail("rcpt:451:0.1").unwrap());
+    let server = serve::start(cfg).await.unwrap();
     let addr = server.addrs.smtp.unwrap().to_string();
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("r");
@@ -464,7 +495,10 @@ async fn tui_draws_quits_on_q_and_restores_the_terminal() {
             screen.extend(b);
         }
         let s = String::from_utf8_lossy(&screen);
-        if s.matches("throughput").count() >= 3 && s.contains("transaction") {
+        if s.matches("throughput").count() >= 3
+            && s.contains("transaction")
+            && s.contains("451 4.3.0")
+        {
             break;
         }
     }
@@ -472,6 +506,10 @@ async fn tui_draws_quits_on_q_and_restores_the_terminal() {
     assert!(text.contains("\x1b[?1049h"), "alternate screen: {text:?}");
     assert!(
         text.contains("active sessions") && text.contains("p99"),
+        "{text:?}"
+    );
+    assert!(
+        text.contains("errors by class") && text.contains("rcpt 451 4.3.0"),
         "{text:?}"
     );
     assert!(
