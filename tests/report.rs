@@ -264,6 +264,15 @@ fn user_errors_are_one_line() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
+    // --tui without a terminal: a usage error before any load is sent.
+    let o = Command::new(SPATE)
+        .args(["smtp", "127.0.0.1:9", "--tui", "-d", "1s", "-o"])
+        .arg(tmp.path().join("t"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--tui needs a terminal"));
 }
 
 async fn load_run(addr: &str, out: &Path, users: &str) {

@@ -41,7 +41,7 @@ pub struct ReportArgs {
 )]
 pub struct CompareArgs {
     /// Two or more results directories.
-    #[arg(required = true, num_args = 2..)]
+    #[arg(required = true, num_args = 2.., value_name = "DIR")]
     pub dirs: Vec<PathBuf>,
 
     /// Also write an HTML page with the charts overlaid (default file: ./compare.html).

@@ -284,6 +284,7 @@ pub fn render_text(c: &Comparison) -> String {
             let _ = write!(o, " {:<22}", "");
         }
     }
+    o.truncate(o.trim_end_matches(' ').len());
     o.push('\n');
     for m in &c.metrics {
         let _ = write!(o, "  {:<w$}", format!("{} ({})", m.name, m.unit));
@@ -293,6 +294,7 @@ pub fn render_text(c: &Comparison) -> String {
                 let _ = write!(o, " {:<22}", fmt_diff(m, i));
             }
         }
+        o.truncate(o.trim_end_matches(' ').len());
         o.push('\n');
     }
     o.push_str("\n  Noise: per-interval mean ± standard deviation; overlapping spreads are \"within noise\".\n");
