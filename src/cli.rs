@@ -25,6 +25,10 @@ pub struct Cli {
 pub enum Command {
     /// Inject SMTP or LMTP load and measure every phase.
     Smtp(crate::load::SmtpArgs),
+    /// Load POP3 mailboxes: visits that log in, read and delete messages, log out.
+    Pop3(crate::retrieve::load::RetrieveArgs),
+    /// Load IMAP mailboxes: visits that log in, SELECT, FETCH, STORE, EXPUNGE, IDLE.
+    Imap(crate::retrieve::load::RetrieveArgs),
     /// Send a few probe messages and time every phase of each (smtpping's job).
     Ping(crate::ping::PingArgs),
     /// Run the embedded mail server (SMTP, submission, LMTP, POP3, IMAP) on loopback.
@@ -40,15 +44,24 @@ pub enum Command {
     Report(crate::report::cmd::ReportArgs),
     /// Compare runs side by side: headline numbers, differences, noise, overlaid charts.
     Compare(crate::report::cmd::CompareArgs),
+    /// Check that every message of a run was delivered once, intact (reads the mailboxes).
+    Verify(crate::verify::VerifyArgs),
 }
 
 pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Smtp(args) => crate::load::main(args).await,
+        Command::Pop3(args) => {
+            crate::retrieve::load::main(crate::retrieve::MailProto::Pop3, args).await
+        }
+        Command::Imap(args) => {
+            crate::retrieve::load::main(crate::retrieve::MailProto::Imap, args).await
+        }
         Command::Ping(args) => crate::ping::main(args).await,
         Command::Serve(args) => crate::serve::run(args).await,
         Command::Demo(args) => crate::demo::run(args).await,
         Command::Report(args) => crate::report::cmd::report_main(args),
         Command::Compare(args) => crate::report::cmd::compare_main(args),
+        Command::Verify(args) => crate::verify::main(args).await,
     }
 }

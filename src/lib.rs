@@ -17,8 +17,10 @@
 //! - [`results`]: the results directory (plan.json, intervals.csv, postal.csv, *.hlog,
 //!   errors.jsonl, sent.log, summary.json).
 //! - [`report`]: pure functions of a results directory (text summary, ...).
+//! - [`retrieve`]: POP3/IMAP mailbox-access load and the fetch API verification uses.
 //! - [`serve`]: the embedded mail server (`spate serve`), also the demo's and tests' target.
 //! - [`demo`]: `spate demo`, the whole job in one command.
+//! - [`verify`]: `spate verify`, end-to-end delivery accounting from a run's sent.log.
 
 pub mod cli;
 pub mod demo;
@@ -30,11 +32,13 @@ pub mod ping;
 pub mod proto;
 pub mod report;
 pub mod results;
+pub mod retrieve;
 pub mod serve;
 pub mod session;
 pub mod tls;
 pub mod transport;
 pub mod units;
+pub mod verify;
 pub mod workload;
 
 use std::ffi::OsString;

@@ -127,6 +127,9 @@ pub struct SmtpArgs {
     /// q stops cleanly (results are still written).
     #[arg(long, help_heading = "Output")]
     pub tui: bool,
+
+    #[command(flatten)]
+    pub verify: crate::verify::InlineArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -201,22 +204,7 @@ type Credentials = Option<(AuthMech, Vec<(String, String)>)>;
 
 fn credentials(args: &SmtpArgs) -> anyhow::Result<Credentials> {
     if let Some(path) = &args.auth_file {
-        let bad = |e: String| UsageError(format!("{}: {e}", path.display()));
-        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
-        let mut creds = Vec::new();
-        for (n, line) in text.lines().map(str::trim).enumerate() {
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let mut w = line.split_whitespace();
-            match (w.next(), w.next()) {
-                (Some(u), Some(p)) => creds.push((u.to_string(), p.to_string())),
-                _ => return Err(bad(format!("line {}: expected 'address password'", n + 1)).into()),
-            }
-        }
-        if creds.is_empty() {
-            return Err(bad("no users in file".into()).into());
-        }
+        let creds = crate::retrieve::read_credentials(path)?;
         return Ok(Some((args.auth_mech, creds)));
     }
     if let Some(user) = &args.auth_user {
@@ -447,7 +435,18 @@ pub async fn main(args: SmtpArgs) -> anyhow::Result<ExitCode> {
         .out
         .clone()
         .unwrap_or_else(|| default_out("smtp"));
+    let watch = crate::verify::Watch::start(&args.verify)?;
     let outcome = run_and_print(args, out, progress).await?;
     println!("results: {}", outcome.dir.display());
-    Ok(ExitCode::SUCCESS)
+    match watch {
+        Some(w) => {
+            let code = w.finish(&outcome.dir).await;
+            // Again, now with the delivery section.
+            if let Err(e) = crate::report::write_report(&outcome.dir) {
+                eprintln!("spate: warning: no HTML report: {e:#}");
+            }
+            code
+        }
+        None => Ok(ExitCode::SUCCESS),
+    }
 }

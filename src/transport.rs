@@ -172,6 +172,11 @@ impl Connection {
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
+            // A large fetched message grew the buffer: give the memory back.
+            if self.buf.len() > 256 * 1024 {
+                self.buf.truncate(INITIAL_BUF);
+                self.buf.shrink_to_fit();
+            }
         }
     }
 
@@ -182,7 +187,11 @@ impl Connection {
         let (code, n) = loop {
             match reply::parse(&self.buf[self.start..self.end])? {
                 Parse::Complete(r, n) => break (r.code, n),
-                Parse::Incomplete => self.fill(deadline).await?,
+                Parse::Incomplete => {
+                    // The reply parser caps replies well below this; growth is bounded.
+                    self.fill(deadline, reply::MAX_REPLY + reply::MAX_LINE)
+                        .await?
+                }
             }
         };
         self.pending = n;
@@ -192,15 +201,56 @@ impl Connection {
         })
     }
 
-    async fn fill(&mut self, deadline: tokio::time::Instant) -> Result<(), TransportError> {
+    /// Reads one protocol unit whose extent a codec's framer decides (a POP3 status line
+    /// or multi-line response, an IMAP response with its literals). `frame` sees the
+    /// buffered bytes and answers `Ok(Some(len))` once a whole unit is there, `Ok(None)`
+    /// for more; it may keep state between calls (how far it has scanned). The unit may
+    /// be at most `cap` bytes.
+    pub async fn read_frame<E: std::fmt::Display>(
+        &mut self,
+        cap: usize,
+        mut frame: impl FnMut(&[u8]) -> Result<Option<usize>, E>,
+    ) -> Result<&[u8], TransportError> {
+        self.release();
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let n = loop {
+            match frame(&self.buf[self.start..self.end]) {
+                Ok(Some(n)) => break n.min(self.end - self.start),
+                Ok(None) => {
+                    if self.end - self.start >= cap {
+                        return Err(TransportError::Protocol(format!(
+                            "response longer than {cap} bytes"
+                        )));
+                    }
+                    self.fill(deadline, cap).await?
+                }
+                Err(e) => return Err(TransportError::Protocol(e.to_string())),
+            }
+        };
+        self.pending = n;
+        Ok(&self.buf[self.start..self.start + n])
+    }
+
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The per-read deadline (also what `read_frame` allows for a whole unit).
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+    }
+
+    async fn fill(
+        &mut self,
+        deadline: tokio::time::Instant,
+        cap: usize,
+    ) -> Result<(), TransportError> {
         if self.start > 0 && self.end == self.buf.len() {
             self.buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;
         }
         if self.end == self.buf.len() {
-            // The reply parser caps replies well below this; growth is bounded.
-            let cap = reply::MAX_REPLY + reply::MAX_LINE;
             if self.buf.len() >= cap {
                 return Err(TransportError::Protocol("reply too long".into()));
             }

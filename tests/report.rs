@@ -566,3 +566,48 @@ async fn tui_draws_quits_on_q_and_restores_the_terminal() {
     assert!(out.join("report.html").is_file());
     server.shutdown().await;
 }
+
+/// `spate smtp --verify`: the report written at the end includes the delivery section drawn
+/// from the real verify.json, deliveries.csv and delivery.hlog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inline_verification_shows_in_the_report() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("mail");
+    let run = tmp.path().join("run");
+    let mut cfg = serve::Config::loopback();
+    cfg.store.maildir = Some(root.clone());
+    let server = serve::start(cfg).await.unwrap();
+    let addr = server.addrs.smtp.unwrap().to_string();
+    let src = format!("maildir:{}", root.display());
+    let o = spate(&[
+        "smtp",
+        &addr,
+        "-n",
+        "200",
+        "-u",
+        "4",
+        "--to",
+        "user{0..9}@example.test",
+        "-q",
+        "-o",
+        run.to_str().unwrap(),
+        "--verify",
+        &src,
+        "--verify-wait",
+        "5s",
+    ])
+    .await;
+    server.shutdown().await;
+    assert!(o.ok, "{}\n{}", o.stdout, o.stderr);
+    assert!(run.join("verify.json").is_file());
+    let page = std::fs::read_to_string(run.join("report.html")).unwrap();
+    for want in [
+        "<h2>Delivery",
+        "Injected vs delivered",
+        "Delivery latency distribution",
+        "delivery p99",
+    ] {
+        assert!(page.contains(want), "missing {want}");
+    }
+    check_charts(&page);
+}

@@ -426,3 +426,88 @@ fn ldap_outage_mid_run_is_counted_per_interval_then_recovers() {
     assert_eq!(per_interval, total_451);
     assert_eq!(s["totals"]["rejected"].as_u64().unwrap(), total_451);
 }
+
+/// Experiment E1's mechanics on the bed: delivery held while mail is queued, released with
+/// a chosen LMTP concurrency, the queue drains, and every message with DSN NOTIFY=SUCCESS
+/// brings one delivery receipt back to its (local) sender.
+#[test]
+fn held_queue_drains_after_release_and_each_message_returns_a_receipt() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = Bed::up_with(&tmp.path().join("bed"), &["--port-offset", "310"]) else {
+        return;
+    };
+    bed.script("hold");
+    let out = tmp.path().join("held");
+    let (s, stdout) = run(&[
+        "smtp",
+        bed.var("SPATE_SMTP"),
+        "-u",
+        "4",
+        "-n",
+        "100",
+        "--from",
+        "user0@example.test",
+        "--to",
+        "user{1..9}@example.test",
+        "--dsn-notify",
+        "SUCCESS",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(s["totals"]["accepted"], 100, "{stdout}");
+    // Queued, not delivered.
+    let t = Instant::now();
+    while bed.queue_depth() < 100 && t.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(bed.queue_depth(), 100);
+    let root = PathBuf::from(bed.var("SPATE_MAILDIR_ROOT"));
+    let mut files = Vec::new();
+    maildir_messages(&root, &mut files);
+    assert!(files.is_empty(), "delivered while held: {files:?}");
+
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed");
+    let o = Command::new(&script)
+        .args(["concurrency", "2", "--dir", bed.dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    bed.script("release");
+    let t = Instant::now();
+    while bed.queue_depth() > 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "queue did not drain"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // 100 messages to user1..9, 100 receipts to user0.
+    let t = Instant::now();
+    let (mut msgs, mut receipts) = (0, 0);
+    while t.elapsed() < Duration::from_secs(30) {
+        files.clear();
+        maildir_messages(&root, &mut files);
+        receipts = files
+            .iter()
+            .filter(|f| f.to_string_lossy().contains("/user0@example.test/"))
+            .count();
+        msgs = files.len() - receipts;
+        if msgs >= 100 && receipts >= 100 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert_eq!((msgs, receipts), (100, 100));
+    let receipt = files
+        .iter()
+        .find(|f| f.to_string_lossy().contains("/user0@example.test/"))
+        .unwrap();
+    let text = std::fs::read_to_string(receipt).unwrap();
+    assert!(text.contains("multipart/report"), "{text}");
+    // Postfix reports LMTP hand-off as "relayed" (RFC 3464), a local mailbox as "delivered".
+    assert!(
+        text.contains("Action: relayed") || text.contains("Action: delivered"),
+        "{text}"
+    );
+    assert!(text.contains("X-Spate-Trace:"), "returned headers: {text}");
+}

@@ -42,6 +42,21 @@ phases! {
     Transaction => "transaction", "first envelope command to final reply (service time)";
     Response => "response", "scheduled start to final reply, incl. waiting and connecting";
     Lag => "lag", "how late a message started against its schedule (generator lag)";
+    Greeting => "greeting", "POP3/IMAP: connect (or TLS) complete to greeting complete";
+    Stat => "stat", "POP3 STAT to its reply";
+    List => "list", "POP3 LIST to the end of its listing";
+    Uidl => "uidl", "POP3 UIDL to the end of its listing";
+    Retr => "retr", "POP3 RETR to the end of the message";
+    Top => "top", "POP3 TOP to the end of the lines";
+    Dele => "dele", "POP3 DELE to its reply";
+    Select => "select", "IMAP SELECT to its tagged reply";
+    Search => "search", "IMAP SEARCH to its tagged reply";
+    Fetch => "fetch", "IMAP FETCH (headers or whole message) to its tagged reply";
+    Store => "store", "IMAP STORE (flags, \\Deleted) to its tagged reply";
+    Expunge => "expunge", "IMAP EXPUNGE to its tagged reply";
+    Idle => "idle", "IMAP IDLE to its continuation plus DONE to its tagged reply";
+    Logout => "logout", "POP3 QUIT (commits deletions) or IMAP LOGOUT to its reply";
+    Session => "session", "POP3/IMAP: a whole mailbox visit, connect to logout";
 }
 
 impl std::fmt::Display for Phase {

@@ -34,7 +34,8 @@ pub struct Counters {
     /// Recipients accepted / refused across all messages.
     pub rcpt_accepted: u64,
     pub rcpt_rejected: u64,
-    /// Message bytes written (as on the wire, dot-stuffed).
+    /// Message bytes written (as on the wire, dot-stuffed); for POP3/IMAP, message bytes
+    /// read (the same as `retrieved_bytes`), so KiB/s means the same thing in every report.
     pub bytes: u64,
     pub connections: u64,
     pub tls_connections: u64,
@@ -43,6 +44,14 @@ pub struct Counters {
     pub late: u64,
     /// Arrivals dropped because the in-flight cap and the backlog were full.
     pub dropped: u64,
+    /// POP3/IMAP: whole messages read (RETR, FETCH BODY[]) and their bytes.
+    #[serde(default)]
+    pub retrieved: u64,
+    #[serde(default)]
+    pub retrieved_bytes: u64,
+    /// POP3/IMAP: messages deleted (DELE before QUIT, \Deleted before EXPUNGE).
+    #[serde(default)]
+    pub deleted: u64,
 }
 
 impl Counters {
@@ -59,6 +68,9 @@ impl Counters {
         self.connect_failures += o.connect_failures;
         self.late += o.late;
         self.dropped += o.dropped;
+        self.retrieved += o.retrieved;
+        self.retrieved_bytes += o.retrieved_bytes;
+        self.deleted += o.deleted;
     }
 
     pub fn reconciles(&self) -> bool {
@@ -86,6 +98,12 @@ pub enum ErrorKind {
     Protocol,
     /// Any other I/O error.
     Io,
+    /// POP3 -ERR.
+    Err,
+    /// IMAP NO.
+    No,
+    /// IMAP BAD (or an unexpected BYE).
+    Bad,
 }
 
 impl ErrorKind {
@@ -99,6 +117,9 @@ impl ErrorKind {
             ErrorKind::Tls => "tls",
             ErrorKind::Protocol => "protocol",
             ErrorKind::Io => "io",
+            ErrorKind::Err => "-ERR",
+            ErrorKind::No => "NO",
+            ErrorKind::Bad => "BAD",
         }
     }
 }

@@ -2,6 +2,8 @@
 //! clocks, no tokio. Every line and literal is capped before it is parsed.
 
 pub mod imap;
+pub mod imap_client;
 pub mod pop3;
+pub mod pop3_client;
 pub mod sasl;
 pub mod smtp;

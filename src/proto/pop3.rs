@@ -8,6 +8,11 @@ pub enum Command {
     Stls,
     User(String),
     Pass(String),
+    /// `APOP name digest` (RFC 1939 7).
+    Apop {
+        user: String,
+        digest: String,
+    },
     /// `AUTH PLAIN [initial]` (RFC 5034); other mechanisms are refused by the session.
     Auth {
         mechanism: String,
@@ -72,6 +77,13 @@ pub fn parse(line: &[u8]) -> Result<Command, Error> {
                 .ok_or(Error::Syntax("AUTH needs a mechanism"))?
                 .to_ascii_uppercase(),
             initial: args.next().map(str::to_string),
+        },
+        "APOP" => match (args.next(), args.next()) {
+            (Some(u), Some(d)) => Command::Apop {
+                user: u.to_string(),
+                digest: d.to_ascii_lowercase(),
+            },
+            _ => return Err(Error::Syntax("APOP needs a name and a digest")),
         },
         "STAT" => Command::Stat,
         "LIST" => Command::List(

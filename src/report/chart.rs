@@ -449,6 +449,10 @@ pub fn render(c: &Chart) -> String {
                     sy(y)
                 );
             }
+            if pts.len() == 1 {
+                // A run shorter than an interval: a visible dash, not an empty path.
+                let _ = write!(d, " L{:.1} {:.1}", sx(pts[0].0) + 6.0, sy(pts[0].1));
+            }
             let dash = if s.style == Style::Dashed {
                 r#" stroke-dasharray="5 3""#
             } else {
@@ -460,7 +464,7 @@ pub fn render(c: &Chart) -> String {
                 n = esc(&s.name)
             );
         }
-        if matches!(s.style, Style::Points | Style::LinePoints) {
+        if matches!(s.style, Style::Points | Style::LinePoints) || pts.len() == 1 {
             let _ = write!(o, r#"<g class="points" fill="{col}">"#);
             for &(x, y) in pts {
                 let _ = write!(o, r#"<circle cx="{:.1}" cy="{:.1}" r="3"/>"#, sx(x), sy(y));

@@ -35,18 +35,35 @@ pub fn render(s: &Summary) -> String {
             "  (COUNTS DO NOT RECONCILE)"
         }
     );
-    let _ = writeln!(
-        o,
-        "  {:.1} msg/s  {:.1} KiB/s  {} sent  recipients {} accepted / {} refused  connections {} ({} TLS, {} failed)",
-        s.messages_per_s,
-        s.kbytes_per_s,
-        fmt_bytes(c.bytes),
-        c.rcpt_accepted,
-        c.rcpt_rejected,
-        c.connections,
-        c.tls_connections,
-        c.connect_failures
-    );
+    // Mailbox access counts visits and what they read, not messages sent.
+    let retrieval = matches!(s.protocol.as_str(), "pop3" | "imap" | "pop3+imap");
+    if retrieval {
+        let _ = writeln!(
+            o,
+            "  {:.1} visits/s  {:.1} KiB/s  retrieved {} messages ({})  deleted {}  connections {} ({} TLS, {} failed)",
+            s.messages_per_s,
+            s.kbytes_per_s,
+            c.retrieved,
+            fmt_bytes(c.retrieved_bytes),
+            c.deleted,
+            c.connections,
+            c.tls_connections,
+            c.connect_failures
+        );
+    } else {
+        let _ = writeln!(
+            o,
+            "  {:.1} msg/s  {:.1} KiB/s  {} sent  recipients {} accepted / {} refused  connections {} ({} TLS, {} failed)",
+            s.messages_per_s,
+            s.kbytes_per_s,
+            fmt_bytes(c.bytes),
+            c.rcpt_accepted,
+            c.rcpt_rejected,
+            c.connections,
+            c.tls_connections,
+            c.connect_failures
+        );
+    }
     if !s.phases.is_empty() {
         let _ = writeln!(
             o,
@@ -102,8 +119,9 @@ pub fn render(s: &Summary) -> String {
         s.cores,
         if c.accepted > 0 {
             format!(
-                ", {:.1} µs/msg",
-                s.generator_cpu_s * 1e6 / c.accepted as f64
+                ", {:.1} µs/{}",
+                s.generator_cpu_s * 1e6 / c.accepted as f64,
+                if retrieval { "visit" } else { "msg" }
             )
         } else {
             String::new()

@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 use base64::Engine as _;
 use chrono::{DateTime, Local, Utc};
 use hdrhistogram::serialization::{Serializer, V2DeflateSerializer};
+use hdrhistogram::Histogram;
 
 use super::summary::Summary;
 use crate::message::{hex, Factory};
@@ -22,9 +23,7 @@ pub struct Writer {
     postal: BufWriter<File>,
     errors: BufWriter<File>,
     sent: Option<BufWriter<File>>,
-    hlogs: HashMap<Phase, BufWriter<File>>,
-    serializer: V2DeflateSerializer,
-    scratch: Vec<u8>,
+    hlogs: HashMap<Phase, HlogFile>,
     minute: Option<(String, Counters)>,
     factory: Option<Arc<Factory>>,
     /// Everything so far (histograms, counters, errors); no per-message records.
@@ -53,6 +52,59 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
     std::fs::rename(tmp, path)
 }
 
+/// One HdrHistogram V2 interval log (values in µs, base64 of the compressed histogram),
+/// as HdrHistogram's own tools and the report read it. Shared by the phase logs and
+/// `spate verify`'s delivery.hlog.
+pub struct HlogFile {
+    out: BufWriter<File>,
+    serializer: V2DeflateSerializer,
+    scratch: Vec<u8>,
+}
+
+impl HlogFile {
+    /// Creates `path` and writes the header; `what` names the values ("phase connect").
+    pub fn create(path: &Path, what: &str, start: SystemTime) -> io::Result<Self> {
+        let mut f = BufWriter::with_capacity(64 * 1024, File::create(path)?);
+        let secs = start
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64();
+        writeln!(
+            f,
+            "#[spate {what}: values in microseconds, Interval_Max in milliseconds]"
+        )?;
+        writeln!(
+            f,
+            "#[StartTime: {secs:.3} (seconds since epoch), {}]",
+            rfc3339(start)
+        )?;
+        writeln!(f, "#[BaseTime: {secs:.3} (seconds since epoch)]")?;
+        writeln!(f, "\"StartTimestamp\",\"Interval_Length\",\"Interval_Max\",\"Interval_Compressed_Histogram\"")?;
+        Ok(HlogFile {
+            out: f,
+            serializer: V2DeflateSerializer::new(),
+            scratch: Vec::new(),
+        })
+    }
+
+    /// Appends the interval that starts `t0_s` seconds after the start time, `len_s` long.
+    pub fn append(&mut self, t0_s: f64, len_s: f64, h: &Histogram<u64>) -> io::Result<()> {
+        self.scratch.clear();
+        if self.serializer.serialize(h, &mut self.scratch).is_err() {
+            return Ok(());
+        }
+        let encoded = base64::engine::general_purpose::STANDARD.encode(&self.scratch);
+        let max_ms = h.max() as f64 / 1000.0;
+        writeln!(self.out, "{t0_s:.3},{len_s:.3},{max_ms:.3},{encoded}")
+    }
+
+    /// Flushes and syncs the file.
+    pub fn finish(mut self) -> io::Result<()> {
+        self.out.flush()?;
+        self.out.get_ref().sync_data()
+    }
+}
+
 impl Writer {
     pub fn create(
         dir: &Path,
@@ -70,7 +122,8 @@ impl Writer {
             intervals,
             "t_s,time,attempted,accepted,rejected,failed,rcpt_accepted,rcpt_rejected,bytes,\
              connections,tls_connections,connect_failures,late,dropped,active,errors,\
-             response_p50_us,response_p99_us,transaction_p50_us,transaction_p99_us,transaction_max_us"
+             response_p50_us,response_p99_us,transaction_p50_us,transaction_p99_us,transaction_max_us,\
+             retrieved,retrieved_bytes,deleted"
         )?;
         let mut postal = create(dir, "postal.csv")?;
         writeln!(
@@ -99,8 +152,6 @@ impl Writer {
             errors: create(dir, "errors.jsonl")?,
             sent,
             hlogs: HashMap::new(),
-            serializer: V2DeflateSerializer::new(),
-            scratch: Vec::new(),
             minute: None,
             factory,
             totals: Shard::default(),
@@ -126,7 +177,7 @@ impl Writer {
         let errors: u64 = iv.errors.values().map(|e| e.count).sum();
         writeln!(
             self.intervals,
-            "{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             t0_s + len_s,
             rfc3339(wall),
             c.attempted,
@@ -148,41 +199,22 @@ impl Writer {
             q(Phase::Transaction, 0.5),
             q(Phase::Transaction, 0.99),
             iv.hist(Phase::Transaction).map_or(0, |h| h.max()),
+            c.retrieved,
+            c.retrieved_bytes,
+            c.deleted,
         )?;
 
         for &phase in Phase::ALL {
             let Some(h) = iv.hist(phase) else { continue };
-            self.scratch.clear();
-            if self.serializer.serialize(h, &mut self.scratch).is_err() {
-                continue;
-            }
-            let encoded = base64::engine::general_purpose::STANDARD.encode(&self.scratch);
-            let max_ms = h.max() as f64 / 1000.0;
             let log = match self.hlogs.entry(phase) {
                 std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                std::collections::hash_map::Entry::Vacant(e) => {
-                    let mut f = create(&self.dir, &format!("{}.hlog", phase.name()))?;
-                    let secs = self
-                        .start
-                        .duration_since(SystemTime::UNIX_EPOCH)
-                        .unwrap_or_default()
-                        .as_secs_f64();
-                    writeln!(
-                        f,
-                        "#[spate phase {}: values in microseconds, Interval_Max in milliseconds]",
-                        phase.name()
-                    )?;
-                    writeln!(
-                        f,
-                        "#[StartTime: {secs:.3} (seconds since epoch), {}]",
-                        rfc3339(self.start)
-                    )?;
-                    writeln!(f, "#[BaseTime: {secs:.3} (seconds since epoch)]")?;
-                    writeln!(f, "\"StartTimestamp\",\"Interval_Length\",\"Interval_Max\",\"Interval_Compressed_Histogram\"")?;
-                    e.insert(f)
-                }
+                std::collections::hash_map::Entry::Vacant(e) => e.insert(HlogFile::create(
+                    &self.dir.join(format!("{}.hlog", phase.name())),
+                    &format!("phase {}", phase.name()),
+                    self.start,
+                )?),
             };
-            writeln!(log, "{t0_s:.3},{len_s:.3},{max_ms:.3},{encoded}")?;
+            log.append(t0_s, len_s, h)?;
         }
 
         let at = rfc3339(wall);
@@ -261,7 +293,7 @@ impl Writer {
             s.flush()?;
         }
         for f in self.hlogs.values_mut() {
-            f.flush()?;
+            f.out.flush()?;
         }
         Ok(())
     }
@@ -284,7 +316,7 @@ impl Writer {
             f.get_ref().sync_data()?;
         }
         for f in self.hlogs.values() {
-            f.get_ref().sync_data()?;
+            f.out.get_ref().sync_data()?;
         }
         Ok(())
     }

@@ -26,7 +26,17 @@ struct Maildrop {
 }
 
 pub(crate) async fn run(conn: &mut Conn, sh: &Shared) -> Result<(), ConnError> {
-    conn.queue(b"+OK spate POP3 ready\r\n");
+    // The timestamp offers APOP (RFC 1939 7): unique per connection.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let stamp = format!(
+        "<{}.{}.{nanos}@{}>",
+        std::process::id(),
+        sh.next_id(),
+        sh.hostname
+    );
+    conn.queue(format!("+OK spate POP3 ready {stamp}\r\n").as_bytes());
     let mut user: Option<String> = None;
     let mut drop: Option<Maildrop> = None;
     let mut errors = 0;
@@ -74,8 +84,17 @@ pub(crate) async fn run(conn: &mut Conn, sh: &Shared) -> Result<(), ConnError> {
                 }
                 Command::Pass(p) => match user.take() {
                     None => conn.queue(b"-ERR USER first\r\n"),
-                    Some(u) => drop = login(conn, sh, &u, &p),
+                    Some(u) => drop = login(conn, sh, &u, sh.users.check(&u, &p)),
                 },
+                Command::Apop { user: u, digest } => {
+                    // Needs the plain password: known with a users table; without one,
+                    // any digest of a local user passes (as any password does).
+                    let ok = match sh.users.password(&u) {
+                        Some(p) => crate::proto::pop3_client::apop_digest(&stamp, p) == digest,
+                        None => !sh.users.has_table() && sh.users.check(&u, ""),
+                    };
+                    drop = login(conn, sh, &u, ok);
+                }
                 Command::Auth { mechanism, initial } if mechanism == "PLAIN" => {
                     let decoded = match initial {
                         Some(i) => sasl::decode(&i),
@@ -86,7 +105,7 @@ pub(crate) async fn run(conn: &mut Conn, sh: &Shared) -> Result<(), ConnError> {
                         }
                     };
                     match decoded.and_then(|d| sasl::plain(&d)) {
-                        Ok((u, p)) => drop = login(conn, sh, &u, &p),
+                        Ok((u, p)) => drop = login(conn, sh, &u, sh.users.check(&u, &p)),
                         Err(e) => conn.queue(format!("-ERR {e}\r\n").as_bytes()),
                     }
                 }
@@ -191,8 +210,8 @@ fn capa(conn: &mut Conn, authed: bool) {
     conn.queue(s.as_bytes());
 }
 
-fn login(conn: &mut Conn, sh: &Shared, user: &str, pass: &str) -> Option<Maildrop> {
-    let ok = sh.users.check(user, pass);
+/// Opens the maildrop of `user` when the credentials checked out (`ok`).
+fn login(conn: &mut Conn, sh: &Shared, user: &str, ok: bool) -> Option<Maildrop> {
     sh.stats.auth(ok);
     if !ok {
         conn.queue(b"-ERR [AUTH] invalid credentials\r\n");

@@ -1,0 +1,252 @@
+//! Reading mailboxes back, for `spate verify` and tests: everything in INBOX at once
+//! ([`fetch_mailbox`]), or new messages as they arrive over IMAP IDLE ([`watch_mailbox`]).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::watch;
+
+use super::client::{ClientError, Imap, Pop3};
+use crate::proto::imap_client::{internal_date, Untagged};
+pub use crate::session::smtp::TlsMode;
+use crate::transport::Connection;
+
+/// Which mailbox protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MailProto {
+    Imap,
+    Pop3,
+}
+
+/// Where a mailbox server is and how to talk to it.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    pub addr: SocketAddr,
+    /// Name checked against the server certificate.
+    pub server_name: rustls::pki_types::ServerName<'static>,
+    pub tls: TlsMode,
+    /// Needed unless `tls` is `Plain`.
+    pub tls_config: Option<Arc<rustls::ClientConfig>>,
+    /// Deadline for connecting and for each response.
+    pub timeout: Duration,
+}
+
+/// A mailbox login.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Account {
+    pub user: String,
+    pub password: String,
+}
+
+/// One message read from a mailbox.
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    /// The IMAP UID (decimal) or the POP3 UIDL.
+    pub id: String,
+    /// The message as stored (header and body, CRLF line ends as the server sends them).
+    pub raw: Vec<u8>,
+    /// IMAP INTERNALDATE (whole seconds); None over POP3.
+    pub arrived: Option<SystemTime>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    #[error("bad mailbox URL '{0}': {1}")]
+    Url(String, String),
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error("TLS is planned but the endpoint has no TLS configuration")]
+    NoTlsConfig,
+}
+
+impl From<crate::transport::TransportError> for FetchError {
+    fn from(e: crate::transport::TransportError) -> Self {
+        FetchError::Client(e.into())
+    }
+}
+
+/// Parses `imap://host[:port]`, `imaps://`, `pop3://`, `pop3s://` (default ports 143, 993,
+/// 110, 995); `imap+starttls://` and `pop3+stls://` upgrade with STARTTLS/STLS.
+pub fn parse_url(
+    url: &str,
+    tls: &crate::tls::ClientOptions,
+    timeout: Duration,
+) -> Result<(MailProto, Endpoint), FetchError> {
+    let bad = |m: &str| FetchError::Url(url.to_string(), m.to_string());
+    let (scheme, rest) = url
+        .split_once("://")
+        .ok_or_else(|| bad("expected imap://, imaps://, pop3:// or pop3s://"))?;
+    let (proto, mode, port) = match scheme.to_ascii_lowercase().as_str() {
+        "imap" => (MailProto::Imap, TlsMode::Plain, 143),
+        "imap+starttls" => (MailProto::Imap, TlsMode::Starttls, 143),
+        "imaps" => (MailProto::Imap, TlsMode::Implicit, 993),
+        "pop3" | "pop" => (MailProto::Pop3, TlsMode::Plain, 110),
+        "pop3+stls" | "pop3+starttls" => (MailProto::Pop3, TlsMode::Starttls, 110),
+        "pop3s" | "pops" => (MailProto::Pop3, TlsMode::Implicit, 995),
+        _ => return Err(bad("unknown scheme")),
+    };
+    let hostport = rest.split(['/', '?']).next().unwrap_or("");
+    let (host, addr) = crate::load::resolve(hostport, port).map_err(|e| bad(&format!("{e:#}")))?;
+    let tls_config = if mode == TlsMode::Plain {
+        None
+    } else {
+        Some(crate::tls::client_config(tls).map_err(|e| bad(&e.to_string()))?)
+    };
+    Ok((
+        proto,
+        Endpoint {
+            addr,
+            server_name: crate::tls::server_name(&host).map_err(|e| bad(&e.to_string()))?,
+            tls: mode,
+            tls_config,
+            timeout,
+        },
+    ))
+}
+
+/// Connects, with implicit TLS when asked for (STARTTLS comes after the greeting).
+pub(crate) async fn connect(ep: &Endpoint) -> Result<Connection, FetchError> {
+    let mut conn = Connection::connect(ep.addr, None, ep.timeout).await?;
+    if ep.tls == TlsMode::Implicit {
+        let cfg = ep.tls_config.clone().ok_or(FetchError::NoTlsConfig)?;
+        conn.start_tls(cfg, ep.server_name.clone()).await?;
+    }
+    Ok(conn)
+}
+
+async fn open_pop3(ep: &Endpoint, acct: &Account) -> Result<Pop3, FetchError> {
+    let mut p = Pop3::greet(connect(ep).await?).await?;
+    if ep.tls == TlsMode::Starttls {
+        let cfg = ep.tls_config.clone().ok_or(FetchError::NoTlsConfig)?;
+        p.stls(cfg, ep.server_name.clone()).await?;
+    }
+    p.login(&acct.user, &acct.password, false).await?;
+    Ok(p)
+}
+
+async fn open_imap(ep: &Endpoint, acct: &Account) -> Result<Imap, FetchError> {
+    let mut m = Imap::greet(connect(ep).await?).await?;
+    if ep.tls == TlsMode::Starttls {
+        let cfg = ep.tls_config.clone().ok_or(FetchError::NoTlsConfig)?;
+        m.starttls(cfg, ep.server_name.clone()).await?;
+    }
+    m.login(&acct.user, &acct.password).await?;
+    Ok(m)
+}
+
+/// Reads every message of INBOX (in the server's order), deleting them afterwards when
+/// `delete` is set (POP3 DELE + QUIT; IMAP \Deleted + EXPUNGE of exactly what was read).
+/// Holds the whole mailbox in memory: meant for test-sized mailboxes.
+pub async fn fetch_mailbox(
+    proto: MailProto,
+    ep: &Endpoint,
+    acct: &Account,
+    delete: bool,
+) -> Result<Vec<Fetched>, FetchError> {
+    match proto {
+        MailProto::Pop3 => {
+            let mut p = open_pop3(ep, acct).await?;
+            let mut out = Vec::new();
+            for (n, uidl) in p.listing("UIDL").await? {
+                let mut raw = Vec::new();
+                p.multi(&format!("RETR {n}"), &mut raw).await?;
+                out.push(Fetched {
+                    id: uidl,
+                    raw,
+                    arrived: None,
+                });
+                if delete {
+                    p.command(&format!("DELE {n}")).await?;
+                }
+            }
+            p.quit().await?;
+            Ok(out)
+        }
+        MailProto::Imap => {
+            let mut m = open_imap(ep, acct).await?;
+            let sel = m.select("INBOX").await?;
+            let out = if sel.exists > 0 {
+                fetch_uids(&mut m, "1:*", 0).await?
+            } else {
+                Vec::new()
+            };
+            if delete && !out.is_empty() {
+                let uids: Vec<&str> = out.iter().map(|f| f.id.as_str()).collect();
+                for chunk in uids.chunks(200) {
+                    let cmd = format!("UID STORE {} +FLAGS.SILENT (\\Deleted)", chunk.join(","));
+                    m.command(cmd.as_bytes(), |_| {}).await?;
+                }
+                m.command(b"EXPUNGE", |_| {}).await?;
+            }
+            m.logout().await?;
+            Ok(out)
+        }
+    }
+}
+
+/// `UID FETCH set (UID INTERNALDATE BODY.PEEK[])`, keeping messages with UID > `after`.
+async fn fetch_uids(m: &mut Imap, set: &str, after: u32) -> Result<Vec<Fetched>, FetchError> {
+    let mut out = Vec::new();
+    let cmd = format!("UID FETCH {set} (UID INTERNALDATE BODY.PEEK[])");
+    m.command(cmd.as_bytes(), |u| {
+        if let Untagged::Fetch(_, f) = u {
+            if let (Some(uid), Some((_, body))) = (f.uid, f.body) {
+                if uid > after {
+                    out.push(Fetched {
+                        id: uid.to_string(),
+                        raw: body.to_vec(),
+                        arrived: f.internal_date.and_then(internal_date),
+                    });
+                }
+            }
+        }
+    })
+    .await?;
+    Ok(out)
+}
+
+/// Watches INBOX over IMAP IDLE and hands every message to `on_new` as it arrives
+/// (fetched whole), until `stop` turns true. Messages already there when the watch
+/// starts are handed over first, so nothing delivered while it was logging in is
+/// missed; callers tell old from new by content (the X-Spate-Trace run id). IDLE is
+/// renewed every few minutes (RFC 2177 asks for less than 29).
+pub async fn watch_mailbox(
+    ep: &Endpoint,
+    acct: &Account,
+    mut on_new: impl FnMut(Fetched) + Send,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), FetchError> {
+    let mut m = open_imap(ep, acct).await?;
+    let sel = m.select("INBOX").await?;
+    let refresh = Duration::from_secs(240);
+    let mut last_uid = 0u32;
+    let mut exists = sel.exists;
+    loop {
+        if exists > 0 {
+            let set = format!("{}:*", last_uid + 1);
+            for f in fetch_uids(&mut m, &set, last_uid).await? {
+                last_uid = last_uid.max(f.id.parse().unwrap_or(0));
+                on_new(f);
+            }
+        }
+        // A dropped sender counts as a stop: nobody can ask any more.
+        if *stop.borrow() || stop.has_changed().is_err() {
+            break;
+        }
+        let until = {
+            let stop = &mut stop;
+            async move {
+                tokio::select! {
+                    _ = stop.wait_for(|v| *v) => {}
+                    _ = tokio::time::sleep(refresh) => {}
+                }
+            }
+        };
+        m.idle(until, refresh).await?;
+        exists = m.exists;
+    }
+    m.logout().await?;
+    Ok(())
+}

@@ -1,0 +1,42 @@
+//! Mailbox access: `spate pop3` / `spate imap` load (a unit of work is one mailbox visit:
+//! connect, log in, act on some messages, log out) and the fetch API that verification
+//! uses to read mailboxes back.
+//!
+//! - [`client`]: POP3 and IMAP clients over the one connection type.
+//! - [`fetch`]: `fetch_mailbox`, `watch_mailbox`, mailbox URLs.
+//! - [`load`]: the options, the plan, and the engine driver for retrieval load.
+
+pub mod client;
+pub mod fetch;
+pub mod load;
+mod visit;
+
+pub use fetch::{
+    fetch_mailbox, parse_url, watch_mailbox, Account, Endpoint, FetchError, Fetched, MailProto,
+};
+
+use std::path::Path;
+
+use crate::UsageError;
+
+/// Reads `address password` lines (blank lines and `#` comments skipped): the users file
+/// of the test bed, `spate smtp --auth-file` and `spate pop3/imap --users-file`.
+pub fn read_credentials(path: &Path) -> Result<Vec<(String, String)>, UsageError> {
+    let bad = |e: String| UsageError(format!("{}: {e}", path.display()));
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let mut creds = Vec::new();
+    for (n, line) in text.lines().map(str::trim).enumerate() {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut w = line.split_whitespace();
+        match (w.next(), w.next()) {
+            (Some(u), Some(p)) => creds.push((u.to_string(), p.to_string())),
+            _ => return Err(bad(format!("line {}: expected 'address password'", n + 1))),
+        }
+    }
+    if creds.is_empty() {
+        return Err(bad("no users in file".into()));
+    }
+    Ok(creds)
+}

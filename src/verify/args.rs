@@ -1,0 +1,179 @@
+//! Options of `spate verify` and of the inline `spate smtp --verify`, and the mailbox
+//! source they name.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+pub const RULES_HELP: &str = "Derived messages to expect (bounces, notices, receipts), counted against \
+    what was expected; an unmet rule fails the check. One rule a line, '#' starts a comment:\n  \
+    KIND per=message|recipient [to=GLOB] [undelivered] [in=sender|recipient|ADDRESS]\n       \
+    [match=trace|in-reply-to|references|header:NAME] [subject=GLOB] [from=GLOB] [count=N]\n  \
+    per      one derived message per accepted message, or per (message, recipient)\n  \
+    to       only recipients matching GLOB count (default *)\n  \
+    undelivered  those recipients are expected to bounce, not to get the message\n  \
+    in       where the derived message lands (default: the original's sender)\n  \
+    match    how it names its original: trace = the original's X-Spate-Trace line in its\n           \
+    body (bounces returning headers; Final-Recipient says which recipient),\n           \
+    in-reply-to/references/header:NAME = the original's Message-ID in that header\n  \
+    subject, from  globs (* ?, no spaces) that tell rules apart; count: per unit (default 1)\n  \
+    e.g.  bounce per=recipient to=ghost*@example.test undelivered in=sender match=trace\n        \
+    notice per=message match=in-reply-to subject=accepted*";
+
+#[derive(Debug, Clone, clap::Args)]
+#[command(after_long_help = concat!(
+    "SOURCES:\n  \
+    maildir:ROOT (or --maildir ROOT)  ROOT/<address>/{new,cur}, as `spate serve --maildir`\n                                    \
+    and Dovecot write them; file times give arrival times\n  \
+    imap://HOST:PORT, pop3://HOST:PORT  parsed, not available in this build yet\n\n\
+    OUTPUT: a report on stdout; verify.json, deliveries.csv (t_s,time,injected,delivered per\n\
+    second), delivery.hlog (latency HdrHistogram log, µs) and missing.tsv in the results\n\
+    directory (or --out).\n\n\
+    EXIT STATUS: 0 every expected delivery present once and intact and every rule met;\n\
+    1 anything missing, duplicated or corrupted, a rule unmet, or an error; 2 bad usage.\n\
+    Foreign messages (not from this run) are counted but do not fail the check.\n\n\
+    EXAMPLES:\n  \
+    spate serve --maildir /tmp/mail &  spate smtp 127.0.0.1:2525 -n 1000 -o run1\n  \
+    spate verify run1 --maildir /tmp/mail\n  \
+    spate verify run1 --maildir \"$SPATE_MAILDIR_ROOT\" --wait 5m --rules bounces.rules\n  \
+    spate smtp 127.0.0.1:2525 -n 1000 -o run2 --verify maildir:/tmp/mail --verify-wait 30s\n\n"
+))]
+pub struct VerifyArgs {
+    /// Results directory of a `spate smtp` run (its sent.log is what is expected).
+    pub dir: PathBuf,
+    /// Where to read the mailboxes: maildir:ROOT, imap://HOST:PORT or pop3://HOST:PORT.
+    #[arg(long, conflicts_with = "maildir", required_unless_present = "maildir")]
+    pub source: Option<String>,
+    /// Shorthand for --source maildir:ROOT.
+    #[arg(long, value_name = "ROOT")]
+    pub maildir: Option<PathBuf>,
+    #[command(flatten)]
+    pub common: Common,
+    /// Write verify.json, deliveries.csv, delivery.hlog, missing.tsv here instead of DIR.
+    #[arg(long, short = 'o')]
+    pub out: Option<PathBuf>,
+}
+
+/// Options shared by `spate verify` and the inline check.
+#[derive(Debug, Clone, Default, clap::Args, Serialize)]
+pub struct Common {
+    /// Keep polling until everything expected has arrived or this long has passed
+    /// (e.g. 30s, 5m); prints progress while waiting.
+    #[arg(long, value_name = "DUR")]
+    pub wait: Option<String>,
+    /// Derived messages to expect (bounces, notices, receipts); format below.
+    #[arg(long, value_name = "FILE", long_help = RULES_HELP)]
+    pub rules: Option<PathBuf>,
+    /// How many missing deliveries to list on stdout (all are in missing.tsv).
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    pub show: usize,
+}
+
+/// Flattened into `spate smtp`: check delivery right after the run, watching the
+/// mailboxes while it goes.
+#[derive(Debug, Clone, Default, clap::Args, Serialize)]
+pub struct InlineArgs {
+    /// After the run, verify delivery from this source (maildir:ROOT, imap://, pop3://);
+    /// a Maildir is watched during the run. Exit status 1 if anything is missing.
+    #[arg(long, value_name = "SOURCE", help_heading = "Verify")]
+    pub verify: Option<String>,
+    /// With --verify: wait up to this long for deliveries after the run (default 10s).
+    #[arg(long, value_name = "DUR", requires = "verify", help_heading = "Verify")]
+    pub verify_wait: Option<String>,
+    /// With --verify: rules file of derived messages (see `spate verify --help`).
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "verify",
+        help_heading = "Verify"
+    )]
+    pub verify_rules: Option<PathBuf>,
+}
+
+/// Where mailboxes are read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    Maildir(PathBuf),
+    Imap { addr: String, tls: bool },
+    Pop3 { addr: String, tls: bool },
+}
+
+impl Source {
+    /// `maildir:ROOT`, `imap[s]://HOST:PORT`, `pop3[s]://HOST:PORT`, or a bare directory.
+    pub fn parse(s: &str) -> anyhow::Result<Source> {
+        let remote = |rest: &str| -> anyhow::Result<String> {
+            let addr = rest.trim_end_matches('/');
+            if addr.is_empty() {
+                return crate::usage(format!("source {s}: give HOST:PORT"));
+            }
+            Ok(addr.to_string())
+        };
+        if let Some(p) = s.strip_prefix("maildir:") {
+            let p = p.strip_prefix("//").unwrap_or(p);
+            if p.is_empty() {
+                return crate::usage("source maildir: needs a directory, e.g. maildir:/tmp/mail");
+            }
+            return Ok(Source::Maildir(PathBuf::from(p)));
+        }
+        for (scheme, tls, imap) in [
+            ("imap://", false, true),
+            ("imaps://", true, true),
+            ("pop3://", false, false),
+            ("pop3s://", true, false),
+        ] {
+            if let Some(rest) = s.strip_prefix(scheme) {
+                let addr = remote(rest)?;
+                return Ok(if imap {
+                    Source::Imap { addr, tls }
+                } else {
+                    Source::Pop3 { addr, tls }
+                });
+            }
+        }
+        if s.contains("://") {
+            return crate::usage(format!(
+                "source {s}: use maildir:ROOT, imap://HOST:PORT or pop3://HOST:PORT"
+            ));
+        }
+        Ok(Source::Maildir(PathBuf::from(s)))
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            Source::Maildir(p) => format!("maildir:{}", p.display()),
+            Source::Imap { addr, tls } => format!("imap{}://{addr}", if *tls { "s" } else { "" }),
+            Source::Pop3 { addr, tls } => format!("pop3{}://{addr}", if *tls { "s" } else { "" }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_sources() {
+        assert_eq!(
+            Source::parse("maildir:/tmp/m").unwrap(),
+            Source::Maildir("/tmp/m".into())
+        );
+        assert_eq!(
+            Source::parse("/tmp/m").unwrap(),
+            Source::Maildir("/tmp/m".into())
+        );
+        assert_eq!(
+            Source::parse("imap://127.0.0.1:1143").unwrap(),
+            Source::Imap {
+                addr: "127.0.0.1:1143".into(),
+                tls: false
+            }
+        );
+        assert!(matches!(
+            Source::parse("pop3s://h:995").unwrap(),
+            Source::Pop3 { tls: true, .. }
+        ));
+        assert!(Source::parse("http://x").is_err());
+        assert!(Source::parse("maildir:").is_err());
+        assert!(Source::parse("imap://").is_err());
+    }
+}

@@ -1,0 +1,607 @@
+//! The accounting core: sources feed every message they find, one at a time, into a
+//! [`Ledger`]; [`Ledger::report`] then compares what was found with the sent log.
+//!
+//! Identity of a delivery is (run id, seq, recipient mailbox): a message with N
+//! recipients lands once in each of N mailboxes. Only the body is digested (servers add
+//! Received, Delivered-To, Return-Path; line endings may change), and the digest is
+//! compared with the one the tracking header carries.
+
+use std::collections::{HashMap, HashSet};
+use std::time::SystemTime;
+
+use hdrhistogram::Histogram;
+
+use super::parse::{self, Trace};
+use super::rules::{glob, Match, Per, Rule, Where};
+use super::sentlog::{Interner, SentLog};
+use crate::message::{body_digest, split_message, TRACE_HEADER};
+
+/// What one ingested message turned out to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ingested {
+    /// This (mailbox, source id) was ingested before: ignored.
+    AlreadySeen,
+    /// Carries a tracking header (of some run).
+    Traced,
+    /// Recognised by a rule as caused by one of spate's messages.
+    Derived,
+    /// Neither.
+    Foreign,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Found {
+    copies: u32,
+    corrupted: u32,
+    /// Earliest arrival of a copy, µs since the epoch; `i64::MIN` when unknown.
+    arrived_us: i64,
+}
+
+#[derive(Debug, Clone)]
+struct Hit {
+    rule: u16,
+    run: u32,
+    seq: u64,
+    /// The recipient the derived message is about, when it says (DSN Final-Recipient).
+    rcpt: Option<u32>,
+    mailbox: u32,
+}
+
+/// Everything found so far. Feed it with [`Ledger::ingest`] from any source.
+#[derive(Debug)]
+pub struct Ledger {
+    rules: Vec<Rule>,
+    /// Mailbox (and DSN recipient) names, lowercased.
+    mailboxes: Interner,
+    runs: Interner,
+    finds: HashMap<(u32, u64, u32), Found>,
+    hits: Vec<Hit>,
+    /// (mailbox, 64-bit hash of the source id): compact for millions of messages, and a
+    /// collision within one mailbox is vanishingly unlikely.
+    seen: HashSet<(u32, u64)>,
+    foreign: u64,
+    ingested: u64,
+}
+
+/// Latency and timing of one delivery of this run.
+#[derive(Debug, Clone, Copy)]
+pub struct Arrival {
+    pub arrived_us: i64,
+    pub latency_us: u64,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RuleResult {
+    pub kind: String,
+    pub per: &'static str,
+    pub expected: u64,
+    /// Units with their derived message(s) present (at most `count` per unit).
+    pub found: u64,
+    /// Derived messages beyond the expected ones (duplicates, or for units not expected).
+    pub extra: u64,
+    /// Derived messages of this kind found in another mailbox than the rule says.
+    pub misplaced: u64,
+    pub ok: bool,
+}
+
+/// The comparison of a ledger with a sent log.
+#[derive(Debug)]
+pub struct Report {
+    pub run_id: String,
+    pub messages: u64,
+    pub expected: u64,
+    pub delivered: u64,
+    pub duplicated: u64,
+    pub corrupted: u64,
+    pub foreign: u64,
+    /// This run's messages found but absent from the sent log (accepted by the server
+    /// while the client saw a failure, or a recipient the log does not list).
+    pub unlogged: u64,
+    /// (seq, recipient, accepted at µs) of every missing delivery, by seq.
+    pub missing: Vec<(u64, String, i64)>,
+    pub latency: Histogram<u64>,
+    /// Deliveries whose arrival time is unknown (no file time, no Received date).
+    pub no_time: u64,
+    pub arrivals: Vec<Arrival>,
+    /// (accept time µs, deliveries expected from it) per accepted message.
+    pub injected: Vec<(i64, u64)>,
+    pub rules: Vec<RuleResult>,
+    pub start_us: i64,
+}
+
+impl Report {
+    pub fn missing_count(&self) -> u64 {
+        self.missing.len() as u64
+    }
+
+    /// Nothing missing, duplicated or corrupted, every rule met.
+    pub fn ok(&self) -> bool {
+        self.missing.is_empty()
+            && self.duplicated == 0
+            && self.corrupted == 0
+            && self.rules.iter().all(|r| r.ok)
+    }
+
+    /// Everything expected has arrived (more may still come: duplicates).
+    pub fn complete(&self) -> bool {
+        self.missing.is_empty() && self.rules.iter().all(|r| r.found >= r.expected)
+    }
+}
+
+fn id_hash(id: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    // Fixed keys: the same id hashes the same in every poll.
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    id.hash(&mut h);
+    h.finish()
+}
+
+fn to_us(t: SystemTime) -> i64 {
+    match t.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => d.as_micros() as i64,
+        Err(e) => -(e.duration().as_micros() as i64),
+    }
+}
+
+impl Ledger {
+    pub fn new(rules: Vec<Rule>) -> Ledger {
+        Ledger {
+            rules,
+            mailboxes: Interner::default(),
+            runs: Interner::default(),
+            finds: HashMap::new(),
+            hits: Vec::new(),
+            seen: HashSet::new(),
+            foreign: 0,
+            ingested: 0,
+        }
+    }
+
+    /// Messages ingested so far (not counting ones seen twice).
+    pub fn ingested(&self) -> u64 {
+        self.ingested
+    }
+
+    /// Has this message (same mailbox, same source id) been ingested? Lets a polling
+    /// source skip reading it again.
+    pub fn seen(&self, mailbox: &str, source_id: &str) -> bool {
+        self.mailboxes
+            .get(mailbox)
+            .is_some_and(|m| self.seen.contains(&(m, id_hash(source_id))))
+    }
+
+    /// Feeds one message found in `mailbox` (an address). `source_id` identifies it within
+    /// the mailbox across polls (Maildir base name, IMAP UID, POP3 UIDL): a message
+    /// ingested twice under the same id counts once. `arrived` is when the server
+    /// delivered it if the source knows (file mtime, INTERNALDATE); otherwise the
+    /// Received header's date is used.
+    pub fn ingest(
+        &mut self,
+        mailbox: &str,
+        source_id: &str,
+        raw: &[u8],
+        arrived: Option<SystemTime>,
+    ) -> Ingested {
+        let mbx = self.mailboxes.intern(mailbox);
+        if !self.seen.insert((mbx, id_hash(source_id))) {
+            return Ingested::AlreadySeen;
+        }
+        self.ingested += 1;
+        let (head, body) = split_message(raw);
+        let hs = parse::headers(head);
+        if let Some(trace) = parse::header(&hs, TRACE_HEADER).and_then(parse::parse_trace) {
+            let arrived_us = arrived
+                .map(to_us)
+                .or_else(|| parse::header_arrival_us(&hs))
+                .unwrap_or(i64::MIN);
+            let corrupted = trace.digest != Some(body_digest(body));
+            let run = self.runs.intern(&trace.run);
+            let f = self.finds.entry((run, trace.seq, mbx)).or_insert(Found {
+                copies: 0,
+                corrupted: 0,
+                arrived_us,
+            });
+            f.copies += 1;
+            f.corrupted += corrupted as u32;
+            if arrived_us != i64::MIN && (f.arrived_us == i64::MIN || arrived_us < f.arrived_us) {
+                f.arrived_us = arrived_us;
+            }
+            return Ingested::Traced;
+        }
+        if self.derive(mbx, &hs, body) {
+            return Ingested::Derived;
+        }
+        self.foreign += 1;
+        Ingested::Foreign
+    }
+
+    /// Tries the rules in order on a message without a tracking header.
+    fn derive(&mut self, mbx: u32, hs: &[(String, String)], body: &[u8]) -> bool {
+        for (i, rule) in self.rules.iter().enumerate() {
+            if let Some(p) = &rule.subject {
+                if !glob(p, parse::header(hs, "Subject").unwrap_or("")) {
+                    continue;
+                }
+            }
+            if let Some(p) = &rule.from {
+                if !glob(p, parse::header(hs, "From").unwrap_or("")) {
+                    continue;
+                }
+            }
+            let (original, rcpts): ((String, u64), Vec<String>) = match &rule.matcher {
+                Match::Trace => {
+                    let traces: Vec<Trace> = parse::traces_in_body(body);
+                    let Some(t) = traces.into_iter().next() else {
+                        continue;
+                    };
+                    ((t.run, t.seq), parse::dsn_recipients(body))
+                }
+                m => {
+                    let name = match m {
+                        Match::InReplyTo => "In-Reply-To",
+                        Match::References => "References",
+                        Match::Header(h) => h.as_str(),
+                        Match::Trace => unreachable!(),
+                    };
+                    let ids: Vec<_> = hs
+                        .iter()
+                        .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+                        .flat_map(|(_, v)| parse::spate_message_ids(v))
+                        .collect();
+                    let Some(first) = ids.into_iter().next() else {
+                        continue;
+                    };
+                    (first, Vec::new())
+                }
+            };
+            let run = self.runs.intern(&original.0);
+            let rule = i as u16;
+            if rcpts.is_empty() {
+                self.hits.push(Hit {
+                    rule,
+                    run,
+                    seq: original.1,
+                    rcpt: None,
+                    mailbox: mbx,
+                });
+            }
+            for r in rcpts {
+                let rcpt = Some(self.mailboxes.intern(&r));
+                self.hits.push(Hit {
+                    rule,
+                    run,
+                    seq: original.1,
+                    rcpt,
+                    mailbox: mbx,
+                });
+            }
+            return true;
+        }
+        false
+    }
+
+    /// Compares what was found with the sent log.
+    pub fn report(&self, log: &SentLog) -> Report {
+        let run = self.runs.get(&log.run_id);
+        // Sent-log address id → ledger mailbox id.
+        let mbx_of: Vec<Option<u32>> = (0..log.addrs.len() as u32)
+            .map(|i| self.mailboxes.get(log.addrs.name(i)))
+            .collect();
+        let undelivered: Vec<bool> = (0..log.addrs.len() as u32)
+            .map(|i| {
+                self.rules
+                    .iter()
+                    .any(|r| r.undelivered && glob(&r.to, log.addrs.name(i)))
+            })
+            .collect();
+        let mut rep = Report {
+            run_id: log.run_id.clone(),
+            messages: log.messages.len() as u64,
+            expected: 0,
+            delivered: 0,
+            duplicated: 0,
+            corrupted: 0,
+            foreign: self.foreign,
+            unlogged: 0,
+            missing: Vec::new(),
+            latency: Histogram::new(3).expect("3 significant figures is valid"),
+            no_time: 0,
+            arrivals: Vec::new(),
+            injected: Vec::with_capacity(log.messages.len()),
+            rules: Vec::new(),
+            start_us: log.start_us,
+        };
+        let mut matched = 0u64;
+        for m in &log.messages {
+            let before = rep.expected;
+            for &r in log.recipients(m) {
+                if undelivered[r as usize] {
+                    continue;
+                }
+                rep.expected += 1;
+                let found = run
+                    .zip(mbx_of[r as usize])
+                    .and_then(|(run, mbx)| self.finds.get(&(run, m.seq, mbx)));
+                let Some(f) = found else {
+                    rep.missing
+                        .push((m.seq, log.addrs.name(r).to_string(), m.accepted_us));
+                    continue;
+                };
+                matched += 1;
+                rep.delivered += 1;
+                rep.duplicated += (f.copies - 1) as u64;
+                rep.corrupted += f.corrupted as u64;
+                if f.arrived_us == i64::MIN {
+                    rep.no_time += 1;
+                } else {
+                    // The embedded server stores before it replies: a delivery can precede
+                    // the accept time by microseconds. That is zero latency.
+                    let latency_us = (f.arrived_us - m.accepted_us).max(0) as u64;
+                    // `record`, not `saturating_record`: the latter clamps at the current top
+                    // instead of growing the auto-resizing histogram.
+                    let _ = rep.latency.record(latency_us);
+                    rep.arrivals.push(Arrival {
+                        arrived_us: f.arrived_us,
+                        latency_us,
+                    });
+                }
+            }
+            rep.injected.push((m.accepted_us, rep.expected - before));
+        }
+        for (&(r, _, _), f) in &self.finds {
+            if Some(r) != run {
+                rep.foreign += f.copies as u64;
+            }
+        }
+        let ours = run.map_or(0, |run| {
+            self.finds.keys().filter(|(r, _, _)| *r == run).count() as u64
+        });
+        rep.unlogged = ours - matched;
+        for (i, rule) in self.rules.iter().enumerate() {
+            rep.rules
+                .push(self.rule_result(i as u16, rule, run, log, &mut rep.foreign));
+        }
+        rep
+    }
+
+    fn rule_result(
+        &self,
+        idx: u16,
+        rule: &Rule,
+        run: Option<u32>,
+        log: &SentLog,
+        foreign: &mut u64,
+    ) -> RuleResult {
+        let mut by_seq: HashMap<u64, Vec<&Hit>> = HashMap::new();
+        for h in self.hits.iter().filter(|h| h.rule == idx) {
+            if Some(h.run) == run {
+                by_seq.entry(h.seq).or_default().push(h);
+            } else {
+                // Caused by another run's message: not this run's business.
+                *foreign += 1;
+            }
+        }
+        let name = |id: u32| self.mailboxes.name(id);
+        let mut res = RuleResult {
+            kind: rule.kind.clone(),
+            per: match rule.per {
+                Per::Message => "message",
+                Per::Recipient => "recipient",
+            },
+            expected: 0,
+            found: 0,
+            extra: 0,
+            misplaced: 0,
+            ok: false,
+        };
+        let count = rule.count as u64;
+        for m in &log.messages {
+            let rcpts: Vec<&str> = log
+                .recipients(m)
+                .iter()
+                .map(|&r| log.addrs.name(r))
+                .filter(|a| glob(&rule.to, a))
+                .collect();
+            let hits = by_seq.remove(&m.seq).unwrap_or_default();
+            let sender = log.addrs.name(m.from);
+            // Is the hit in the mailbox the rule names (for recipient `rcpt` if known)?
+            let placed = |h: &Hit, rcpt: Option<&str>| match &rule.within {
+                Where::Sender => name(h.mailbox) == sender,
+                Where::Address(a) => name(h.mailbox) == a,
+                Where::Recipient => match rcpt {
+                    Some(r) => name(h.mailbox) == r,
+                    None => rcpts.contains(&name(h.mailbox)),
+                },
+            };
+            if rcpts.is_empty() {
+                res.extra += hits.len() as u64;
+                continue;
+            }
+            match rule.per {
+                Per::Message => {
+                    res.expected += count;
+                    let (ok, bad): (Vec<_>, Vec<_>) =
+                        hits.into_iter().partition(|h| placed(h, None));
+                    res.misplaced += bad.len() as u64;
+                    let n = ok.len() as u64;
+                    res.found += n.min(count);
+                    res.extra += n.saturating_sub(count);
+                }
+                Per::Recipient => {
+                    res.expected += count * rcpts.len() as u64;
+                    // Hits naming their recipient first; the others fill the gaps.
+                    let mut per_rcpt = vec![0u64; rcpts.len()];
+                    let mut anonymous = 0u64;
+                    for h in hits {
+                        let about = match (h.rcpt, &rule.within) {
+                            (Some(r), _) => Some(name(r)),
+                            (None, Where::Recipient) => Some(name(h.mailbox)),
+                            (None, _) => None,
+                        };
+                        if !placed(h, about) {
+                            res.misplaced += 1;
+                            continue;
+                        }
+                        match about {
+                            Some(a) => match rcpts.iter().position(|r| *r == a) {
+                                Some(i) => per_rcpt[i] += 1,
+                                None => res.extra += 1,
+                            },
+                            None => anonymous += 1,
+                        }
+                    }
+                    for n in per_rcpt {
+                        let mut n = n;
+                        if n < count {
+                            let fill = (count - n).min(anonymous);
+                            anonymous -= fill;
+                            n += fill;
+                        }
+                        res.found += n.min(count);
+                        res.extra += n.saturating_sub(count);
+                    }
+                    res.extra += anonymous;
+                }
+            }
+        }
+        // Hits about messages the sent log does not have.
+        res.extra += by_seq.values().map(|v| v.len() as u64).sum::<u64>();
+        res.ok = res.found == res.expected && res.extra == 0 && res.misplaced == 0;
+        res
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::hex;
+    use crate::verify::rules;
+
+    fn msg(run: &str, seq: u64, body: &str) -> Vec<u8> {
+        let d = hex(&body_digest(body.as_bytes()));
+        format!(
+            "Message-ID: <{seq}.{run}@spate.invalid>\r\n{TRACE_HEADER}: run={run}; seq={seq}; sent=1; digest={d}; size=1\r\n\r\n{body}"
+        )
+        .into_bytes()
+    }
+
+    fn log() -> SentLog {
+        let text = "# spate sent log v1 run=r1\n\
+            seq\taccepted_at\tdigest\tbytes\tfrom\trecipients\n\
+            0\t2026-01-01T00:00:00Z\t00\t1\ts@x.test\ta@x.test,b@x.test\n\
+            1\t2026-01-01T00:00:01Z\t00\t1\ts@x.test\ta@x.test\n\
+            2\t2026-01-01T00:00:02Z\t00\t1\ts@x.test\tghost@x.test\n";
+        SentLog::parse(text.as_bytes(), "t").unwrap()
+    }
+
+    #[test]
+    fn counts_every_class() {
+        let mut l = Ledger::new(Vec::new());
+        let t = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_767_225_600);
+        assert_eq!(
+            l.ingest("a@x.test", "1", &msg("r1", 0, "hi\r\n"), Some(t)),
+            Ingested::Traced
+        );
+        assert_eq!(
+            l.ingest("a@x.test", "1", &msg("r1", 0, "hi\r\n"), Some(t)),
+            Ingested::AlreadySeen
+        );
+        // Line endings changed by the store: still intact.
+        let lf = String::from_utf8(msg("r1", 0, "hi\r\n"))
+            .unwrap()
+            .replace("\r\n", "\n");
+        l.ingest("B@x.test", "2", lf.as_bytes(), None);
+        l.ingest("b@x.test", "3", lf.as_bytes(), None);
+        let mut bad = msg("r1", 1, "hi\r\n");
+        *bad.last_mut().unwrap() = b'X';
+        l.ingest("a@x.test", "4", &bad, None);
+        assert_eq!(
+            l.ingest("a@x.test", "5", &msg("other", 0, "x"), None),
+            Ingested::Traced
+        );
+        assert_eq!(
+            l.ingest("a@x.test", "6", b"Subject: hi\r\n\r\nx", None),
+            Ingested::Foreign
+        );
+        let r = l.report(&log());
+        assert_eq!(r.expected, 4);
+        assert_eq!(r.delivered, 3);
+        assert_eq!(r.duplicated, 1);
+        assert_eq!(r.corrupted, 1);
+        assert_eq!(r.foreign, 2);
+        assert_eq!(
+            r.missing,
+            vec![(2, "ghost@x.test".into(), 1_767_225_602_000_000)]
+        );
+        assert_eq!(r.latency.len(), 1);
+        assert!(!r.ok());
+    }
+
+    #[test]
+    fn bounce_rule_counts_per_recipient() {
+        let rules = rules::parse(
+            "bounce per=recipient to=ghost@* undelivered in=sender match=trace",
+            "t",
+        )
+        .unwrap();
+        let mut l = Ledger::new(rules);
+        l.ingest("a@x.test", "1", &msg("r1", 0, "a"), None);
+        l.ingest("b@x.test", "1", &msg("r1", 0, "a"), None);
+        l.ingest("a@x.test", "2", &msg("r1", 1, "a"), None);
+        let r = l.report(&log());
+        assert_eq!((r.expected, r.delivered), (3, 3));
+        assert_eq!((r.rules[0].expected, r.rules[0].found), (1, 0));
+        assert!(!r.ok() && !r.complete());
+        let orig = String::from_utf8(msg("r1", 2, "a")).unwrap();
+        let dsn = format!(
+            "Subject: Undelivered Mail\r\n\r\nReporting-MTA: dns; x\r\n\r\nFinal-Recipient: rfc822; ghost@x.test\r\nAction: failed\r\n\r\n{orig}"
+        );
+        assert_eq!(
+            l.ingest("s@x.test", "b1", dsn.as_bytes(), None),
+            Ingested::Derived
+        );
+        let r = l.report(&log());
+        assert_eq!((r.rules[0].found, r.rules[0].extra), (1, 0));
+        assert!(r.ok(), "{:?}", r.rules);
+        // A second bounce for the same recipient is extra; one in the wrong box misplaced.
+        l.ingest("s@x.test", "b2", dsn.as_bytes(), None);
+        l.ingest("a@x.test", "b3", dsn.as_bytes(), None);
+        let r = l.report(&log());
+        assert_eq!(
+            (r.rules[0].found, r.rules[0].extra, r.rules[0].misplaced),
+            (1, 1, 1)
+        );
+        assert!(!r.ok());
+    }
+
+    #[test]
+    fn reply_rules_match_message_ids() {
+        let rules = rules::parse(
+            "notice per=message match=in-reply-to subject=accepted*\n\
+             receipt per=message match=header:X-Receipt-For",
+            "t",
+        )
+        .unwrap();
+        let mut l = Ledger::new(rules);
+        for seq in 0..3 {
+            let n = format!(
+                "Subject: Accepted {seq}\r\nIn-Reply-To: <{seq}.r1@spate.invalid>\r\n\r\nok"
+            );
+            assert_eq!(
+                l.ingest("s@x.test", &format!("n{seq}"), n.as_bytes(), None),
+                Ingested::Derived
+            );
+        }
+        let rc = "Subject: Receipt\r\nX-Receipt-For: <1.r1@spate.invalid>\r\n\r\nok";
+        l.ingest("s@x.test", "r1", rc.as_bytes(), None);
+        let r = l.report(&log());
+        assert_eq!(
+            (r.rules[0].expected, r.rules[0].found, r.rules[0].ok),
+            (3, 3, true)
+        );
+        assert_eq!(
+            (r.rules[1].expected, r.rules[1].found, r.rules[1].ok),
+            (3, 1, false)
+        );
+    }
+}

@@ -1,0 +1,239 @@
+//! What `spate verify` leaves behind: verify.json, deliveries.csv, delivery.hlog,
+//! missing.tsv, and the text report. The HTML report reads these names and columns.
+
+use std::fmt::Write as _;
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use hdrhistogram::Histogram;
+
+use super::ledger::Report;
+use crate::results::{write_atomic, writer_rfc3339 as rfc3339, HlogFile};
+use crate::units::fmt_duration;
+
+/// Longest per-second series written (a week): arrival times far off (a wrong clock, an
+/// old message) must not produce a giant file.
+const MAX_SECONDS: i64 = 7 * 24 * 3600;
+
+fn at(us: i64) -> SystemTime {
+    if us >= 0 {
+        SystemTime::UNIX_EPOCH + Duration::from_micros(us as u64)
+    } else {
+        SystemTime::UNIX_EPOCH - Duration::from_micros(us.unsigned_abs())
+    }
+}
+
+/// Second index since the run start, clamped to the series.
+fn second(start_us: i64, us: i64) -> usize {
+    ((us - start_us).max(0) / 1_000_000).min(MAX_SECONDS) as usize
+}
+
+pub fn write_files(r: &Report, out: &Path, source: &str) -> io::Result<()> {
+    write_atomic(
+        &out.join("verify.json"),
+        serde_json::to_string_pretty(&json(r, source))?.as_bytes(),
+    )?;
+
+    let mut missing = BufWriter::new(std::fs::File::create(out.join("missing.tsv"))?);
+    writeln!(missing, "seq\trecipient\taccepted_at")?;
+    for (seq, rcpt, us) in &r.missing {
+        writeln!(missing, "{seq}\t{rcpt}\t{}", rfc3339(at(*us)))?;
+    }
+    missing.flush()?;
+
+    // Per second: deliveries expected from the messages accepted then, and deliveries
+    // that arrived then. A server falling behind shows as delivered lagging injected.
+    let mut injected: Vec<u64> = Vec::new();
+    let mut delivered: Vec<u64> = Vec::new();
+    let bump = |v: &mut Vec<u64>, i: usize, n: u64| {
+        if v.len() <= i {
+            v.resize(i + 1, 0);
+        }
+        v[i] += n;
+    };
+    for &(us, n) in &r.injected {
+        bump(&mut injected, second(r.start_us, us), n);
+    }
+    for a in &r.arrivals {
+        bump(&mut delivered, second(r.start_us, a.arrived_us), 1);
+    }
+    let mut csv = BufWriter::new(std::fs::File::create(out.join("deliveries.csv"))?);
+    writeln!(csv, "t_s,time,injected,delivered")?;
+    for i in 0..injected.len().max(delivered.len()) {
+        let t_s = i as i64 + 1;
+        writeln!(
+            csv,
+            "{t_s},{},{},{}",
+            rfc3339(at(r.start_us + t_s * 1_000_000)),
+            injected.get(i).copied().unwrap_or(0),
+            delivered.get(i).copied().unwrap_or(0)
+        )?;
+    }
+    csv.flush()?;
+
+    // Latency by arrival second, one interval histogram each.
+    let mut hlog = HlogFile::create(
+        &out.join("delivery.hlog"),
+        "delivery latency",
+        at(r.start_us),
+    )?;
+    let mut arrivals: Vec<(usize, u64)> = r
+        .arrivals
+        .iter()
+        .map(|a| (second(r.start_us, a.arrived_us), a.latency_us))
+        .collect();
+    arrivals.sort_unstable();
+    let mut h = Histogram::<u64>::new(3).expect("3 significant figures is valid");
+    let mut i = 0;
+    while i < arrivals.len() {
+        let sec = arrivals[i].0;
+        h.reset();
+        while i < arrivals.len() && arrivals[i].0 == sec {
+            let _ = h.record(arrivals[i].1);
+            i += 1;
+        }
+        hlog.append(sec as f64, 1.0, &h)?;
+    }
+    hlog.finish()
+}
+
+fn json(r: &Report, source: &str) -> serde_json::Value {
+    let l = &r.latency;
+    serde_json::json!({
+        "run_id": r.run_id,
+        "source": source,
+        "messages": r.messages,
+        "expected": r.expected,
+        "delivered": r.delivered,
+        "missing": r.missing_count(),
+        "duplicated": r.duplicated,
+        "corrupted": r.corrupted,
+        "foreign": r.foreign,
+        "unlogged": r.unlogged,
+        "no_arrival_time": r.no_time,
+        "latency": {
+            "count": l.len(),
+            "p50_us": l.value_at_quantile(0.5),
+            "p90_us": l.value_at_quantile(0.9),
+            "p99_us": l.value_at_quantile(0.99),
+            "max_us": l.max(),
+        },
+        "rules": r.rules,
+        "ok": r.ok(),
+        "verdict": verdict(r),
+    })
+}
+
+/// One line saying whether the check passed and, if not, why.
+pub fn verdict(r: &Report) -> String {
+    if r.ok() {
+        return format!(
+            "OK: all {} expected deliveries present, none duplicated or corrupted{}",
+            r.expected,
+            if r.rules.is_empty() {
+                ""
+            } else {
+                ", every rule met"
+            }
+        );
+    }
+    let mut why = Vec::new();
+    for (n, what) in [
+        (r.missing_count(), "missing"),
+        (r.duplicated, "duplicated"),
+        (r.corrupted, "corrupted"),
+    ] {
+        if n > 0 {
+            why.push(format!("{n} {what}"));
+        }
+    }
+    for rule in r.rules.iter().filter(|x| !x.ok) {
+        why.push(format!(
+            "rule {}: {} of {} found{}{}",
+            rule.kind,
+            rule.found,
+            rule.expected,
+            if rule.extra > 0 {
+                format!(", {} extra", rule.extra)
+            } else {
+                String::new()
+            },
+            if rule.misplaced > 0 {
+                format!(", {} misplaced", rule.misplaced)
+            } else {
+                String::new()
+            }
+        ));
+    }
+    format!("FAILED: {}", why.join("; "))
+}
+
+pub fn render(r: &Report, source: &str, dir: &Path, show: usize) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "spate verify: run {} ({}) against {source}",
+        r.run_id,
+        dir.display()
+    );
+    let us = |v: u64| fmt_duration(Duration::from_micros(v));
+    let rows: [(&str, u64, String); 7] = [
+        (
+            "expected",
+            r.expected,
+            format!("{} accepted messages x their recipients", r.messages),
+        ),
+        ("delivered", r.delivered, String::new()),
+        ("missing", r.missing_count(), String::new()),
+        ("duplicated", r.duplicated, "extra copies".into()),
+        ("corrupted", r.corrupted, "body digest mismatch".into()),
+        ("foreign", r.foreign, "not from this run; ignored".into()),
+        (
+            "unlogged",
+            r.unlogged,
+            "this run's, absent from sent.log".into(),
+        ),
+    ];
+    for (name, n, note) in rows {
+        let _ = write!(s, "  {name:<11}{n:>10}");
+        if !note.is_empty() {
+            let _ = write!(s, "  ({note})");
+        }
+        s.push('\n');
+    }
+    let l = &r.latency;
+    if l.is_empty() {
+        let _ = writeln!(s, "  latency    no arrival times");
+    } else {
+        let _ = writeln!(
+            s,
+            "  latency    p50 {}  p90 {}  p99 {}  max {}  (accept to arrival, {} deliveries)",
+            us(l.value_at_quantile(0.5)),
+            us(l.value_at_quantile(0.9)),
+            us(l.value_at_quantile(0.99)),
+            us(l.max()),
+            l.len()
+        );
+    }
+    for rule in &r.rules {
+        let _ = writeln!(
+            s,
+            "  rule {:<12} per {:<9} expected {:>8}  found {:>8}  extra {}  misplaced {}",
+            rule.kind, rule.per, rule.expected, rule.found, rule.extra, rule.misplaced
+        );
+    }
+    if !r.missing.is_empty() {
+        let n = r.missing.len().min(show);
+        let _ = writeln!(
+            s,
+            "missing (seq recipient accepted_at; {n} of {}, all in missing.tsv):",
+            r.missing.len()
+        );
+        for (seq, rcpt, at_us) in r.missing.iter().take(n) {
+            let _ = writeln!(s, "  {seq}\t{rcpt}\t{}", rfc3339(at(*at_us)));
+        }
+    }
+    let _ = writeln!(s, "{}", verdict(r));
+    s
+}

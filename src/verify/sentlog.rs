@@ -1,0 +1,246 @@
+//! Reader of sent.log (written by results/writer.rs): one line per accepted message,
+//! `seq accepted_at digest bytes from recipients` separated by tabs, after a
+//! `# spate sent log v1 run=<id>` comment and a header line.
+//!
+//! A sent log can hold millions of lines, so each message is a small fixed record and
+//! addresses are interned once.
+
+use std::collections::HashMap;
+use std::io::BufRead;
+use std::path::Path;
+
+/// Addresses (lowercased) to small ids and back.
+#[derive(Debug, Default)]
+pub struct Interner {
+    names: Vec<Box<str>>,
+    ids: HashMap<Box<str>, u32>,
+}
+
+impl Interner {
+    /// The id of `name` (lowercased), adding it if new.
+    pub fn intern(&mut self, name: &str) -> u32 {
+        let key = name.trim().to_ascii_lowercase();
+        if let Some(&id) = self.ids.get(key.as_str()) {
+            return id;
+        }
+        let id = self.names.len() as u32;
+        let key: Box<str> = key.into_boxed_str();
+        self.names.push(key.clone());
+        self.ids.insert(key, id);
+        id
+    }
+
+    /// The id of `name` if it was interned.
+    pub fn get(&self, name: &str) -> Option<u32> {
+        self.ids
+            .get(name.trim().to_ascii_lowercase().as_str())
+            .copied()
+    }
+
+    pub fn name(&self, id: u32) -> &str {
+        &self.names[id as usize]
+    }
+
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+}
+
+/// One accepted message: 24 bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct Sent {
+    pub seq: u64,
+    /// When the server's final reply arrived (µs since the Unix epoch).
+    pub accepted_us: i64,
+    pub from: u32,
+    rcpt_start: u32,
+    rcpt_len: u32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SentLogError {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: not a spate sent log (first line should be '# spate sent log v1 run=...')")]
+    NotASentLog { path: String },
+    #[error("{path} line {line}: {what}")]
+    Line {
+        path: String,
+        line: usize,
+        what: String,
+    },
+}
+
+/// The whole sent log, sorted by seq.
+#[derive(Debug, Default)]
+pub struct SentLog {
+    pub run_id: String,
+    pub messages: Vec<Sent>,
+    rcpts: Vec<u32>,
+    /// Senders and recipients share one table.
+    pub addrs: Interner,
+    /// Start of the run (µs since the epoch): summary.json's started_at, else the first
+    /// accept time.
+    pub start_us: i64,
+}
+
+impl SentLog {
+    /// Reads DIR/sent.log (and DIR/summary.json's start time when present).
+    pub fn read_dir(dir: &Path) -> Result<SentLog, SentLogError> {
+        let path = dir.join("sent.log");
+        let file = std::fs::File::open(&path).map_err(|source| SentLogError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let mut log = SentLog::parse(std::io::BufReader::new(file), &path.display().to_string())?;
+        if let Some(start) = summary_start(dir) {
+            log.start_us = start;
+        }
+        Ok(log)
+    }
+
+    /// Parses a sent log from any reader; `path` only names it in errors.
+    pub fn parse(reader: impl BufRead, path: &str) -> Result<SentLog, SentLogError> {
+        let mut log = SentLog::default();
+        let io = |source| SentLogError::Io {
+            path: path.to_string(),
+            source,
+        };
+        let bad = |line: usize, what: &str| SentLogError::Line {
+            path: path.to_string(),
+            line,
+            what: what.to_string(),
+        };
+        let mut lines = reader.lines();
+        let first = lines.next().transpose().map_err(io)?.unwrap_or_default();
+        let run = first
+            .strip_prefix("# spate sent log v1 run=")
+            .map(|r| r.split_whitespace().next().unwrap_or(""))
+            .filter(|r| !r.is_empty())
+            .ok_or_else(|| SentLogError::NotASentLog {
+                path: path.to_string(),
+            })?;
+        log.run_id = run.to_string();
+        let mut sorted = true;
+        for (i, line) in lines.enumerate() {
+            let n = i + 2;
+            let line = line.map_err(io)?;
+            if line.is_empty() || line.starts_with('#') || line.starts_with("seq\t") {
+                continue;
+            }
+            let mut f = line.split('\t');
+            let (Some(seq), Some(at), Some(_digest), Some(_bytes), Some(from), Some(rcpts)) =
+                (f.next(), f.next(), f.next(), f.next(), f.next(), f.next())
+            else {
+                return Err(bad(n, "expected 6 tab-separated fields"));
+            };
+            let seq: u64 = seq.parse().map_err(|_| bad(n, "bad seq"))?;
+            let accepted_us = chrono::DateTime::parse_from_rfc3339(at)
+                .map_err(|_| bad(n, "bad accepted_at time"))?
+                .timestamp_micros();
+            let from = log.addrs.intern(from);
+            let rcpt_start = log.rcpts.len() as u32;
+            for r in rcpts.split(',').filter(|r| !r.is_empty()) {
+                let id = log.addrs.intern(r);
+                log.rcpts.push(id);
+            }
+            let rcpt_len = log.rcpts.len() as u32 - rcpt_start;
+            if log.messages.last().is_some_and(|m| m.seq > seq) {
+                sorted = false;
+            }
+            log.messages.push(Sent {
+                seq,
+                accepted_us,
+                from,
+                rcpt_start,
+                rcpt_len,
+            });
+        }
+        // Sessions finish out of order; lookups by seq need them sorted.
+        if !sorted {
+            log.messages.sort_unstable_by_key(|m| m.seq);
+        }
+        log.start_us = log
+            .messages
+            .iter()
+            .map(|m| m.accepted_us)
+            .min()
+            .unwrap_or(0);
+        Ok(log)
+    }
+
+    pub fn recipients(&self, m: &Sent) -> &[u32] {
+        &self.rcpts[m.rcpt_start as usize..][..m.rcpt_len as usize]
+    }
+
+    pub fn find(&self, seq: u64) -> Option<&Sent> {
+        self.messages
+            .binary_search_by_key(&seq, |m| m.seq)
+            .ok()
+            .map(|i| &self.messages[i])
+    }
+
+    /// Expected deliveries: accepted messages × their recipients.
+    pub fn deliveries(&self) -> u64 {
+        self.rcpts.len() as u64
+    }
+}
+
+/// summary.json's `started_at` in µs since the epoch, if the file is there and has it.
+fn summary_start(dir: &Path) -> Option<i64> {
+    let text = std::fs::read_to_string(dir.join("summary.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let at = v.get("started_at")?.as_str()?;
+    Some(
+        chrono::DateTime::parse_from_rfc3339(at)
+            .ok()?
+            .timestamp_micros(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_sorts() {
+        let text = "# spate sent log v1 run=abc — one line per accepted message\n\
+            seq\taccepted_at\tdigest\tbytes\tfrom\trecipients\n\
+            2\t2026-01-01T00:00:01.000000Z\t00\t10\ts@x.test\tA@x.test,b@x.test\n\
+            1\t2026-01-01T00:00:00.500000Z\t00\t10\ts@x.test\ta@x.test\n";
+        let log = SentLog::parse(text.as_bytes(), "t").unwrap();
+        assert_eq!(log.run_id, "abc");
+        assert_eq!(log.messages.len(), 2);
+        assert_eq!(log.messages[0].seq, 1);
+        assert_eq!(log.deliveries(), 3);
+        let m = log.find(2).unwrap();
+        let r: Vec<&str> = log
+            .recipients(m)
+            .iter()
+            .map(|&i| log.addrs.name(i))
+            .collect();
+        assert_eq!(r, ["a@x.test", "b@x.test"]);
+        assert_eq!(log.start_us, log.messages[0].accepted_us);
+        assert!(log.find(3).is_none());
+    }
+
+    #[test]
+    fn rejects_other_files() {
+        assert!(matches!(
+            SentLog::parse("hello\n".as_bytes(), "t"),
+            Err(SentLogError::NotASentLog { .. })
+        ));
+        let text = "# spate sent log v1 run=abc\nx\ty\n";
+        assert!(matches!(
+            SentLog::parse(text.as_bytes(), "t"),
+            Err(SentLogError::Line { line: 2, .. })
+        ));
+    }
+}

@@ -1,0 +1,294 @@
+//! `spate pop3` / `spate imap` and the fetch API against the real Dovecot of the test bed
+//! (scripts/testbed, on its own port offset). Skipped, saying so, without root or the
+//! postfix/dovecot packages.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+use spate::message::{body_digest, hex, split_message};
+use spate::retrieve::{self, Account};
+
+const SPATE: &str = env!("CARGO_BIN_EXE_spate");
+/// Ports of this bed: 2525+370 etc., apart from tests/testbed.rs's.
+const PORT_OFFSET: &str = "370";
+
+struct Bed {
+    dir: PathBuf,
+    env: HashMap<String, String>,
+}
+
+impl Bed {
+    fn up(dir: &Path) -> Option<Bed> {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed");
+        let is_root = Command::new("id")
+            .arg("-u")
+            .output()
+            .map(|o| o.stdout.starts_with(b"0"))
+            .unwrap_or(false);
+        if !is_root
+            || !Path::new("/usr/sbin/postfix").exists()
+            || !Path::new("/usr/sbin/dovecot").exists()
+        {
+            eprintln!(
+                "SKIPPED: the Postfix+Dovecot test bed needs root and the postfix/dovecot packages"
+            );
+            return None;
+        }
+        let d = dir.to_str().unwrap();
+        let o = Command::new(&script)
+            .args(["up", "--dir", d, "--users", "10", "--in-flow-delay", "0"])
+            .args(["--port-offset", PORT_OFFSET])
+            .output()
+            .expect("run scripts/testbed");
+        // Built before the check, so a half-started bed is taken down again.
+        let mut bed = Bed {
+            dir: dir.to_path_buf(),
+            env: HashMap::new(),
+        };
+        assert!(
+            o.status.success(),
+            "scripts/testbed up failed:\n{}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let o = Command::new(&script)
+            .args(["env", "--dir", d])
+            .output()
+            .unwrap();
+        let mut env = HashMap::new();
+        for line in String::from_utf8_lossy(&o.stdout).lines() {
+            for kv in line.trim_start_matches("export ").split_whitespace() {
+                if let Some((k, v)) = kv.split_once('=') {
+                    env.insert(k.to_string(), v.to_string());
+                }
+            }
+        }
+        bed.env = env;
+        Some(bed)
+    }
+
+    fn var(&self, k: &str) -> String {
+        self.env
+            .get(k)
+            .unwrap_or_else(|| panic!("testbed env lacks {k}: {:?}", self.env))
+            .clone()
+    }
+
+    fn messages(&self, user: &str) -> usize {
+        let root = Path::new(&self.env["SPATE_MAILDIR_ROOT"]).join(user);
+        ["new", "cur"]
+            .iter()
+            .map(|d| std::fs::read_dir(root.join(d)).map_or(0, |r| r.count()))
+            .sum()
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed");
+        let _ = Command::new(script)
+            .args(["down", "--dir", self.dir.to_str().unwrap()])
+            .output();
+    }
+}
+
+fn run(args: &[&str]) -> Value {
+    let o = Command::new(SPATE).args(args).output().unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        o.status.success(),
+        "{args:?}: {}\n{stdout}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let out = args
+        .iter()
+        .position(|a| *a == "-o")
+        .map(|i| args[i + 1])
+        .unwrap();
+    serde_json::from_str(&std::fs::read_to_string(Path::new(out).join("summary.json")).unwrap())
+        .unwrap()
+}
+
+fn user(i: usize) -> String {
+    format!("user{i}@example.test")
+}
+
+#[test]
+fn dovecot_pop3_and_imap_loads_and_fetches() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = Bed::up(&tmp.path().join("bed")) else {
+        return;
+    };
+    let users = bed.var("SPATE_USERS_FILE");
+    let ca = bed.var("SPATE_CA");
+    let o = |n: &str| tmp.path().join(n).to_string_lossy().into_owned();
+    // 10 messages in each of the 10 mailboxes, through Dovecot's LMTP.
+    let (smtp_out, pop_out, imap_out, bad_out) = (o("lmtp"), o("pop3"), o("imap"), o("bad"));
+    let s = run(&[
+        "smtp",
+        "--lmtp",
+        &bed.var("SPATE_LMTP"),
+        "--to-file",
+        &users,
+        "--pick",
+        "round-robin",
+        "--count",
+        "100",
+        "--size",
+        "0..8k",
+        "-o",
+        &smtp_out,
+        "-q",
+    ]);
+    assert_eq!(s["totals"]["accepted"], 100);
+    assert_eq!(bed.messages(&user(0)), 10);
+
+    // POP3 over STLS: five visits (user0..4), half of each mailbox deleted at QUIT.
+    let s = run(&[
+        "pop3",
+        &bed.var("SPATE_POP3"),
+        "--users-file",
+        &users,
+        "--users",
+        "5",
+        "--count",
+        "5",
+        "--starttls",
+        "--ca",
+        &ca,
+        "--delete",
+        "50",
+        "--listings",
+        "-o",
+        &pop_out,
+        "-q",
+    ]);
+    assert_eq!(s["totals"]["accepted"], 5, "{s}");
+    assert_eq!(s["totals"]["retrieved"], 50);
+    assert_eq!(s["totals"]["deleted"], 25);
+    assert_eq!(s["totals"]["tls_connections"], 5);
+    for i in 0..5 {
+        assert_eq!(bed.messages(&user(i)), 5, "user{i}");
+    }
+
+    // IMAP: the same five mailboxes, 5 messages each: 2 deleted per visit (50% spread).
+    let s = run(&[
+        "imap",
+        &bed.var("SPATE_IMAP"),
+        "--users-file",
+        &users,
+        "--users",
+        "5",
+        "--count",
+        "5",
+        "--starttls",
+        "--ca",
+        &ca,
+        "--download",
+        "50",
+        "--delete",
+        "50",
+        "--flag",
+        "--search",
+        "UNSEEN",
+        "--idle",
+        "50ms",
+        "-o",
+        &imap_out,
+        "-q",
+    ]);
+    assert_eq!(s["totals"]["accepted"], 5, "{s}");
+    assert_eq!(s["totals"]["deleted"], 10);
+    for i in 0..5 {
+        assert_eq!(bed.messages(&user(i)), 3, "user{i}");
+    }
+
+    // Wrong password: Dovecot's refusals, classified.
+    let bad = tmp.path().join("bad.txt");
+    std::fs::write(&bad, "user9@example.test wrong\n").unwrap();
+    let s = run(&[
+        "imap",
+        &bed.var("SPATE_IMAP"),
+        "--users-file",
+        bad.to_str().unwrap(),
+        "--count",
+        "2",
+        "-o",
+        &bad_out,
+        "-q",
+    ]);
+    assert_eq!(s["totals"]["rejected"], 2, "{s}");
+    assert_eq!(s["errors"][0]["phase"], "auth");
+    assert_eq!(s["errors"][0]["kind"], "NO");
+
+    // The fetch API: every message of user9 intact over IMAP STARTTLS, then POP3 with delete.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let opts = spate::tls::ClientOptions {
+        ca: Some(ca.clone()),
+        ..Default::default()
+    };
+    let t = Duration::from_secs(20);
+    let acct = Account {
+        user: user(9),
+        password: bed.var("SPATE_PASSWORD"),
+    };
+    let url = format!("imap+starttls://{}", bed.var("SPATE_IMAP"));
+    let (proto, ep) = retrieve::parse_url(&url, &opts, t).unwrap();
+    let got = rt
+        .block_on(retrieve::fetch_mailbox(proto, &ep, &acct, false))
+        .unwrap();
+    assert_eq!(got.len(), 10);
+    for f in &got {
+        let text = String::from_utf8_lossy(&f.raw);
+        let claimed = text
+            .lines()
+            .find(|l| l.starts_with("X-Spate-Trace:"))
+            .and_then(|l| l.split("digest=").nth(1))
+            .map(|d| d.split(';').next().unwrap().trim().to_string())
+            .expect("trace header");
+        assert_eq!(claimed, hex(&body_digest(split_message(&f.raw).1)));
+        assert!(f.arrived.is_some());
+    }
+    let url = format!("pop3://{}", bed.var("SPATE_POP3"));
+    let (proto, ep) = retrieve::parse_url(&url, &opts, t).unwrap();
+    let got = rt
+        .block_on(retrieve::fetch_mailbox(proto, &ep, &acct, true))
+        .unwrap();
+    assert_eq!(got.len(), 10);
+    assert_eq!(bed.messages(&user(9)), 0);
+
+    // IDLE on Dovecot: a message delivered over LMTP while watching is reported promptly.
+    let url = format!("imap://{}", bed.var("SPATE_IMAP"));
+    let (_, ep) = retrieve::parse_url(&url, &opts, t).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let watcher = rt.spawn(async move {
+        retrieve::watch_mailbox(&ep, &acct, move |f| drop(tx.send(f)), stop_rx).await
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let lmtp2 = o("lmtp2");
+    let t0 = std::time::Instant::now();
+    run(&[
+        "smtp",
+        "--lmtp",
+        &bed.var("SPATE_LMTP"),
+        "--to",
+        &user(9),
+        "--count",
+        "1",
+        "-o",
+        &lmtp2,
+        "-q",
+    ]);
+    let f = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("IDLE reported the delivery");
+    eprintln!("IDLE reported a delivery after {:?}", t0.elapsed());
+    assert!(String::from_utf8_lossy(&f.raw).contains("X-Spate-Trace:"));
+    stop_tx.send(true).unwrap();
+    let r = rt.block_on(async { tokio::time::timeout(Duration::from_secs(10), watcher).await });
+    assert!(r.unwrap().unwrap().is_ok());
+}
