@@ -199,7 +199,15 @@ fn headline(b: &mut String, run: &Run) {
 
 fn throughput(b: &mut String, run: &Run) {
     let mut rate = Chart::time("Throughput", "messages per second");
-    for col in ["attempted", "accepted", "rejected", "failed"] {
+    // Mailbox loads (pop3/imap) add retrieved and deleted columns.
+    for col in [
+        "attempted",
+        "accepted",
+        "rejected",
+        "failed",
+        "retrieved",
+        "deleted",
+    ] {
         if let Some(pts) = run.rate(col) {
             if col == "attempted" || pts.iter().any(|p| p.1 > 0.0) {
                 rate.push(Series::line(col, pts));
