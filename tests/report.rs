@@ -197,6 +197,7 @@ fn sweep_page_marks_saturation_and_is_pinned() {
         "USL fit",
         "each repeat",
         "step-0",
+        "knee rule: latency grew faster",
     ] {
         assert!(page.contains(want), "missing {want}");
     }
@@ -373,6 +374,11 @@ async fn real_runs_report_compare_and_render_in_chromium() {
         header.starts_with(pinned.trim_end()),
         "intervals.csv header changed:\n pinned {pinned}\n actual {header}"
     );
+
+    // A directory of runs: a report in each.
+    let o = spate(&["report", tmp.path().to_str().unwrap()]).await;
+    assert!(o.ok, "{}", o.stderr);
+    assert_eq!(o.stdout.lines().count(), 2, "{}", o.stdout);
 
     // Written at the end of the run.
     let auto = std::fs::read_to_string(a.join("report.html")).expect("report.html of the run");

@@ -18,7 +18,8 @@ use super::data::{Run, Sweep};
                   Example: spate report spate-results/2026-11-22T10-00-00-smtp"
 )]
 pub struct ReportArgs {
-    /// A results directory (of `spate smtp`, or a sweep directory).
+    /// A results directory (of `spate smtp`, or a sweep directory; a directory of runs,
+    /// like the demo's, gets a report in each).
     pub dir: PathBuf,
 
     /// Where to write the HTML (default: DIR/report.html).
@@ -79,6 +80,18 @@ pub fn report_main(args: ReportArgs) -> anyhow::Result<ExitCode> {
     if args.text {
         let run = Run::read(&args.dir)?;
         print!("{}", super::text::render(&run.summary));
+        return Ok(ExitCode::SUCCESS);
+    }
+    // A directory of runs (the demo's parts): one report in each.
+    let subs = super::data::result_subdirs(&args.dir);
+    if args.out.is_none()
+        && !args.dir.join("summary.json").exists()
+        && !Sweep::is_sweep(&args.dir)
+        && !subs.is_empty()
+    {
+        for d in subs {
+            println!("{}", write_report(&d)?.display());
+        }
         return Ok(ExitCode::SUCCESS);
     }
     let out = args.out.unwrap_or_else(|| args.dir.join("report.html"));

@@ -83,6 +83,11 @@ pub fn render_sweep(sw: &Sweep) -> String {
         );
     }
     b.push_str("</div>\n");
+    for (k, what) in [("knee_rule", "knee rule"), ("cpu_basis", "CPU measured as")] {
+        if let Some(t) = sw.meta.get(k).and_then(|v| v.as_str()) {
+            let _ = writeln!(b, "<p class=\"sub\">{what}: {}</p>", esc(t));
+        }
+    }
 
     let vs = |title: &str, unit: &str, cols: &[(&str, &str)]| -> Chart {
         let mut c = Chart::new(title, XKind::Linear, &param, unit);

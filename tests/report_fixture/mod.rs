@@ -263,7 +263,7 @@ pub fn write_sweep(dir: &Path) {
     std::fs::write(dir.join("sweep.csv"), s).unwrap();
     std::fs::write(
         dir.join("sweep.json"),
-        r#"{"param":"users","usl":{"sigma":0.05,"kappa":0.002,"lambda":120.0,"peak_x":21.8,"peak_throughput":1062.0,"r2":0.98},"knee_value":16}"#,
+        r#"{"param":"users","usl":{"sigma":0.05,"kappa":0.002,"lambda":120.0,"peak_x":21.8,"peak_throughput":1062.0,"r2":0.98},"knee_value":16,"knee_rule":"latency grew faster than throughput","cpu_basis":"host"}"#,
     )
     .unwrap();
 }
