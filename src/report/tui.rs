@@ -260,8 +260,8 @@ impl Dashboard {
         let half = (spark / 2).max(8);
         let _ = writeln!(
             o,
-            "\x1b[1m{:<13}{:>9}  {:<half$} {:>9}  p99\x1b[0m",
-            "latency", "p50", "", ""
+            "\x1b[1m{:<13}{:>9}  {:<half$} {:>9}\x1b[0m",
+            "latency", "p50", "", "p99"
         );
         for (p, (p50, p99)) in &self.phases {
             let _ = writeln!(
