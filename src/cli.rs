@@ -17,6 +17,11 @@ use clap::{Parser, Subcommand};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    // Declared for --help only: main_with_args handles it before parsing (scenario::dump).
+    /// Print the scenario file (TOML) equivalent to this command line instead of running
+    /// it; `spate run FILE` runs it.
+    #[arg(long, global = true)]
+    pub dump_scenario: bool,
 }
 
 // Parsed once per process: the size difference between variants does not matter.
@@ -46,6 +51,8 @@ pub enum Command {
     Compare(crate::report::cmd::CompareArgs),
     /// Check that every message of a run was delivered once, intact (reads the mailboxes).
     Verify(crate::verify::VerifyArgs),
+    /// Run a scenario file: steps in sequence, mixed workloads, hooks, thresholds.
+    Run(crate::scenario::RunArgs),
 }
 
 pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -63,5 +70,14 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Report(args) => crate::report::cmd::report_main(args),
         Command::Compare(args) => crate::report::cmd::compare_main(args),
         Command::Verify(args) => crate::verify::main(args).await,
+        Command::Run(args) => crate::scenario::main(args).await,
     }
+}
+
+/// `dispatch` behind a named future type: `spate run` calls it for its steps, and the
+/// recursion needs a type that is not defined in terms of itself.
+pub fn dispatch_boxed(
+    cli: Cli,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<ExitCode>> + Send>> {
+    Box::pin(dispatch(cli))
 }

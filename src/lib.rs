@@ -21,6 +21,8 @@
 //! - [`serve`]: the embedded mail server (`spate serve`), also the demo's and tests' target.
 //! - [`demo`]: `spate demo`, the whole job in one command.
 //! - [`verify`]: `spate verify`, end-to-end delivery accounting from a run's sent.log.
+//! - [`scenario`]: `spate run FILE.toml` (steps, hooks, waits, thresholds) and
+//!   `--dump-scenario` on every command.
 
 pub mod cli;
 pub mod demo;
@@ -33,6 +35,7 @@ pub mod proto;
 pub mod report;
 pub mod results;
 pub mod retrieve;
+pub mod scenario;
 pub mod serve;
 pub mod session;
 pub mod tls;
@@ -62,6 +65,10 @@ where
     T: Into<OsString> + Clone,
 {
     use clap::Parser;
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    if let Some(code) = scenario::dump::intercept(&args) {
+        return code;
+    }
     let cli = match cli::Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {
@@ -83,21 +90,27 @@ where
     match runtime.block_on(cli::dispatch(cli)) {
         Ok(code) => code,
         Err(e) => {
-            let code = if e.downcast_ref::<UsageError>().is_some()
-                || e.downcast_ref::<units::UnitError>().is_some()
-            {
-                2
-            } else {
-                1
-            };
-            // One line: the outermost context plus its causes, no backtrace.
-            let mut line = e.to_string();
-            for cause in e.chain().skip(1) {
-                line.push_str(": ");
-                line.push_str(&cause.to_string());
-            }
+            let (code, line) = error_report(&e);
             eprintln!("spate: {line}");
             ExitCode::from(code)
         }
     }
+}
+
+/// The exit code of an error (2 for the user's input, 1 otherwise) and its one line: the
+/// outermost context plus its causes, no backtrace.
+pub fn error_report(e: &anyhow::Error) -> (u8, String) {
+    let code = if e.downcast_ref::<UsageError>().is_some()
+        || e.downcast_ref::<units::UnitError>().is_some()
+    {
+        2
+    } else {
+        1
+    };
+    let mut line = e.to_string();
+    for cause in e.chain().skip(1) {
+        line.push_str(": ");
+        line.push_str(&cause.to_string());
+    }
+    (code, line)
 }

@@ -42,9 +42,10 @@ pub struct SmtpArgs {
 
     #[command(flatten)]
     pub workload: WorkloadArgs,
-    /// Messages per connection; 0 = keep the connection for the whole run.
-    #[arg(long, short = 'm', default_value_t = 1, help_heading = "Workload")]
-    pub messages_per_connection: u32,
+    /// Messages per connection, or a uniform range chosen anew for each connection
+    /// (1..3, postal's -c style); 0 = keep the connection for the whole run.
+    #[arg(long, short = 'm', default_value = "1", help_heading = "Workload")]
+    pub messages_per_connection: String,
 
     // ---- messages
     /// Body size, or a uniform range: 1k, 10KB, 0..10k.
@@ -151,7 +152,7 @@ pub struct Plan {
     pub address: SocketAddr,
     #[serde(flatten)]
     pub workload: Workload,
-    pub messages_per_connection: u32,
+    pub messages_per_connection: Range<u32>,
     pub size: Range<u64>,
     pub rcpt: Range<u32>,
     pub senders: usize,
@@ -234,6 +235,10 @@ pub fn prepare(
         return usage("--timeout must be more than 0");
     }
     let workload = args.workload.resolve()?;
+    let per_connection = units::parse_count_range(&args.messages_per_connection)?;
+    if per_connection.lo == 0 && per_connection.hi > 0 {
+        return usage("--messages-per-connection: a range starts at 1 (0 alone = unlimited)");
+    }
     let from = match &args.from_file {
         Some(p) => AddressPool::from_file(p),
         None => AddressPool::from_pattern(&args.from),
@@ -291,7 +296,7 @@ pub fn prepare(
         bind: args.bind.clone(),
         helo: args.helo.clone(),
         timeout,
-        messages_per_connection: args.messages_per_connection,
+        messages_per_connection: per_connection,
         clock: Clock::new(),
         recorder: Arc::new(Recorder::new(8)),
         dsn_notify: args.dsn_notify.clone(),
@@ -305,7 +310,7 @@ pub fn prepare(
         target: args.target.clone(),
         address: addr,
         workload,
-        messages_per_connection: args.messages_per_connection,
+        messages_per_connection: per_connection,
         size,
         rcpt,
         senders: factory.from.len(),
@@ -407,7 +412,7 @@ pub async fn run_and_print(
     let tui = args
         .tui
         .then(|| format!("spate — SMTP load on {}", args.target));
-    let (plan, factory, settings) = prepare(args, std::env::args().collect())?;
+    let (plan, factory, settings) = prepare(args, crate::scenario::command_line())?;
     let mut observers: Vec<Box<dyn Observer>> = Vec::new();
     let stop = Arc::new(AtomicBool::new(false));
     if let Some(title) = tui {
@@ -435,7 +440,15 @@ pub async fn main(args: SmtpArgs) -> anyhow::Result<ExitCode> {
         .out
         .clone()
         .unwrap_or_else(|| default_out("smtp"));
-    let watch = crate::verify::Watch::start(&args.verify)?;
+    let watch = crate::verify::Watch::start(
+        &args.verify,
+        crate::verify::RemoteOptions {
+            users_file: args.verify.verify_users_file.clone(),
+            ca: args.ca.clone(),
+            insecure: args.insecure,
+            timeout: args.timeout.clone(),
+        },
+    )?;
     let outcome = run_and_print(args, out, progress).await?;
     println!("results: {}", outcome.dir.display());
     match watch {

@@ -354,3 +354,40 @@ async fn bind_spreads_connections_over_source_addresses() {
         "{seen:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_per_connection_range_is_drawn_per_connection() {
+    let server = serve::start(serve::Config::loopback()).await.unwrap();
+    let addr = server.addrs.smtp.unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let run = |m: &'static str, name: &'static str| {
+        let out = dir.path().join(name);
+        let addr = addr.clone();
+        async move {
+            let o = spate(&[
+                "smtp",
+                &addr,
+                "-u",
+                "1",
+                "-n",
+                "120",
+                "-m",
+                m,
+                "-o",
+                out.to_str().unwrap(),
+            ])
+            .await;
+            assert!(o.ok, "{}", o.stderr);
+            let s = summary(&out);
+            assert_eq!(s["totals"]["accepted"], 120);
+            s["totals"]["connections"].as_u64().unwrap()
+        }
+    };
+    assert_eq!(run("3", "fixed").await, 40);
+    // 1..3 averages 2 messages a connection: about 60 connections, never 40 or 120.
+    let ranged = run("1..3", "range").await;
+    assert!((45..=80).contains(&ranged), "{ranged} connections");
+    let o = spate(&["smtp", &addr, "-m", "0..3"]).await;
+    assert_eq!(o.code, Some(2), "{}", o.stderr);
+    server.shutdown().await;
+}

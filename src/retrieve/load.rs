@@ -383,7 +383,7 @@ pub async fn main(proto: MailProto, args: RetrieveArgs) -> anyhow::Result<ExitCo
         MailProto::Imap => "imap",
     };
     let out = args.output.out.clone().unwrap_or_else(|| default_out(name));
-    let (plan, settings) = prepare(proto, args, std::env::args().collect())?;
+    let (plan, settings) = prepare(proto, args, crate::scenario::command_line())?;
     let mut observers: Vec<Box<dyn Observer>> = Vec::new();
     if progress {
         observers.push(Box::new(Progress::new("visit")));

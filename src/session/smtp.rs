@@ -50,7 +50,8 @@ pub struct Settings {
     pub bind: Vec<IpAddr>,
     pub helo: String,
     pub timeout: Duration,
-    pub messages_per_connection: u32,
+    /// Messages per connection, drawn per connection from the range; 0 = unlimited.
+    pub messages_per_connection: crate::units::Range<u32>,
     pub clock: Clock,
     pub recorder: Arc<Recorder>,
     /// DSN NOTIFY for RCPT (e.g. "SUCCESS,FAILURE") when the server offers DSN.
@@ -219,7 +220,7 @@ impl Session {
             self.drop_connection();
         } else {
             self.on_conn += 1;
-            let mpc = self.s.messages_per_connection;
+            let mpc = self.connection_limit();
             if mpc > 0 && self.on_conn >= mpc {
                 // Timed with the message, so it is committed in the same lock and
                 // `spate ping` sees it.
@@ -229,6 +230,21 @@ impl Session {
             }
         }
         self.commit(seq, outcome, end_us, open && lag > 10_000);
+    }
+
+    /// How many messages the current connection carries: fixed, or drawn from the range by
+    /// a hash of (session, connection number), so runs repeat and no RNG is shared.
+    fn connection_limit(&self) -> u32 {
+        let r = self.s.messages_per_connection;
+        if r.is_fixed() {
+            return r.lo;
+        }
+        let mut z = (self.id as u64) << 32 ^ self.connections_made;
+        // splitmix64 finalizer
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        r.lo + (z % u64::from(r.hi - r.lo + 1)) as u32
     }
 
     /// The phase timings of the last message (for `spate ping`).

@@ -25,7 +25,9 @@ pub const RULES_HELP: &str = "Derived messages to expect (bounces, notices, rece
     "SOURCES:\n  \
     maildir:ROOT (or --maildir ROOT)  ROOT/<address>/{new,cur}, as `spate serve --maildir`\n                                    \
     and Dovecot write them; file times give arrival times\n  \
-    imap://HOST:PORT, pop3://HOST:PORT  parsed, not available in this build yet\n\n\
+    imap://HOST:PORT, imaps://, imap+starttls://, pop3://, pop3s://, pop3+stls://\n                                    \
+    every address of the sent log is logged into (passwords from --users-file,\n                                    \
+    or SPATE_PASSWORD for all) and its INBOX read whole; nothing is deleted\n\n\
     OUTPUT: a report on stdout; verify.json, deliveries.csv (t_s,time,injected,delivered per\n\
     second), delivery.hlog (latency HdrHistogram log, µs) and missing.tsv in the results\n\
     directory (or --out).\n\n\
@@ -49,6 +51,8 @@ pub struct VerifyArgs {
     pub maildir: Option<PathBuf>,
     #[command(flatten)]
     pub common: Common,
+    #[command(flatten)]
+    pub remote: RemoteOptions,
     /// Write verify.json, deliveries.csv, delivery.hlog, missing.tsv here instead of DIR.
     #[arg(long, short = 'o')]
     pub out: Option<PathBuf>,
@@ -67,6 +71,35 @@ pub struct Common {
     /// How many missing deliveries to list on stdout (all are in missing.tsv).
     #[arg(long, default_value_t = 20, value_name = "N")]
     pub show: usize,
+}
+
+/// How to log into an IMAP/POP3 source.
+#[derive(Debug, Clone, clap::Args, Serialize)]
+pub struct RemoteOptions {
+    /// IMAP/POP3 source: passwords of the mailboxes ('address password' per line);
+    /// without it, SPATE_PASSWORD is every mailbox's password.
+    #[arg(long, value_name = "FILE", help_heading = "IMAP/POP3 source")]
+    pub users_file: Option<PathBuf>,
+    /// IMAP/POP3 source: trust this CA (PEM) in addition to the system roots.
+    #[arg(long, help_heading = "IMAP/POP3 source")]
+    pub ca: Option<String>,
+    /// IMAP/POP3 source: do not verify the server certificate.
+    #[arg(long, help_heading = "IMAP/POP3 source")]
+    pub insecure: bool,
+    /// IMAP/POP3 source: deadline for connecting and for each response.
+    #[arg(long, default_value = "30s", help_heading = "IMAP/POP3 source")]
+    pub timeout: String,
+}
+
+impl Default for RemoteOptions {
+    fn default() -> Self {
+        RemoteOptions {
+            users_file: None,
+            ca: None,
+            insecure: false,
+            timeout: "30s".into(),
+        }
+    }
 }
 
 /// Flattened into `spate smtp`: check delivery right after the run, watching the
@@ -88,6 +121,15 @@ pub struct InlineArgs {
         help_heading = "Verify"
     )]
     pub verify_rules: Option<PathBuf>,
+    /// With --verify imap://… or pop3://…: passwords of the mailboxes ('address password'
+    /// lines; default: SPATE_PASSWORD for all). TLS uses --ca/--insecure of the run.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "verify",
+        help_heading = "Verify"
+    )]
+    pub verify_users_file: Option<PathBuf>,
 }
 
 /// Where mailboxes are read from.

@@ -5,20 +5,22 @@
 //! by rules.
 //!
 //! Sources feed a [`Ledger`] one message at a time ([`Ledger::ingest`]); the ledger is
-//! compared with the [`SentLog`] by [`Ledger::report`]. Only the Maildir source exists
-//! here; IMAP and POP3 are parsed and refused until their clients are plugged in.
+//! compared with the [`SentLog`] by [`Ledger::report`]. Sources: a Maildir tree on disk
+//! (watched while an inline run goes), or an IMAP/POP3 server read after the run.
 
 mod args;
 mod ledger;
 mod maildir;
 mod output;
 mod parse;
+mod remote;
 pub mod rules;
 mod sentlog;
 
-pub use args::{Common, InlineArgs, Source, VerifyArgs};
+pub use args::{Common, InlineArgs, RemoteOptions, Source, VerifyArgs};
 pub use ledger::{Ingested, Ledger, Report, RuleResult};
 pub use maildir::Maildir;
+pub use remote::{Passwords, Remote};
 pub use sentlog::{SentLog, SentLogError};
 
 use std::io::IsTerminal;
@@ -33,18 +35,51 @@ use crate::units;
 /// How often a Maildir is polled while waiting or watching.
 const POLL: Duration = Duration::from_millis(250);
 
-/// Reads the mailboxes of `source` into `ledger` once.
-fn poll(source: &Source, ledger: &mut Ledger) -> anyhow::Result<()> {
-    match source {
-        Source::Maildir(root) => {
-            Maildir::new(root).poll(ledger)?;
-            Ok(())
+/// What reads the mailboxes.
+pub enum Reader {
+    Maildir(Maildir),
+    Remote(Remote),
+}
+
+impl Reader {
+    /// The reader for `source`; remote sources need passwords and TLS options.
+    pub fn new(source: &Source, remote: &RemoteOptions) -> anyhow::Result<Reader> {
+        match source {
+            Source::Maildir(root) => Ok(Reader::Maildir(Maildir::new(root))),
+            Source::Imap { .. } | Source::Pop3 { .. } => {
+                let tls = crate::tls::ClientOptions {
+                    ca: remote.ca.clone(),
+                    insecure: remote.insecure,
+                    ..Default::default()
+                };
+                let timeout = units::parse_duration(&remote.timeout)?;
+                Ok(Reader::Remote(Remote::new(
+                    &source.describe(),
+                    &tls,
+                    timeout,
+                    Passwords::load(remote.users_file.as_ref())?,
+                )?))
+            }
         }
-        Source::Imap { .. } | Source::Pop3 { .. } => anyhow::bail!(
-            "source {}: IMAP/POP3 sources are not available in this build yet; \
-             use a Maildir (maildir:ROOT)",
-            source.describe()
-        ),
+    }
+
+    /// Reads the mailboxes into `ledger` once.
+    fn poll(&self, log: &SentLog, ledger: &mut Ledger) -> anyhow::Result<()> {
+        match self {
+            Reader::Maildir(m) => {
+                m.poll(ledger)?;
+                Ok(())
+            }
+            Reader::Remote(r) => r.poll(log, ledger),
+        }
+    }
+
+    /// Remote servers are read less often than a directory.
+    fn interval(&self) -> Duration {
+        match self {
+            Reader::Maildir(_) => POLL,
+            Reader::Remote(_) => Duration::from_secs(1),
+        }
     }
 }
 
@@ -53,6 +88,7 @@ pub struct Job {
     pub dir: PathBuf,
     pub out: PathBuf,
     pub source: Source,
+    pub reader: Reader,
     pub wait: Option<Duration>,
     pub show: usize,
     pub progress: bool,
@@ -69,7 +105,7 @@ pub fn run_blocking(job: &Job, ledger: &mut Ledger) -> anyhow::Result<Report> {
     let mut last_print = Instant::now() - Duration::from_secs(1);
     let tty = std::io::stderr().is_terminal();
     loop {
-        let res = poll(&job.source, ledger);
+        let res = job.reader.poll(&log, ledger);
         let waiting = deadline.is_some_and(|d| Instant::now() < d);
         if let Err(e) = res {
             // A Maildir root appears with the first delivery: keep waiting for it.
@@ -104,7 +140,7 @@ pub fn run_blocking(job: &Job, ledger: &mut Ledger) -> anyhow::Result<Report> {
                 eprintln!("{line}");
             }
         }
-        std::thread::sleep(POLL);
+        std::thread::sleep(job.reader.interval());
     }
     if job.progress && tty && last_print.elapsed() < t0.elapsed() {
         eprintln!();
@@ -146,6 +182,7 @@ pub async fn main(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let job = Job {
         out: args.out.clone().unwrap_or_else(|| args.dir.clone()),
         dir: args.dir.clone(),
+        reader: Reader::new(&source, &args.remote)?,
         source,
         wait: parse_wait(args.common.wait.as_deref())?,
         show: args.common.show,
@@ -170,6 +207,7 @@ fn exit_code(r: &Report) -> ExitCode {
 /// A Maildir watched while `spate smtp` runs, so arrivals are seen as they happen.
 pub struct Watch {
     source: Source,
+    reader: Option<Reader>,
     wait: Duration,
     ledger: Arc<Mutex<Ledger>>,
     stop: Arc<AtomicBool>,
@@ -179,7 +217,7 @@ pub struct Watch {
 impl Watch {
     /// Validates the inline options before the run and starts watching (Maildir only).
     /// `None` when `--verify` was not given.
-    pub fn start(args: &InlineArgs) -> anyhow::Result<Option<Watch>> {
+    pub fn start(args: &InlineArgs, remote: RemoteOptions) -> anyhow::Result<Option<Watch>> {
         let Some(s) = &args.verify else {
             return Ok(None);
         };
@@ -201,13 +239,12 @@ impl Watch {
                     }
                 }))
             }
-            // Refused now rather than after a long run.
-            _ => {
-                poll(&source, &mut Ledger::new(Vec::new()))?;
-                None
-            }
+            // Read after the run; options checked now rather than after a long run.
+            _ => None,
         };
+        let reader = Reader::new(&source, &remote)?;
         Ok(Some(Watch {
+            reader: Some(reader),
             source,
             wait,
             ledger,
@@ -226,6 +263,7 @@ impl Watch {
             dir: dir.to_path_buf(),
             out: dir.to_path_buf(),
             source: self.source.clone(),
+            reader: self.reader.take().expect("finish runs once"),
             wait: Some(self.wait),
             show: 20,
             progress: true,

@@ -1,0 +1,440 @@
+//! Running a validated scenario: the embedded server, then each step in order (commands
+//! in-process through the normal dispatch, hooks as shell commands, waits), thresholds
+//! after each step and at the end, and `scenario.json`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::json;
+
+use super::spec::{Invocation, Step, StepKind};
+use super::threshold::{Check, Verdict};
+
+#[derive(Debug, Default, Serialize)]
+pub struct StepRecord {
+    pub name: String,
+    pub kind: &'static str,
+    /// The command line (commands) or the shell command (hooks).
+    pub argv: Vec<String>,
+    pub dir: PathBuf,
+    pub started_at: String,
+    pub ended_at: String,
+    pub elapsed_s: f64,
+    /// ok, failed, skipped, background.
+    pub status: &'static str,
+    /// 0 success, 1 the step failed, 2 bad input (as the command's own exit code).
+    pub exit: u8,
+    pub error: Option<String>,
+    pub thresholds: Vec<Verdict>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub workloads: Vec<StepRecord>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait: Option<serde_json::Value>,
+}
+
+/// Values known only once the run started: `${server.smtp}`, `${server.ca}`, `${out}`.
+pub type Live = HashMap<String, String>;
+
+pub fn expand(s: &str, live: &Live) -> Result<String, String> {
+    let mut out = s.to_string();
+    for (k, v) in live {
+        out = out.replace(&format!("${{{k}}}"), v);
+    }
+    match out.find("${server.") {
+        Some(i) => {
+            let name = &out[i + 2..out[i..].find('}').map_or(out.len(), |e| i + e)];
+            Err(format!(
+                "${{{name}}}: the [server] section does not start that listener (add e.g. {} = \"127.0.0.1:0\")",
+                name.trim_start_matches("server.")
+            ))
+        }
+        None => Ok(out),
+    }
+}
+
+fn now() -> String {
+    chrono::Local::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, false)
+}
+
+/// Runs a command line in-process; returns (exit code, error line).
+pub async fn run_command(argv: &[String]) -> (u8, Option<String>) {
+    let cli = match <crate::cli::Cli as clap::Parser>::try_parse_from(argv) {
+        Ok(c) => c,
+        Err(e) => return (2, Some(super::doc::clap_line(&e))),
+    };
+    match super::with_command_line(argv.to_vec(), crate::cli::dispatch_boxed(cli)).await {
+        Ok(code) if code == ExitCode::SUCCESS => (0, None),
+        Ok(_) => (1, Some("the command reported failure".into())),
+        Err(e) => {
+            let (code, line) = crate::error_report(&e);
+            (code, Some(line))
+        }
+    }
+}
+
+pub struct Runner {
+    pub out: PathBuf,
+    pub live: Live,
+    pub background: Vec<(String, std::process::Child, usize)>,
+    pub interrupted: Arc<AtomicBool>,
+}
+
+impl Runner {
+    pub async fn step(&mut self, index: usize, step: &Step) -> StepRecord {
+        let dir = self.out.join(format!("{:02}-{}", index + 1, step.name));
+        let started = Instant::now();
+        let mut rec = StepRecord {
+            name: step.name.clone(),
+            dir: dir.clone(),
+            started_at: now(),
+            status: "ok",
+            ..Default::default()
+        };
+        let mut live = self.live.clone();
+        live.insert("step_out".into(), dir.display().to_string());
+        let result: Result<(), (u8, String)> = match &step.kind {
+            StepKind::Command(inv) => {
+                rec.kind = "command";
+                match argv(inv, &dir, &live) {
+                    Ok(a) => {
+                        rec.argv = a.clone();
+                        let _ = std::fs::create_dir_all(&self.out);
+                        if !inv.wants_out {
+                            let _ = std::fs::create_dir_all(&dir);
+                        }
+                        match run_command(&a).await {
+                            (0, _) => Ok(()),
+                            (c, e) => Err((c, e.unwrap_or_default())),
+                        }
+                    }
+                    Err(e) => Err((2, e)),
+                }
+            }
+            StepKind::Parallel(ws) => {
+                rec.kind = "parallel";
+                self.parallel(ws, &dir, &live, &mut rec).await
+            }
+            StepKind::Hook {
+                run,
+                timeout,
+                background,
+            } => {
+                rec.kind = "hook";
+                let _ = std::fs::create_dir_all(&dir);
+                match expand(run, &live) {
+                    Ok(cmd) => {
+                        rec.argv = vec!["sh".into(), "-c".into(), cmd.clone()];
+                        match spawn_hook(&cmd, &live) {
+                            Ok(child) if *background => {
+                                rec.status = "background";
+                                self.background.push((step.name.clone(), child, index));
+                                Ok(())
+                            }
+                            Ok(child) => hook_wait(child, *timeout, &self.interrupted).await,
+                            Err(e) => Err((1, e)),
+                        }
+                    }
+                    Err(e) => Err((2, e)),
+                }
+            }
+            StepKind::Wait {
+                pause,
+                until_empty,
+                timeout,
+                poll,
+            } => {
+                rec.kind = "wait";
+                let _ = std::fs::create_dir_all(&dir);
+                let r = wait(
+                    *pause,
+                    until_empty.as_deref(),
+                    *timeout,
+                    *poll,
+                    &self.interrupted,
+                )
+                .await;
+                match r {
+                    Ok(v) => {
+                        let _ = std::fs::write(dir.join("wait.json"), format!("{v:#}\n"));
+                        rec.wait = Some(v);
+                        Ok(())
+                    }
+                    Err(e) => Err((1, e)),
+                }
+            }
+        };
+        if let Err((code, e)) = result {
+            rec.status = "failed";
+            rec.exit = code;
+            eprintln!("spate run: step \"{}\" failed: {e}", step.name);
+            rec.error = Some(e);
+        }
+        if rec.status == "ok" {
+            let command = match &step.kind {
+                StepKind::Command(i) => i.command.as_str(),
+                _ => rec.kind,
+            };
+            rec.thresholds = judge(&step.thresholds, &dir, command);
+        }
+        rec.ended_at = now();
+        rec.elapsed_s = started.elapsed().as_secs_f64();
+        rec
+    }
+
+    async fn parallel(
+        &mut self,
+        ws: &[super::spec::Workload],
+        dir: &Path,
+        live: &Live,
+        rec: &mut StepRecord,
+    ) -> Result<(), (u8, String)> {
+        let mut set = tokio::task::JoinSet::new();
+        let mut subs = Vec::new();
+        for (i, w) in ws.iter().enumerate() {
+            let wdir = dir.join(&w.name);
+            let mut sub = StepRecord {
+                name: w.name.clone(),
+                kind: "command",
+                dir: wdir.clone(),
+                started_at: now(),
+                status: "ok",
+                ..Default::default()
+            };
+            match argv(&w.inv, &wdir, live) {
+                Ok(a) => {
+                    sub.argv = a.clone();
+                    if !w.inv.wants_out {
+                        let _ = std::fs::create_dir_all(&wdir);
+                    }
+                    set.spawn(async move {
+                        let t = Instant::now();
+                        let r = run_command(&a).await;
+                        (i, r, t.elapsed().as_secs_f64())
+                    });
+                }
+                Err(e) => return Err((2, format!("workload \"{}\": {e}", w.name))),
+            }
+            subs.push(sub);
+        }
+        let _ = std::fs::create_dir_all(dir);
+        while let Some(joined) = set.join_next().await {
+            let Ok((i, (code, err), secs)) = joined else {
+                return Err((1, "a workload panicked".into()));
+            };
+            let sub = &mut subs[i];
+            sub.ended_at = now();
+            sub.elapsed_s = secs;
+            sub.exit = code;
+            if code != 0 {
+                sub.status = "failed";
+                eprintln!(
+                    "spate run: workload \"{}\" failed: {}",
+                    sub.name,
+                    err.clone().unwrap_or_default()
+                );
+                sub.error = err;
+            } else {
+                sub.thresholds = judge(&ws[i].thresholds, &sub.dir, &ws[i].inv.command);
+            }
+        }
+        let failed: Vec<&str> = subs
+            .iter()
+            .filter(|s| s.exit != 0)
+            .map(|s| s.name.as_str())
+            .collect();
+        let worst = subs.iter().map(|s| s.exit).max().unwrap_or(0);
+        let msg = format!("workload(s) {} failed", failed.join(", "));
+        rec.workloads = subs;
+        if worst == 0 {
+            Ok(())
+        } else {
+            Err((worst, msg))
+        }
+    }
+
+    /// Stops background hooks (SIGTERM to their process group, then SIGKILL).
+    pub async fn stop_background(&mut self, records: &mut [StepRecord]) {
+        for (name, mut child, index) in self.background.drain(..) {
+            let early = child.try_wait().ok().flatten();
+            if early.is_none() {
+                stop_group(&mut child).await;
+            }
+            if let Some(status) = early.filter(|s| !s.success()) {
+                let r = &mut records[index];
+                r.status = "failed";
+                r.exit = 1;
+                r.error = Some(format!("background hook \"{name}\" exited early: {status}"));
+                eprintln!("spate run: background hook \"{name}\" exited early: {status}");
+            }
+        }
+    }
+}
+
+fn judge(checks: &[Check], dir: &Path, command: &str) -> Vec<Verdict> {
+    checks
+        .iter()
+        .map(|c| {
+            let v = c.evaluate(dir, &c.path, command);
+            report(&v);
+            v
+        })
+        .collect()
+}
+
+pub fn report(v: &Verdict) {
+    if v.pass {
+        println!("threshold ok: {}", v.message);
+    } else {
+        eprintln!("threshold failed: {}", v.message);
+    }
+}
+
+fn argv(inv: &Invocation, dir: &Path, live: &Live) -> Result<Vec<String>, String> {
+    inv.argv(Some(dir))
+        .iter()
+        .map(|w| expand(w, live))
+        .collect()
+}
+
+fn spawn_hook(cmd: &str, live: &Live) -> Result<std::process::Child, String> {
+    use std::os::unix::process::CommandExt;
+    let mut c = std::process::Command::new("sh");
+    c.arg("-c").arg(cmd).stdin(std::process::Stdio::null());
+    // Its own process group, so a timeout or the end of the scenario stops all of it.
+    c.process_group(0);
+    for (k, v) in live {
+        let name = format!("SPATE_{}", k.replace('.', "_").to_uppercase());
+        c.env(name, v);
+    }
+    c.spawn().map_err(|e| format!("cannot start sh: {e}"))
+}
+
+async fn hook_wait(
+    mut child: std::process::Child,
+    timeout: Duration,
+    interrupted: &AtomicBool,
+) -> Result<(), (u8, String)> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(s)) if s.success() => return Ok(()),
+            Ok(Some(s)) => return Err((1, format!("hook {s}"))),
+            Ok(None) => {}
+            Err(e) => return Err((1, format!("hook: {e}"))),
+        }
+        if Instant::now() >= deadline || interrupted.load(Ordering::Relaxed) {
+            stop_group(&mut child).await;
+            return Err((
+                1,
+                format!("hook stopped after {}", crate::units::fmt_duration(timeout)),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn stop_group(child: &mut std::process::Child) {
+    let pgid = child.id() as libc::pid_t;
+    // SAFETY: kill(2) with a negative pid signals the process group we created.
+    unsafe { libc::kill(-pgid, libc::SIGTERM) };
+    for _ in 0..250 {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // SAFETY: as above.
+    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    let _ = child.wait();
+}
+
+/// Files in a Postfix queue: incoming, active, deferred and maildrop (hold is excluded:
+/// held mail never drains). A directory without those is counted whole.
+pub fn queue_files(dir: &Path) -> Result<u64, String> {
+    let subs: Vec<PathBuf> = ["incoming", "active", "deferred", "maildrop"]
+        .iter()
+        .map(|s| dir.join(s))
+        .filter(|p| p.is_dir())
+        .collect();
+    if !dir.is_dir() {
+        return Err(format!("{}: not a directory", dir.display()));
+    }
+    let roots = if subs.is_empty() {
+        vec![dir.to_path_buf()]
+    } else {
+        subs
+    };
+    let mut n = 0;
+    for r in roots {
+        n += count_files(&r, 0)?;
+    }
+    Ok(n)
+}
+
+fn count_files(dir: &Path, depth: u32) -> Result<u64, String> {
+    let rd = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut n = 0;
+    for e in rd.flatten() {
+        match e.file_type() {
+            Ok(t) if t.is_dir() && depth < 6 => n += count_files(&e.path(), depth + 1)?,
+            Ok(t) if t.is_file() => n += 1,
+            _ => {}
+        }
+    }
+    Ok(n)
+}
+
+async fn wait(
+    pause: Option<Duration>,
+    until_empty: Option<&Path>,
+    timeout: Duration,
+    poll: Duration,
+    interrupted: &AtomicBool,
+) -> Result<serde_json::Value, String> {
+    let t0 = Instant::now();
+    if let Some(p) = pause {
+        let end = t0 + p;
+        while Instant::now() < end && !interrupted.load(Ordering::Relaxed) {
+            tokio::time::sleep((end - Instant::now()).min(Duration::from_millis(100))).await;
+        }
+    }
+    let Some(q) = until_empty else {
+        return Ok(json!({"waited_s": t0.elapsed().as_secs_f64()}));
+    };
+    let d0 = Instant::now();
+    let initial = queue_files(q)?;
+    let mut polls = 0u64;
+    let mut peak = initial;
+    loop {
+        let n = queue_files(q)?;
+        polls += 1;
+        peak = peak.max(n);
+        if n == 0 {
+            break;
+        }
+        if d0.elapsed() >= timeout {
+            return Err(format!(
+                "{} still holds {n} files after {}",
+                q.display(),
+                crate::units::fmt_duration(timeout)
+            ));
+        }
+        if interrupted.load(Ordering::Relaxed) {
+            return Err("interrupted".into());
+        }
+        tokio::time::sleep(poll).await;
+    }
+    Ok(json!({
+        "queue_dir": q.display().to_string(),
+        "initial_files": initial,
+        "peak_files": peak,
+        "polls": polls,
+        "drain_s": d0.elapsed().as_secs_f64(),
+        "waited_s": t0.elapsed().as_secs_f64(),
+    }))
+}

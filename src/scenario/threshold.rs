@@ -1,0 +1,606 @@
+//! Thresholds: `p99(transaction) < 500ms`, `errors.rate < 0.1%`, `verify.missing == 0`.
+//!
+//! A metric is either a statistic of a phase (`p50 p90 p99 p999 min max mean count`, read
+//! from summary.json's `phases`) or a dotted path into the JSON files of a step's results
+//! directory: `a.b.c` is `b.c` of `a.json` when that file exists, else `a.b.c` of
+//! summary.json. So files and fields that commands add later work without changes here.
+//! Two derived metrics: `errors.rate` (messages attempted but not accepted, as a fraction)
+//! and `errors.count` (the sum of summary.json's error rows).
+//! The unit of a limit must fit the metric: durations for phase statistics and for fields
+//! ending in `_us`/`_ms`/`_s`, `%` for rates and `_pct` fields; `k`/`M`/`G` anywhere else.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use std::ops::Range;
+
+use super::doc::{suggest, Source};
+use super::spec::{Global, Step, StepKind};
+use crate::metrics::{Counters, Phase};
+use crate::UsageError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Eq,
+    Ne,
+}
+
+impl Op {
+    const ALL: [(&'static str, Op); 6] = [
+        ("<=", Op::Le),
+        (">=", Op::Ge),
+        ("==", Op::Eq),
+        ("!=", Op::Ne),
+        ("<", Op::Lt),
+        (">", Op::Gt),
+    ];
+
+    fn symbol(self) -> &'static str {
+        Op::ALL
+            .iter()
+            .find(|(_, o)| *o == self)
+            .map_or("?", |(s, _)| s)
+    }
+
+    fn holds(self, value: f64, limit: f64) -> bool {
+        // Equality on measured floats with a little tolerance for rounding in JSON.
+        let eq = (value - limit).abs() <= 1e-9 * limit.abs().max(1.0);
+        match self {
+            Op::Lt => value < limit && !eq,
+            Op::Le => value <= limit || eq,
+            Op::Gt => value > limit && !eq,
+            Op::Ge => value >= limit || eq,
+            Op::Eq => eq,
+            Op::Ne => !eq,
+        }
+    }
+}
+
+const STATS: [(&str, &str); 8] = [
+    ("p50", "p50_us"),
+    ("p90", "p90_us"),
+    ("p99", "p99_us"),
+    ("p999", "p999_us"),
+    ("min", "min_us"),
+    ("max", "max_us"),
+    ("mean", "mean_us"),
+    ("count", "count"),
+];
+
+/// Numeric top-level fields of summary.json a one-word metric may name.
+const SUMMARY_FIELDS: [&str; 9] = [
+    "elapsed_s",
+    "messages_per_s",
+    "kbytes_per_s",
+    "generator_cpu_s",
+    "generator_cpu_pct",
+    "cores",
+    "complete",
+    "interrupted",
+    "reconciles",
+];
+
+/// How the metric's number is to be read.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Unit {
+    /// A duration expressed in µs, ms or s (the factor to µs).
+    Time(f64),
+    /// A fraction (0.001 = 0.1 %).
+    Ratio,
+    /// Already a percentage.
+    Percent,
+    Plain,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Check {
+    pub text: String,
+    /// `Some("p99_us")` for a phase statistic; the path is then the phase (maybe prefixed).
+    stat: Option<(&'static str, &'static str)>,
+    pub path: Vec<String>,
+    op: Op,
+    limit: f64,
+    /// The limit's own unit, to print the measured value the same way.
+    shown: &'static str,
+}
+
+/// What a check found.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Verdict {
+    pub threshold: String,
+    pub value: Option<f64>,
+    pub shown: String,
+    pub pass: bool,
+    pub message: String,
+}
+
+impl Check {
+    pub fn parse(text: &str) -> Result<Check, String> {
+        let (pos, sym, op) = Op::ALL
+            .iter()
+            .filter_map(|(s, o)| text.find(s).map(|p| (p, *s, *o)))
+            .min_by_key(|(p, s, _)| (*p, std::cmp::Reverse(s.len())))
+            .ok_or_else(|| {
+                format!(
+                    "threshold '{text}': expected METRIC OP LIMIT, e.g. p99(transaction) < 500ms"
+                )
+            })?;
+        let metric = text[..pos].trim();
+        let limit_text = text[pos + sym.len()..].trim();
+        let (stat, inner) = match metric.split_once('(') {
+            Some((f, rest)) => {
+                let inner = rest.strip_suffix(')').ok_or_else(|| {
+                    format!("threshold '{text}': expected ')' at the end of '{metric}'")
+                })?;
+                let stat = STATS
+                    .iter()
+                    .find(|(n, _)| *n == f.trim())
+                    .copied()
+                    .ok_or_else(|| {
+                        format!(
+                            "threshold '{text}': unknown statistic '{}'{}",
+                            f.trim(),
+                            suggest(f.trim(), STATS.iter().map(|(n, _)| *n))
+                        )
+                    })?;
+                (Some(stat), inner.trim())
+            }
+            None => (None, metric),
+        };
+        let path: Vec<String> = inner.split('.').map(|s| s.trim().to_string()).collect();
+        if path.iter().any(|s| {
+            s.is_empty()
+                || !s
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        }) {
+            return Err(format!(
+                "threshold '{text}': bad metric '{metric}' (expected e.g. p99(transaction), errors.rate, verify.missing)"
+            ));
+        }
+        let mut check = Check {
+            text: text.trim().to_string(),
+            stat,
+            path,
+            op,
+            limit: 0.0,
+            shown: "",
+        };
+        let (limit, shown) = check.parse_limit(limit_text)?;
+        check.limit = limit;
+        check.shown = shown;
+        Ok(check)
+    }
+
+    fn unit(&self) -> Unit {
+        if let Some((name, _)) = self.stat {
+            return if name == "count" {
+                Unit::Plain
+            } else {
+                Unit::Time(1.0)
+            };
+        }
+        let last = self.path.last().map_or("", String::as_str);
+        let n = self.path.len();
+        if n >= 2 && self.path[n - 2] == "errors" && last == "rate" {
+            Unit::Ratio
+        } else if last.ends_with("_us") {
+            Unit::Time(1.0)
+        } else if last.ends_with("_ms") {
+            Unit::Time(1e3)
+        } else if last.ends_with("_s") && !last.ends_with("per_s") {
+            Unit::Time(1e6)
+        } else if last.ends_with("_pct") {
+            Unit::Percent
+        } else {
+            Unit::Plain
+        }
+    }
+
+    /// The limit in the metric's own unit, and the unit to show values in.
+    fn parse_limit(&self, text: &str) -> Result<(f64, &'static str), String> {
+        let split = text
+            .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+'))
+            .unwrap_or(text.len());
+        let (num, suffix) = (&text[..split], text[split..].trim());
+        let bad = |why: &str| format!("threshold '{}': {why}", self.text);
+        let n: f64 = num.parse().map_err(|_| {
+            bad(&format!(
+                "bad limit '{text}' (expected e.g. 500ms, 0.1%, 100, 10k)"
+            ))
+        })?;
+        let time = match suffix {
+            "us" | "µs" => Some(("us", 1.0)),
+            "ms" => Some(("ms", 1e3)),
+            "s" => Some(("s", 1e6)),
+            "m" | "min" => Some(("min", 60e6)),
+            "h" => Some(("h", 3600e6)),
+            _ => None,
+        };
+        match (self.unit(), time, suffix) {
+            (Unit::Time(f), Some((shown, us)), _) => Ok((n * us / f, shown)),
+            (Unit::Time(_), None, _) => Err(bad(&format!(
+                "'{}' is a duration: give the limit a unit (e.g. {}ms)",
+                self.metric(),
+                num
+            ))),
+            (_, Some(_), _) => Err(bad(&format!(
+                "'{}' is not a duration, '{text}' is",
+                self.metric()
+            ))),
+            (Unit::Ratio, None, "%") => Ok((n / 100.0, "%")),
+            (Unit::Percent, None, "%" | "") => Ok((n, "%")),
+            (Unit::Ratio | Unit::Plain, None, "") => Ok((n, "")),
+            (Unit::Plain, None, "k") => Ok((n * 1e3, "")),
+            (Unit::Plain, None, "M") => Ok((n * 1e6, "")),
+            (Unit::Plain, None, "G") => Ok((n * 1e9, "")),
+            _ => Err(bad(&format!(
+                "unit '{suffix}' does not fit '{}'",
+                self.metric()
+            ))),
+        }
+    }
+
+    /// The metric as written (left of the operator).
+    pub fn metric(&self) -> String {
+        match self.stat {
+            Some((f, _)) => format!("{f}({})", self.path.join(".")),
+            None => self.path.join("."),
+        }
+    }
+
+    /// What can be checked before anything runs, on the path left after the step prefix.
+    pub fn check_static(&self, rest: &[String]) -> Result<(), String> {
+        let bad = |why: String| Err(format!("threshold '{}': {why}", self.text));
+        if rest.is_empty() {
+            return bad("no metric after the step name".into());
+        }
+        if self.stat.is_some() {
+            let phase = rest.last().map_or("", String::as_str);
+            if Phase::from_name(phase).is_none() {
+                return bad(format!(
+                    "unknown phase '{phase}'{}",
+                    suggest(phase, Phase::ALL.iter().map(|p| p.name()))
+                ));
+            }
+            if rest.len() > 2 {
+                return bad("expected PHASE or PROTOCOL.PHASE inside the parentheses".into());
+            }
+            return Ok(());
+        }
+        match rest[0].as_str() {
+            "errors" if rest.len() != 2 || !(rest[1] == "rate" || rest[1] == "count") => {
+                return bad("expected errors.rate or errors.count".into());
+            }
+            "totals" => {
+                let fields = counter_fields();
+                if rest.len() != 2 || !fields.iter().any(|f| f == &rest[1]) {
+                    let last = rest.last().map_or("", String::as_str);
+                    return bad(format!(
+                        "unknown totals field '{last}'{}",
+                        suggest(last, fields.iter().map(String::as_str))
+                    ));
+                }
+            }
+            one if rest.len() == 1 && !SUMMARY_FIELDS.contains(&one) => {
+                let all = SUMMARY_FIELDS
+                    .iter()
+                    .copied()
+                    .chain(["errors.rate", "errors.count"]);
+                return bad(format!("unknown metric '{one}'{}", suggest(one, all)));
+            }
+            // FILE.FIELD of a file that only exists after the run (verify.json, ...).
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Evaluates against a step's results directory; `rest` is the path after any step
+    /// prefix, `command` the step's subcommand (an accepted prefix).
+    pub fn evaluate(&self, dir: &Path, rest: &[String], command: &str) -> Verdict {
+        let found = self.value(dir, rest, command);
+        let (value, pass, message) = match found {
+            Ok(v) => {
+                let pass = self.op.holds(v, self.limit);
+                let msg = format!(
+                    "{} = {}, limit {} {}",
+                    self.metric(),
+                    self.show(v),
+                    self.op.symbol(),
+                    self.show(self.limit)
+                );
+                (Some(v), pass, msg)
+            }
+            Err(e) => (None, false, format!("{}: {e}", self.metric())),
+        };
+        Verdict {
+            threshold: self.text.clone(),
+            value,
+            shown: value.map(|v| self.show(v)).unwrap_or_default(),
+            pass,
+            message,
+        }
+    }
+
+    fn show(&self, v: f64) -> String {
+        let num = |x: f64| {
+            let s = format!("{x:.3}");
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        };
+        match (self.unit(), self.shown) {
+            (Unit::Time(f), _) => {
+                let us = v * f;
+                if us.abs() < 1e3 {
+                    format!("{}us", num(us))
+                } else if us.abs() < 1e6 {
+                    format!("{}ms", num(us / 1e3))
+                } else {
+                    format!("{}s", num(us / 1e6))
+                }
+            }
+            (Unit::Ratio, "%") => format!("{}%", num(v * 100.0)),
+            (Unit::Percent, _) => format!("{}%", num(v)),
+            _ => num(v),
+        }
+    }
+
+    fn value(&self, dir: &Path, rest: &[String], command: &str) -> Result<f64, String> {
+        let summary = || read_json(&dir.join("summary.json"));
+        if let Some((_, field)) = self.stat {
+            let s = summary()?;
+            let phase = rest.last().map_or("", String::as_str);
+            if rest.len() == 2 {
+                let proto = s.get("protocol").and_then(Value::as_str).unwrap_or("");
+                if rest[0] != command && rest[0] != proto {
+                    return Err(format!(
+                        "this step ran '{command}' (protocol '{proto}'), not '{}'",
+                        rest[0]
+                    ));
+                }
+            }
+            let phases = s.get("phases").and_then(Value::as_array);
+            let row = phases
+                .into_iter()
+                .flatten()
+                .find(|p| p.get("phase").and_then(Value::as_str) == Some(phase))
+                .ok_or_else(|| format!("no phase '{phase}' was measured in this step"))?;
+            return number(row.get(field), field);
+        }
+        if rest.len() == 2 && rest[0] == "errors" {
+            let s = summary()?;
+            if rest[1] == "count" {
+                let rows = s.get("errors").and_then(Value::as_array);
+                return Ok(rows
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|r| r.get("count").and_then(Value::as_f64))
+                    .sum());
+            }
+            let t = |k: &str| number(s.get("totals").and_then(|t| t.get(k)), k);
+            let attempted = t("attempted")?;
+            if attempted == 0.0 {
+                return Err("no messages were attempted".into());
+            }
+            return Ok((t("rejected")? + t("failed")?) / attempted);
+        }
+        let file = dir.join(format!("{}.json", rest[0]));
+        if rest.len() > 1 && file.is_file() {
+            return lookup(&read_json(&file)?, &rest[1..], &file);
+        }
+        let s = summary()?;
+        let whole = lookup(&s, rest, &dir.join("summary.json"));
+        match whole {
+            Err(_) if rest.len() > 1 && rest[0] == command => {
+                lookup(&s, &rest[1..], &dir.join("summary.json"))
+            }
+            Err(_) if rest.len() > 1 => Err(format!(
+                "no {} and no '{}' in {}",
+                file.display(),
+                rest.join("."),
+                dir.join("summary.json").display()
+            )),
+            r => r,
+        }
+    }
+}
+
+/// Resolves a scenario-wide threshold's leading segment(s) to a step (and workload).
+pub fn global(
+    src: &Source,
+    steps: &[Step],
+    text: &str,
+    span: &Range<usize>,
+) -> Result<Global, UsageError> {
+    let check = Check::parse(text).map_err(|e| src.err(span, e))?;
+    let first = check.path[0].clone();
+    let by_name = steps.iter().position(|s| s.name == first);
+    let by_command: Vec<usize> = steps
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| matches!(&s.kind, StepKind::Command(i) if i.command == first))
+        .map(|(n, _)| n)
+        .collect();
+    let step = match (by_name, by_command.as_slice()) {
+        (Some(n), _) | (None, &[n]) => n,
+        (None, []) => {
+            let names = steps.iter().map(|s| s.name.as_str());
+            return Err(src.err(
+                span,
+                format!(
+                    "threshold '{text}': a scenario-wide threshold starts with a step name, and no step is named \"{first}\"{}",
+                    suggest(&first, names)
+                ),
+            ));
+        }
+        (None, _) => {
+            return Err(src.err(
+                span,
+                format!("threshold '{text}': several steps run {first}; name the step instead"),
+            ))
+        }
+    };
+    let mut rest = check.path[1..].to_vec();
+    let mut workload = None;
+    if let StepKind::Parallel(ws) = &steps[step].kind {
+        let names: Vec<&str> = ws.iter().map(|w| w.name.as_str()).collect();
+        let w = rest.first().and_then(|r| names.iter().position(|n| n == r));
+        match w {
+            Some(w) => {
+                workload = Some(w);
+                rest.remove(0);
+            }
+            None => {
+                return Err(src.err(
+                    span,
+                    format!(
+                        "threshold '{text}': step \"{first}\" runs workloads {}; name one after the step (e.g. {first}.{}.…)",
+                        names.join(", "),
+                        names[0]
+                    ),
+                ))
+            }
+        }
+    }
+    check.check_static(&rest).map_err(|e| src.err(span, e))?;
+    Ok(Global {
+        check,
+        step,
+        workload,
+        rest,
+    })
+}
+
+fn counter_fields() -> Vec<String> {
+    match serde_json::to_value(Counters::default()) {
+        Ok(Value::Object(m)) => m.keys().cloned().collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn read_json(path: &Path) -> Result<Value, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn lookup(v: &Value, path: &[String], file: &Path) -> Result<f64, String> {
+    let mut cur = v;
+    for seg in path {
+        cur = cur
+            .get(seg.as_str())
+            .ok_or_else(|| format!("no '{}' in {}", path.join("."), file.display()))?;
+    }
+    number(Some(cur), &path.join("."))
+}
+
+fn number(v: Option<&Value>, what: &str) -> Result<f64, String> {
+    match v {
+        Some(Value::Number(n)) => n
+            .as_f64()
+            .ok_or_else(|| format!("'{what}' is not a number")),
+        Some(Value::Bool(b)) => Ok(f64::from(u8::from(*b))),
+        Some(other) => Err(format!("'{what}' is not a number: {other}")),
+        None => Err(format!("no '{what}'")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(t: &str) -> Check {
+        Check::parse(t).unwrap()
+    }
+
+    #[test]
+    fn parses_limits_in_the_metric_unit() {
+        assert_eq!(c("p99(transaction) < 500ms").limit, 500_000.0);
+        assert_eq!(c("p99(smtp.transaction)<=2s").limit, 2_000_000.0);
+        assert!((c("errors.rate < 0.1%").limit - 0.001).abs() < 1e-12);
+        assert_eq!(c("verify.missing == 0").limit, 0.0);
+        assert_eq!(c("messages_per_s > 1.5k").limit, 1500.0);
+        assert_eq!(c("wait.drain_s < 2m").limit, 120.0);
+        assert_eq!(c("generator_cpu_pct < 50%").limit, 50.0);
+        assert_eq!(c("count(transaction) >= 10").limit, 10.0);
+        assert_eq!(c("x.y >= 1").op, Op::Ge);
+    }
+
+    #[test]
+    fn rejects_what_cannot_be_meant() {
+        let e = Check::parse("p99(transaction) < 500").unwrap_err();
+        assert!(e.contains("give the limit a unit"), "{e}");
+        let e = Check::parse("pp99(transaction) < 5ms").unwrap_err();
+        assert!(
+            e.contains("unknown statistic 'pp99'; did you mean \"p99\"?"),
+            "{e}"
+        );
+        let e = Check::parse("messages_per_s > 3s").unwrap_err();
+        assert!(e.contains("not a duration"), "{e}");
+        assert!(Check::parse("p99(transaction)").is_err());
+        assert!(Check::parse("errors.rate < lots").is_err());
+        assert!(Check::parse("a..b < 1").is_err());
+        let rest = |t: &str| c(t).path.clone();
+        let k = c("p99(transacton) < 1ms");
+        let e = k.check_static(&rest("p99(transacton) < 1ms")).unwrap_err();
+        assert!(e.contains("did you mean \"transaction\""), "{e}");
+        let k = c("messages_per_sec > 1");
+        let e = k.check_static(&k.path).unwrap_err();
+        assert!(e.contains("did you mean \"messages_per_s\""), "{e}");
+        let k = c("totals.acepted > 1");
+        assert!(k.check_static(&k.path).unwrap_err().contains("accepted"));
+        let k = c("verify.missing == 0");
+        assert!(k.check_static(&k.path).is_ok());
+    }
+
+    #[test]
+    fn evaluates_against_json_files() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("summary.json"),
+            r#"{"protocol":"smtp","messages_per_s":250.0,
+                "totals":{"attempted":1000,"accepted":998,"rejected":1,"failed":1},
+                "errors":[{"count":2}],
+                "phases":[{"phase":"transaction","p99_us":712000,"count":1000}]}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("verify.json"),
+            r#"{"missing":0,"late":{"n":3}}"#,
+        )
+        .unwrap();
+        let ev = |t: &str| {
+            let k = c(t);
+            k.evaluate(dir.path(), &k.path.clone(), "smtp")
+        };
+        let v = ev("p99(smtp.transaction) < 500ms");
+        assert!(!v.pass);
+        assert_eq!(v.message, "p99(smtp.transaction) = 712ms, limit < 500ms");
+        assert!(ev("p99(transaction) < 1s").pass);
+        assert!(!ev("p99(imap.transaction) < 1s").pass);
+        assert!(ev("errors.rate <= 0.2%").pass);
+        assert!(!ev("errors.rate < 0.1%").pass);
+        assert_eq!(ev("errors.rate < 0.1%").shown, "0.2%");
+        assert!(ev("errors.count == 2").pass);
+        assert!(ev("verify.missing == 0").pass);
+        assert!(ev("verify.late.n == 3").pass);
+        assert!(ev("messages_per_s > 100").pass);
+        assert!(ev("smtp.messages_per_s > 100").pass);
+        assert!(ev("totals.accepted >= 998").pass);
+        let v = ev("p99(starttls) < 1s");
+        assert!(
+            !v.pass && v.message.contains("no phase 'starttls'"),
+            "{}",
+            v.message
+        );
+        let v = ev("verify.absent == 0");
+        assert!(
+            !v.pass && v.message.contains("no 'absent'"),
+            "{}",
+            v.message
+        );
+    }
+}
