@@ -47,6 +47,10 @@ pub enum Command {
     Sweep(crate::sweep::SweepArgs),
     /// Start the embedded server and run a canned workload against it: the tour.
     Demo(crate::demo::Args),
+    /// Write the HTML report of a results directory (charts, percentiles, errors).
+    Report(crate::report::cmd::ReportArgs),
+    /// Compare runs side by side: headline numbers, differences, noise, overlaid charts.
+    Compare(crate::report::cmd::CompareArgs),
     /// Check that every message of a run was delivered once, intact (reads the mailboxes).
     Verify(crate::verify::VerifyArgs),
     /// Run a scenario file: steps in sequence, mixed workloads, hooks, thresholds.
@@ -66,6 +70,8 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => crate::serve::run(args).await,
         Command::Sweep(args) => crate::sweep::main(args).await,
         Command::Demo(args) => crate::demo::run(args).await,
+        Command::Report(args) => crate::report::cmd::report_main(args),
+        Command::Compare(args) => crate::report::cmd::compare_main(args),
         Command::Verify(args) => crate::verify::main(args).await,
         Command::Run(args) => crate::scenario::main(args).await,
     }

@@ -124,6 +124,10 @@ pub struct SmtpArgs {
 
     #[command(flatten)]
     pub output: OutputArgs,
+    /// Live dashboard instead of the progress line: throughput, latency per phase, errors;
+    /// q stops cleanly (results are still written).
+    #[arg(long, help_heading = "Output")]
+    pub tui: bool,
 
     #[command(flatten)]
     pub verify: crate::verify::InlineArgs,
@@ -409,15 +413,27 @@ pub async fn run_and_print(
     progress: bool,
 ) -> anyhow::Result<Outcome> {
     let monitor = crate::monitor::observer(&args.monitor)?;
+    let tui = args
+        .tui
+        .then(|| format!("spate — SMTP load on {}", args.target));
     let (plan, factory, settings) = prepare(args, crate::scenario::command_line())?;
     let mut observers: Vec<Box<dyn Observer>> = monitor.into_iter().collect();
-    if progress {
+    let stop = Arc::new(AtomicBool::new(false));
+    if let Some(title) = tui {
+        observers.push(Box::new(crate::report::tui::Dashboard::new(
+            stop.clone(),
+            title,
+        )?));
+    } else if progress {
         observers.push(Box::new(Progress::new("msg")));
     }
-    let stop = Arc::new(AtomicBool::new(false));
     let outcome = run_smtp(plan, factory, settings, out, observers, stop).await?;
     print!("{}", crate::report::text::render(&outcome.summary));
     print!("{}", crate::monitor::text::render(&outcome.summary));
+    // The HTML report is a convenience: failing to write it must not fail the run.
+    if let Err(e) = crate::report::write_report(&outcome.dir) {
+        eprintln!("spate: warning: no HTML report: {e:#}");
+    }
     Ok(outcome)
 }
 
@@ -441,7 +457,14 @@ pub async fn main(args: SmtpArgs) -> anyhow::Result<ExitCode> {
     let outcome = run_and_print(args, out, progress).await?;
     println!("results: {}", outcome.dir.display());
     match watch {
-        Some(w) => w.finish(&outcome.dir).await,
+        Some(w) => {
+            let code = w.finish(&outcome.dir).await;
+            // Again, now with the delivery section.
+            if let Err(e) = crate::report::write_report(&outcome.dir) {
+                eprintln!("spate: warning: no HTML report: {e:#}");
+            }
+            code
+        }
         None => Ok(ExitCode::SUCCESS),
     }
 }

@@ -275,7 +275,7 @@ async fn inline_verify_after_smtp() {
 }
 
 #[test]
-fn usage_errors_and_unavailable_sources() {
+fn usage_errors_and_sources_without_passwords() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path().to_str().unwrap();
     // No sent.log: an error, one line, exit 1.
@@ -294,9 +294,14 @@ fn usage_errors_and_unavailable_sources() {
         "# spate sent log v1 run=x\nseq\taccepted_at\tdigest\tbytes\tfrom\trecipients\n",
     )
     .unwrap();
-    let o = spate(&["verify", d, "--source", "imap://127.0.0.1:1143"]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("not available in this build yet"));
+    // An IMAP source without passwords: usage, exit 2, saying where passwords come from.
+    let o = Command::new(SPATE)
+        .args(["verify", d, "--source", "imap://127.0.0.1:1143"])
+        .env_remove("SPATE_PASSWORD")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--users-file"));
     let o = spate(&["verify", d, "--source", "gopher://x"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     let rules = tmp.path().join("rules");

@@ -1,0 +1,492 @@
+//! The HTML report of one run: a single self-contained file (inline CSS and SVG, no script,
+//! no network) that reads top to bottom: what ran, the headline numbers, throughput, latency,
+//! errors, delivery, server resources. Sections without data are left out.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use super::chart::{self, escape as esc, Chart, Series, Style, XKind};
+use super::data::{class_label, PhaseLog, Run, Table};
+use crate::units::fmt_bytes;
+
+const PAGE_CSS: &str = "body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1800px;padding:16px 24px;color:#222;background:#fafafa}\
+h1{font-size:22px;margin:4px 0}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}\
+h3{font-size:15px;margin:16px 0 6px}.sub{color:#666}\
+table{border-collapse:collapse;margin:6px 0;background:#fff}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}\
+td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}\
+.cards{display:flex;flex-wrap:wrap;gap:10px;margin:8px 0}.card{background:#fff;border:1px solid #ddd;border-radius:6px;padding:8px 14px;min-width:120px}\
+.card .v{font-size:22px;font-weight:600}.card .k{color:#666;font-size:12px}\
+.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:12px}\
+.wide{overflow-x:auto}.warn{color:#a40}.ok{color:#070}pre{background:#fff;border:1px solid #ddd;padding:8px;overflow:auto;max-height:400px}\
+code{font-size:12px}";
+
+/// A complete HTML document around `body`.
+pub fn page(title: &str, body: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>{}</title><style>{PAGE_CSS}{}</style></head>\n<body>\n{body}\n\
+         <p class=\"sub\">Made by spate. Every chart is drawn from the files in the results \
+         directory; long runs are downsampled keeping each interval's minimum and maximum.</p>\n\
+         </body></html>\n",
+        esc(title),
+        chart::CSS
+    )
+}
+
+/// Charts with data, in a responsive grid.
+pub fn charts(out: &mut String, charts: &[Chart]) {
+    let drawn: Vec<&Chart> = charts.iter().filter(|c| c.has_data()).collect();
+    if drawn.is_empty() {
+        return;
+    }
+    out.push_str("<div class=\"grid\">");
+    for c in drawn {
+        out.push_str("<div>");
+        out.push_str(&chart::render(c));
+        out.push_str("</div>\n");
+    }
+    out.push_str("</div>\n");
+}
+
+pub fn card(out: &mut String, value: &str, key: &str) {
+    let _ = write!(
+        out,
+        "<div class=\"card\"><div class=\"v\">{}</div><div class=\"k\">{}</div></div>",
+        esc(value),
+        esc(key)
+    );
+}
+
+/// Milliseconds with sensible digits.
+pub fn ms(us: f64) -> String {
+    let m = us / 1000.0;
+    if m >= 100.0 {
+        format!("{m:.0} ms")
+    } else if m >= 10.0 {
+        format!("{m:.1} ms")
+    } else {
+        format!("{m:.2} ms")
+    }
+}
+
+pub fn num(v: f64) -> String {
+    if v >= 100.0 || v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+/// The command line as a person would retype it.
+pub fn command_line(args: &[String]) -> String {
+    args.iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let a = if i == 0 {
+                std::path::Path::new(a)
+                    .file_name()
+                    .map(|f| f.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| a.clone())
+            } else {
+                a.clone()
+            };
+            if a.is_empty()
+                || a.contains(|c: char| c.is_whitespace() || "'\"$&;|<>{}*?".contains(c))
+            {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            } else {
+                a
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn total_errors(run: &Run) -> u64 {
+    run.summary.errors.iter().map(|e| e.count).sum()
+}
+
+pub fn render_run(run: &Run) -> String {
+    let s = &run.summary;
+    let title = format!("spate: {} load on {}", s.protocol.to_uppercase(), s.target);
+    let mut b = String::new();
+    let status = if !s.complete {
+        "<span class=\"warn\">incomplete (killed before it could finish)</span>"
+    } else if s.interrupted {
+        "<span class=\"warn\">interrupted (stopped early)</span>"
+    } else {
+        "<span class=\"ok\">complete</span>"
+    };
+    let _ = writeln!(
+        b,
+        "<h1>{}</h1><div class=\"sub\">run {} — {}</div>",
+        esc(&title),
+        esc(&s.run_id),
+        status
+    );
+
+    b.push_str("<h2>What ran</h2><table>");
+    let rows = [
+        (
+            "command",
+            format!("<code>{}</code>", esc(&command_line(&s.command))),
+        ),
+        ("target", esc(&s.target)),
+        ("protocol", esc(&s.protocol)),
+        ("spate version", esc(&s.spate_version)),
+        ("started", esc(&s.started_at)),
+        ("ended", esc(&s.ended_at)),
+        ("elapsed", format!("{:.1} s", s.elapsed_s)),
+        (
+            "generator",
+            format!(
+                "{:.2} s CPU, {:.1}% of {} cores",
+                s.generator_cpu_s, s.generator_cpu_pct, s.cores
+            ),
+        ),
+    ];
+    for (k, v) in rows {
+        let _ = write!(b, "<tr><th>{k}</th><td>{v}</td></tr>");
+    }
+    b.push_str("</table>\n");
+    for w in &s.warnings {
+        let _ = writeln!(b, "<p class=\"warn\">warning: {}</p>", esc(w));
+    }
+    if !s.reconciles {
+        b.push_str("<p class=\"warn\">The counts do not reconcile (attempted ≠ accepted + rejected + failed + in flight).</p>\n");
+    }
+    if let Some(plan) = &run.plan {
+        let _ = writeln!(
+            b,
+            "<details><summary>the plan (plan.json)</summary><pre>{}</pre></details>",
+            esc(&serde_json::to_string_pretty(plan).unwrap_or_default())
+        );
+    }
+
+    headline(&mut b, run);
+    throughput(&mut b, run);
+    latency(&mut b, run);
+    errors(&mut b, run);
+    delivery(&mut b, run);
+    if let Some(m) = &run.monitor {
+        monitor(&mut b, m);
+    }
+    page(&title, &b)
+}
+
+fn headline(b: &mut String, run: &Run) {
+    let s = &run.summary;
+    b.push_str("<h2>Headline</h2><div class=\"cards\">");
+    card(b, &num(s.messages_per_s), "messages/s accepted");
+    card(
+        b,
+        &format!("{}/s", fmt_bytes((s.kbytes_per_s * 1024.0) as u64)),
+        "data rate",
+    );
+    card(b, &s.totals.accepted.to_string(), "messages accepted");
+    card(b, &fmt_bytes(s.totals.bytes), "sent");
+    if let Some(p) = run.main_phase().and_then(|p| s.phase(&p.phase)) {
+        card(b, &ms(p.p50_us as f64), &format!("{} p50", p.phase));
+        card(b, &ms(p.p99_us as f64), &format!("{} p99", p.phase));
+        card(b, &ms(p.max_us as f64), &format!("{} max", p.phase));
+    }
+    card(b, &s.totals.rejected.to_string(), "rejected");
+    card(b, &s.totals.failed.to_string(), "failed");
+    card(b, &total_errors(run).to_string(), "error events");
+    b.push_str("</div>\n");
+}
+
+fn throughput(b: &mut String, run: &Run) {
+    let mut rate = Chart::time("Throughput", "messages per second");
+    // Mailbox loads (pop3/imap) add retrieved and deleted columns.
+    for col in [
+        "attempted",
+        "accepted",
+        "rejected",
+        "failed",
+        "retrieved",
+        "deleted",
+    ] {
+        if let Some(pts) = run.rate(col) {
+            if col == "attempted" || pts.iter().any(|p| p.1 > 0.0) {
+                rate.push(Series::line(col, pts));
+            }
+        }
+    }
+    let mut data = Chart::time("Data rate", "KiB per second");
+    if let Some(pts) = run.rate("bytes") {
+        data.push(Series::line(
+            "sent",
+            pts.into_iter().map(|(t, v)| (t, v / 1024.0)).collect(),
+        ));
+    }
+    let mut active = Chart::time("Active sessions", "sessions");
+    if let Some(pts) = run.intervals.xy("t_s", "active") {
+        active.push(Series::line("active", pts));
+    }
+    let mut conns = Chart::time("Connections", "connections per second");
+    for col in ["connections", "connect_failures"] {
+        if let Some(pts) = run.rate(col) {
+            if pts.iter().any(|p| p.1 > 0.0) {
+                conns.push(Series::line(col, pts));
+            }
+        }
+    }
+    if !rate.has_data() && !active.has_data() {
+        return;
+    }
+    b.push_str("<h2>Throughput</h2>\n");
+    charts(b, &[rate, data, active, conns]);
+}
+
+/// p50/p90/p99/max of one phase over time, in ms.
+pub fn latency_chart(log: &PhaseLog, title: &str) -> Chart {
+    let mut c = Chart::time(title, "latency (ms)");
+    type Pick = fn(&super::data::LatencyPoint) -> u64;
+    let lines: [(&str, Pick, Style); 4] = [
+        ("p50", |p| p.p50, Style::Line),
+        ("p90", |p| p.p90, Style::Line),
+        ("p99", |p| p.p99, Style::Line),
+        ("max", |p| p.max, Style::Dashed),
+    ];
+    for (name, pick, style) in lines {
+        let pts = log
+            .points
+            .iter()
+            .map(|p| (p.t_s, pick(p) as f64 / 1000.0))
+            .collect();
+        c.push(Series::line(name, pts).styled(style));
+    }
+    c
+}
+
+fn latency(b: &mut String, run: &Run) {
+    if run.phases.is_empty() {
+        return;
+    }
+    b.push_str("<h2>Latency</h2>\n");
+    let s = &run.summary;
+    b.push_str("<table><tr><th>phase</th><th class=\"n\">count</th><th class=\"n\">mean</th><th class=\"n\">p50</th><th class=\"n\">p90</th><th class=\"n\">p99</th><th class=\"n\">p99.9</th><th class=\"n\">max</th><th>what is timed</th></tr>");
+    for p in &s.phases {
+        let what = crate::metrics::Phase::from_name(&p.phase)
+            .map(|ph| ph.describe())
+            .unwrap_or("");
+        let _ = write!(
+            b,
+            "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
+            esc(&p.phase),
+            p.count,
+            ms(p.mean_us),
+            ms(p.p50_us as f64),
+            ms(p.p90_us as f64),
+            ms(p.p99_us as f64),
+            ms(p.p999_us as f64),
+            ms(p.max_us as f64),
+            esc(what)
+        );
+    }
+    b.push_str("</table>\n");
+    let mut dist = Chart::new(
+        "Latency distribution (whole run)",
+        XKind::LogPercentile,
+        "percentile",
+        "latency (ms)",
+    );
+    for p in &run.phases {
+        dist.push(Series::line(&p.phase, p.percentile_curve()));
+    }
+    let mut list = vec![dist];
+    list.extend(
+        run.phases
+            .iter()
+            .map(|p| latency_chart(p, &format!("{} latency over time", p.phase))),
+    );
+    charts(b, &list);
+}
+
+/// Errors per interval, one line per class (the most frequent ones; the rest as "other").
+fn errors(b: &mut String, run: &Run) {
+    let s = &run.summary;
+    if s.errors.is_empty() && run.errors.is_empty() {
+        return;
+    }
+    b.push_str("<h2>Errors</h2>\n");
+    let times: Vec<f64> = run.intervals.col("t_s").unwrap_or_default();
+    let key = |t: f64| (t * 1000.0).round() as i64;
+    let mut per_class: BTreeMap<String, BTreeMap<i64, f64>> = BTreeMap::new();
+    let mut totals: BTreeMap<String, u64> = BTreeMap::new();
+    for e in &run.errors {
+        let c = e.class();
+        *per_class
+            .entry(c.clone())
+            .or_default()
+            .entry(key(e.t_s))
+            .or_default() += e.count as f64;
+        *totals.entry(c).or_default() += e.count;
+    }
+    let mut ranked: Vec<(String, u64)> = totals.into_iter().collect();
+    ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let shown = 7;
+    let mut c = Chart::time("Errors over time by class", "errors per interval");
+    let mut grid: Vec<f64> = times.clone();
+    grid.extend(run.errors.iter().map(|e| e.t_s));
+    grid.sort_by(|a, b| a.total_cmp(b));
+    grid.dedup_by(|a, b| key(*a) == key(*b));
+    let series_of = |classes: &[String]| -> Vec<(f64, f64)> {
+        grid.iter()
+            .map(|&t| {
+                let v = classes
+                    .iter()
+                    .filter_map(|c| per_class.get(c).and_then(|m| m.get(&key(t))))
+                    .sum();
+                (t, v)
+            })
+            .collect()
+    };
+    for (name, _) in ranked.iter().take(shown) {
+        c.push(Series::line(
+            name.clone(),
+            series_of(std::slice::from_ref(name)),
+        ));
+    }
+    if ranked.len() > shown {
+        let rest: Vec<String> = ranked[shown..].iter().map(|r| r.0.clone()).collect();
+        c.push(Series::line("other", series_of(&rest)));
+    }
+    charts(b, &[c]);
+    b.push_str("<table><tr><th class=\"n\">count</th><th>class</th><th>kind</th><th>text</th><th>sample reply</th></tr>");
+    for e in &s.errors {
+        let _ = write!(
+            b,
+            "<tr><td class=\"n\">{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
+            e.count,
+            esc(&class_label(&e.phase, &e.kind, e.code, e.enhanced.as_deref())),
+            esc(&e.kind),
+            esc(&e.text),
+            esc(&e.sample)
+        );
+    }
+    b.push_str("</table>\n");
+}
+
+fn delivery(b: &mut String, run: &Run) {
+    if run.verify.is_none() && run.deliveries.is_none() && run.delivery.is_none() {
+        return;
+    }
+    b.push_str("<h2>Delivery</h2>\n");
+    if let Some(v) = &run.verify {
+        b.push_str("<div class=\"cards\">");
+        for k in [
+            "expected",
+            "delivered",
+            "missing",
+            "duplicated",
+            "corrupted",
+            "foreign",
+        ] {
+            if let Some(n) = v.get(k).and_then(|n| n.as_u64()) {
+                card(b, &n.to_string(), k);
+            }
+        }
+        if let Some(l) = v.get("latency") {
+            for k in ["p50", "p99", "max"] {
+                if let Some(us) = l.get(format!("{k}_us")).and_then(|n| n.as_f64()) {
+                    card(b, &ms(us), &format!("delivery {k}"));
+                }
+            }
+        }
+        b.push_str("</div>\n");
+        if let Some(rules) = v.get("rules").and_then(|r| r.as_array()) {
+            if !rules.is_empty() {
+                b.push_str("<table><tr><th>rule</th><th class=\"n\">expected</th><th class=\"n\">found</th></tr>");
+                for r in rules {
+                    let cell = |k: &str| match r.get(k) {
+                        Some(serde_json::Value::String(s)) => esc(s),
+                        Some(v) => esc(&v.to_string()),
+                        None => String::new(),
+                    };
+                    let _ = write!(
+                        b,
+                        "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+                        cell("kind"),
+                        cell("expected"),
+                        cell("found")
+                    );
+                }
+                b.push_str("</table>\n");
+            }
+        }
+    }
+    let mut list = Vec::new();
+    if let Some(d) = &run.deliveries {
+        let mut c = Chart::time("Injected vs delivered", "messages per second");
+        for col in ["injected", "delivered"] {
+            if let Some(pts) = d.xy("t_s", col) {
+                c.push(Series::line(col, pts));
+            }
+        }
+        list.push(c);
+    }
+    if let Some(log) = &run.delivery {
+        let mut dist = Chart::new(
+            "Delivery latency distribution",
+            XKind::LogPercentile,
+            "percentile",
+            "latency (ms)",
+        );
+        dist.push(Series::line("delivery", log.percentile_curve()));
+        list.push(dist);
+        list.push(latency_chart(log, "Delivery latency over time"));
+    }
+    charts(b, &list);
+}
+
+/// The unit of a monitor column from its suffix, as an axis label.
+pub fn monitor_unit(col: &str) -> &'static str {
+    let metric = col.rsplit('.').next().unwrap_or(col);
+    if metric.ends_with("_pct") {
+        "percent (%)"
+    } else if metric.ends_with("_mb") {
+        "MB"
+    } else if metric.ends_with("_kbps") {
+        "KB per second"
+    } else if metric.ends_with("_ms") || metric.starts_with("ms_") {
+        "milliseconds"
+    } else {
+        "count"
+    }
+}
+
+/// Server resources: one chart per (group, unit), e.g. host percentages, disk KB/s.
+fn monitor(b: &mut String, m: &Table) {
+    let mut groups: BTreeMap<(String, &'static str), Vec<String>> = BTreeMap::new();
+    for col in &m.cols {
+        if col == "t_s" || col == "time" {
+            continue;
+        }
+        let group = col.split('.').next().unwrap_or(col).to_string();
+        groups
+            .entry((group, monitor_unit(col)))
+            .or_default()
+            .push(col.clone());
+    }
+    let mut list = Vec::new();
+    for ((group, unit), cols) in groups {
+        let mut c = Chart::time(format!("{group} — {unit}"), unit);
+        for col in cols {
+            if let Some(pts) = m.xy("t_s", &col) {
+                let name = col
+                    .strip_prefix(&format!("{group}."))
+                    .unwrap_or(&col)
+                    .to_string();
+                c.push(Series::line(name, pts));
+            }
+        }
+        list.push(c);
+    }
+    if list.iter().any(|c| c.has_data()) {
+        b.push_str("<h2>Server resources</h2>\n");
+        charts(b, &list);
+    }
+}

@@ -1,0 +1,196 @@
+//! The sweep page: every metric against the swept parameter, the saturation point marked
+//! (the knee found by the sweep, the peak of the Universal Scalability Law fit).
+
+use std::fmt::Write;
+
+use super::chart::{escape as esc, Chart, Marker, Series, Style, XKind};
+use super::data::Sweep;
+use super::html::{card, charts, num, page};
+
+/// Mean of each metric per parameter value, over the repeats: (value, mean).
+fn means(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let mut v: Vec<(f64, f64)> = points.to_vec();
+    v.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut out: Vec<(f64, f64, usize)> = Vec::new();
+    for (x, y) in v {
+        match out.last_mut() {
+            Some(last) if last.0 == x => {
+                last.1 += y;
+                last.2 += 1;
+            }
+            _ => out.push((x, y, 1)),
+        }
+    }
+    out.into_iter().map(|(x, s, n)| (x, s / n as f64)).collect()
+}
+
+fn f(v: &serde_json::Value, k: &str) -> Option<f64> {
+    v.get(k).and_then(|x| x.as_f64())
+}
+
+pub fn render_sweep(sw: &Sweep) -> String {
+    let param = sw.param();
+    let t = &sw.table;
+    let title = format!("spate sweep over {param}");
+    let mut b = String::new();
+    let _ = writeln!(
+        b,
+        "<h1>{}</h1><div class=\"sub\">{} steps × repeats in {}</div>",
+        esc(&title),
+        t.rows.len(),
+        esc(&sw.dir.display().to_string())
+    );
+
+    let knee = f(&sw.meta, "knee_value");
+    let usl = sw.meta.get("usl").filter(|u| !u.is_null());
+    let mut markers = Vec::new();
+    if let Some(k) = knee {
+        markers.push(Marker {
+            x: k,
+            label: format!("knee {}", num(k)),
+        });
+    }
+    if let Some(px) = usl.and_then(|u| f(u, "peak_x")) {
+        markers.push(Marker {
+            x: px,
+            label: format!("USL peak {}", num(px)),
+        });
+    }
+
+    b.push_str("<h2>Saturation</h2><div class=\"cards\">");
+    if let Some(k) = knee {
+        card(&mut b, &num(k), &format!("knee ({param})"));
+    }
+    if let Some(u) = usl {
+        if let (Some(px), Some(pt)) = (f(u, "peak_x"), f(u, "peak_throughput")) {
+            card(&mut b, &num(px), &format!("USL peak ({param})"));
+            card(&mut b, &num(pt), "USL peak throughput /s");
+        }
+        for k in ["sigma", "kappa", "lambda", "r2"] {
+            if let Some(v) = f(u, k) {
+                card(&mut b, &format!("{v:.4}"), &format!("USL {k}"));
+            }
+        }
+    }
+    if let Some(best) = t
+        .xy("value", "throughput_per_s")
+        .and_then(|p| means(&p).into_iter().max_by(|a, b| a.1.total_cmp(&b.1)))
+    {
+        card(
+            &mut b,
+            &num(best.1),
+            &format!("best measured /s (at {})", num(best.0)),
+        );
+    }
+    b.push_str("</div>\n");
+    for (k, what) in [("knee_rule", "knee rule"), ("cpu_basis", "CPU measured as")] {
+        if let Some(t) = sw.meta.get(k).and_then(|v| v.as_str()) {
+            let _ = writeln!(b, "<p class=\"sub\">{what}: {}</p>", esc(t));
+        }
+    }
+
+    let vs = |title: &str, unit: &str, cols: &[(&str, &str)]| -> Chart {
+        let mut c = Chart::new(title, XKind::Linear, &param, unit);
+        c.markers = markers.clone();
+        for (col, name) in cols {
+            if let Some(p) = t.xy("value", col) {
+                let repeats = p.len() > means(&p).len();
+                c.push(Series::line(*name, means(&p)).styled(if repeats {
+                    Style::Line
+                } else {
+                    Style::LinePoints
+                }));
+                if repeats {
+                    let i = c.series.len() - 1;
+                    c.push(
+                        Series::line(format!("{name} (each repeat)"), p)
+                            .styled(Style::Points)
+                            .colored(i),
+                    );
+                }
+            }
+        }
+        c
+    };
+    let mut thr = vs(
+        "Throughput",
+        "messages per second",
+        &[("throughput_per_s", "throughput")],
+    );
+    if let Some(u) = usl {
+        if let (Some(s), Some(k), Some(l)) = (f(u, "sigma"), f(u, "kappa"), f(u, "lambda")) {
+            let xs = t.col("value").unwrap_or_default();
+            let hi = xs
+                .iter()
+                .copied()
+                .filter(|x| x.is_finite())
+                .fold(0.0, f64::max);
+            let curve = (0..=100)
+                .map(|i| {
+                    let n = 1.0 + (hi - 1.0).max(0.0) * i as f64 / 100.0;
+                    (n, l * n / (1.0 + s * (n - 1.0) + k * n * (n - 1.0)))
+                })
+                .collect();
+            thr.push(Series::line("USL fit", curve).styled(Style::Dashed));
+        }
+    }
+    b.push_str("<h2>Metrics against the parameter</h2>\n");
+    charts(
+        &mut b,
+        &[
+            thr,
+            vs(
+                "Latency",
+                "latency (ms)",
+                &[
+                    ("latency_mean_ms", "mean"),
+                    ("latency_p50_ms", "p50"),
+                    ("latency_p99_ms", "p99"),
+                ],
+            ),
+            vs("Errors", "errors", &[("errors", "errors")]),
+            vs("Server CPU", "percent (%)", &[("cpu_pct", "cpu")]),
+            vs(
+                "Network and disk",
+                "KB per second",
+                &[("net_kbps", "network"), ("disk_kbps", "disk")],
+            ),
+            vs("Disk latency", "milliseconds", &[("disk_ms", "ms per I/O")]),
+        ],
+    );
+
+    // The table from the text cells, so that non-numeric columns (param) show.
+    let text = std::fs::read_to_string(sw.dir.join("sweep.csv")).unwrap_or_default();
+    b.push_str("<h2>Steps</h2><div class=\"wide\"><table>");
+    for (i, line) in text.lines().filter(|l| !l.trim().is_empty()).enumerate() {
+        b.push_str("<tr>");
+        for cell in line.split(',') {
+            if i == 0 {
+                let _ = write!(b, "<th class=\"n\">{}</th>", esc(cell));
+            } else {
+                let _ = write!(b, "<td class=\"n\">{}</td>", esc(cell));
+            }
+        }
+        b.push_str("</tr>");
+    }
+    b.push_str("</table></div>\n");
+    if !sw.steps.is_empty() {
+        b.push_str("<p>Step results: ");
+        for (i, s) in sw.steps.iter().enumerate() {
+            let name = s
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if i > 0 {
+                b.push_str(", ");
+            }
+            if s.join("report.html").is_file() {
+                let _ = write!(b, "<a href=\"{0}/report.html\">{0}</a>", esc(&name));
+            } else {
+                b.push_str(&esc(&name));
+            }
+        }
+        b.push_str("</p>\n");
+    }
+    page(&title, &b)
+}
