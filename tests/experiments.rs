@@ -90,7 +90,12 @@ fn e1_certified_mail() {
         assert_eq!(v("receipts expected"), 20.0);
         let drain = v("drain [s]");
         assert!(drain > 0.0 && drain < 120.0, "{drain}");
-        assert!((v("time per message [ms]") - drain * 1000.0 / 20.0).abs() < 0.01);
+        // Both columns are rounded for display: agree within 1 %.
+        let per_msg = v("time per message [ms]");
+        assert!(
+            (per_msg - drain * 1000.0 / 20.0).abs() <= per_msg * 0.01,
+            "{per_msg} vs {drain}"
+        );
         assert_eq!(r[col(&rows, "exit")], "0");
     }
     // The process count really was set for each run.

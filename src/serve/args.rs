@@ -76,7 +76,8 @@ pub struct Args {
     /// Also write every delivered message to DIR/<address>/new (Maildir)
     #[arg(long, value_name = "DIR")]
     pub maildir: Option<PathBuf>,
-    /// Keep counts and sizes only, not the messages (for pure injection benchmarks)
+    /// Keep counts and sizes only, not the messages: memory stays flat however long the
+    /// server runs (benchmarks, soaks); mailboxes then read as empty over POP3/IMAP
     #[arg(long)]
     pub discard: bool,
     /// Answer 452 4.3.1 once stored messages take this much memory (e.g. 1G)

@@ -38,6 +38,10 @@ pub struct Mailbox {
     pub uid_validity: u32,
     pub next_uid: u32,
     pub messages: Vec<StoredMessage>,
+    /// With `--discard`: messages counted but not kept (no body, no record), so memory
+    /// stays flat however long the server runs.
+    pub discarded: u64,
+    pub discarded_bytes: u64,
     changes: watch::Sender<u64>,
 }
 
@@ -47,6 +51,8 @@ impl Mailbox {
             uid_validity,
             next_uid: 1,
             messages: Vec::new(),
+            discarded: 0,
+            discarded_bytes: 0,
             changes: watch::channel(0).0,
         }
     }
@@ -169,12 +175,6 @@ impl Store {
         if let Some(dir) = &self.opts.maildir {
             self.write_maildir(dir, &key, data)?;
         }
-        let body: Arc<[u8]> = if self.opts.discard {
-            Arc::from(&[][..])
-        } else {
-            self.stored_bytes.fetch_add(size, Ordering::Relaxed);
-            Arc::from(data)
-        };
         if self.opts.leak_per_message > 0 {
             // Filled, so the pages are really resident.
             let leak = vec![0xA5u8; self.opts.leak_per_message as usize].into_boxed_slice();
@@ -189,9 +189,17 @@ impl Store {
             .or_insert_with(|| Mailbox::new(self.uid_validity));
         let uid = mb.next_uid;
         mb.next_uid += 1;
+        if self.opts.discard {
+            mb.discarded += 1;
+            mb.discarded_bytes += size;
+            mb.changes.send_modify(|v| *v += 1);
+            self.delivered.fetch_add(1, Ordering::Relaxed);
+            return Ok(uid);
+        }
+        self.stored_bytes.fetch_add(size, Ordering::Relaxed);
         mb.messages.push(StoredMessage {
             uid,
-            data: body,
+            data: Arc::from(data),
             size,
             received: SystemTime::now(),
             flags: 0,
@@ -269,7 +277,13 @@ impl Store {
         let boxes = self.boxes.lock().unwrap_or_else(|p| p.into_inner());
         let mut v: Vec<_> = boxes
             .iter()
-            .map(|(k, mb)| (k.to_string(), mb.messages.len(), mb.total_bytes()))
+            .map(|(k, mb)| {
+                (
+                    k.to_string(),
+                    mb.messages.len() + mb.discarded as usize,
+                    mb.total_bytes() + mb.discarded_bytes,
+                )
+            })
             .collect();
         v.sort();
         v
@@ -413,6 +427,27 @@ mod tests {
         });
         assert_eq!(removed, vec![1]);
         assert_eq!(store.stored_bytes(), 5);
+    }
+
+    #[test]
+    fn discard_keeps_counts_and_nothing_per_message() {
+        let store = Store::new(StoreOptions {
+            discard: true,
+            ..StoreOptions::default()
+        });
+        for i in 0..10_000u32 {
+            let uid = store
+                .deliver(&format!("u{}@example.test", i % 3), b"body\r\n")
+                .unwrap();
+            assert_eq!(uid, i / 3 + 1);
+        }
+        assert_eq!(store.delivered(), 10_000);
+        assert_eq!(store.stored_bytes(), 0);
+        let counts = store.mailbox_counts();
+        assert_eq!(counts.len(), 3);
+        assert_eq!(counts.iter().map(|c| c.1).sum::<usize>(), 10_000);
+        assert_eq!(counts.iter().map(|c| c.2).sum::<u64>(), 60_000);
+        store.with_mailbox("u0@example.test", |mb| assert!(mb.messages.is_empty()));
     }
 
     #[test]
