@@ -1,7 +1,8 @@
 //! `spate demo`: the embedded server on free loopback ports, and a canned workload
 //! against it — plain injection with a few injected 4xx so the error table is not empty,
-//! then submission with STARTTLS and AUTH — with live progress, the summaries, and a
-//! reconciliation of spate's counts with the server's own.
+//! then submission with STARTTLS and AUTH, then a delivery check of every accepted message
+//! over IMAP and mailbox load over POP3/IMAP — with live progress, the summaries, a
+//! reconciliation of spate's counts with the server's own, and the HTML reports.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -56,6 +57,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     config.listen = Addrs {
         smtp: Some(lo),
         submission: Some(lo),
+        pop3s: Some(lo),
+        imaps: Some(lo),
         ..Addrs::default()
     };
     config.users = Users::parse(&users).map_err(anyhow::Error::msg)?;
@@ -73,28 +76,32 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     std::fs::write(&ca_path, &server.cert_pem)?;
     let smtp = server.addrs.smtp.expect("configured");
     let submission = server.addrs.submission.expect("configured");
-    println!("spate demo — embedded server on {smtp} (SMTP) and {submission} (submission, STARTTLS + AUTH)");
+    let pop3s = server.addrs.pop3s.expect("configured");
+    let imaps = server.addrs.imaps.expect("configured");
+    println!("spate demo — embedded server on {smtp} (SMTP), {submission} (submission, STARTTLS + AUTH),");
+    println!("             {pop3s} (POP3S), {imaps} (IMAPS)");
     println!("             faults injected: 1% of RCPTs get 451, DATA replies delayed 0–2 ms\n");
 
     let progress = !args.quiet && std::io::stderr().is_terminal();
     let total = Duration::from_secs(args.seconds.max(2));
-    let first = total.mul_f64(0.7);
-    let second = total - first;
+    let first = total.mul_f64(0.55);
+    let second = total.mul_f64(0.2);
+    let fourth = total.mul_f64(0.15);
 
-    println!("1/2 SMTP injection: 20 sessions, 10 messages per connection, 1 KiB .. 20 KiB, 1–3 recipients, {}s", first.as_secs());
+    println!("1/4 SMTP injection: 20 sessions, 10 messages per connection, 1 KiB .. 10 KiB, 1–3 recipients, {}s", first.as_secs());
     let a = base_args(
         smtp.to_string(),
         &[
             "--users=20",
             "--messages-per-connection=10",
-            "--size=1k..20k",
+            "--size=1k..10k",
             "--rcpt=1..3",
             &format!("--duration={}ms", first.as_millis()),
         ],
     )?;
     let r1 = run_part(a, out.join("1-smtp"), progress).await?;
 
-    println!("2/2 submission: 5 sessions, STARTTLS (certificate verified), AUTH PLAIN, open rate 100/s, {}s", second.as_secs());
+    println!("2/4 submission: 5 sessions, STARTTLS (certificate verified), AUTH PLAIN, open rate 100/s, {}s", second.as_secs());
     let b = base_args(
         submission.to_string(),
         &[
@@ -109,10 +116,64 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     )?;
     let r2 = run_part(b, out.join("2-submission"), progress).await?;
 
-    let stats = server.stats.clone();
-    server.shutdown().await;
+    // Counted before anyone reads (and deletes from) the mailboxes.
     let ours = r1.totals.accepted + r2.totals.accepted;
-    let theirs = stats.messages();
+    let theirs = server.stats.messages();
+
+    println!("3/4 delivery check: every accepted message read back over IMAPS (certificate verified), digest compared");
+    let users_arg = users_path.display().to_string();
+    let ca_arg = ca_path.display().to_string();
+    let source = format!("imaps://{imaps}");
+    let mut delivered = true;
+    for part in ["1-smtp", "2-submission"] {
+        let dir = out.join(part).display().to_string();
+        let code = spate(&[
+            "verify",
+            &dir,
+            "--source",
+            &source,
+            "--users-file",
+            &users_arg,
+            "--ca",
+            &ca_arg,
+        ])
+        .await?;
+        delivered &= code == ExitCode::SUCCESS;
+        // The report now has the delivery section too.
+        if let Err(e) = crate::report::write_report(&out.join(part)) {
+            eprintln!("spate: warning: no HTML report: {e:#}");
+        }
+    }
+    println!();
+
+    println!("4/4 mailbox load: 5 sessions over POP3S (70 %) and IMAPS (30 %), 5 messages a visit, half read whole, {}s", fourth.as_secs());
+    let pop3_out = out.join("4-mailbox").display().to_string();
+    let code = spate(&[
+        "pop3",
+        &pop3s.to_string(),
+        "--imap-percent=30",
+        &format!("--imap-target={imaps}"),
+        "--tls",
+        "--ca",
+        &ca_arg,
+        "--users-file",
+        &users_arg,
+        "--users=5",
+        "--messages-per-connection=5",
+        "--download=50",
+        &format!("--duration={}ms", fourth.as_millis()),
+        "--quiet",
+        "--out",
+        &pop3_out,
+    ])
+    .await?;
+    let retrieved = code == ExitCode::SUCCESS;
+    if let Err(e) = crate::report::write_report(&out.join("4-mailbox")) {
+        eprintln!("spate: warning: no HTML report: {e:#}");
+    }
+    println!();
+
+    server.shutdown().await;
     println!(
         "reconciliation: spate counted {ours} accepted messages, the server {theirs}: {}",
         if ours == theirs {
@@ -121,12 +182,24 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             "THEY DISAGREE"
         }
     );
-    println!("results: {}  (each part has summary.json, intervals.csv, postal.csv, *.hlog, errors.jsonl, sent.log)", out.display());
-    Ok(if ours == theirs {
+    println!("results: {}  (each part has summary.json, intervals.csv, *.hlog, errors.jsonl; the injections sent.log and verify.json)", out.display());
+    println!(
+        "reports: {}/{{1-smtp,2-submission,4-mailbox}}/report.html — open in a browser, no network needed",
+        out.display()
+    );
+    Ok(if ours == theirs && delivered && retrieved {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Runs another spate command in-process, as if typed: `spate ARGS...`.
+async fn spate(args: &[&str]) -> anyhow::Result<ExitCode> {
+    use clap::Parser as _;
+    let cli = crate::cli::Cli::try_parse_from(std::iter::once("spate").chain(args.iter().copied()))
+        .map_err(|e| crate::UsageError(e.to_string()))?;
+    crate::cli::dispatch_boxed(cli).await
 }
 
 async fn run_part(

@@ -55,7 +55,7 @@ async fn ping_prints_every_phase_of_every_message_and_the_server_got_them() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn demo_runs_both_parts_and_reconciles_with_the_server() {
+async fn demo_runs_all_parts_verifies_delivery_and_reconciles_with_the_server() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("demo");
     let args = vec![
@@ -79,4 +79,21 @@ async fn demo_runs_both_parts_and_reconciles_with_the_server() {
     }
     // The injected 451s show up in the first part's error table.
     assert!(o.stdout.contains("rcpt 451 4.3.0"), "{}", o.stdout);
+    // Every accepted message of both injections was read back intact over IMAPS.
+    for part in ["1-smtp", "2-submission"] {
+        let v: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(out.join(part).join("verify.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(v["ok"], true, "{part}: {v}");
+        assert_eq!(v["delivered"], v["expected"], "{part}");
+        assert!(out.join(part).join("report.html").is_file(), "{part}");
+    }
+    // The mailbox load read messages over both protocols.
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("4-mailbox/summary.json")).unwrap())
+            .unwrap();
+    assert!(s["totals"]["retrieved"].as_u64().unwrap() > 0, "{s}");
+    assert_eq!(s["totals"]["failed"], 0, "{s}");
+    assert!(o.stdout.contains("report.html"), "{}", o.stdout);
 }
