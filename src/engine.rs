@@ -217,6 +217,84 @@ pub struct Run<'a> {
     pub stop: Arc<AtomicBool>,
 }
 
+/// What every load command's plan says about the run itself; enough to start one.
+pub trait PlanInfo: Serialize {
+    fn run_id(&self) -> &str;
+    fn command(&self) -> &[String];
+    fn protocol(&self) -> &str;
+    fn target(&self) -> &str;
+    fn workload(&self) -> &Workload;
+    fn seed(&self) -> u64;
+    /// `--grace`, as typed.
+    fn grace(&self) -> &str;
+}
+
+impl<'a> Run<'a> {
+    /// Writes plan.json into `out`, opens the results files (a sent log when `factory`
+    /// is given) and fills in the run from the plan.
+    pub fn new(
+        plan: &'a impl PlanInfo,
+        out: &Path,
+        factory: Option<Arc<crate::message::Factory>>,
+        recorder: Arc<Recorder>,
+        clock: Clock,
+        observers: Vec<Box<dyn Observer>>,
+        stop: Arc<AtomicBool>,
+    ) -> anyhow::Result<Run<'a>> {
+        use anyhow::Context as _;
+        let started = SystemTime::now();
+        let writer = Writer::create(out, &serde_json::to_value(plan)?, started, factory)
+            .with_context(|| format!("cannot write results to {}", out.display()))?;
+        Ok(Run {
+            workload: plan.workload(),
+            seed: plan.seed(),
+            grace: units::parse_duration(plan.grace())?,
+            recorder,
+            clock,
+            header: SummaryHeader {
+                run_id: plan.run_id().to_string(),
+                command: plan.command().to_vec(),
+                protocol: plan.protocol().to_string(),
+                target: plan.target().to_string(),
+                started,
+            },
+            writer,
+            observers,
+            stop,
+        })
+    }
+}
+
+/// Implements [`PlanInfo`] for a plan struct with the usual field names.
+#[macro_export]
+macro_rules! plan_info {
+    ($t:ty) => {
+        impl $crate::engine::PlanInfo for $t {
+            fn run_id(&self) -> &str {
+                &self.run_id
+            }
+            fn command(&self) -> &[String] {
+                &self.command
+            }
+            fn protocol(&self) -> &str {
+                self.protocol
+            }
+            fn target(&self) -> &str {
+                &self.target
+            }
+            fn workload(&self) -> &$crate::engine::Workload {
+                &self.workload
+            }
+            fn seed(&self) -> u64 {
+                self.seed
+            }
+            fn grace(&self) -> &str {
+                &self.args.output.grace
+            }
+        }
+    };
+}
+
 /// Runs a load to its end (count, duration, `stop`, or a signal) and returns the final
 /// summary, already written to the results directory. `make` builds the driver of
 /// session `id` with its own random generator.

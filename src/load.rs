@@ -7,19 +7,16 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use anyhow::Context as _;
 use clap::Parser as _;
 use serde::Serialize;
 
-use crate::engine::{
-    self, new_run_id, Observer, OutputArgs, Progress, SummaryHeader, Workload, WorkloadArgs,
-};
+use crate::engine::{self, new_run_id, Observer, OutputArgs, Progress, Workload, WorkloadArgs};
 pub use crate::engine::{cpu_time, default_out};
 use crate::message::{AddressPool, Factory, Pick};
 use crate::metrics::Recorder;
-use crate::results::{Summary, Writer, SCHEMA_VERSION};
+use crate::results::{Summary, SCHEMA_VERSION};
 use crate::session::smtp::{AuthMech, Session, Settings, TlsMode};
 use crate::transport::Clock;
 use crate::units::{self, Range};
@@ -374,31 +371,19 @@ pub async fn run_smtp(
     .shutdown()
     .await;
 
-    let started = SystemTime::now();
     let settings = Arc::new(Settings {
         clock: Clock::new(),
         ..settings
     });
-    let plan_json = serde_json::to_value(&plan)?;
-    let writer = Writer::create(&out, &plan_json, started, Some(factory.clone()))
-        .with_context(|| format!("cannot write results to {}", out.display()))?;
-    let run = engine::Run {
-        workload: &plan.workload,
-        seed: plan.seed,
-        grace: units::parse_duration(&plan.args.output.grace)?,
-        recorder: settings.recorder.clone(),
-        clock: settings.clock,
-        header: SummaryHeader {
-            run_id: plan.run_id.clone(),
-            command: plan.command.clone(),
-            protocol: plan.protocol.to_string(),
-            target: plan.target.clone(),
-            started,
-        },
-        writer,
+    let run = engine::Run::new(
+        &plan,
+        &out,
+        Some(factory.clone()),
+        settings.recorder.clone(),
+        settings.clock,
         observers,
         stop,
-    };
+    )?;
     let summary = engine::run(run, |id, rng| {
         Session::new(id, settings.clone(), factory.builder(rng, id))
     })
@@ -468,3 +453,5 @@ pub async fn main(args: SmtpArgs) -> anyhow::Result<ExitCode> {
         None => Ok(ExitCode::SUCCESS),
     }
 }
+
+crate::plan_info!(Plan);

@@ -6,21 +6,19 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use anyhow::Context as _;
 use serde::Serialize;
 
 use super::fetch::{Account, Endpoint, MailProto, TlsMode};
 use super::visit::Visitor;
 use crate::engine::{
-    self, default_out, new_run_id, Observer, OutputArgs, Progress, SummaryHeader, Workload,
-    WorkloadArgs,
+    self, default_out, new_run_id, Observer, OutputArgs, Progress, Workload, WorkloadArgs,
 };
 use crate::load::{resolve, Outcome, PickArg};
 use crate::message::AddressPool;
 use crate::metrics::Recorder;
-use crate::results::{Writer, SCHEMA_VERSION};
+use crate::results::SCHEMA_VERSION;
 use crate::transport::Clock;
 use crate::units;
 use crate::{usage, UsageError};
@@ -346,31 +344,19 @@ pub async fn run_retrieve(
         .shutdown()
         .await;
     }
-    let started = SystemTime::now();
     let settings = Arc::new(Settings {
         clock: Clock::new(),
         ..settings
     });
-    let plan_json = serde_json::to_value(&plan)?;
-    let writer = Writer::create(&out, &plan_json, started, None)
-        .with_context(|| format!("cannot write results to {}", out.display()))?;
-    let run = engine::Run {
-        workload: &plan.workload,
-        seed: plan.seed,
-        grace: units::parse_duration(&plan.args.output.grace)?,
-        recorder: settings.recorder.clone(),
-        clock: settings.clock,
-        header: SummaryHeader {
-            run_id: plan.run_id.clone(),
-            command: plan.command.clone(),
-            protocol: plan.protocol.to_string(),
-            target: plan.target.clone(),
-            started,
-        },
-        writer,
+    let run = engine::Run::new(
+        &plan,
+        &out,
+        None,
+        settings.recorder.clone(),
+        settings.clock,
         observers,
         stop,
-    };
+    )?;
     let summary = engine::run(run, |id, rng| Visitor::new(id, settings.clone(), rng)).await?;
     Ok(Outcome { dir: out, summary })
 }
@@ -394,3 +380,5 @@ pub async fn main(proto: MailProto, args: RetrieveArgs) -> anyhow::Result<ExitCo
     println!("results: {}", outcome.dir.display());
     Ok(ExitCode::SUCCESS)
 }
+
+crate::plan_info!(Plan);
