@@ -438,6 +438,7 @@ pub async fn main(args: SmtpArgs) -> anyhow::Result<ExitCode> {
             insecure: args.insecure,
             timeout: args.timeout.clone(),
         },
+        &recipient_addresses(&args),
     )?;
     let outcome = run_and_print(args, out, progress).await?;
     println!("results: {}", outcome.dir.display());
@@ -455,3 +456,14 @@ pub async fn main(args: SmtpArgs) -> anyhow::Result<ExitCode> {
 }
 
 crate::plan_info!(Plan);
+
+/// The addresses a run may send to, for watchers that follow mailboxes while it goes;
+/// empty when they cannot be listed (the run itself reports a bad pattern or file).
+fn recipient_addresses(args: &SmtpArgs) -> Vec<String> {
+    let pool = match &args.to_file {
+        Some(p) => AddressPool::from_file(p),
+        None => AddressPool::from_pattern(&args.to),
+    };
+    pool.map(|p| p.addrs.iter().map(|a| a.to_string()).collect())
+        .unwrap_or_default()
+}

@@ -216,3 +216,42 @@ async fn inline_verify_over_pop3() {
     assert_eq!(b.server.stats.messages(), before, "nothing sent");
     b.server.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inline_verify_over_imap_times_arrivals_in_real_time() {
+    let b = bed().await;
+    let smtp = b.server.addrs.smtp.unwrap().to_string();
+    let imaps = format!("imaps://{}", b.server.addrs.imaps.unwrap());
+    let run = b.dir.path().join("run");
+    let o = spate(
+        &[
+            "smtp",
+            &smtp,
+            "-n",
+            "30",
+            "--rate",
+            "20/s",
+            "--to",
+            "user{0..3}@example.test",
+            "--ca",
+            &b.ca,
+            "-o",
+            run.to_str().unwrap(),
+            "--verify",
+            &imaps,
+            "--verify-users-file",
+            &b.users_file,
+        ],
+        &[],
+    )
+    .await;
+    assert!(o.ok, "{}\n{}", o.stdout, o.stderr);
+    let v = json(&run.join("verify.json"));
+    assert_eq!(v["delivered"], 30, "{v}");
+    // Announced over IDLE as they arrived: real latencies. Read afterwards, IMAP's
+    // INTERNALDATE (whole seconds, before the µs accept time) would clamp nearly all to 0.
+    assert_eq!(v["latency"]["count"], 30, "{v}");
+    let p50 = v["latency"]["p50_us"].as_u64().unwrap();
+    assert!(p50 > 0 && p50 < 2_000_000, "{v}");
+    b.server.shutdown().await;
+}

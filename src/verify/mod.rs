@@ -208,6 +208,9 @@ fn exit_code(r: &Report) -> ExitCode {
 pub struct Watch {
     source: Source,
     reader: Option<Reader>,
+    /// IMAP IDLE watchers and the switch that ends them.
+    idle_stop: tokio::sync::watch::Sender<bool>,
+    watchers: Vec<tokio::task::JoinHandle<()>>,
     wait: Duration,
     ledger: Arc<Mutex<Ledger>>,
     stop: Arc<AtomicBool>,
@@ -217,7 +220,12 @@ pub struct Watch {
 impl Watch {
     /// Validates the inline options before the run and starts watching (Maildir only).
     /// `None` when `--verify` was not given.
-    pub fn start(args: &InlineArgs, remote: RemoteOptions) -> anyhow::Result<Option<Watch>> {
+    /// `recipients`: the addresses the run may send to (IMAP sources watch them).
+    pub fn start(
+        args: &InlineArgs,
+        remote: RemoteOptions,
+        recipients: &[String],
+    ) -> anyhow::Result<Option<Watch>> {
         let Some(s) = &args.verify else {
             return Ok(None);
         };
@@ -243,8 +251,15 @@ impl Watch {
             _ => None,
         };
         let reader = Reader::new(&source, &remote)?;
+        let (idle_stop, idle_rx) = tokio::sync::watch::channel(false);
+        let watchers = match &reader {
+            Reader::Remote(r) => r.watch(recipients, ledger.clone(), idle_rx),
+            Reader::Maildir(_) => Vec::new(),
+        };
         Ok(Some(Watch {
             reader: Some(reader),
+            idle_stop,
+            watchers,
             source,
             wait,
             ledger,
@@ -258,6 +273,16 @@ impl Watch {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.task.take() {
             let _ = t.await;
+        }
+        // Deliveries still arriving are caught by IDLE until the final read starts.
+        let _ = self.idle_stop.send(true);
+        for w in self.watchers.drain(..) {
+            if tokio::time::timeout(Duration::from_secs(5), w)
+                .await
+                .is_err()
+            {
+                // A watcher stuck on a dead server: the final read reports it.
+            }
         }
         let job = Job {
             dir: dir.to_path_buf(),

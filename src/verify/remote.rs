@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::retrieve::{fetch_mailbox, parse_url, Account, Endpoint, MailProto};
+use crate::retrieve::{fetch_mailbox, parse_url, watch_mailbox, Account, Endpoint, MailProto};
 use crate::verify::{Ledger, SentLog};
 use crate::UsageError;
 
@@ -124,5 +124,51 @@ impl Remote {
             );
         }
         Ok(())
+    }
+}
+
+/// Most mailboxes followed over IMAP IDLE at once while a run goes (one connection each);
+/// beyond that, arrivals are timed by the final read.
+pub const MAX_WATCHED: usize = 200;
+
+impl Remote {
+    /// Follows the mailboxes over IMAP IDLE while the run goes, feeding each new message
+    /// to the ledger with the moment it was announced as its arrival time (real-time
+    /// delivery latency). POP3 has no push: nothing is watched, the final read times
+    /// arrivals from the Received headers. Returns the watchers to await after `stop`.
+    pub fn watch(
+        &self,
+        addresses: &[String],
+        ledger: std::sync::Arc<std::sync::Mutex<Ledger>>,
+        stop: tokio::sync::watch::Receiver<bool>,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
+        if self.proto != MailProto::Imap {
+            return Vec::new();
+        }
+        let mut tasks = Vec::new();
+        for address in addresses.iter().take(MAX_WATCHED) {
+            let Some(password) = self.passwords.get(address) else {
+                continue;
+            };
+            let account = Account {
+                user: address.clone(),
+                password: password.to_string(),
+            };
+            let (ep, ledger, stop) = (self.endpoint.clone(), ledger.clone(), stop.clone());
+            tasks.push(tokio::spawn(async move {
+                let mailbox = account.user.clone();
+                let on_new = |m: crate::retrieve::Fetched| {
+                    let now = std::time::SystemTime::now();
+                    let mut l = ledger.lock().unwrap_or_else(|p| p.into_inner());
+                    if !l.seen(&mailbox, &m.id) {
+                        l.ingest(&mailbox, &m.id, &m.raw, Some(now));
+                    }
+                };
+                // A watcher that fails (login refused, server gone) leaves the mailbox to
+                // the final read, which reports the error.
+                let _ = watch_mailbox(&ep, &account, on_new, stop).await;
+            }));
+        }
+        tasks
     }
 }
