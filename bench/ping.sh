@@ -11,8 +11,8 @@ cd "$(dirname "$0")/.."
 command -v smtpping >/dev/null || { echo "smtpping not installed (apt-get install smtpping)"; exit 1; }
 command -v smtp-sink >/dev/null || { echo "smtp-sink not installed (apt-get install postfix)"; exit 1; }
 [ -x /usr/bin/time ] || { echo "/usr/bin/time not installed (apt-get install time)"; exit 1; }
-cargo build --release -q
-SPATE=$PWD/target/release/spate
+[ -n "${SPATE_BIN:-}" ] || cargo build --release -q
+SPATE=${SPATE_BIN:-$PWD/target/release/spate}
 PORT=$((20000 + RANDOM % 10000))
 SINK_USER=$( [ "$(id -u)" = 0 ] && echo "-u postfix" || true )
 # shellcheck disable=SC2086
