@@ -64,6 +64,10 @@ pub struct OutputArgs {
     /// Print progress even when stderr is not a terminal.
     #[arg(long, help_heading = "Output")]
     pub progress: bool,
+    /// Live dashboard instead of the progress line: throughput, latency per phase, errors;
+    /// q stops cleanly (results are still written).
+    #[arg(long, help_heading = "Output")]
+    pub tui: bool,
     /// After Ctrl-C or the end of the schedule, wait this long for work in flight.
     #[arg(long, default_value = "10s", help_heading = "Output")]
     pub grace: String,

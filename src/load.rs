@@ -121,10 +121,6 @@ pub struct SmtpArgs {
 
     #[command(flatten)]
     pub output: OutputArgs,
-    /// Live dashboard instead of the progress line: throughput, latency per phase, errors;
-    /// q stops cleanly (results are still written).
-    #[arg(long, help_heading = "Output")]
-    pub tui: bool,
 
     #[command(flatten)]
     pub verify: crate::verify::InlineArgs,
@@ -397,29 +393,52 @@ pub async fn run_and_print(
     out: PathBuf,
     progress: bool,
 ) -> anyhow::Result<Outcome> {
-    let monitor = crate::monitor::observer(&args.monitor)?;
-    let tui = args
-        .tui
-        .then(|| format!("spate — SMTP load on {}", args.target));
-    let (plan, factory, settings) = prepare(args, crate::scenario::command_line())?;
-    let mut observers: Vec<Box<dyn Observer>> = monitor.into_iter().collect();
     let stop = Arc::new(AtomicBool::new(false));
-    if let Some(title) = tui {
+    let observers = observers(
+        &args.output,
+        &args.monitor,
+        progress,
+        format!("spate — SMTP load on {}", args.target),
+        "msg",
+        &stop,
+    )?;
+    let (plan, factory, settings) = prepare(args, crate::scenario::command_line())?;
+    let outcome = run_smtp(plan, factory, settings, out, observers, stop).await?;
+    print_outcome(&outcome);
+    Ok(outcome)
+}
+
+/// The observers of a load run: monitoring when asked for, then the live dashboard
+/// (`--tui`, which may set `stop`) or the progress line. Shared by every load command.
+pub fn observers(
+    output: &OutputArgs,
+    monitor: &crate::monitor::MonitorArgs,
+    progress: bool,
+    title: String,
+    unit: &'static str,
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<Vec<Box<dyn Observer>>> {
+    let mut observers: Vec<Box<dyn Observer>> =
+        crate::monitor::observer(monitor)?.into_iter().collect();
+    if output.tui {
         observers.push(Box::new(crate::report::tui::Dashboard::new(
             stop.clone(),
             title,
         )?));
     } else if progress {
-        observers.push(Box::new(Progress::new("msg")));
+        observers.push(Box::new(Progress::new(unit)));
     }
-    let outcome = run_smtp(plan, factory, settings, out, observers, stop).await?;
+    Ok(observers)
+}
+
+/// The end of every load run: the text summary, the monitoring block, report.html.
+pub fn print_outcome(outcome: &Outcome) {
     print!("{}", crate::report::text::render(&outcome.summary));
     print!("{}", crate::monitor::text::render(&outcome.summary));
     // The HTML report is a convenience: failing to write it must not fail the run.
     if let Err(e) = crate::report::write_report(&outcome.dir) {
         eprintln!("spate: warning: no HTML report: {e:#}");
     }
-    Ok(outcome)
 }
 
 /// `spate smtp`.

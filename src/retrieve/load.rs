@@ -12,9 +12,7 @@ use serde::Serialize;
 
 use super::fetch::{Account, Endpoint, MailProto, TlsMode};
 use super::visit::Visitor;
-use crate::engine::{
-    self, default_out, new_run_id, Observer, OutputArgs, Progress, Workload, WorkloadArgs,
-};
+use crate::engine::{self, default_out, new_run_id, Observer, OutputArgs, Workload, WorkloadArgs};
 use crate::load::{resolve, Outcome, PickArg};
 use crate::message::AddressPool;
 use crate::metrics::Recorder;
@@ -113,6 +111,9 @@ pub struct RetrieveArgs {
 
     #[command(flatten)]
     pub output: OutputArgs,
+
+    #[command(flatten)]
+    pub monitor: crate::monitor::MonitorArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -369,14 +370,18 @@ pub async fn main(proto: MailProto, args: RetrieveArgs) -> anyhow::Result<ExitCo
         MailProto::Imap => "imap",
     };
     let out = args.output.out.clone().unwrap_or_else(|| default_out(name));
-    let (plan, settings) = prepare(proto, args, crate::scenario::command_line())?;
-    let mut observers: Vec<Box<dyn Observer>> = Vec::new();
-    if progress {
-        observers.push(Box::new(Progress::new("visit")));
-    }
     let stop = Arc::new(AtomicBool::new(false));
+    let observers = crate::load::observers(
+        &args.output,
+        &args.monitor,
+        progress,
+        format!("spate — {} load on {}", name.to_uppercase(), args.target),
+        "visit",
+        &stop,
+    )?;
+    let (plan, settings) = prepare(proto, args, crate::scenario::command_line())?;
     let outcome = run_retrieve(plan, settings, out, observers, stop).await?;
-    print!("{}", crate::report::text::render(&outcome.summary));
+    crate::load::print_outcome(&outcome);
     println!("results: {}", outcome.dir.display());
     Ok(ExitCode::SUCCESS)
 }
