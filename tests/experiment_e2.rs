@@ -47,6 +47,7 @@ fn time(s: &str) -> DateTime<Utc> {
 #[test]
 fn e2_postfix_ldap_one_minute_with_outage() {
     let tmp = tempfile::tempdir().unwrap();
+    let t0 = std::time::Instant::now();
     let Some(bed) = Bed::up(
         &tmp.path().join("bed"),
         &["--ldap", "--users", "2000", "--port-offset", "350"],
@@ -59,6 +60,7 @@ fn e2_postfix_ldap_one_minute_with_outage() {
         2000
     );
 
+    eprintln!("test bed with LDAP and 2000 users up in {:?}", t0.elapsed());
     let out = tmp.path().join("e2");
     let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/e2-postfix-ldap.toml");
     let o = Command::new(SPATE)
@@ -72,6 +74,7 @@ fn e2_postfix_ldap_one_minute_with_outage() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&o.stdout).to_string();
+    eprintln!("scenario done at {:?}", t0.elapsed());
     assert!(
         o.status.success(),
         "{stdout}\n{}",
