@@ -4,8 +4,9 @@
 //! from summary.json's `phases`) or a dotted path into the JSON files of a step's results
 //! directory: `a.b.c` is `b.c` of `a.json` when that file exists, else `a.b.c` of
 //! summary.json. So files and fields that commands add later work without changes here.
-//! Two derived metrics: `errors.rate` (messages attempted but not accepted, as a fraction)
-//! and `errors.count` (the sum of summary.json's error rows).
+//! Derived metrics: `errors.rate` (messages attempted but not accepted, as a fraction),
+//! `errors.count` (the sum of summary.json's error rows) and `errors.code.N` (the rows
+//! with reply code N, e.g. `errors.code.451`).
 //! The unit of a limit must fit the metric: durations for phase statistics and for fields
 //! ending in `_us`/`_ms`/`_s`, `%` for rates and `_pct` fields; `k`/`M`/`G` anywhere else.
 
@@ -274,8 +275,14 @@ impl Check {
             return Ok(());
         }
         match rest[0].as_str() {
-            "errors" if rest.len() != 2 || !(rest[1] == "rate" || rest[1] == "count") => {
-                return bad("expected errors.rate or errors.count".into());
+            "errors"
+                if !(rest.len() == 2 && (rest[1] == "rate" || rest[1] == "count")
+                    || rest.len() == 3 && rest[1] == "code" && rest[2].parse::<u16>().is_ok()) =>
+            {
+                return bad(
+                    "expected errors.rate, errors.count or errors.code.N (e.g. errors.code.451)"
+                        .into(),
+                );
             }
             "totals" => {
                 let fields = counter_fields();
@@ -388,6 +395,19 @@ impl Check {
             }
             return Ok((t("rejected")? + t("failed")?) / attempted);
         }
+        if rest.len() == 3 && rest[0] == "errors" && rest[1] == "code" {
+            let code: u64 = rest[2]
+                .parse()
+                .map_err(|_| format!("'{}' is not a reply code", rest[2]))?;
+            let s = summary()?;
+            let rows = s.get("errors").and_then(Value::as_array);
+            return Ok(rows
+                .into_iter()
+                .flatten()
+                .filter(|r| r.get("code").and_then(Value::as_u64) == Some(code))
+                .filter_map(|r| r.get("count").and_then(Value::as_f64))
+                .sum());
+        }
         let file = dir.join(format!("{}.json", rest[0]));
         if rest.len() > 1 && file.is_file() {
             return lookup(&read_json(&file)?, &rest[1..], &file);
@@ -488,24 +508,38 @@ fn read_json(path: &Path) -> Result<Value, String> {
 }
 
 /// Follows a dotted path; in an array a segment is an index (`rules.0.found`) or the value
-/// of the element's naming field (`rules.receipt.found`, `phases.connect.p99_us`).
+/// of the element's naming field (`rules.receipt.found`, `phases.connect.p99_us`). Keys that
+/// themselves contain dots (monitor columns such as `queue.postfix.active` in
+/// `extra.monitor.max`) are found by joining segments when the single one is absent.
 fn lookup(v: &Value, path: &[String], file: &Path) -> Result<f64, String> {
-    let mut cur = v;
-    for seg in path {
-        let next = match cur {
-            Value::Array(items) => match seg.parse::<usize>() {
+    let cur =
+        walk(v, path).ok_or_else(|| format!("no '{}' in {}", path.join("."), file.display()))?;
+    number(Some(cur), &path.join("."))
+}
+
+fn walk<'a>(cur: &'a Value, path: &[String]) -> Option<&'a Value> {
+    let Some(seg) = path.first() else {
+        return Some(cur);
+    };
+    match cur {
+        Value::Array(items) => {
+            let item = match seg.parse::<usize>() {
                 Ok(i) => items.get(i),
                 Err(_) => items.iter().find(|item| {
                     ["kind", "name", "phase", "title"]
                         .iter()
                         .any(|k| item.get(*k).and_then(Value::as_str) == Some(seg.as_str()))
                 }),
-            },
-            _ => cur.get(seg.as_str()),
-        };
-        cur = next.ok_or_else(|| format!("no '{}' in {}", path.join("."), file.display()))?;
+            };
+            walk(item?, &path[1..])
+        }
+        // The plain key first, then ever longer dotted keys (bounded by the path length).
+        Value::Object(map) => (1..=path.len()).find_map(|n| {
+            let key = path[..n].join(".");
+            map.get(&key).and_then(|next| walk(next, &path[n..]))
+        }),
+        _ => None,
     }
-    number(Some(cur), &path.join("."))
 }
 
 fn number(v: Option<&Value>, what: &str) -> Result<f64, String> {
@@ -539,6 +573,26 @@ mod tests {
         assert_eq!(lookup(&v, &p("rules.bounce.found"), f), Ok(3.0));
         assert!(lookup(&v, &p("rules.2.found"), f).is_err());
         assert!(lookup(&v, &p("rules.notice.found"), f).is_err());
+    }
+
+    #[test]
+    fn paths_find_keys_that_contain_dots() {
+        let v: Value = serde_json::json!({"extra": {"monitor": {"max": {
+            "queue.postfix.active": 39.0,
+            "queue.postfix.incoming": 11.0,
+            "proc.slapd.cpu_pct": 3.0,
+            "queue": {"depth": 5}
+        }}}});
+        let p = |s: &str| s.split('.').map(String::from).collect::<Vec<_>>();
+        let f = Path::new("summary.json");
+        let at = |s: &str| lookup(&v, &p(s), f);
+        assert_eq!(at("extra.monitor.max.queue.postfix.active"), Ok(39.0));
+        assert_eq!(at("extra.monitor.max.queue.postfix.incoming"), Ok(11.0));
+        assert_eq!(at("extra.monitor.max.proc.slapd.cpu_pct"), Ok(3.0));
+        // A plain key still wins, and a key that exists nowhere is an error.
+        assert_eq!(at("extra.monitor.max.queue.depth"), Ok(5.0));
+        assert!(at("extra.monitor.max.queue.postfix.deferred").is_err());
+        assert!(at("extra.monitor.max.proc.slapd").is_err());
     }
 
     #[test]
@@ -588,7 +642,7 @@ mod tests {
             dir.path().join("summary.json"),
             r#"{"protocol":"smtp","messages_per_s":250.0,
                 "totals":{"attempted":1000,"accepted":998,"rejected":1,"failed":1},
-                "errors":[{"count":2}],
+                "errors":[{"code":451,"count":2}],
                 "phases":[{"phase":"transaction","p99_us":712000,"count":1000}]}"#,
         )
         .unwrap();
@@ -610,6 +664,12 @@ mod tests {
         assert!(!ev("errors.rate < 0.1%").pass);
         assert_eq!(ev("errors.rate < 0.1%").shown, "0.2%");
         assert!(ev("errors.count == 2").pass);
+        assert!(ev("errors.code.451 == 2").pass);
+        assert!(ev("errors.code.554 == 0").pass);
+        let k = c("errors.code.451 > 0");
+        assert!(k.check_static(&k.path).is_ok());
+        let k = c("errors.code.abc > 0");
+        assert!(k.check_static(&k.path).is_err());
         assert!(ev("verify.missing == 0").pass);
         assert!(ev("verify.late.n == 3").pass);
         assert!(ev("messages_per_s > 100").pass);

@@ -1,0 +1,199 @@
+//! Experiment E2 (Postfix + OpenLDAP, Postal's load) in its short variant against the real
+//! test bed with `--ldap`: one minute at 5000/min, 50 sessions, 1-3 messages per
+//! connection, with slapd stopped for 15 s inside the minute. Checks each output the
+//! experiment asks for against the others: Postal's per-minute lines, the 451s counted
+//! inside the outage and nowhere else, delivered beside injected, queue depth and slapd
+//! sampled, and every accepted message delivered.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use chrono::{DateTime, Utc};
+use common::bed::Bed;
+use serde_json::Value;
+
+const SPATE: &str = env!("CARGO_BIN_EXE_spate");
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn csv(path: &Path) -> Vec<Vec<String>> {
+    read(path)
+        .lines()
+        .map(|l| l.split(',').map(String::from).collect())
+        .collect()
+}
+
+fn col(rows: &[Vec<String>], name: &str) -> usize {
+    rows[0]
+        .iter()
+        .position(|h| h == name)
+        .unwrap_or_else(|| panic!("no column {name}: {:?}", rows[0]))
+}
+
+fn num(s: &str) -> f64 {
+    s.parse().unwrap_or_else(|_| panic!("not a number: {s:?}"))
+}
+
+fn time(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s)
+        .unwrap_or_else(|e| panic!("{s:?}: {e}"))
+        .with_timezone(&Utc)
+}
+
+#[test]
+fn e2_postfix_ldap_one_minute_with_outage() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t0 = std::time::Instant::now();
+    let Some(bed) = Bed::up(
+        &tmp.path().join("bed"),
+        &["--ldap", "--users", "2000", "--port-offset", "350"],
+    ) else {
+        return;
+    };
+    // The later --users won over Bed's default 100: the directory has 2000 people.
+    assert_eq!(
+        read(Path::new(bed.var("SPATE_USERS_FILE"))).lines().count(),
+        2000
+    );
+
+    eprintln!("test bed with LDAP and 2000 users up in {:?}", t0.elapsed());
+    let out = tmp.path().join("e2");
+    let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/e2-postfix-ldap.toml");
+    let o = Command::new(SPATE)
+        .arg("run")
+        .arg(&scenario)
+        .args(["--set", "duration=1m", "--set", "recipients=2000"])
+        .args(["--set", "outage_at=20s", "--set", "outage_for=15s"])
+        .args(["--set", "verify_wait=1m", "--out"])
+        .arg(&out)
+        .envs(&bed.env)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout).to_string();
+    eprintln!("scenario done at {:?}", t0.elapsed());
+    assert!(
+        o.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let inject = out.join("03-inject");
+    let summary: Value = serde_json::from_str(&read(&inject.join("summary.json"))).unwrap();
+    let accepted = summary["totals"]["accepted"].as_f64().unwrap();
+    let rejected = summary["totals"]["rejected"].as_f64().unwrap();
+    // 5000/min for a minute: about 5000 attempts, some of them refused during the outage.
+    assert!(
+        accepted + rejected > 3000.0 && accepted > 1000.0,
+        "{accepted} {rejected}"
+    );
+
+    // Postal's per-minute lines, compatible with Postal's own, and printed at the end.
+    let postal = csv(&inject.join("postal.csv"));
+    assert_eq!(
+        postal[0].join(","),
+        "time,messages,data(K),errors,connections,SSL connections"
+    );
+    assert!(postal.len() >= 2 && postal.len() <= 4, "{postal:?}");
+    for r in &postal[1..] {
+        assert_eq!(r.len(), 6, "{r:?}");
+        assert!(r[0].len() == 5 && r[0].as_bytes()[2] == b':', "{r:?}");
+        assert_eq!(r[5], "0", "no TLS in this experiment");
+    }
+    let sum = |i: usize| postal[1..].iter().map(|r| num(&r[i])).sum::<f64>();
+    assert_eq!(sum(1), accepted, "{postal:?}");
+    assert!(stdout.contains("time,messages,data(K),errors,connections,SSL connections"));
+
+    // The 451s: only while slapd was away (from when the hook began stopping it until a
+    // few seconds after it was up again, for smtpd to reconnect), all of them 451 4.3.0.
+    let outage = read(&out.join("02-outage/outage.txt"));
+    let at = |what: &str| {
+        let line = outage.lines().find(|l| l.starts_with(what));
+        time(
+            line.unwrap_or_else(|| panic!("{outage}"))
+                .split(' ')
+                .nth(1)
+                .unwrap(),
+        )
+    };
+    let (stop, start) = (at("stopping "), at("started "));
+    let (stopped, starting) = (at("stopped "), at("starting "));
+    assert!((starting - stopped).num_seconds() >= 14, "{outage}");
+    let mut n451 = 0.0;
+    for line in read(&inject.join("errors.jsonl")).lines() {
+        let e: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(e["code"], 451, "{line}");
+        assert_eq!(e["enhanced"], "4.3.0", "{line}");
+        assert_eq!(e["phase"], "rcpt", "{line}");
+        assert!(
+            e["text"].as_str().unwrap().contains("lookup failure"),
+            "{line}"
+        );
+        // The row's second ends at `time`; it must overlap the outage.
+        let t = time(e["time"].as_str().unwrap());
+        assert!(
+            t > stop && (t - start).num_milliseconds() < 5000,
+            "451 outside the outage {stop}..{start}: {line}"
+        );
+        n451 += e["count"].as_f64().unwrap();
+    }
+    assert!(n451 > 100.0, "too few 451s for a 15 s outage: {n451}");
+    assert_eq!(n451, rejected);
+    assert_eq!(sum(3), n451, "Postal's errors column counts the 451s");
+
+    // Delivered beside injected, second by second; nothing injected while slapd was away.
+    let del = csv(&inject.join("deliveries.csv"));
+    assert_eq!(del[0].join(","), "t_s,time,injected,delivered");
+    let (ci, cd, ct) = (
+        col(&del, "injected"),
+        col(&del, "delivered"),
+        col(&del, "time"),
+    );
+    let total = |c: usize| del[1..].iter().map(|r| num(&r[c])).sum::<f64>();
+    assert_eq!(total(ci), accepted);
+    assert_eq!(total(cd), accepted);
+    let quiet: Vec<f64> = del[1..]
+        .iter()
+        .filter(|r| {
+            let t = time(&r[ct]);
+            (t - stopped).num_seconds() >= 3 && (starting - t).num_seconds() >= 1
+        })
+        .map(|r| num(&r[ci]))
+        .collect();
+    assert!(quiet.len() >= 3, "{del:?}");
+    assert!(quiet.iter().all(|&n| n == 0.0), "{quiet:?}");
+
+    // Queue depth and the server processes, slapd among them, every second.
+    let mon = csv(&inject.join("monitor.csv"));
+    for c in [
+        "queue.postfix.incoming",
+        "queue.postfix.active",
+        "queue.postfix.deferred",
+        "proc.slapd.cpu_pct",
+        "proc.slapd.rss_mb",
+        "proc.smtpd.cpu_pct",
+        "proc.lmtp.count",
+    ] {
+        col(&mon, c);
+    }
+    assert!(mon.len() > 50, "{} samples", mon.len() - 1);
+
+    // Every accepted message delivered once and intact (451-refused ones never were).
+    let verify: Value = serde_json::from_str(&read(&inject.join("verify.json"))).unwrap();
+    assert_eq!(verify["ok"], true, "{verify}");
+    assert_eq!(verify["delivered"].as_f64().unwrap(), accepted);
+    assert_eq!(verify["missing"], 0);
+
+    // The report row holds the same figures.
+    let rep = csv(&out.join("report.csv"));
+    let cell = |name: &str| num(&rep[1][col(&rep, name)]);
+    assert_eq!(cell("accepted"), accepted);
+    assert_eq!(cell("451 errors"), n451);
+    assert_eq!(cell("delivered"), accepted);
+    assert_eq!(cell("recipients"), 2000.0);
+    assert!(cell("max active") + cell("max incoming") >= 1.0);
+    // slapd is back and Postfix accepts again.
+    assert_eq!(bed.queue_depth(), 0);
+}
