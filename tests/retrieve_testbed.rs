@@ -2,11 +2,13 @@
 //! (scripts/testbed, on its own port offset). Skipped, saying so, without root or the
 //! postfix/dovecot packages.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use common::bed::Bed;
 use serde_json::Value;
 use spate::message::{body_digest, hex, split_message};
 use spate::retrieve::{self, Account};
@@ -15,84 +17,13 @@ const SPATE: &str = env!("CARGO_BIN_EXE_spate");
 /// Ports of this bed: 2525+370 etc., apart from tests/testbed.rs's.
 const PORT_OFFSET: &str = "370";
 
-struct Bed {
-    dir: PathBuf,
-    env: HashMap<String, String>,
-}
-
-impl Bed {
-    fn up(dir: &Path) -> Option<Bed> {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed");
-        let is_root = Command::new("id")
-            .arg("-u")
-            .output()
-            .map(|o| o.stdout.starts_with(b"0"))
-            .unwrap_or(false);
-        if !is_root
-            || !Path::new("/usr/sbin/postfix").exists()
-            || !Path::new("/usr/sbin/dovecot").exists()
-        {
-            eprintln!(
-                "SKIPPED: the Postfix+Dovecot test bed needs root and the postfix/dovecot packages"
-            );
-            return None;
-        }
-        let d = dir.to_str().unwrap();
-        let o = Command::new(&script)
-            .args(["up", "--dir", d, "--users", "10", "--in-flow-delay", "0"])
-            .args(["--port-offset", PORT_OFFSET])
-            .output()
-            .expect("run scripts/testbed");
-        // Built before the check, so a half-started bed is taken down again.
-        let mut bed = Bed {
-            dir: dir.to_path_buf(),
-            env: HashMap::new(),
-        };
-        assert!(
-            o.status.success(),
-            "scripts/testbed up failed:\n{}\n{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        let o = Command::new(&script)
-            .args(["env", "--dir", d])
-            .output()
-            .unwrap();
-        let mut env = HashMap::new();
-        for line in String::from_utf8_lossy(&o.stdout).lines() {
-            for kv in line.trim_start_matches("export ").split_whitespace() {
-                if let Some((k, v)) = kv.split_once('=') {
-                    env.insert(k.to_string(), v.to_string());
-                }
-            }
-        }
-        bed.env = env;
-        Some(bed)
-    }
-
-    fn var(&self, k: &str) -> String {
-        self.env
-            .get(k)
-            .unwrap_or_else(|| panic!("testbed env lacks {k}: {:?}", self.env))
-            .clone()
-    }
-
-    fn messages(&self, user: &str) -> usize {
-        let root = Path::new(&self.env["SPATE_MAILDIR_ROOT"]).join(user);
-        ["new", "cur"]
-            .iter()
-            .map(|d| std::fs::read_dir(root.join(d)).map_or(0, |r| r.count()))
-            .sum()
-    }
-}
-
-impl Drop for Bed {
-    fn drop(&mut self) {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed");
-        let _ = Command::new(script)
-            .args(["down", "--dir", self.dir.to_str().unwrap()])
-            .output();
-    }
+/// Messages in a Maildir of the bed (new/ and cur/).
+fn messages(bed: &Bed, user: &str) -> usize {
+    let root = Path::new(&bed.env["SPATE_MAILDIR_ROOT"]).join(user);
+    ["new", "cur"]
+        .iter()
+        .map(|d| std::fs::read_dir(root.join(d)).map_or(0, |r| r.count()))
+        .sum()
 }
 
 fn run(args: &[&str]) -> Value {
@@ -119,7 +50,10 @@ fn user(i: usize) -> String {
 #[test]
 fn dovecot_pop3_and_imap_loads_and_fetches() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(bed) = Bed::up(&tmp.path().join("bed")) else {
+    let Some(bed) = Bed::up(
+        &tmp.path().join("bed"),
+        &["--users", "10", "--port-offset", PORT_OFFSET],
+    ) else {
         return;
     };
     let users = bed.var("SPATE_USERS_FILE");
@@ -130,9 +64,9 @@ fn dovecot_pop3_and_imap_loads_and_fetches() {
     let s = run(&[
         "smtp",
         "--lmtp",
-        &bed.var("SPATE_LMTP"),
+        bed.var("SPATE_LMTP"),
         "--to-file",
-        &users,
+        users,
         "--pick",
         "round-robin",
         "--count",
@@ -144,21 +78,21 @@ fn dovecot_pop3_and_imap_loads_and_fetches() {
         "-q",
     ]);
     assert_eq!(s["totals"]["accepted"], 100);
-    assert_eq!(bed.messages(&user(0)), 10);
+    assert_eq!(messages(&bed, &user(0)), 10);
 
     // POP3 over STLS: five visits (user0..4), half of each mailbox deleted at QUIT.
     let s = run(&[
         "pop3",
-        &bed.var("SPATE_POP3"),
+        bed.var("SPATE_POP3"),
         "--users-file",
-        &users,
+        users,
         "--users",
         "5",
         "--count",
         "5",
         "--starttls",
         "--ca",
-        &ca,
+        ca,
         "--delete",
         "50",
         "--listings",
@@ -171,22 +105,22 @@ fn dovecot_pop3_and_imap_loads_and_fetches() {
     assert_eq!(s["totals"]["deleted"], 25);
     assert_eq!(s["totals"]["tls_connections"], 5);
     for i in 0..5 {
-        assert_eq!(bed.messages(&user(i)), 5, "user{i}");
+        assert_eq!(messages(&bed, &user(i)), 5, "user{i}");
     }
 
     // IMAP: the same five mailboxes, 5 messages each: 2 deleted per visit (50% spread).
     let s = run(&[
         "imap",
-        &bed.var("SPATE_IMAP"),
+        bed.var("SPATE_IMAP"),
         "--users-file",
-        &users,
+        users,
         "--users",
         "5",
         "--count",
         "5",
         "--starttls",
         "--ca",
-        &ca,
+        ca,
         "--download",
         "50",
         "--delete",
@@ -203,7 +137,7 @@ fn dovecot_pop3_and_imap_loads_and_fetches() {
     assert_eq!(s["totals"]["accepted"], 5, "{s}");
     assert_eq!(s["totals"]["deleted"], 10);
     for i in 0..5 {
-        assert_eq!(bed.messages(&user(i)), 3, "user{i}");
+        assert_eq!(messages(&bed, &user(i)), 3, "user{i}");
     }
 
     // Wrong password: Dovecot's refusals, classified.
@@ -211,7 +145,7 @@ fn dovecot_pop3_and_imap_loads_and_fetches() {
     std::fs::write(&bad, "user9@example.test wrong\n").unwrap();
     let s = run(&[
         "imap",
-        &bed.var("SPATE_IMAP"),
+        bed.var("SPATE_IMAP"),
         "--users-file",
         bad.to_str().unwrap(),
         "--count",
@@ -227,13 +161,13 @@ fn dovecot_pop3_and_imap_loads_and_fetches() {
     // The fetch API: every message of user9 intact over IMAP STARTTLS, then POP3 with delete.
     let rt = tokio::runtime::Runtime::new().unwrap();
     let opts = spate::tls::ClientOptions {
-        ca: Some(ca.clone()),
+        ca: Some(ca.to_string()),
         ..Default::default()
     };
     let t = Duration::from_secs(20);
     let acct = Account {
         user: user(9),
-        password: bed.var("SPATE_PASSWORD"),
+        password: bed.var("SPATE_PASSWORD").to_string(),
     };
     let url = format!("imap+starttls://{}", bed.var("SPATE_IMAP"));
     let (proto, ep) = retrieve::parse_url(&url, &opts, t).unwrap();
@@ -258,7 +192,7 @@ fn dovecot_pop3_and_imap_loads_and_fetches() {
         .block_on(retrieve::fetch_mailbox(proto, &ep, &acct, true))
         .unwrap();
     assert_eq!(got.len(), 10);
-    assert_eq!(bed.messages(&user(9)), 0);
+    assert_eq!(messages(&bed, &user(9)), 0);
 
     // IDLE on Dovecot: a message delivered over LMTP while watching is reported promptly.
     let url = format!("imap://{}", bed.var("SPATE_IMAP"));
@@ -274,7 +208,7 @@ fn dovecot_pop3_and_imap_loads_and_fetches() {
     run(&[
         "smtp",
         "--lmtp",
-        &bed.var("SPATE_LMTP"),
+        bed.var("SPATE_LMTP"),
         "--to",
         &user(9),
         "--count",

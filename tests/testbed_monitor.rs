@@ -2,82 +2,14 @@
 //! directory, during a load and a small sweep that waits for the queue to drain between
 //! steps. Skipped, saying so, when the test bed cannot be started.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+mod common;
+
 use std::process::Command;
 
+use common::bed::Bed;
 use serde_json::Value;
 
 const SPATE: &str = env!("CARGO_BIN_EXE_spate");
-
-struct Bed {
-    dir: PathBuf,
-    env: HashMap<String, String>,
-}
-
-impl Bed {
-    fn up(dir: &Path) -> Option<Bed> {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed");
-        let root = Command::new("id")
-            .arg("-u")
-            .output()
-            .is_ok_and(|o| o.stdout.starts_with(b"0"));
-        if !root
-            || !Path::new("/usr/sbin/postfix").exists()
-            || !Path::new("/usr/sbin/dovecot").exists()
-        {
-            eprintln!(
-                "SKIPPED: the Postfix+Dovecot test bed needs root and the postfix/dovecot packages"
-            );
-            return None;
-        }
-        let d = dir.to_str().unwrap();
-        let o = Command::new(&script)
-            .args(["up", "--dir", d, "--users", "20", "--in-flow-delay", "0"])
-            .output()
-            .unwrap();
-        assert!(
-            o.status.success(),
-            "scripts/testbed up failed:\n{}\n{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        let mut bed = Bed {
-            dir: dir.to_path_buf(),
-            env: HashMap::new(),
-        };
-        let o = Command::new(&script)
-            .args(["env", "--dir", d])
-            .output()
-            .unwrap();
-        let mut env = HashMap::new();
-        for line in String::from_utf8_lossy(&o.stdout).lines() {
-            for kv in line.trim_start_matches("export ").split_whitespace() {
-                if let Some((k, v)) = kv.split_once('=') {
-                    env.insert(k.to_string(), v.to_string());
-                }
-            }
-        }
-        bed.env = env;
-        Some(bed)
-    }
-
-    fn var(&self, k: &str) -> String {
-        self.env
-            .get(k)
-            .cloned()
-            .unwrap_or_else(|| panic!("testbed env lacks {k}"))
-    }
-}
-
-impl Drop for Bed {
-    fn drop(&mut self) {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed");
-        let _ = Command::new(script)
-            .args(["down", "--dir", self.dir.to_str().unwrap()])
-            .output();
-    }
-}
 
 fn spate(args: &[&str]) -> String {
     let o = Command::new(SPATE).args(args).output().unwrap();
@@ -93,11 +25,14 @@ fn spate(args: &[&str]) -> String {
 #[test]
 fn postfix_processes_and_queue_are_monitored() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(bed) = Bed::up(&tmp.path().join("bed")) else {
+    let Some(bed) = Bed::up(
+        &tmp.path().join("bed"),
+        &["--users", "20", "--port-offset", "380"],
+    ) else {
         return;
     };
-    let smtp = bed.var("SPATE_SMTP");
-    let queue = bed.var("SPATE_QUEUE_DIR");
+    let smtp = bed.var("SPATE_SMTP").to_string();
+    let queue = bed.var("SPATE_QUEUE_DIR").to_string();
     let to = format!("--to-file={}", bed.var("SPATE_USERS_FILE"));
     let out = tmp.path().join("r");
     spate(&[

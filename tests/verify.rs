@@ -2,10 +2,13 @@
 //! `spate verify` accounts; then the Maildir is damaged on purpose and every damage must be
 //! reported. The last tests run against the real Postfix+Dovecot test bed when available.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use common::bed::Bed;
 use serde_json::Value;
 use spate::serve;
 
@@ -324,53 +327,6 @@ fn usage_errors_and_sources_without_passwords() {
     );
 }
 
-/// A private test bed (own state directory and ports), brought down on drop.
-struct Bed {
-    dir: PathBuf,
-}
-
-impl Bed {
-    fn script() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed")
-    }
-
-    /// `None` (after printing SKIPPED) when the test bed cannot run here.
-    fn up(dir: &Path) -> Option<Bed> {
-        let root = Command::new("id")
-            .arg("-u")
-            .output()
-            .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
-        if !root
-            || !Path::new("/usr/sbin/postfix").exists()
-            || !Path::new("/usr/sbin/dovecot").exists()
-        {
-            eprintln!(
-                "SKIPPED: the Postfix+Dovecot test bed needs root and the postfix/dovecot packages"
-            );
-            return None;
-        }
-        // Offset ports: the other test-bed tests use the defaults.
-        let o = Command::new(Self::script())
-            .args(["up", "--dir", dir.to_str().unwrap(), "--users", "10"])
-            .args(["--in-flow-delay", "0", "--port-offset", "7100"])
-            .output()
-            .unwrap();
-        let bed = Bed {
-            dir: dir.to_path_buf(),
-        };
-        assert!(o.status.success(), "scripts/testbed up: {}", text(&o));
-        Some(bed)
-    }
-}
-
-impl Drop for Bed {
-    fn drop(&mut self) {
-        let _ = Command::new(Self::script())
-            .args(["down", "--dir", self.dir.to_str().unwrap()])
-            .output();
-    }
-}
-
 /// Postfix accepts ghost@ (it is in its virtual mailbox table) but Dovecot's LMTP does not
 /// know it: each ghost recipient bounces to the (local) sender, with the original headers
 /// returned. spate verify must find every normal delivery in Dovecot's Maildirs and count
@@ -378,7 +334,10 @@ impl Drop for Bed {
 #[test]
 fn postfix_dovecot_deliveries_and_bounces() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(bed) = Bed::up(&tmp.path().join("bed")) else {
+    let Some(bed) = Bed::up(
+        &tmp.path().join("bed"),
+        &["--users", "10", "--port-offset", "7100"],
+    ) else {
         return;
     };
     let pf = bed.dir.join("postfix");
