@@ -127,6 +127,9 @@ pub struct Row {
     /// Resident memory of the monitored processes (or the host's memory in use), MB.
     /// In sweep.json only: sweep.csv keeps E4's columns.
     pub mem_mb: Option<f64>,
+    /// Mean total time of the step's ping probe (ping.json written by a --before-step
+    /// hook with `spate ping --json "$SPATE_STEP_DIR/ping.json"`), ms.
+    pub ping_ms: Option<f64>,
     pub dir: String,
     /// See [`table::Analysis::cpu_basis`].
     #[serde(skip)]
@@ -233,12 +236,20 @@ impl Row {
             disk_ms,
             cpu_pct: cpu,
             mem_mb: mem,
+            ping_ms: ping_ms(dir),
             cpu_basis: basis,
             dir: dir
                 .file_name()
                 .map_or(String::new(), |n| n.to_string_lossy().into_owned()),
         }
     }
+}
+
+/// The mean total time of a ping probe from `dir/ping.json`, if there is one.
+fn ping_ms(dir: &Path) -> Option<f64> {
+    let text = std::fs::read_to_string(dir.join("ping.json")).ok()?;
+    let j: serde_json::Value = serde_json::from_str(&text).ok()?;
+    j["total"]["mean_ms"].as_f64()
 }
 
 impl SweepArgs {
@@ -309,12 +320,22 @@ fn step_args(
     Ok(a)
 }
 
-/// Runs `cmd` (with {value} replaced) through sh; fails the sweep when it fails.
-fn hook(cmd: &str, value: u64) -> anyhow::Result<()> {
+/// Runs `cmd` (with {value} replaced) through sh; fails the sweep when it fails. The
+/// hook gets SPATE (this spate binary, for a probe like `"$SPATE" ping ...`),
+/// SPATE_STEP_DIR (the step's results directory, created) and SPATE_SWEEP_VALUE.
+fn hook(cmd: &str, value: u64, step_dir: &Path) -> anyhow::Result<()> {
     let cmd = cmd.replace("{value}", &value.to_string());
-    let mut child = std::process::Command::new("sh")
-        .arg("-c")
+    std::fs::create_dir_all(step_dir)
+        .with_context(|| format!("cannot create {}", step_dir.display()))?;
+    let mut c = std::process::Command::new("sh");
+    c.arg("-c")
         .arg(&cmd)
+        .env("SPATE_STEP_DIR", step_dir)
+        .env("SPATE_SWEEP_VALUE", value.to_string());
+    if let Ok(exe) = std::env::current_exe() {
+        c.env("SPATE", exe);
+    }
+    let mut child = c
         .spawn()
         .with_context(|| format!("--before-step: cannot run '{cmd}'"))?;
     let start = Instant::now();
@@ -435,7 +456,13 @@ pub async fn main(args: SweepArgs) -> anyhow::Result<ExitCode> {
         .map_err(|e| UsageError(format!("cannot create {}: {e}", dir.display())))?;
     let progress = base.output.progress_enabled();
     let mut csv = std::fs::File::create(dir.join("sweep.csv"))?;
-    writeln!(csv, "{CSV_HEADER}")?;
+    // A hook may run a ping probe per step (ping.json): its column only then.
+    let ping_col = args.before_step.is_some();
+    writeln!(
+        csv,
+        "{CSV_HEADER}{}",
+        if ping_col { ",ping_ms" } else { "" }
+    )?;
     let mut rows: Vec<Row> = Vec::new();
     let mut interrupted = false;
     let total = values.len() * args.repeat as usize;
@@ -446,8 +473,9 @@ pub async fn main(args: SweepArgs) -> anyhow::Result<ExitCode> {
             if args.repeat > 1 {
                 step_name.push_str(&format!("-r{rep}"));
             }
+            let step_dir = dir.join(&step_name);
             if let Some(cmd) = &args.before_step {
-                hook(cmd, v)?;
+                hook(cmd, v, &step_dir)?;
             }
             let a = step_args(&base, param, v, args.count_per_user)?;
             eprintln!(
@@ -465,10 +493,14 @@ pub async fn main(args: SweepArgs) -> anyhow::Result<ExitCode> {
                     break 'steps;
                 }
             }
-            let step_dir = dir.join(&step_name);
             let (s, port) = run_step(a, step_dir.clone(), progress).await?;
             let row = Row::from_summary(i + 1, &name, v, rep, &s, &step_dir);
-            writeln!(csv, "{}", row.csv())?;
+            let ping = match (ping_col, row.ping_ms) {
+                (false, _) => String::new(),
+                (true, None) => ",".into(),
+                (true, Some(p)) => format!(",{p:.3}"),
+            };
+            writeln!(csv, "{}{ping}", row.csv())?;
             csv.flush()?;
             eprintln!(
                 "spate sweep: {name}={v}: {:.1}/s, latency mean {:.2} ms p99 {:.2} ms, {} errors",
