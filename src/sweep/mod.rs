@@ -11,7 +11,7 @@ pub mod usl;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -323,12 +323,14 @@ fn step_args(
 /// Runs `cmd` (with {value} replaced) through sh; fails the sweep when it fails. The
 /// hook gets SPATE (this spate binary, for a probe like `"$SPATE" ping ...`),
 /// SPATE_STEP_DIR (the step's results directory, created) and SPATE_SWEEP_VALUE.
-fn hook(cmd: &str, value: u64, step_dir: &Path) -> anyhow::Result<()> {
+fn hook(cmd: &str, value: u64, step_dir: &Path, stop: &AtomicBool) -> anyhow::Result<()> {
     let cmd = cmd.replace("{value}", &value.to_string());
     std::fs::create_dir_all(step_dir)
         .with_context(|| format!("cannot create {}", step_dir.display()))?;
+    use std::os::unix::process::CommandExt as _;
     let mut c = std::process::Command::new("sh");
-    c.arg("-c")
+    c.process_group(0)
+        .arg("-c")
         .arg(&cmd)
         .env("SPATE_STEP_DIR", step_dir)
         .env("SPATE_SWEEP_VALUE", value.to_string());
@@ -345,6 +347,13 @@ fn hook(cmd: &str, value: u64, step_dir: &Path) -> anyhow::Result<()> {
                 return Ok(());
             }
             anyhow::bail!("--before-step '{cmd}' failed ({st})");
+        }
+        if stop.load(Ordering::Relaxed) {
+            // The whole group: sh may have children of its own.
+            // SAFETY: kill(2) with a negative pid signals the process group we created.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGTERM) };
+            let _ = child.wait();
+            return Ok(());
         }
         if start.elapsed() > Duration::from_secs(600) {
             let _ = child.kill();
@@ -396,7 +405,12 @@ async fn wait_idle(port: u16, queue: Option<&Path>, max: Duration) -> bool {
     }
 }
 
-async fn run_step(args: SmtpArgs, out: PathBuf, progress: bool) -> anyhow::Result<(Summary, u16)> {
+async fn run_step(
+    args: SmtpArgs,
+    out: PathBuf,
+    progress: bool,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<(Summary, u16)> {
     let monitor = crate::monitor::observer(&args.monitor)?;
     let mut command: Vec<String> = std::env::args().collect();
     command.push(format!("# step {}", out.display()));
@@ -406,15 +420,7 @@ async fn run_step(args: SmtpArgs, out: PathBuf, progress: bool) -> anyhow::Resul
     if progress {
         observers.push(Box::new(Progress::new("msg")));
     }
-    let o = load::run_smtp(
-        plan,
-        factory,
-        settings,
-        out,
-        observers,
-        Arc::new(AtomicBool::new(false)),
-    )
-    .await?;
+    let o = load::run_smtp(plan, factory, settings, out, observers, stop).await?;
     Ok((o.summary, port))
 }
 
@@ -465,6 +471,19 @@ pub async fn main(args: SweepArgs) -> anyhow::Result<ExitCode> {
     )?;
     let mut rows: Vec<Row> = Vec::new();
     let mut interrupted = false;
+    // Ctrl-C or SIGTERM at any moment (a step, a hook, the wait for idle) ends the sweep
+    // with the steps done so far: one listener for the whole sweep, so that a signal
+    // between steps is not lost.
+    let stop = Arc::new(AtomicBool::new(false));
+    let listener = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut signals = crate::engine::Signals::new();
+            signals.recv().await;
+            eprintln!("\nspate sweep: interrupted, finishing the step in flight");
+            stop.store(true, Ordering::Relaxed);
+        })
+    };
     let total = values.len() * args.repeat as usize;
     let mut done = 0;
     'steps: for (i, &v) in values.iter().enumerate() {
@@ -475,7 +494,11 @@ pub async fn main(args: SweepArgs) -> anyhow::Result<ExitCode> {
             }
             let step_dir = dir.join(&step_name);
             if let Some(cmd) = &args.before_step {
-                hook(cmd, v, &step_dir)?;
+                hook(cmd, v, &step_dir, &stop)?;
+            }
+            if stop.load(Ordering::Relaxed) {
+                interrupted = true;
+                break 'steps;
             }
             let a = step_args(&base, param, v, args.count_per_user)?;
             eprintln!(
@@ -487,13 +510,14 @@ pub async fn main(args: SweepArgs) -> anyhow::Result<ExitCode> {
                 let mut wa = a.clone();
                 wa.workload.duration = Some(format!("{}ms", w.as_millis()));
                 wa.workload.count = None;
-                let (s, _) = run_step(wa, dir.join("warmup").join(&step_name), false).await?;
-                if s.interrupted {
+                let (s, _) =
+                    run_step(wa, dir.join("warmup").join(&step_name), false, stop.clone()).await?;
+                if s.interrupted || stop.load(Ordering::Relaxed) {
                     interrupted = true;
                     break 'steps;
                 }
             }
-            let (s, port) = run_step(a, step_dir.clone(), progress).await?;
+            let (s, port) = run_step(a, step_dir.clone(), progress, stop.clone()).await?;
             let row = Row::from_summary(i + 1, &name, v, rep, &s, &step_dir);
             let ping = match (ping_col, row.ping_ms) {
                 (false, _) => String::new(),
@@ -508,7 +532,7 @@ pub async fn main(args: SweepArgs) -> anyhow::Result<ExitCode> {
             );
             rows.push(row);
             done += 1;
-            if s.interrupted {
+            if s.interrupted || stop.load(Ordering::Relaxed) {
                 interrupted = true;
                 break 'steps;
             }
@@ -524,13 +548,19 @@ pub async fn main(args: SweepArgs) -> anyhow::Result<ExitCode> {
                     }
                     tokio::time::sleep(cool).await;
                 };
+                let stopped = async {
+                    while !stop.load(Ordering::Relaxed) {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                };
                 tokio::select! {
                     _ = pause => {}
-                    _ = tokio::signal::ctrl_c() => { interrupted = true; break 'steps; }
+                    _ = stopped => { interrupted = true; break 'steps; }
                 }
             }
         }
     }
+    listener.abort();
     let analysis = table::analyse(param, &name, &values, &rows);
     let mut json = serde_json::to_value(&analysis)?;
     json["interrupted"] = interrupted.into();
