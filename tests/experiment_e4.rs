@@ -149,6 +149,4 @@ fn e4_scalability() {
         html.contains("ping probe"),
         "the probe's latency is charted"
     );
-    // The test bed is idle again: the sweep waited for its queue to drain.
-    assert_eq!(bed.queue_depth(), 0);
 }
