@@ -405,12 +405,7 @@ async fn wait_idle(port: u16, queue: Option<&Path>, max: Duration) -> bool {
     }
 }
 
-async fn run_step(
-    args: SmtpArgs,
-    out: PathBuf,
-    progress: bool,
-    stop: Arc<AtomicBool>,
-) -> anyhow::Result<(Summary, u16)> {
+async fn run_step(args: SmtpArgs, out: PathBuf, progress: bool) -> anyhow::Result<(Summary, u16)> {
     let monitor = crate::monitor::observer(&args.monitor)?;
     let mut command: Vec<String> = std::env::args().collect();
     command.push(format!("# step {}", out.display()));
@@ -420,6 +415,9 @@ async fn run_step(
     if progress {
         observers.push(Box::new(Progress::new("msg")));
     }
+    // A flag of its own: the engine sets it when the run ends. A signal during the step
+    // stops it through the engine's own listener.
+    let stop = Arc::new(AtomicBool::new(false));
     let o = load::run_smtp(plan, factory, settings, out, observers, stop).await?;
     Ok((o.summary, port))
 }
@@ -462,13 +460,9 @@ pub async fn main(args: SweepArgs) -> anyhow::Result<ExitCode> {
         .map_err(|e| UsageError(format!("cannot create {}: {e}", dir.display())))?;
     let progress = base.output.progress_enabled();
     let mut csv = std::fs::File::create(dir.join("sweep.csv"))?;
-    // A hook may run a ping probe per step (ping.json): its column only then.
-    let ping_col = args.before_step.is_some();
-    writeln!(
-        csv,
-        "{CSV_HEADER}{}",
-        if ping_col { ",ping_ms" } else { "" }
-    )?;
+    // A hook may run a ping probe per step (ping.json): a ping_ms column only when the
+    // first step had one, so the header waits for the first row.
+    let mut ping_col: Option<bool> = None;
     let mut rows: Vec<Row> = Vec::new();
     let mut interrupted = false;
     // Ctrl-C or SIGTERM at any moment (a step, a hook, the wait for idle) ends the sweep
@@ -510,16 +504,23 @@ pub async fn main(args: SweepArgs) -> anyhow::Result<ExitCode> {
                 let mut wa = a.clone();
                 wa.workload.duration = Some(format!("{}ms", w.as_millis()));
                 wa.workload.count = None;
-                let (s, _) =
-                    run_step(wa, dir.join("warmup").join(&step_name), false, stop.clone()).await?;
+                let (s, _) = run_step(wa, dir.join("warmup").join(&step_name), false).await?;
                 if s.interrupted || stop.load(Ordering::Relaxed) {
                     interrupted = true;
                     break 'steps;
                 }
             }
-            let (s, port) = run_step(a, step_dir.clone(), progress, stop.clone()).await?;
+            let (s, port) = run_step(a, step_dir.clone(), progress).await?;
             let row = Row::from_summary(i + 1, &name, v, rep, &s, &step_dir);
-            let ping = match (ping_col, row.ping_ms) {
+            let with_ping = *ping_col.get_or_insert_with(|| row.ping_ms.is_some());
+            if rows.is_empty() {
+                writeln!(
+                    csv,
+                    "{CSV_HEADER}{}",
+                    if with_ping { ",ping_ms" } else { "" }
+                )?;
+            }
+            let ping = match (with_ping, row.ping_ms) {
                 (false, _) => String::new(),
                 (true, None) => ",".into(),
                 (true, Some(p)) => format!(",{p:.3}"),
@@ -561,6 +562,9 @@ pub async fn main(args: SweepArgs) -> anyhow::Result<ExitCode> {
         }
     }
     listener.abort();
+    if rows.is_empty() {
+        writeln!(csv, "{CSV_HEADER}")?;
+    }
     let analysis = table::analyse(param, &name, &values, &rows);
     let mut json = serde_json::to_value(&analysis)?;
     json["interrupted"] = interrupted.into();
