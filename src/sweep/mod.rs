@@ -69,7 +69,10 @@ pub struct SweepArgs {
     /// What --values are called in tables and directory names.
     #[arg(long, default_value = "value")]
     pub param_name: String,
-    /// Shell command run before each step; {value} is replaced by the step's value.
+    /// Shell command run before each step; {value} is replaced by the step's value. It
+    /// gets SPATE (this spate), SPATE_STEP_DIR (the step's directory) and
+    /// SPATE_SWEEP_VALUE; a probe there, `"$SPATE" ping HOST -c 10 -w 0 --json
+    /// "$SPATE_STEP_DIR/ping.json"`, adds a ping latency line and a ping_ms column.
     #[arg(long, value_name = "CMD")]
     pub before_step: Option<String>,
     /// Run every step this many times; the table shows the spread.
