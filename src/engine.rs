@@ -627,18 +627,18 @@ pub fn cpu_time() -> Duration {
 }
 
 /// Ctrl-C and SIGTERM as one stream.
-struct Signals {
+pub(crate) struct Signals {
     term: Option<tokio::signal::unix::Signal>,
 }
 
 impl Signals {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Signals {
             term: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok(),
         }
     }
 
-    async fn recv(&mut self) {
+    pub(crate) async fn recv(&mut self) {
         let term = async {
             match &mut self.term {
                 Some(s) => {

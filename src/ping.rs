@@ -53,6 +53,10 @@ pub struct PingArgs {
     pub auth_user: Option<String>,
     #[arg(long, default_value = "10s")]
     pub timeout: String,
+    /// Also write the statistics as JSON to FILE (per phase and total, in ms; `spate
+    /// sweep` puts a step directory's ping.json into its table).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<std::path::PathBuf>,
 }
 
 const COLUMNS: &[(Phase, &str)] = &[
@@ -173,10 +177,24 @@ pub async fn main(a: PingArgs) -> anyhow::Result<ExitCode> {
         .map(|(_, n)| *n)
         .zip(hists.iter())
         .chain(std::iter::once(("total", &total)));
+    let mut phases = serde_json::Map::new();
     for (name, h) in rows {
         if h.is_empty() {
             continue;
         }
+        let ms = |us: f64| (us / 10.0).round() / 100.0;
+        phases.insert(
+            name.to_string(),
+            serde_json::json!({
+                "count": h.len(),
+                "min_ms": ms(h.min() as f64),
+                "mean_ms": ms(h.mean()),
+                "max_ms": ms(h.max() as f64),
+                "p50_ms": ms(h.value_at_quantile(0.5) as f64),
+                "p90_ms": ms(h.value_at_quantile(0.9) as f64),
+                "p99_ms": ms(h.value_at_quantile(0.99) as f64),
+            }),
+        );
         println!(
             "{:<10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
             name,
@@ -187,6 +205,21 @@ pub async fn main(a: PingArgs) -> anyhow::Result<ExitCode> {
             fd(h.value_at_quantile(0.9)),
             fd(h.value_at_quantile(0.99))
         );
+    }
+    if let Some(path) = &a.json {
+        let total = phases.remove("total");
+        let j = serde_json::json!({
+            "target": plan.target,
+            "to": a.to,
+            "count": a.count,
+            "failed": failures,
+            "wait_ms": wait.as_millis() as u64,
+            "size": plan.size.lo,
+            "phases": phases,
+            "total": total,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&j)? + "\n")
+            .map_err(|e| anyhow::anyhow!("--json {}: {e}", path.display()))?;
     }
     Ok(if failures > 0 {
         ExitCode::from(1)

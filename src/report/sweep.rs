@@ -146,6 +146,7 @@ pub fn render_sweep(sw: &Sweep) -> String {
                     ("latency_mean_ms", "mean"),
                     ("latency_p50_ms", "p50"),
                     ("latency_p99_ms", "p99"),
+                    ("ping_ms", "ping probe"),
                 ],
             ),
             vs("Errors", "errors", &[("errors", "errors")]),

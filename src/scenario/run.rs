@@ -307,6 +307,10 @@ fn spawn_hook(cmd: &str, live: &Live) -> Result<std::process::Child, String> {
     c.arg("-c").arg(cmd).stdin(std::process::Stdio::null());
     // Its own process group, so a timeout or the end of the scenario stops all of it.
     c.process_group(0);
+    // So a hook can run this very spate ("$SPATE" ping ...) without it on PATH.
+    if let Ok(exe) = std::env::current_exe() {
+        c.env("SPATE", exe);
+    }
     for (k, v) in live {
         let name = format!("SPATE_{}", k.replace('.', "_").to_uppercase());
         c.env(name, v);

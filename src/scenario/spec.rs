@@ -103,8 +103,9 @@ impl Invocation {
         let mut v = vec!["spate".to_string(), self.command.clone()];
         v.extend(self.args.iter().cloned());
         if let (true, Some(o)) = (self.wants_out, out) {
-            v.push("--out".into());
-            v.push(o.display().to_string());
+            // Before a `--` (sweep's trailing smtp words), or it would belong to them.
+            let at = v.iter().position(|w| w == "--").unwrap_or(v.len());
+            v.splice(at..at, ["--out".to_string(), o.display().to_string()]);
         }
         v
     }

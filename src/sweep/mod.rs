@@ -11,7 +11,7 @@ pub mod usl;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -69,7 +69,10 @@ pub struct SweepArgs {
     /// What --values are called in tables and directory names.
     #[arg(long, default_value = "value")]
     pub param_name: String,
-    /// Shell command run before each step; {value} is replaced by the step's value.
+    /// Shell command run before each step; {value} is replaced by the step's value. It
+    /// gets SPATE (this spate), SPATE_STEP_DIR (the step's directory) and
+    /// SPATE_SWEEP_VALUE; a probe there, `"$SPATE" ping HOST -c 10 -w 0 --json
+    /// "$SPATE_STEP_DIR/ping.json"`, adds a ping latency line and a ping_ms column.
     #[arg(long, value_name = "CMD")]
     pub before_step: Option<String>,
     /// Run every step this many times; the table shows the spread.
@@ -127,6 +130,9 @@ pub struct Row {
     /// Resident memory of the monitored processes (or the host's memory in use), MB.
     /// In sweep.json only: sweep.csv keeps E4's columns.
     pub mem_mb: Option<f64>,
+    /// Mean total time of the step's ping probe (ping.json written by a --before-step
+    /// hook with `spate ping --json "$SPATE_STEP_DIR/ping.json"`), ms.
+    pub ping_ms: Option<f64>,
     pub dir: String,
     /// See [`table::Analysis::cpu_basis`].
     #[serde(skip)]
@@ -233,12 +239,20 @@ impl Row {
             disk_ms,
             cpu_pct: cpu,
             mem_mb: mem,
+            ping_ms: ping_ms(dir),
             cpu_basis: basis,
             dir: dir
                 .file_name()
                 .map_or(String::new(), |n| n.to_string_lossy().into_owned()),
         }
     }
+}
+
+/// The mean total time of a ping probe from `dir/ping.json`, if there is one.
+fn ping_ms(dir: &Path) -> Option<f64> {
+    let text = std::fs::read_to_string(dir.join("ping.json")).ok()?;
+    let j: serde_json::Value = serde_json::from_str(&text).ok()?;
+    j["total"]["mean_ms"].as_f64()
 }
 
 impl SweepArgs {
@@ -309,12 +323,24 @@ fn step_args(
     Ok(a)
 }
 
-/// Runs `cmd` (with {value} replaced) through sh; fails the sweep when it fails.
-fn hook(cmd: &str, value: u64) -> anyhow::Result<()> {
+/// Runs `cmd` (with {value} replaced) through sh; fails the sweep when it fails. The
+/// hook gets SPATE (this spate binary, for a probe like `"$SPATE" ping ...`),
+/// SPATE_STEP_DIR (the step's results directory, created) and SPATE_SWEEP_VALUE.
+fn hook(cmd: &str, value: u64, step_dir: &Path, stop: &AtomicBool) -> anyhow::Result<()> {
     let cmd = cmd.replace("{value}", &value.to_string());
-    let mut child = std::process::Command::new("sh")
+    std::fs::create_dir_all(step_dir)
+        .with_context(|| format!("cannot create {}", step_dir.display()))?;
+    use std::os::unix::process::CommandExt as _;
+    let mut c = std::process::Command::new("sh");
+    c.process_group(0)
         .arg("-c")
         .arg(&cmd)
+        .env("SPATE_STEP_DIR", step_dir)
+        .env("SPATE_SWEEP_VALUE", value.to_string());
+    if let Ok(exe) = std::env::current_exe() {
+        c.env("SPATE", exe);
+    }
+    let mut child = c
         .spawn()
         .with_context(|| format!("--before-step: cannot run '{cmd}'"))?;
     let start = Instant::now();
@@ -324,6 +350,13 @@ fn hook(cmd: &str, value: u64) -> anyhow::Result<()> {
                 return Ok(());
             }
             anyhow::bail!("--before-step '{cmd}' failed ({st})");
+        }
+        if stop.load(Ordering::Relaxed) {
+            // The whole group: sh may have children of its own.
+            // SAFETY: kill(2) with a negative pid signals the process group we created.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGTERM) };
+            let _ = child.wait();
+            return Ok(());
         }
         if start.elapsed() > Duration::from_secs(600) {
             let _ = child.kill();
@@ -385,15 +418,10 @@ async fn run_step(args: SmtpArgs, out: PathBuf, progress: bool) -> anyhow::Resul
     if progress {
         observers.push(Box::new(Progress::new("msg")));
     }
-    let o = load::run_smtp(
-        plan,
-        factory,
-        settings,
-        out,
-        observers,
-        Arc::new(AtomicBool::new(false)),
-    )
-    .await?;
+    // A flag of its own: the engine sets it when the run ends. A signal during the step
+    // stops it through the engine's own listener.
+    let stop = Arc::new(AtomicBool::new(false));
+    let o = load::run_smtp(plan, factory, settings, out, observers, stop).await?;
     Ok((o.summary, port))
 }
 
@@ -435,9 +463,24 @@ pub async fn main(args: SweepArgs) -> anyhow::Result<ExitCode> {
         .map_err(|e| UsageError(format!("cannot create {}: {e}", dir.display())))?;
     let progress = base.output.progress_enabled();
     let mut csv = std::fs::File::create(dir.join("sweep.csv"))?;
-    writeln!(csv, "{CSV_HEADER}")?;
+    // A hook may run a ping probe per step (ping.json): a ping_ms column only when the
+    // first step had one, so the header waits for the first row.
+    let mut ping_col: Option<bool> = None;
     let mut rows: Vec<Row> = Vec::new();
     let mut interrupted = false;
+    // Ctrl-C or SIGTERM at any moment (a step, a hook, the wait for idle) ends the sweep
+    // with the steps done so far: one listener for the whole sweep, so that a signal
+    // between steps is not lost.
+    let stop = Arc::new(AtomicBool::new(false));
+    let listener = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut signals = crate::engine::Signals::new();
+            signals.recv().await;
+            eprintln!("\nspate sweep: interrupted, finishing the step in flight");
+            stop.store(true, Ordering::Relaxed);
+        })
+    };
     let total = values.len() * args.repeat as usize;
     let mut done = 0;
     'steps: for (i, &v) in values.iter().enumerate() {
@@ -446,8 +489,13 @@ pub async fn main(args: SweepArgs) -> anyhow::Result<ExitCode> {
             if args.repeat > 1 {
                 step_name.push_str(&format!("-r{rep}"));
             }
+            let step_dir = dir.join(&step_name);
             if let Some(cmd) = &args.before_step {
-                hook(cmd, v)?;
+                hook(cmd, v, &step_dir, &stop)?;
+            }
+            if stop.load(Ordering::Relaxed) {
+                interrupted = true;
+                break 'steps;
             }
             let a = step_args(&base, param, v, args.count_per_user)?;
             eprintln!(
@@ -460,15 +508,27 @@ pub async fn main(args: SweepArgs) -> anyhow::Result<ExitCode> {
                 wa.workload.duration = Some(format!("{}ms", w.as_millis()));
                 wa.workload.count = None;
                 let (s, _) = run_step(wa, dir.join("warmup").join(&step_name), false).await?;
-                if s.interrupted {
+                if s.interrupted || stop.load(Ordering::Relaxed) {
                     interrupted = true;
                     break 'steps;
                 }
             }
-            let step_dir = dir.join(&step_name);
             let (s, port) = run_step(a, step_dir.clone(), progress).await?;
             let row = Row::from_summary(i + 1, &name, v, rep, &s, &step_dir);
-            writeln!(csv, "{}", row.csv())?;
+            let with_ping = *ping_col.get_or_insert_with(|| row.ping_ms.is_some());
+            if rows.is_empty() {
+                writeln!(
+                    csv,
+                    "{CSV_HEADER}{}",
+                    if with_ping { ",ping_ms" } else { "" }
+                )?;
+            }
+            let ping = match (with_ping, row.ping_ms) {
+                (false, _) => String::new(),
+                (true, None) => ",".into(),
+                (true, Some(p)) => format!(",{p:.3}"),
+            };
+            writeln!(csv, "{}{ping}", row.csv())?;
             csv.flush()?;
             eprintln!(
                 "spate sweep: {name}={v}: {:.1}/s, latency mean {:.2} ms p99 {:.2} ms, {} errors",
@@ -476,7 +536,7 @@ pub async fn main(args: SweepArgs) -> anyhow::Result<ExitCode> {
             );
             rows.push(row);
             done += 1;
-            if s.interrupted {
+            if s.interrupted || stop.load(Ordering::Relaxed) {
                 interrupted = true;
                 break 'steps;
             }
@@ -492,12 +552,21 @@ pub async fn main(args: SweepArgs) -> anyhow::Result<ExitCode> {
                     }
                     tokio::time::sleep(cool).await;
                 };
+                let stopped = async {
+                    while !stop.load(Ordering::Relaxed) {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                };
                 tokio::select! {
                     _ = pause => {}
-                    _ = tokio::signal::ctrl_c() => { interrupted = true; break 'steps; }
+                    _ = stopped => { interrupted = true; break 'steps; }
                 }
             }
         }
+    }
+    listener.abort();
+    if rows.is_empty() {
+        writeln!(csv, "{CSV_HEADER}")?;
     }
     let analysis = table::analyse(param, &name, &values, &rows);
     let mut json = serde_json::to_value(&analysis)?;

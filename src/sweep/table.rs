@@ -52,6 +52,7 @@ pub struct StepStats {
     pub disk_ms: Option<Spread>,
     pub cpu_pct: Option<Spread>,
     pub mem_mb: Option<Spread>,
+    pub ping_ms: Option<Spread>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -108,6 +109,7 @@ pub fn analyse(param: Param, name: &str, values: &[u64], rows: &[Row]) -> Analys
             disk_ms: of_opt(&|x| x.disk_ms),
             cpu_pct: of_opt(&|x| x.cpu_pct),
             mem_mb: of_opt(&|x| x.mem_mb),
+            ping_ms: of_opt(&|x| x.ping_ms),
         });
     }
     let usl = match param {
@@ -162,7 +164,10 @@ pub fn render(a: &Analysis, _rows: &[Row]) -> String {
     let mut grid: Vec<Vec<String>> = vec![std::iter::once(a.param.clone())
         .chain(a.steps.iter().map(|s| s.value.to_string()))
         .collect()];
-    for (label, get, prec) in lines {
+    // The ping probe's line only when a step had one (E4's smtpping column).
+    let ping: (&str, Get, usize) = ("ping latency [ms]", |s| s.ping_ms, 1);
+    let with_ping = a.steps.iter().any(|s| s.ping_ms.is_some());
+    for (label, get, prec) in lines.into_iter().chain(with_ping.then_some(ping)) {
         grid.push(
             std::iter::once(label.to_string())
                 .chain(a.steps.iter().map(|s| cell(get(s), prec, s.repeats)))

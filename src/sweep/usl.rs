@@ -82,7 +82,8 @@ pub fn fit(points: &[(f64, f64)]) -> Option<Usl> {
     let sst: f64 = points.iter().map(|p| (p.1 - mean).powi(2)).sum();
     let r2 = if sst > 0.0 { 1.0 - sse / sst } else { 1.0 };
     let (peak_x, peak_throughput) = if kappa > 0.0 {
-        let n = ((1.0 - sigma) / kappa).sqrt();
+        // Contention of 1 puts the peak at 0: no fewer than one user (else 0/0 = NaN).
+        let n = ((1.0 - sigma) / kappa).sqrt().max(1.0);
         (Some(n), Some(model(sigma, kappa, lambda, n)))
     } else if sigma > 0.0 {
         (None, Some(lambda / sigma))
