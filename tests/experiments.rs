@@ -100,10 +100,10 @@ fn e1_certified_mail() {
             r[0],
             log()
         );
-        // Both columns are rounded for display: agree within 1 %.
+        // Both columns are rounded for display: agree within 1 % (or a rounding step).
         let per_msg = v("time per message [ms]");
         assert!(
-            (per_msg - drain * 1000.0 / 20.0).abs() <= per_msg * 0.01,
+            (per_msg - drain * 1000.0 / 20.0).abs() <= (per_msg * 0.01).max(0.01),
             "{per_msg} vs {drain}"
         );
         assert_eq!(r[col(&rows, "exit")], "0");
