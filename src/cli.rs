@@ -84,3 +84,13 @@ pub fn dispatch_boxed(
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<ExitCode>> + Send>> {
     Box::pin(dispatch(cli))
 }
+
+/// Runs a spate command line in-process, as if typed (`argv[0]` is the program name): how
+/// scenario steps and the demo's later parts run other commands. The command line is
+/// recorded as the run's own in its plan and summary. A bad command line is a usage error
+/// in one line.
+pub async fn run_argv(argv: Vec<String>) -> anyhow::Result<ExitCode> {
+    let cli = <Cli as clap::Parser>::try_parse_from(&argv)
+        .map_err(|e| crate::UsageError(crate::scenario::doc::clap_line(&e)))?;
+    crate::scenario::with_command_line(argv, dispatch_boxed(cli)).await
+}

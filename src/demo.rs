@@ -196,10 +196,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 /// Runs another spate command in-process, as if typed: `spate ARGS...`.
 async fn spate(args: &[&str]) -> anyhow::Result<ExitCode> {
-    use clap::Parser as _;
-    let cli = crate::cli::Cli::try_parse_from(std::iter::once("spate").chain(args.iter().copied()))
-        .map_err(|e| crate::UsageError(e.to_string()))?;
-    crate::cli::dispatch_boxed(cli).await
+    let argv = std::iter::once("spate").chain(args.iter().copied());
+    crate::cli::run_argv(argv.map(String::from).collect()).await
 }
 
 async fn run_part(

@@ -654,6 +654,22 @@ impl Signals {
     }
 }
 
+/// Checks before a run that the server takes a TCP connection at all: a server that
+/// cannot be reached is the user's problem to fix (one line, exit 1), not a run to record.
+pub async fn preflight(
+    target: &str,
+    addr: std::net::SocketAddr,
+    bind: Option<std::net::IpAddr>,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    crate::transport::Connection::connect(addr, bind, timeout.min(Duration::from_secs(10)))
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot connect to {target} ({addr}): {e}"))?
+        .shutdown()
+        .await;
+    Ok(())
+}
+
 /// A fresh run id: seconds since the epoch and a little entropy, in hex.
 pub fn new_run_id() -> String {
     let now = SystemTime::now()

@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::Duration;
 
 use clap::Parser as _;
 use serde::Serialize;
@@ -356,16 +355,13 @@ pub async fn run_smtp(
     observers: Vec<Box<dyn Observer>>,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<Outcome> {
-    // A server that cannot be reached is the user's problem to fix, not a run to record.
-    crate::transport::Connection::connect(
+    engine::preflight(
+        &plan.target,
         settings.addr,
         settings.bind.first().copied(),
-        settings.timeout.min(Duration::from_secs(10)),
+        settings.timeout,
     )
-    .await
-    .map_err(|e| anyhow::anyhow!("cannot connect to {} ({}): {e}", plan.target, plan.address))?
-    .shutdown()
-    .await;
+    .await?;
 
     let settings = Arc::new(Settings {
         clock: Clock::new(),

@@ -4,6 +4,8 @@
 //! target/test-artifacts/report.png). Regenerate snapshots with SPATE_BLESS=1.
 
 mod common;
+
+use common::spate;
 mod report_fixture;
 
 use std::path::{Path, PathBuf};
@@ -14,11 +16,6 @@ use spate::report::{chart, compare, data, html, sweep};
 use spate::serve;
 
 const SPATE: &str = env!("CARGO_BIN_EXE_spate");
-
-async fn spate(args: &[&str]) -> common::Output {
-    let args = args.iter().map(|s| s.to_string()).collect();
-    common::run_tool(SPATE, args, Duration::from_secs(120)).await
-}
 
 /// Compares `actual` to tests/snapshots/NAME; SPATE_BLESS=1 rewrites the file.
 fn snapshot(name: &str, actual: &str) {

@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::{spate, summary};
+
 use std::path::Path;
 use std::time::Duration;
 
@@ -11,18 +13,7 @@ use spate::message::{body_digest, hex, split_message};
 use spate::retrieve::{self, Account, Endpoint, MailProto};
 use spate::serve::{self, Config, Running, Users};
 
-const SPATE: &str = env!("CARGO_BIN_EXE_spate");
 const USERS: usize = 5;
-
-async fn spate(args: &[&str]) -> common::Output {
-    let args = args.iter().map(|s| s.to_string()).collect();
-    common::run_tool(SPATE, args, Duration::from_secs(120)).await
-}
-
-fn summary(dir: &Path) -> Value {
-    let text = std::fs::read_to_string(dir.join("summary.json")).expect("summary.json");
-    serde_json::from_str(&text).expect("valid JSON")
-}
 
 struct Bed {
     server: Running,

@@ -3,14 +3,7 @@
 
 mod common;
 
-use std::time::Duration;
-
-const SPATE: &str = env!("CARGO_BIN_EXE_spate");
-
-async fn spate(args: &[&str]) -> common::Output {
-    let args = args.iter().map(|s| s.to_string()).collect();
-    common::run_tool(SPATE, args, Duration::from_secs(120)).await
-}
+use common::spate;
 
 const SCENARIO: &str = r#"
 description = "report columns over a matrix"

@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::{spate, summary};
+
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::process::Command;
@@ -13,16 +15,6 @@ use spate::message::{body_digest, hex, split_message};
 use spate::serve::{self, faults};
 
 const SPATE: &str = env!("CARGO_BIN_EXE_spate");
-
-async fn spate(args: &[&str]) -> common::Output {
-    let args = args.iter().map(|s| s.to_string()).collect();
-    common::run_tool(SPATE, args, Duration::from_secs(120)).await
-}
-
-fn summary(dir: &std::path::Path) -> Value {
-    let text = std::fs::read_to_string(dir.join("summary.json")).expect("summary.json");
-    serde_json::from_str(&text).expect("valid JSON")
-}
 
 fn errors_of(s: &Value, phase: &str, code: u64) -> u64 {
     s["errors"]

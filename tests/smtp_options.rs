@@ -4,27 +4,16 @@
 
 mod common;
 
+use common::{spate, summary};
+
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, TcpListener};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine as _;
-use serde_json::Value;
 use spate::message::{body_digest, hex, split_message};
 use spate::serve;
-
-const SPATE: &str = env!("CARGO_BIN_EXE_spate");
-
-async fn spate(args: &[&str]) -> common::Output {
-    let args = args.iter().map(|s| s.to_string()).collect();
-    common::run_tool(SPATE, args, Duration::from_secs(120)).await
-}
-
-fn summary(dir: &std::path::Path) -> Value {
-    let text = std::fs::read_to_string(dir.join("summary.json")).expect("summary.json");
-    serde_json::from_str(&text).expect("valid JSON")
-}
 
 /// Every message stored by the embedded server, as text.
 fn stored(server: &serve::Running) -> Vec<String> {

@@ -4,21 +4,18 @@
 
 mod common;
 
+use common::summary;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use serde_json::Value;
 use spate::serve;
 
 const SPATE: &str = env!("CARGO_BIN_EXE_spate");
 
 async fn spate(args: Vec<String>) -> common::Output {
     common::run_tool(SPATE, args, Duration::from_secs(90)).await
-}
-
-fn summary(dir: &std::path::Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap()
 }
 
 struct Kill(Child);

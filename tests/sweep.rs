@@ -4,17 +4,10 @@
 
 mod common;
 
-use std::time::Duration;
+use common::spate;
 
 use serde_json::Value;
 use spate::serve::{self, faults};
-
-const SPATE: &str = env!("CARGO_BIN_EXE_spate");
-
-async fn spate(args: &[&str]) -> common::Output {
-    let args = args.iter().map(|s| s.to_string()).collect();
-    common::run_tool(SPATE, args, Duration::from_secs(120)).await
-}
 
 fn rows(dir: &std::path::Path) -> Vec<Vec<String>> {
     let text = std::fs::read_to_string(dir.join("sweep.csv")).unwrap();

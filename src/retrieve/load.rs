@@ -333,17 +333,14 @@ pub async fn run_retrieve(
     observers: Vec<Box<dyn Observer>>,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<Outcome> {
-    // A server that cannot be reached is the user's problem to fix, not a run to record.
     for ep in settings.pop3.iter().chain(settings.imap.iter()) {
-        crate::transport::Connection::connect(
+        engine::preflight(
+            &plan.target,
             ep.addr,
             settings.bind.first().copied(),
-            ep.timeout.min(Duration::from_secs(10)),
+            ep.timeout,
         )
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot connect to {} ({}): {e}", plan.target, ep.addr))?
-        .shutdown()
-        .await;
+        .await?;
     }
     let settings = Arc::new(Settings {
         clock: Clock::new(),

@@ -63,11 +63,7 @@ fn now() -> String {
 
 /// Runs a command line in-process; returns (exit code, error line).
 pub async fn run_command(argv: &[String]) -> (u8, Option<String>) {
-    let cli = match <crate::cli::Cli as clap::Parser>::try_parse_from(argv) {
-        Ok(c) => c,
-        Err(e) => return (2, Some(super::doc::clap_line(&e))),
-    };
-    match super::with_command_line(argv.to_vec(), crate::cli::dispatch_boxed(cli)).await {
+    match crate::cli::run_argv(argv.to_vec()).await {
         Ok(code) if code == ExitCode::SUCCESS => (0, None),
         Ok(_) => (1, Some("the command reported failure".into())),
         Err(e) => {

@@ -4,6 +4,21 @@
 
 pub mod bed;
 
+/// The spate binary of this build.
+pub const SPATE: &str = env!("CARGO_BIN_EXE_spate");
+
+/// Runs `spate ARGS...` to completion (killed after two minutes).
+pub async fn spate(args: &[&str]) -> Output {
+    let args = args.iter().map(|s| s.to_string()).collect();
+    run_tool(SPATE, args, Duration::from_secs(120)).await
+}
+
+/// A results directory's summary.json.
+pub fn summary(dir: &std::path::Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(dir.join("summary.json")).expect("summary.json");
+    serde_json::from_str(&text).expect("valid JSON")
+}
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
