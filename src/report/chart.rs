@@ -271,15 +271,72 @@ const LEFT: f64 = 72.0;
 const RIGHT: f64 = 24.0;
 const BOTTOM: f64 = 48.0;
 
+/// A series as drawn: its palette index, the series, and its downsampled points.
+type Drawn<'a> = (usize, &'a Series, Vec<(f64, f64)>);
+
+/// The plot area and its scales, once the data and the legend have fixed them.
+struct Frame {
+    x0: f64,
+    x1: f64,
+    y0: f64,
+    y1: f64,
+    xticks: Vec<f64>,
+    xstep: f64,
+    yticks: Vec<f64>,
+    ystep: f64,
+    top: f64,
+    pw: f64,
+    ph: f64,
+}
+
+impl Frame {
+    fn sx(&self, x: f64) -> f64 {
+        LEFT + (x - self.x0) / (self.x1 - self.x0) * self.pw
+    }
+    fn sy(&self, y: f64) -> f64 {
+        self.top + self.ph - (y - self.y0) / (self.y1 - self.y0) * self.ph
+    }
+    fn bottom(&self) -> f64 {
+        self.top + self.ph
+    }
+}
+
 /// Renders the chart as one `<svg>` element (classes: chart, series, axis, legend).
 pub fn render(c: &Chart) -> String {
-    type Drawn<'a> = (usize, &'a Series, Vec<(f64, f64)>);
     let series: Vec<Drawn> = c
         .series
         .iter()
         .enumerate()
         .map(|(i, s)| (s.color.unwrap_or(i), s, downsample(&s.points, MAX_POINTS)))
         .collect();
+    let (legend, ly) = legend(&series);
+    let f = frame(c, &series, ly + 14.0);
+
+    let mut o = String::new();
+    let _ = write!(
+        o,
+        r#"<svg class="chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" role="img" aria-label="{t}"><title>{t}</title><text class="title" x="{LEFT}" y="20">{t}</text>"#,
+        t = esc(&c.title)
+    );
+    write_x_axis(&mut o, c, &f);
+    write_y_axis(&mut o, c, &f);
+    let _ = write!(
+        o,
+        r#"<rect class="frame" x="{LEFT}" y="{top:.1}" width="{pw:.1}" height="{ph:.1}"/>"#,
+        top = f.top,
+        pw = f.pw,
+        ph = f.ph
+    );
+    write_markers(&mut o, &c.markers, &f);
+    for (i, s, pts) in &series {
+        write_series(&mut o, color(*i), s, pts, &f);
+    }
+    let _ = write!(o, r#"<g class="legend">{legend}</g></svg>"#);
+    o
+}
+
+/// The extent of the drawn points and markers, (x0, x1, y0, y1), before rounding to ticks.
+fn data_bounds(series: &[Drawn], markers: &[Marker]) -> (f64, f64, f64, f64) {
     let all = series.iter().flat_map(|s| s.2.iter());
     let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, f64::NEG_INFINITY);
     let mut y0 = f64::INFINITY;
@@ -289,7 +346,7 @@ pub fn render(c: &Chart) -> String {
         y0 = y0.min(y);
         y1 = y1.max(y);
     }
-    for m in &c.markers {
+    for m in markers {
         x0 = x0.min(m.x);
         x1 = x1.max(m.x);
     }
@@ -304,6 +361,12 @@ pub fn render(c: &Chart) -> String {
     if x1 <= x0 {
         x1 = x0 + 1.0;
     }
+    (x0, x1, y0, y1)
+}
+
+/// Scales and ticks for a plot area starting at `top`.
+fn frame(c: &Chart, series: &[Drawn], top: f64) -> Frame {
+    let (mut x0, mut x1, y0, mut y1) = data_bounds(series, &c.markers);
     // The axis ends on a labelled tick at or above the highest point.
     let (mut yticks, ystep) = nice_ticks(y0, y1, 5);
     if let Some(&last) = yticks.last() {
@@ -315,165 +378,184 @@ pub fn render(c: &Chart) -> String {
     if c.x_kind == XKind::Seconds {
         x0 = x0.min(0.0);
     }
-    let (xticks, xstep): (Vec<f64>, f64) = match c.x_kind {
+    let (xticks, xstep) = x_ticks(c.x_kind, &mut x0, &mut x1);
+    Frame {
+        x0,
+        x1,
+        y0,
+        y1,
+        xticks,
+        xstep,
+        yticks,
+        ystep,
+        top,
+        pw: W - LEFT - RIGHT,
+        ph: H - top - BOTTOM,
+    }
+}
+
+/// The x ticks and their spacing; a percentile axis also widens [x0, x1] to whole decades.
+fn x_ticks(kind: XKind, x0: &mut f64, x1: &mut f64) -> (Vec<f64>, f64) {
+    match kind {
         XKind::Seconds => {
-            let step = time_step(x1 - x0);
-            let first = (x0 / step).ceil() * step;
+            let step = time_step(*x1 - *x0);
+            let first = (*x0 / step).ceil() * step;
             let ticks = (0..100)
                 .map(|k| first + step * k as f64)
-                .take_while(|t| *t <= x1 + 1e-9)
+                .take_while(|t| *t <= *x1 + 1e-9)
                 .collect();
             (ticks, step)
         }
         XKind::Linear => {
-            let (t, s) = nice_ticks(x0, x1, 8);
+            let (t, s) = nice_ticks(*x0, *x1, 8);
             let t: Vec<f64> = t
                 .into_iter()
-                .filter(|v| *v >= x0 - s * 1e-6 && *v <= x1 + s * 1e-6)
+                .filter(|v| *v >= *x0 - s * 1e-6 && *v <= *x1 + s * 1e-6)
                 .collect();
             (t, s)
         }
         XKind::LogPercentile => {
-            x0 = 0.0;
-            x1 = x1.ceil().max(1.0);
-            ((0..=x1 as i64).map(|v| v as f64).collect(), 1.0)
+            *x0 = 0.0;
+            *x1 = x1.ceil().max(1.0);
+            ((0..=*x1 as i64).map(|v| v as f64).collect(), 1.0)
         }
-    };
+    }
+}
 
-    // Legend rows, laid out left to right under the title.
+fn dash_attr(style: Style) -> &'static str {
+    if style == Style::Dashed {
+        r#" stroke-dasharray="5 3""#
+    } else {
+        ""
+    }
+}
+
+/// Legend rows, laid out left to right under the title; also returns the last row's baseline.
+fn legend(series: &[Drawn]) -> (String, f64) {
     let mut legend = String::new();
     let (mut lx, mut ly) = (LEFT, 40.0);
-    for (i, s, _) in &series {
+    for (i, s, _) in series {
         let wlen = 30.0 + 7.0 * s.name.chars().count() as f64;
         if lx + wlen > W - RIGHT && lx > LEFT {
             lx = LEFT;
             ly += 16.0;
         }
-        let dash = if s.style == Style::Dashed {
-            r#" stroke-dasharray="5 3""#
-        } else {
-            ""
-        };
         let _ = write!(
             legend,
             r#"<line x1="{lx}" y1="{y}" x2="{x2}" y2="{y}" stroke="{col}" stroke-width="3"{dash}/><text x="{tx}" y="{ty}">{name}</text>"#,
             y = ly - 4.0,
             x2 = lx + 18.0,
             col = color(*i),
+            dash = dash_attr(s.style),
             tx = lx + 22.0,
             ty = ly,
             name = esc(&s.name)
         );
         lx += wlen;
     }
-    let top = ly + 14.0;
-    let pw = W - LEFT - RIGHT;
-    let ph = H - top - BOTTOM;
-    let sx = |x: f64| LEFT + (x - x0) / (x1 - x0) * pw;
-    let sy = |y: f64| top + ph - (y - y0) / (y1 - y0) * ph;
+    (legend, ly)
+}
 
-    let mut o = String::new();
-    let _ = write!(
-        o,
-        r#"<svg class="chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" role="img" aria-label="{t}"><title>{t}</title><text class="title" x="{LEFT}" y="20">{t}</text>"#,
-        t = esc(&c.title)
-    );
+fn write_x_axis(o: &mut String, c: &Chart, f: &Frame) {
     o.push_str(r#"<g class="axis x">"#);
-    for &t in &xticks {
+    for &t in &f.xticks {
         let label = match c.x_kind {
             XKind::Seconds => fmt_elapsed(t),
-            XKind::Linear => fmt_num(t, xstep),
+            XKind::Linear => fmt_num(t, f.xstep),
             XKind::LogPercentile => fmt_percentile_x(t),
         };
         let _ = write!(
             o,
             r#"<line class="grid" x1="{x:.1}" y1="{top:.1}" x2="{x:.1}" y2="{b:.1}"/><text class="tick" x="{x:.1}" y="{ty:.1}" text-anchor="middle">{label}</text>"#,
-            x = sx(t),
-            b = top + ph,
-            ty = top + ph + 16.0,
+            x = f.sx(t),
+            top = f.top,
+            b = f.bottom(),
+            ty = f.bottom() + 16.0,
         );
     }
     let _ = write!(
         o,
         r#"<text class="axis-label" x="{x:.1}" y="{y:.1}" text-anchor="middle">{l}</text></g>"#,
-        x = LEFT + pw / 2.0,
+        x = LEFT + f.pw / 2.0,
         y = H - 8.0,
         l = esc(&c.x_label)
     );
+}
+
+fn write_y_axis(o: &mut String, c: &Chart, f: &Frame) {
     o.push_str(r#"<g class="axis y">"#);
-    for &t in &yticks {
+    for &t in &f.yticks {
         let _ = write!(
             o,
             r#"<line class="grid" x1="{LEFT}" y1="{y:.1}" x2="{r:.1}" y2="{y:.1}"/><text class="tick" x="{tx}" y="{ty:.1}" text-anchor="end">{label}</text>"#,
-            y = sy(t),
-            r = LEFT + pw,
+            y = f.sy(t),
+            r = LEFT + f.pw,
             tx = LEFT - 6.0,
-            ty = sy(t) + 4.0,
-            label = fmt_num(t, ystep)
+            ty = f.sy(t) + 4.0,
+            label = fmt_num(t, f.ystep)
         );
     }
     let _ = write!(
         o,
         r#"<text class="axis-label" transform="translate(16 {y:.1}) rotate(-90)" text-anchor="middle">{l}</text></g>"#,
-        y = top + ph / 2.0,
+        y = f.top + f.ph / 2.0,
         l = esc(&c.y_label)
     );
-    let _ = write!(
-        o,
-        r#"<rect class="frame" x="{LEFT}" y="{top:.1}" width="{pw:.1}" height="{ph:.1}"/>"#
-    );
-    for m in &c.markers {
-        let x = sx(m.x);
+}
+
+fn write_markers(o: &mut String, markers: &[Marker], f: &Frame) {
+    for m in markers {
+        let x = f.sx(m.x);
         let _ = write!(
             o,
             r#"<g class="marker"><line x1="{x:.1}" y1="{top:.1}" x2="{x:.1}" y2="{b:.1}"/><text x="{tx:.1}" y="{ty:.1}">{l}</text></g>"#,
-            b = top + ph,
+            top = f.top,
+            b = f.bottom(),
             tx = x + 4.0,
-            ty = top + 12.0,
+            ty = f.top + 12.0,
             l = esc(&m.label)
         );
     }
-    for (i, s, pts) in &series {
-        if pts.is_empty() {
-            continue;
-        }
-        let col = color(*i);
-        if s.style != Style::Points {
-            let mut d = String::new();
-            for (k, &(x, y)) in pts.iter().enumerate() {
-                let _ = write!(
-                    d,
-                    "{}{:.1} {:.1}",
-                    if k == 0 { "M" } else { " L" },
-                    sx(x),
-                    sy(y)
-                );
-            }
-            if pts.len() == 1 {
-                // A run shorter than an interval: a visible dash, not an empty path.
-                let _ = write!(d, " L{:.1} {:.1}", sx(pts[0].0) + 6.0, sy(pts[0].1));
-            }
-            let dash = if s.style == Style::Dashed {
-                r#" stroke-dasharray="5 3""#
-            } else {
-                ""
-            };
+}
+
+fn write_series(o: &mut String, col: &str, s: &Series, pts: &[(f64, f64)], f: &Frame) {
+    if pts.is_empty() {
+        return;
+    }
+    if s.style != Style::Points {
+        let mut d = String::new();
+        for (k, &(x, y)) in pts.iter().enumerate() {
             let _ = write!(
-                o,
-                r#"<path class="series" d="{d}" stroke="{col}"{dash}><title>{n}</title></path>"#,
-                n = esc(&s.name)
+                d,
+                "{}{:.1} {:.1}",
+                if k == 0 { "M" } else { " L" },
+                f.sx(x),
+                f.sy(y)
             );
         }
-        if matches!(s.style, Style::Points | Style::LinePoints) || pts.len() == 1 {
-            let _ = write!(o, r#"<g class="points" fill="{col}">"#);
-            for &(x, y) in pts {
-                let _ = write!(o, r#"<circle cx="{:.1}" cy="{:.1}" r="3"/>"#, sx(x), sy(y));
-            }
-            o.push_str("</g>");
+        if pts.len() == 1 {
+            // A run shorter than an interval: a visible dash, not an empty path.
+            let _ = write!(d, " L{:.1} {:.1}", f.sx(pts[0].0) + 6.0, f.sy(pts[0].1));
         }
+        let _ = write!(
+            o,
+            r#"<path class="series" d="{d}" stroke="{col}"{dash}><title>{n}</title></path>"#,
+            dash = dash_attr(s.style),
+            n = esc(&s.name)
+        );
     }
-    let _ = write!(o, r#"<g class="legend">{legend}</g></svg>"#);
-    o
+    if matches!(s.style, Style::Points | Style::LinePoints) || pts.len() == 1 {
+        let _ = write!(o, r#"<g class="points" fill="{col}">"#);
+        for &(x, y) in pts {
+            let _ = write!(
+                o,
+                r#"<circle cx="{:.1}" cy="{:.1}" r="3"/>"#,
+                f.sx(x),
+                f.sy(y)
+            );
+        }
+        o.push_str("</g>");
+    }
 }
 
 /// The style sheet the charts need, for pages that embed them.

@@ -137,6 +137,24 @@ fn metric(
 }
 
 pub fn compare(runs: &[Run]) -> Comparison {
+    let phase_name = main_phase_name(&runs[0]);
+    let mut metrics = rate_metrics(runs);
+    metrics.extend(latency_metrics(runs, &phase_name));
+    metrics.extend(total_metrics(runs));
+    Comparison {
+        runs: run_infos(runs),
+        metrics,
+    }
+}
+
+/// The phase whose latencies are compared: the first run's main phase.
+fn main_phase_name(r: &Run) -> String {
+    r.main_phase()
+        .map(|p| p.phase.clone())
+        .unwrap_or_else(|| "transaction".into())
+}
+
+fn run_infos(runs: &[Run]) -> Vec<RunInfo> {
     let mut infos = Vec::new();
     for (i, r) in runs.iter().enumerate() {
         let name = r
@@ -153,29 +171,21 @@ pub fn compare(runs: &[Run]) -> Comparison {
             command: command_line(&r.summary.command),
         });
     }
-    let all = |f: &dyn Fn(&Run) -> f64| runs.iter().map(f).collect::<Vec<f64>>();
-    let none = vec![None; runs.len()];
-    let phase_name = runs[0]
-        .main_phase()
-        .map(|p| p.phase.clone())
-        .unwrap_or_else(|| "transaction".into());
-    let lat = |r: &Run, pick: fn(&crate::results::PhaseStats) -> u64| {
-        r.summary
-            .phase(&phase_name)
-            .map_or(f64::NAN, |p| pick(p) as f64 / 1000.0)
-    };
-    let lat_spread = |r: &Run, pick: fn(&super::data::LatencyPoint) -> u64| {
-        r.phase(&phase_name).and_then(|p| {
-            let v: Vec<f64> = p.points.iter().map(|x| pick(x) as f64 / 1000.0).collect();
-            Spread::of(if v.len() >= 5 { &v[1..v.len() - 1] } else { &v })
-        })
-    };
-    let metrics = vec![
+    infos
+}
+
+fn all(runs: &[Run], f: &dyn Fn(&Run) -> f64) -> Vec<f64> {
+    runs.iter().map(f).collect()
+}
+
+/// Throughput and data rate, with their steady-state per-interval spreads.
+fn rate_metrics(runs: &[Run]) -> Vec<Metric> {
+    vec![
         metric(
             "throughput",
             "messages/s",
             Better::Higher,
-            all(&|r| r.summary.messages_per_s),
+            all(runs, &|r| r.summary.messages_per_s),
             runs.iter()
                 .map(|r| Spread::of(&r.steady_throughput()))
                 .collect(),
@@ -184,7 +194,7 @@ pub fn compare(runs: &[Run]) -> Comparison {
             "data rate",
             "KiB/s",
             Better::Higher,
-            all(&|r| r.summary.kbytes_per_s),
+            all(runs, &|r| r.summary.kbytes_per_s),
             runs.iter()
                 .map(|r| {
                     let v: Vec<f64> = r.steady_rate("bytes").iter().map(|b| b / 1024.0).collect();
@@ -192,6 +202,23 @@ pub fn compare(runs: &[Run]) -> Comparison {
                 })
                 .collect(),
         ),
+    ]
+}
+
+/// p50, p99 and max of one phase, in milliseconds.
+fn latency_metrics(runs: &[Run], phase_name: &str) -> Vec<Metric> {
+    let lat = |r: &Run, pick: fn(&crate::results::PhaseStats) -> u64| {
+        r.summary
+            .phase(phase_name)
+            .map_or(f64::NAN, |p| pick(p) as f64 / 1000.0)
+    };
+    let lat_spread = |r: &Run, pick: fn(&super::data::LatencyPoint) -> u64| {
+        r.phase(phase_name).and_then(|p| {
+            let v: Vec<f64> = p.points.iter().map(|x| pick(x) as f64 / 1000.0).collect();
+            Spread::of(if v.len() >= 5 { &v[1..v.len() - 1] } else { &v })
+        })
+    };
+    vec![
         metric(
             &format!("{phase_name} p50"),
             "ms",
@@ -213,32 +240,37 @@ pub fn compare(runs: &[Run]) -> Comparison {
             runs.iter().map(|r| lat(r, |p| p.max_us)).collect(),
             runs.iter().map(|r| lat_spread(r, |p| p.max)).collect(),
         ),
+    ]
+}
+
+/// Whole-run totals, which have no per-interval spread.
+fn total_metrics(runs: &[Run]) -> Vec<Metric> {
+    let none = vec![None; runs.len()];
+    vec![
         metric(
             "accepted",
             "messages",
             Better::Neither,
-            all(&|r| r.summary.totals.accepted as f64),
+            all(runs, &|r| r.summary.totals.accepted as f64),
             none.clone(),
         ),
         metric(
             "errors",
             "events",
             Better::Lower,
-            all(&|r| r.summary.errors.iter().map(|e| e.count).sum::<u64>() as f64),
+            all(runs, &|r| {
+                r.summary.errors.iter().map(|e| e.count).sum::<u64>() as f64
+            }),
             none.clone(),
         ),
         metric(
             "generator CPU",
             "% of cores",
             Better::Lower,
-            all(&|r| r.summary.generator_cpu_pct),
+            all(runs, &|r| r.summary.generator_cpu_pct),
             none,
         ),
-    ];
-    Comparison {
-        runs: infos,
-        metrics,
-    }
+    ]
 }
 
 fn fmt_v(v: f64) -> String {
@@ -342,7 +374,15 @@ pub fn render_html(c: &Comparison, runs: &[Run]) -> String {
             esc(&r.command)
         );
     }
-    b.push_str("</table>\n<h2>Headline numbers</h2><table><tr><th>metric</th>");
+    b.push_str("</table>\n");
+    headline_table(&mut b, c);
+    b.push_str("<h2>Overlaid</h2>\n");
+    charts(&mut b, &overlaid_charts(c, runs));
+    page(&title, &b)
+}
+
+fn headline_table(b: &mut String, c: &Comparison) {
+    b.push_str("<h2>Headline numbers</h2><table><tr><th>metric</th>");
     for (i, _) in c.runs.iter().enumerate() {
         let _ = write!(b, "<th class=\"n\">{}</th>", letter(i));
         if i > 0 {
@@ -376,11 +416,11 @@ pub fn render_html(c: &Comparison, runs: &[Run]) -> String {
         b.push_str("</tr>");
     }
     b.push_str("</table><p class=\"sub\">Differences are against A. Where the runs' per-interval spreads (mean ± one standard deviation) overlap, the difference is reported as within noise.</p>\n");
+}
 
-    let phase = runs[0]
-        .main_phase()
-        .map(|p| p.phase.clone())
-        .unwrap_or_else(|| "transaction".into());
+/// Throughput, latency distribution, p50, p99 and active sessions, one series per run.
+fn overlaid_charts(c: &Comparison, runs: &[Run]) -> [Chart; 5] {
+    let phase = main_phase_name(&runs[0]);
     let mut thr = Chart::time("Throughput (accepted)", "messages per second");
     let mut p50 = Chart::time(format!("{phase} p50 over time"), "latency (ms)");
     let mut p99 = Chart::time(format!("{phase} p99 over time"), "latency (ms)");
@@ -411,9 +451,7 @@ pub fn render_html(c: &Comparison, runs: &[Run]) -> String {
             active.push(Series::line(l, p).colored(i).styled(Style::Line));
         }
     }
-    b.push_str("<h2>Overlaid</h2>\n");
-    charts(&mut b, &[thr, dist, p50, p99, active]);
-    page(&title, &b)
+    [thr, dist, p50, p99, active]
 }
 
 #[cfg(test)]

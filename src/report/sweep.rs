@@ -30,19 +30,27 @@ fn f(v: &serde_json::Value, k: &str) -> Option<f64> {
 
 pub fn render_sweep(sw: &Sweep) -> String {
     let param = sw.param();
-    let t = &sw.table;
     let title = format!("spate sweep over {param}");
     let mut b = String::new();
     let _ = writeln!(
         b,
         "<h1>{}</h1><div class=\"sub\">{} steps × repeats in {}</div>",
         esc(&title),
-        t.rows.len(),
+        sw.table.rows.len(),
         esc(&sw.dir.display().to_string())
     );
-
     let knee = f(&sw.meta, "knee_value");
     let usl = sw.meta.get("usl").filter(|u| !u.is_null());
+    saturation(&mut b, sw, &param, knee, usl);
+    b.push_str("<h2>Metrics against the parameter</h2>\n");
+    charts(&mut b, &metric_charts(sw, &param, &markers(knee, usl), usl));
+    steps_table(&mut b, sw);
+    step_links(&mut b, sw);
+    page(&title, &b)
+}
+
+/// The knee and the USL peak, as vertical lines on every chart.
+fn markers(knee: Option<f64>, usl: Option<&serde_json::Value>) -> Vec<Marker> {
     let mut markers = Vec::new();
     if let Some(k) = knee {
         markers.push(Marker {
@@ -56,28 +64,39 @@ pub fn render_sweep(sw: &Sweep) -> String {
             label: format!("USL peak {}", num(px)),
         });
     }
+    markers
+}
 
+/// The "Saturation" section: knee, USL fit and best measured throughput as cards.
+fn saturation(
+    b: &mut String,
+    sw: &Sweep,
+    param: &str,
+    knee: Option<f64>,
+    usl: Option<&serde_json::Value>,
+) {
     b.push_str("<h2>Saturation</h2><div class=\"cards\">");
     if let Some(k) = knee {
-        card(&mut b, &num(k), &format!("knee ({param})"));
+        card(b, &num(k), &format!("knee ({param})"));
     }
     if let Some(u) = usl {
         if let (Some(px), Some(pt)) = (f(u, "peak_x"), f(u, "peak_throughput")) {
-            card(&mut b, &num(px), &format!("USL peak ({param})"));
-            card(&mut b, &num(pt), "USL peak throughput /s");
+            card(b, &num(px), &format!("USL peak ({param})"));
+            card(b, &num(pt), "USL peak throughput /s");
         }
         for k in ["sigma", "kappa", "lambda", "r2"] {
             if let Some(v) = f(u, k) {
-                card(&mut b, &format!("{v:.4}"), &format!("USL {k}"));
+                card(b, &format!("{v:.4}"), &format!("USL {k}"));
             }
         }
     }
-    if let Some(best) = t
+    if let Some(best) = sw
+        .table
         .xy("value", "throughput_per_s")
         .and_then(|p| means(&p).into_iter().max_by(|a, b| a.1.total_cmp(&b.1)))
     {
         card(
-            &mut b,
+            b,
             &num(best.1),
             &format!("best measured /s (at {})", num(best.0)),
         );
@@ -88,79 +107,103 @@ pub fn render_sweep(sw: &Sweep) -> String {
             let _ = writeln!(b, "<p class=\"sub\">{what}: {}</p>", esc(t));
         }
     }
+}
 
-    let vs = |title: &str, unit: &str, cols: &[(&str, &str)]| -> Chart {
-        let mut c = Chart::new(title, XKind::Linear, &param, unit);
-        c.markers = markers.clone();
-        for (col, name) in cols {
-            if let Some(p) = t.xy("value", col) {
-                let repeats = p.len() > means(&p).len();
-                c.push(Series::line(*name, means(&p)).styled(if repeats {
-                    Style::Line
-                } else {
-                    Style::LinePoints
-                }));
-                if repeats {
-                    let i = c.series.len() - 1;
-                    c.push(
-                        Series::line(format!("{name} (each repeat)"), p)
-                            .styled(Style::Points)
-                            .colored(i),
-                    );
-                }
-            }
-        }
-        c
+fn metric_charts(
+    sw: &Sweep,
+    param: &str,
+    markers: &[Marker],
+    usl: Option<&serde_json::Value>,
+) -> Vec<Chart> {
+    let vs = |title: &str, unit: &str, cols: &[(&str, &str)]| {
+        versus(sw, param, markers, title, unit, cols)
     };
     let mut thr = vs(
         "Throughput",
         "messages per second",
         &[("throughput_per_s", "throughput")],
     );
-    if let Some(u) = usl {
-        if let (Some(s), Some(k), Some(l)) = (f(u, "sigma"), f(u, "kappa"), f(u, "lambda")) {
-            let xs = t.col("value").unwrap_or_default();
-            let hi = xs
-                .iter()
-                .copied()
-                .filter(|x| x.is_finite())
-                .fold(0.0, f64::max);
-            let curve = (0..=100)
-                .map(|i| {
-                    let n = 1.0 + (hi - 1.0).max(0.0) * i as f64 / 100.0;
-                    (n, l * n / (1.0 + s * (n - 1.0) + k * n * (n - 1.0)))
-                })
-                .collect();
-            thr.push(Series::line("USL fit", curve).styled(Style::Dashed));
+    if let Some(curve) = usl.and_then(|u| usl_curve(sw, u)) {
+        thr.push(curve);
+    }
+    vec![
+        thr,
+        vs(
+            "Latency",
+            "latency (ms)",
+            &[
+                ("latency_mean_ms", "mean"),
+                ("latency_p50_ms", "p50"),
+                ("latency_p99_ms", "p99"),
+                ("ping_ms", "ping probe"),
+            ],
+        ),
+        vs("Errors", "errors", &[("errors", "errors")]),
+        vs("Server CPU", "percent (%)", &[("cpu_pct", "cpu")]),
+        vs(
+            "Network and disk",
+            "KB per second",
+            &[("net_kbps", "network"), ("disk_kbps", "disk")],
+        ),
+        vs("Disk latency", "milliseconds", &[("disk_ms", "ms per I/O")]),
+    ]
+}
+
+/// One chart of the given columns against the parameter: the mean per value as a line,
+/// plus each repeat as points when a value was measured more than once.
+fn versus(
+    sw: &Sweep,
+    param: &str,
+    markers: &[Marker],
+    title: &str,
+    unit: &str,
+    cols: &[(&str, &str)],
+) -> Chart {
+    let mut c = Chart::new(title, XKind::Linear, param, unit);
+    c.markers = markers.to_vec();
+    for (col, name) in cols {
+        if let Some(p) = sw.table.xy("value", col) {
+            let repeats = p.len() > means(&p).len();
+            c.push(Series::line(*name, means(&p)).styled(if repeats {
+                Style::Line
+            } else {
+                Style::LinePoints
+            }));
+            if repeats {
+                let i = c.series.len() - 1;
+                c.push(
+                    Series::line(format!("{name} (each repeat)"), p)
+                        .styled(Style::Points)
+                        .colored(i),
+                );
+            }
         }
     }
-    b.push_str("<h2>Metrics against the parameter</h2>\n");
-    charts(
-        &mut b,
-        &[
-            thr,
-            vs(
-                "Latency",
-                "latency (ms)",
-                &[
-                    ("latency_mean_ms", "mean"),
-                    ("latency_p50_ms", "p50"),
-                    ("latency_p99_ms", "p99"),
-                    ("ping_ms", "ping probe"),
-                ],
-            ),
-            vs("Errors", "errors", &[("errors", "errors")]),
-            vs("Server CPU", "percent (%)", &[("cpu_pct", "cpu")]),
-            vs(
-                "Network and disk",
-                "KB per second",
-                &[("net_kbps", "network"), ("disk_kbps", "disk")],
-            ),
-            vs("Disk latency", "milliseconds", &[("disk_ms", "ms per I/O")]),
-        ],
-    );
+    c
+}
 
-    // The table from the text cells, so that non-numeric columns (param) show.
+/// The fitted Universal Scalability Law throughput from 1 to the largest swept value.
+fn usl_curve(sw: &Sweep, u: &serde_json::Value) -> Option<Series> {
+    let (Some(s), Some(k), Some(l)) = (f(u, "sigma"), f(u, "kappa"), f(u, "lambda")) else {
+        return None;
+    };
+    let xs = sw.table.col("value").unwrap_or_default();
+    let hi = xs
+        .iter()
+        .copied()
+        .filter(|x| x.is_finite())
+        .fold(0.0, f64::max);
+    let curve = (0..=100)
+        .map(|i| {
+            let n = 1.0 + (hi - 1.0).max(0.0) * i as f64 / 100.0;
+            (n, l * n / (1.0 + s * (n - 1.0) + k * n * (n - 1.0)))
+        })
+        .collect();
+    Some(Series::line("USL fit", curve).styled(Style::Dashed))
+}
+
+/// The table from the text cells, so that non-numeric columns (param) show.
+fn steps_table(b: &mut String, sw: &Sweep) {
     let text = std::fs::read_to_string(sw.dir.join("sweep.csv")).unwrap_or_default();
     b.push_str("<h2>Steps</h2><div class=\"wide\"><table>");
     for (i, line) in text.lines().filter(|l| !l.trim().is_empty()).enumerate() {
@@ -175,23 +218,26 @@ pub fn render_sweep(sw: &Sweep) -> String {
         b.push_str("</tr>");
     }
     b.push_str("</table></div>\n");
-    if !sw.steps.is_empty() {
-        b.push_str("<p>Step results: ");
-        for (i, s) in sw.steps.iter().enumerate() {
-            let name = s
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            if i > 0 {
-                b.push_str(", ");
-            }
-            if s.join("report.html").is_file() {
-                let _ = write!(b, "<a href=\"{0}/report.html\">{0}</a>", esc(&name));
-            } else {
-                b.push_str(&esc(&name));
-            }
-        }
-        b.push_str("</p>\n");
+}
+
+fn step_links(b: &mut String, sw: &Sweep) {
+    if sw.steps.is_empty() {
+        return;
     }
-    page(&title, &b)
+    b.push_str("<p>Step results: ");
+    for (i, s) in sw.steps.iter().enumerate() {
+        let name = s
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if i > 0 {
+            b.push_str(", ");
+        }
+        if s.join("report.html").is_file() {
+            let _ = write!(b, "<a href=\"{0}/report.html\">{0}</a>", esc(&name));
+        } else {
+            b.push_str(&esc(&name));
+        }
+    }
+    b.push_str("</p>\n");
 }

@@ -12,6 +12,17 @@ fn d(us: u64) -> String {
 
 pub fn render(s: &Summary) -> String {
     let mut o = String::new();
+    // Mailbox access counts visits and what they read, not messages sent.
+    let retrieval = matches!(s.protocol.as_str(), "pop3" | "imap" | "pop3+imap");
+    headline(&mut o, s, retrieval);
+    phases(&mut o, s);
+    errors(&mut o, s);
+    footer(&mut o, s, retrieval);
+    o
+}
+
+/// The run, its counts, and its rates.
+fn headline(o: &mut String, s: &Summary, retrieval: bool) {
     let c = &s.totals;
     let _ = writeln!(
         o,
@@ -35,8 +46,6 @@ pub fn render(s: &Summary) -> String {
             "  (COUNTS DO NOT RECONCILE)"
         }
     );
-    // Mailbox access counts visits and what they read, not messages sent.
-    let retrieval = matches!(s.protocol.as_str(), "pop3" | "imap" | "pop3+imap");
     if retrieval {
         let _ = writeln!(
             o,
@@ -64,53 +73,68 @@ pub fn render(s: &Summary) -> String {
             c.connect_failures
         );
     }
-    if !s.phases.is_empty() {
+}
+
+/// The latency table, one row per protocol phase.
+fn phases(o: &mut String, s: &Summary) {
+    if s.phases.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "\n  {:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "phase", "count", "mean", "p50", "p90", "p99", "p99.9", "max"
+    );
+    for p in &s.phases {
         let _ = writeln!(
             o,
-            "\n  {:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-            "phase", "count", "mean", "p50", "p90", "p99", "p99.9", "max"
+            "  {:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            p.phase,
+            p.count,
+            d(p.mean_us as u64),
+            d(p.p50_us),
+            d(p.p90_us),
+            d(p.p99_us),
+            d(p.p999_us),
+            d(p.max_us)
         );
-        for p in &s.phases {
-            let _ = writeln!(
-                o,
-                "  {:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-                p.phase,
-                p.count,
-                d(p.mean_us as u64),
-                d(p.p50_us),
-                d(p.p90_us),
-                d(p.p99_us),
-                d(p.p999_us),
-                d(p.max_us)
-            );
-        }
     }
-    if !s.errors.is_empty() {
-        let _ = writeln!(o, "\n  {:>7}  error (phase, reply, text)", "count");
-        for e in s.errors.iter().take(20) {
-            let what = if e.code != 0 {
-                format!(
-                    "{} {}{}",
-                    e.phase,
-                    e.code,
-                    e.enhanced
-                        .as_deref()
-                        .map(|x| format!(" {x}"))
-                        .unwrap_or_default()
-                )
-            } else {
-                format!("{} {}", e.phase, e.kind)
-            };
-            let _ = writeln!(o, "  {:>7}  {:<18} {}", e.count, what, e.text);
-        }
-        if s.errors.len() > 20 {
-            let _ = writeln!(
-                o,
-                "  … {} more classes in errors.jsonl",
-                s.errors.len() - 20
-            );
-        }
+}
+
+/// The most frequent error classes; the rest are in errors.jsonl.
+fn errors(o: &mut String, s: &Summary) {
+    if s.errors.is_empty() {
+        return;
     }
+    let _ = writeln!(o, "\n  {:>7}  error (phase, reply, text)", "count");
+    for e in s.errors.iter().take(20) {
+        let what = if e.code != 0 {
+            format!(
+                "{} {}{}",
+                e.phase,
+                e.code,
+                e.enhanced
+                    .as_deref()
+                    .map(|x| format!(" {x}"))
+                    .unwrap_or_default()
+            )
+        } else {
+            format!("{} {}", e.phase, e.kind)
+        };
+        let _ = writeln!(o, "  {:>7}  {:<18} {}", e.count, what, e.text);
+    }
+    if s.errors.len() > 20 {
+        let _ = writeln!(
+            o,
+            "  … {} more classes in errors.jsonl",
+            s.errors.len() - 20
+        );
+    }
+}
+
+/// The generator's own CPU cost, then the warnings.
+fn footer(o: &mut String, s: &Summary, retrieval: bool) {
+    let c = &s.totals;
     let _ = writeln!(
         o,
         "\n  generator CPU {:.2}s ({:.1}% of {} cores{})",
@@ -130,5 +154,4 @@ pub fn render(s: &Summary) -> String {
     for w in &s.warnings {
         let _ = writeln!(o, "  warning: {w}");
     }
-    o
 }
