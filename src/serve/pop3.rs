@@ -25,28 +25,38 @@ struct Maildrop {
     messages: Vec<Message>,
 }
 
+/// Whether the connection stays open after a command.
+enum Next {
+    Continue,
+    Close,
+}
+
+/// One connection's state: AUTHORIZATION until `drop` is opened, TRANSACTION after.
+struct Session<'a> {
+    sh: &'a Shared,
+    /// The APOP timestamp of the greeting.
+    stamp: String,
+    user: Option<String>,
+    drop: Option<Maildrop>,
+    errors: u32,
+}
+
 pub(crate) async fn run(conn: &mut Conn, sh: &Shared) -> Result<(), ConnError> {
-    // The timestamp offers APOP (RFC 1939 7): unique per connection.
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let stamp = format!(
-        "<{}.{}.{nanos}@{}>",
-        std::process::id(),
-        sh.next_id(),
-        sh.hostname
-    );
+    let stamp = apop_stamp(sh);
     conn.queue(format!("+OK spate POP3 ready {stamp}\r\n").as_bytes());
-    let mut user: Option<String> = None;
-    let mut drop: Option<Maildrop> = None;
-    let mut errors = 0;
+    let mut s = Session {
+        sh,
+        stamp,
+        user: None,
+        drop: None,
+        errors: 0,
+    };
     loop {
         let line = match conn.read_line(MAX_LINE).await {
             Ok(l) => l,
             Err(ConnError::LineTooLong) => {
                 conn.queue(b"-ERR line too long\r\n");
-                errors += 1;
-                if errors >= MAX_ERRORS {
+                if s.too_many_errors() {
                     return Ok(());
                 }
                 continue;
@@ -61,141 +71,200 @@ pub(crate) async fn run(conn: &mut Conn, sh: &Shared) -> Result<(), ConnError> {
             Ok(c) => c,
             Err(e) => {
                 conn.queue(format!("-ERR {e}\r\n").as_bytes());
-                errors += 1;
-                if errors >= MAX_ERRORS {
+                if s.too_many_errors() {
                     return Ok(());
                 }
                 continue;
             }
         };
-        let Some(md) = &mut drop else {
-            match cmd {
-                Command::Capa => capa(conn, false),
-                Command::Stls if conn.is_tls() => conn.queue(b"-ERR TLS already active\r\n"),
-                Command::Stls => {
-                    conn.queue(b"+OK begin TLS\r\n");
-                    conn.starttls(&sh.tls).await?;
-                    sh.stats.tls_session();
-                    user = None;
-                }
-                Command::User(u) => {
-                    user = Some(u);
-                    conn.queue(b"+OK send PASS\r\n");
-                }
-                Command::Pass(p) => match user.take() {
-                    None => conn.queue(b"-ERR USER first\r\n"),
-                    Some(u) => drop = login(conn, sh, &u, sh.users.check(&u, &p)),
-                },
-                Command::Apop { user: u, digest } => {
-                    // Needs the plain password: known with a users table; without one,
-                    // any digest of a local user passes (as any password does).
-                    let ok = match sh.users.password(&u) {
-                        Some(p) => crate::proto::pop3_client::apop_digest(&stamp, p) == digest,
-                        None => !sh.users.has_table() && sh.users.check(&u, ""),
-                    };
-                    drop = login(conn, sh, &u, ok);
-                }
-                Command::Auth { mechanism, initial } if mechanism == "PLAIN" => {
-                    let decoded = match initial {
-                        Some(i) => sasl::decode(&i),
-                        None => {
-                            conn.queue(b"+ \r\n");
-                            let l = conn.read_line(MAX_LINE * 12).await?;
-                            sasl::decode(&String::from_utf8_lossy(&l))
-                        }
-                    };
-                    match decoded.and_then(|d| sasl::plain(&d)) {
-                        Ok((u, p)) => drop = login(conn, sh, &u, sh.users.check(&u, &p)),
-                        Err(e) => conn.queue(format!("-ERR {e}\r\n").as_bytes()),
-                    }
-                }
-                Command::Auth { .. } => conn.queue(b"-ERR unsupported mechanism\r\n"),
-                Command::Noop => conn.queue(b"+OK\r\n"),
-                Command::Quit => {
-                    conn.queue(b"+OK bye\r\n");
-                    return Ok(());
-                }
-                _ => conn.queue(b"-ERR not in TRANSACTION state\r\n"),
-            }
-            continue;
+        let next = match &mut s.drop {
+            Some(md) => transaction(conn, sh, md, cmd),
+            None => s.authorization(conn, cmd).await?,
         };
-        match cmd {
-            Command::Capa => capa(conn, true),
-            Command::Stat => {
-                let (n, size) = md
-                    .messages
-                    .iter()
-                    .filter(|m| !m.deleted)
-                    .fold((0, 0), |(n, s), m| (n + 1, s + m.size));
-                conn.queue(format!("+OK {n} {size}\r\n").as_bytes());
-            }
-            Command::List(None) | Command::Uidl(None) => {
-                let uidl = matches!(cmd, Command::Uidl(_));
-                let mut out = String::from("+OK\r\n");
-                for (i, m) in md.messages.iter().enumerate().filter(|(_, m)| !m.deleted) {
-                    out.push_str(&entry(i, m, uidl, md.uid_validity));
-                }
-                out.push_str(".\r\n");
-                conn.queue(out.as_bytes());
-            }
-            Command::List(Some(n)) | Command::Uidl(Some(n)) => {
-                let uidl = matches!(cmd, Command::Uidl(_));
-                match pick(md, n) {
-                    Some(i) => {
-                        let e = entry(i, &md.messages[i], uidl, md.uid_validity);
-                        conn.queue(format!("+OK {e}").as_bytes());
-                    }
-                    None => conn.queue(b"-ERR no such message\r\n"),
-                }
-            }
-            Command::Retr(n) | Command::Top { msg: n, .. } => match pick(md, n) {
-                Some(i) => {
-                    let m = &md.messages[i];
-                    let body = match cmd {
-                        Command::Top { lines, .. } => pop3::top(&m.data, lines),
-                        _ => &m.data[..],
-                    };
-                    conn.queue(format!("+OK {} octets\r\n", m.size).as_bytes());
-                    conn.queue(&stuff(body));
-                    if matches!(cmd, Command::Retr(_)) {
-                        sh.stats.retrieved();
-                    }
-                }
-                None => conn.queue(b"-ERR no such message\r\n"),
-            },
-            Command::Dele(n) => match pick(md, n) {
-                Some(i) => {
-                    md.messages[i].deleted = true;
-                    conn.queue(b"+OK marked\r\n");
-                }
-                None => conn.queue(b"-ERR no such message\r\n"),
-            },
-            Command::Rset => {
-                for m in &mut md.messages {
-                    m.deleted = false;
-                }
-                conn.queue(b"+OK\r\n");
-            }
-            Command::Noop => conn.queue(b"+OK\r\n"),
-            Command::Quit => {
-                let uids: Vec<u32> = md
-                    .messages
-                    .iter()
-                    .filter(|m| m.deleted)
-                    .map(|m| m.uid)
-                    .collect();
-                let n = if uids.is_empty() {
-                    0
-                } else {
-                    sh.store
-                        .with_mailbox(&md.mailbox, |mb| mb.remove_uids(&uids))
-                };
-                conn.queue(format!("+OK bye, {n} deleted\r\n").as_bytes());
-                return Ok(());
-            }
-            _ => conn.queue(b"-ERR already authenticated\r\n"),
+        if let Next::Close = next {
+            return Ok(());
         }
     }
+}
+
+/// The timestamp offers APOP (RFC 1939 7): unique per connection.
+fn apop_stamp(sh: &Shared) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!(
+        "<{}.{}.{nanos}@{}>",
+        std::process::id(),
+        sh.next_id(),
+        sh.hostname
+    )
+}
+
+impl Session<'_> {
+    /// Counts a bad line; true when the client has had enough chances.
+    fn too_many_errors(&mut self) -> bool {
+        self.errors += 1;
+        self.errors >= MAX_ERRORS
+    }
+
+    /// A command in the AUTHORIZATION state (RFC 1939 4).
+    async fn authorization(&mut self, conn: &mut Conn, cmd: Command) -> Result<Next, ConnError> {
+        let sh = self.sh;
+        match cmd {
+            Command::Capa => capa(conn, false),
+            Command::Stls if conn.is_tls() => conn.queue(b"-ERR TLS already active\r\n"),
+            Command::Stls => {
+                conn.queue(b"+OK begin TLS\r\n");
+                conn.starttls(&sh.tls).await?;
+                sh.stats.tls_session();
+                self.user = None;
+            }
+            Command::User(u) => {
+                self.user = Some(u);
+                conn.queue(b"+OK send PASS\r\n");
+            }
+            Command::Pass(p) => match self.user.take() {
+                None => conn.queue(b"-ERR USER first\r\n"),
+                Some(u) => self.drop = login(conn, sh, &u, sh.users.check(&u, &p)),
+            },
+            Command::Apop { user: u, digest } => {
+                // Needs the plain password: known with a users table; without one,
+                // any digest of a local user passes (as any password does).
+                let ok = match sh.users.password(&u) {
+                    Some(p) => crate::proto::pop3_client::apop_digest(&self.stamp, p) == digest,
+                    None => !sh.users.has_table() && sh.users.check(&u, ""),
+                };
+                self.drop = login(conn, sh, &u, ok);
+            }
+            Command::Auth { mechanism, initial } if mechanism == "PLAIN" => {
+                self.auth_plain(conn, initial).await?;
+            }
+            Command::Auth { .. } => conn.queue(b"-ERR unsupported mechanism\r\n"),
+            Command::Noop => conn.queue(b"+OK\r\n"),
+            Command::Quit => {
+                conn.queue(b"+OK bye\r\n");
+                return Ok(Next::Close);
+            }
+            _ => conn.queue(b"-ERR not in TRANSACTION state\r\n"),
+        }
+        Ok(Next::Continue)
+    }
+
+    /// AUTH PLAIN (RFC 5034), the credentials inline or after a `+` continuation.
+    async fn auth_plain(
+        &mut self,
+        conn: &mut Conn,
+        initial: Option<String>,
+    ) -> Result<(), ConnError> {
+        let decoded = match initial {
+            Some(i) => sasl::decode(&i),
+            None => {
+                conn.queue(b"+ \r\n");
+                let l = conn.read_line(MAX_LINE * 12).await?;
+                sasl::decode(&String::from_utf8_lossy(&l))
+            }
+        };
+        match decoded.and_then(|d| sasl::plain(&d)) {
+            Ok((u, p)) => self.drop = login(conn, self.sh, &u, self.sh.users.check(&u, &p)),
+            Err(e) => conn.queue(format!("-ERR {e}\r\n").as_bytes()),
+        }
+        Ok(())
+    }
+}
+
+/// A command in the TRANSACTION state (RFC 1939 5).
+fn transaction(conn: &mut Conn, sh: &Shared, md: &mut Maildrop, cmd: Command) -> Next {
+    match cmd {
+        Command::Capa => capa(conn, true),
+        Command::Stat => {
+            let (n, size) = md
+                .messages
+                .iter()
+                .filter(|m| !m.deleted)
+                .fold((0, 0), |(n, s), m| (n + 1, s + m.size));
+            conn.queue(format!("+OK {n} {size}\r\n").as_bytes());
+        }
+        Command::List(n) => list(conn, md, n, false),
+        Command::Uidl(n) => list(conn, md, n, true),
+        Command::Retr(n) => retrieve(conn, sh, md, n, None),
+        Command::Top { msg, lines } => retrieve(conn, sh, md, msg, Some(lines)),
+        Command::Dele(n) => match pick(md, n) {
+            Some(i) => {
+                md.messages[i].deleted = true;
+                conn.queue(b"+OK marked\r\n");
+            }
+            None => conn.queue(b"-ERR no such message\r\n"),
+        },
+        Command::Rset => {
+            for m in &mut md.messages {
+                m.deleted = false;
+            }
+            conn.queue(b"+OK\r\n");
+        }
+        Command::Noop => conn.queue(b"+OK\r\n"),
+        Command::Quit => {
+            quit(conn, sh, md);
+            return Next::Close;
+        }
+        _ => conn.queue(b"-ERR already authenticated\r\n"),
+    }
+    Next::Continue
+}
+
+/// LIST or UIDL: every message still there, or message `n` alone.
+fn list(conn: &mut Conn, md: &Maildrop, n: Option<u32>, uidl: bool) {
+    match n {
+        None => {
+            let mut out = String::from("+OK\r\n");
+            for (i, m) in md.messages.iter().enumerate().filter(|(_, m)| !m.deleted) {
+                out.push_str(&entry(i, m, uidl, md.uid_validity));
+            }
+            out.push_str(".\r\n");
+            conn.queue(out.as_bytes());
+        }
+        Some(n) => match pick(md, n) {
+            Some(i) => {
+                let e = entry(i, &md.messages[i], uidl, md.uid_validity);
+                conn.queue(format!("+OK {e}").as_bytes());
+            }
+            None => conn.queue(b"-ERR no such message\r\n"),
+        },
+    }
+}
+
+/// RETR, or TOP with the number of body lines; only RETR counts as a retrieval.
+fn retrieve(conn: &mut Conn, sh: &Shared, md: &Maildrop, n: u32, top: Option<u32>) {
+    let Some(i) = pick(md, n) else {
+        conn.queue(b"-ERR no such message\r\n");
+        return;
+    };
+    let m = &md.messages[i];
+    let body = match top {
+        Some(lines) => pop3::top(&m.data, lines),
+        None => &m.data[..],
+    };
+    conn.queue(format!("+OK {} octets\r\n", m.size).as_bytes());
+    conn.queue(&stuff(body));
+    if top.is_none() {
+        sh.stats.retrieved();
+    }
+}
+
+/// The UPDATE state: the messages marked by DELE leave the store.
+fn quit(conn: &mut Conn, sh: &Shared, md: &Maildrop) {
+    let uids: Vec<u32> = md
+        .messages
+        .iter()
+        .filter(|m| m.deleted)
+        .map(|m| m.uid)
+        .collect();
+    let n = if uids.is_empty() {
+        0
+    } else {
+        sh.store
+            .with_mailbox(&md.mailbox, |mb| mb.remove_uids(&uids))
+    };
+    conn.queue(format!("+OK bye, {n} deleted\r\n").as_bytes());
 }
 
 fn capa(conn: &mut Conn, authed: bool) {
