@@ -372,16 +372,7 @@ impl Ledger {
         log: &SentLog,
         foreign: &mut u64,
     ) -> RuleResult {
-        let mut by_seq: HashMap<u64, Vec<&Hit>> = HashMap::new();
-        for h in self.hits.iter().filter(|h| h.rule == idx) {
-            if Some(h.run) == run {
-                by_seq.entry(h.seq).or_default().push(h);
-            } else {
-                // Caused by another run's message: not this run's business.
-                *foreign += 1;
-            }
-        }
-        let name = |id: u32| self.mailboxes.name(id);
+        let mut by_seq = self.rule_hits(idx, run, foreign);
         let mut res = RuleResult {
             kind: rule.kind.clone(),
             per: match rule.per {
@@ -394,80 +385,120 @@ impl Ledger {
             misplaced: 0,
             ok: false,
         };
-        let count = rule.count as u64;
         for m in &log.messages {
-            let rcpts: Vec<&str> = log
-                .recipients(m)
-                .iter()
-                .map(|&r| log.addrs.name(r))
-                .filter(|a| glob(&rule.to, a))
-                .collect();
-            let hits = by_seq.remove(&m.seq).unwrap_or_default();
-            let sender = log.addrs.name(m.from);
-            // Is the hit in the mailbox the rule names (for recipient `rcpt` if known)?
-            let placed = |h: &Hit, rcpt: Option<&str>| match &rule.within {
-                Where::Sender => name(h.mailbox) == sender,
-                Where::Address(a) => name(h.mailbox) == a,
-                Where::Recipient => match rcpt {
-                    Some(r) => name(h.mailbox) == r,
-                    None => rcpts.contains(&name(h.mailbox)),
-                },
+            let unit = Expected {
+                mailboxes: &self.mailboxes,
+                rule,
+                sender: log.addrs.name(m.from),
+                rcpts: log
+                    .recipients(m)
+                    .iter()
+                    .map(|&r| log.addrs.name(r))
+                    .filter(|a| glob(&rule.to, a))
+                    .collect(),
             };
-            if rcpts.is_empty() {
+            let hits = by_seq.remove(&m.seq).unwrap_or_default();
+            if unit.rcpts.is_empty() {
                 res.extra += hits.len() as u64;
                 continue;
             }
             match rule.per {
-                Per::Message => {
-                    res.expected += count;
-                    let (ok, bad): (Vec<_>, Vec<_>) =
-                        hits.into_iter().partition(|h| placed(h, None));
-                    res.misplaced += bad.len() as u64;
-                    let n = ok.len() as u64;
-                    res.found += n.min(count);
-                    res.extra += n.saturating_sub(count);
-                }
-                Per::Recipient => {
-                    res.expected += count * rcpts.len() as u64;
-                    // Hits naming their recipient first; the others fill the gaps.
-                    let mut per_rcpt = vec![0u64; rcpts.len()];
-                    let mut anonymous = 0u64;
-                    for h in hits {
-                        let about = match (h.rcpt, &rule.within) {
-                            (Some(r), _) => Some(name(r)),
-                            (None, Where::Recipient) => Some(name(h.mailbox)),
-                            (None, _) => None,
-                        };
-                        if !placed(h, about) {
-                            res.misplaced += 1;
-                            continue;
-                        }
-                        match about {
-                            Some(a) => match rcpts.iter().position(|r| *r == a) {
-                                Some(i) => per_rcpt[i] += 1,
-                                None => res.extra += 1,
-                            },
-                            None => anonymous += 1,
-                        }
-                    }
-                    for n in per_rcpt {
-                        let mut n = n;
-                        if n < count {
-                            let fill = (count - n).min(anonymous);
-                            anonymous -= fill;
-                            n += fill;
-                        }
-                        res.found += n.min(count);
-                        res.extra += n.saturating_sub(count);
-                    }
-                    res.extra += anonymous;
-                }
+                Per::Message => unit.per_message(&mut res, hits),
+                Per::Recipient => unit.per_recipient(&mut res, hits),
             }
         }
         // Hits about messages the sent log does not have.
         res.extra += by_seq.values().map(|v| v.len() as u64).sum::<u64>();
         res.ok = res.found == res.expected && res.extra == 0 && res.misplaced == 0;
         res
+    }
+
+    /// This run's hits of rule `idx` by seq; the other runs' are counted in `foreign`.
+    fn rule_hits(&self, idx: u16, run: Option<u32>, foreign: &mut u64) -> HashMap<u64, Vec<&Hit>> {
+        let mut by_seq: HashMap<u64, Vec<&Hit>> = HashMap::new();
+        for h in self.hits.iter().filter(|h| h.rule == idx) {
+            if Some(h.run) == run {
+                by_seq.entry(h.seq).or_default().push(h);
+            } else {
+                // Caused by another run's message: not this run's business.
+                *foreign += 1;
+            }
+        }
+        by_seq
+    }
+}
+
+/// What a rule expects of one sent message.
+struct Expected<'a> {
+    mailboxes: &'a Interner,
+    rule: &'a Rule,
+    sender: &'a str,
+    /// The message's recipients the rule applies to.
+    rcpts: Vec<&'a str>,
+}
+
+impl<'a> Expected<'a> {
+    fn name(&self, id: u32) -> &'a str {
+        self.mailboxes.name(id)
+    }
+
+    /// Is the hit in the mailbox the rule names (for recipient `rcpt` if known)?
+    fn placed(&self, h: &Hit, rcpt: Option<&str>) -> bool {
+        match &self.rule.within {
+            Where::Sender => self.name(h.mailbox) == self.sender,
+            Where::Address(a) => self.name(h.mailbox) == a,
+            Where::Recipient => match rcpt {
+                Some(r) => self.name(h.mailbox) == r,
+                None => self.rcpts.contains(&self.name(h.mailbox)),
+            },
+        }
+    }
+
+    fn per_message(&self, res: &mut RuleResult, hits: Vec<&Hit>) {
+        let count = self.rule.count as u64;
+        res.expected += count;
+        let (ok, bad): (Vec<_>, Vec<_>) = hits.into_iter().partition(|h| self.placed(h, None));
+        res.misplaced += bad.len() as u64;
+        let n = ok.len() as u64;
+        res.found += n.min(count);
+        res.extra += n.saturating_sub(count);
+    }
+
+    fn per_recipient(&self, res: &mut RuleResult, hits: Vec<&Hit>) {
+        let count = self.rule.count as u64;
+        res.expected += count * self.rcpts.len() as u64;
+        // Hits naming their recipient first; the others fill the gaps.
+        let mut per_rcpt = vec![0u64; self.rcpts.len()];
+        let mut anonymous = 0u64;
+        for h in hits {
+            let about = match (h.rcpt, &self.rule.within) {
+                (Some(r), _) => Some(self.name(r)),
+                (None, Where::Recipient) => Some(self.name(h.mailbox)),
+                (None, _) => None,
+            };
+            if !self.placed(h, about) {
+                res.misplaced += 1;
+                continue;
+            }
+            match about {
+                Some(a) => match self.rcpts.iter().position(|r| *r == a) {
+                    Some(i) => per_rcpt[i] += 1,
+                    None => res.extra += 1,
+                },
+                None => anonymous += 1,
+            }
+        }
+        for n in per_rcpt {
+            let mut n = n;
+            if n < count {
+                let fill = (count - n).min(anonymous);
+                anonymous -= fill;
+                n += fill;
+            }
+            res.found += n.min(count);
+            res.extra += n.saturating_sub(count);
+        }
+        res.extra += anonymous;
     }
 }
 
