@@ -64,13 +64,7 @@ pub fn invocation(
         .get_arguments()
         .filter_map(|a| arg_key(a).map(|k| (k, a.clone())))
         .collect();
-    let mut merged: Vec<&Entry> = Vec::new();
-    for layer in layers {
-        for e in layer.iter().filter(|e| !special.contains(&e.key.as_str())) {
-            merged.retain(|m| m.key != e.key);
-            merged.push(e);
-        }
-    }
+    let merged = merge(layers, special);
     let mut options = Vec::new();
     let mut positionals: Vec<(usize, Vec<String>)> = Vec::new();
     // Which key each clap argument came from, to point clap's errors at it.
@@ -90,56 +84,13 @@ pub fn invocation(
                 ),
             ));
         };
-        let bad = |what: &str| {
-            src.err(
-                &e.value.span,
-                format!(
-                    "{label} \"{}\": expected {what}, found {}",
-                    e.key,
-                    e.value.kind.type_name()
-                ),
-            )
-        };
-        let words: Vec<String> = if is_flag(a) {
-            match e.value.kind {
-                Kind::Bool(true) => vec![String::new()],
-                Kind::Bool(false) => Vec::new(),
-                _ => return Err(bad("true or false")),
-            }
-        } else if matches!(a.get_action(), clap::ArgAction::Count) {
-            match e.value.kind {
-                Kind::Int(n) if (0..=255).contains(&n) => vec![String::new(); n as usize],
-                _ => return Err(bad("a count (an integer)")),
-            }
-        } else {
-            match &e.value.kind {
-                Kind::Array(items) if is_multiple(a) => items
-                    .iter()
-                    .map(|i| {
-                        i.scalar_word()
-                            .ok_or_else(|| bad("a list of strings or numbers"))
-                    })
-                    .collect::<Res<_>>()?,
-                Kind::Array(_) => return Err(bad("one value (this option is not repeatable)")),
-                Kind::Table(_) => return Err(bad("a value")),
-                _ => vec![e.value.scalar_word().unwrap_or_default()],
-            }
-        };
+        let words = words(src, e, a, label)?;
         let long = a.get_long().unwrap_or(a.get_id().as_str()).to_string();
         origin.push((long.clone(), e.value.span.clone()));
         if a.is_positional() {
             positionals.push((a.get_index().unwrap_or(0), words));
-            continue;
-        }
-        for w in words {
-            if w.is_empty() {
-                options.push(format!("--{long}"));
-            } else if w.starts_with('-') {
-                options.push(format!("--{long}={w}"));
-            } else {
-                options.push(format!("--{long}"));
-                options.push(w);
-            }
+        } else {
+            push_option(&mut options, &long, words);
         }
     }
     positionals.sort_by_key(|(i, _)| *i);
@@ -153,24 +104,101 @@ pub fn invocation(
         args: options,
         wants_out: args.iter().any(|(k, _)| k == "out") && !merged.iter().any(|e| e.key == "out"),
     };
-    // The same parser as the command line: every value check clap does happens here.
-    if let Err(e) = <crate::cli::Cli as clap::Parser>::try_parse_from(inv.argv(None)) {
-        let which = match e.get(clap::error::ContextKind::InvalidArg) {
-            Some(clap::error::ContextValue::String(s)) => s
-                .trim_start_matches('-')
-                .split([' ', '='])
-                .next()
-                .unwrap_or("")
-                .to_string(),
-            _ => String::new(),
-        };
-        let at = origin
-            .iter()
-            .find(|(k, _)| k == &which || k.to_uppercase() == which.trim_matches(['<', '>']))
-            .map_or(span.clone(), |(_, s)| s.clone());
-        return Err(src.err(&at, format!("{label}: {}", super::doc::clap_line(&e))));
-    }
+    check_with_clap(src, &inv, &origin, span, label)?;
     Ok(inv)
+}
+
+/// The keys of all layers but the special ones; a key set again moves to its last place.
+fn merge<'e>(layers: &[&'e [Entry]], special: &[&str]) -> Vec<&'e Entry> {
+    let mut merged: Vec<&Entry> = Vec::new();
+    for layer in layers {
+        for e in layer.iter().filter(|e| !special.contains(&e.key.as_str())) {
+            merged.retain(|m| m.key != e.key);
+            merged.push(e);
+        }
+    }
+    merged
+}
+
+/// The values of key `e` for argument `a`: an empty word stands for a bare flag.
+fn words(src: &Source, e: &Entry, a: &clap::Arg, label: &str) -> Res<Vec<String>> {
+    let bad = |what: &str| {
+        src.err(
+            &e.value.span,
+            format!(
+                "{label} \"{}\": expected {what}, found {}",
+                e.key,
+                e.value.kind.type_name()
+            ),
+        )
+    };
+    Ok(if is_flag(a) {
+        match e.value.kind {
+            Kind::Bool(true) => vec![String::new()],
+            Kind::Bool(false) => Vec::new(),
+            _ => return Err(bad("true or false")),
+        }
+    } else if matches!(a.get_action(), clap::ArgAction::Count) {
+        match e.value.kind {
+            Kind::Int(n) if (0..=255).contains(&n) => vec![String::new(); n as usize],
+            _ => return Err(bad("a count (an integer)")),
+        }
+    } else {
+        match &e.value.kind {
+            Kind::Array(items) if is_multiple(a) => items
+                .iter()
+                .map(|i| {
+                    i.scalar_word()
+                        .ok_or_else(|| bad("a list of strings or numbers"))
+                })
+                .collect::<Res<_>>()?,
+            Kind::Array(_) => return Err(bad("one value (this option is not repeatable)")),
+            Kind::Table(_) => return Err(bad("a value")),
+            _ => vec![e.value.scalar_word().unwrap_or_default()],
+        }
+    })
+}
+
+fn push_option(options: &mut Vec<String>, long: &str, words: Vec<String>) {
+    for w in words {
+        if w.is_empty() {
+            options.push(format!("--{long}"));
+        } else if w.starts_with('-') {
+            // Joined, or clap would take the value for an option of its own.
+            options.push(format!("--{long}={w}"));
+        } else {
+            options.push(format!("--{long}"));
+            options.push(w);
+        }
+    }
+}
+
+/// The same parser as the command line: every value check clap does happens here.
+/// Its error points at the key the offending argument came from, else at `span`.
+fn check_with_clap(
+    src: &Source,
+    inv: &Invocation,
+    origin: &[(String, Range<usize>)],
+    span: &Range<usize>,
+    label: &str,
+) -> Res<()> {
+    let Err(e) = <crate::cli::Cli as clap::Parser>::try_parse_from(inv.argv(None)) else {
+        return Ok(());
+    };
+    let which = match e.get(clap::error::ContextKind::InvalidArg) {
+        Some(clap::error::ContextValue::String(s)) => s
+            .trim_start_matches('-')
+            .split([' ', '='])
+            .next()
+            .unwrap_or("")
+            .to_string(),
+        _ => String::new(),
+    };
+    let at = origin
+        .iter()
+        .find(|(k, _)| k == &which || k.to_uppercase() == which.trim_matches(['<', '>']))
+        .map_or(span.clone(), |(_, s)| s.clone());
+    Err(src.err(&at, format!("{label}: {}", super::doc::clap_line(&e))))
 }
 
 /// A group total (rate, users, count) scaled by a workload's share of the weights.

@@ -14,6 +14,10 @@ use crate::units;
 use crate::UsageError;
 pub use options::{arg_key, is_flag, is_multiple, subcommand, subcommand_names};
 
+#[path = "spec_vars.rs"]
+mod spec_vars;
+use spec_vars::variables;
+
 type Res<T> = Result<T, UsageError>;
 
 const TOP: [&str; 12] = [
@@ -129,134 +133,14 @@ struct Loader<'a> {
 pub fn load(src: Source, overrides: &[(String, String)]) -> Res<Scenario> {
     let mut root = src.parse()?;
     let top = root.as_table().unwrap_or_default().to_vec();
-    for e in &top {
-        if !TOP.contains(&e.key.as_str()) {
-            return Err(src.err(
-                &e.key_span,
-                format!(
-                    "unknown section or key \"{}\"{}",
-                    e.key,
-                    suggest(&e.key, TOP)
-                ),
-            ));
-        }
-    }
-    let get = |k: &str| top.iter().find(|e| e.key == k);
-    let has_server = get("server").is_some();
-    // Variables first: they may use ${env:...} but not each other.
-    let mut vars = HashMap::new();
-    if let Some(v) = get("vars") {
-        for e in table(&src, &v.value, "[vars]")? {
-            let word = e.value.scalar_word().ok_or_else(|| {
-                src.err(
-                    &e.value.span,
-                    format!("[vars] \"{}\": expected a string or number", e.key),
-                )
-            })?;
-            let empty = HashMap::new();
-            let value = vars::substitute(&src, &word, &e.value.span, &empty, has_server)?;
-            vars.insert(e.key.clone(), value);
-        }
-    }
-    // [matrix]: variables with a list of values; the whole scenario runs once per
-    // combination. Each is a variable whose value here is the first (or the --set one).
-    let mut matrix = Vec::new();
-    if let Some(m) = get("matrix") {
-        for e in table(&src, &m.value, "[matrix]")? {
-            let Kind::Array(items) = &e.value.kind else {
-                return Err(src.err(
-                    &e.value.span,
-                    format!("[matrix] \"{}\": expected a list of values", e.key),
-                ));
-            };
-            let values = items
-                .iter()
-                .map(|i| {
-                    i.scalar_word()
-                        .ok_or_else(|| src.err(&i.span, "[matrix]: expected strings or numbers"))
-                })
-                .collect::<Res<Vec<_>>>()?;
-            if values.is_empty() {
-                return Err(src.err(&e.value.span, "[matrix]: an empty list runs nothing"));
-            }
-            if vars.contains_key(&e.key) {
-                return Err(src.err(
-                    &e.key_span,
-                    format!("\"{}\" is in [vars] and in [matrix]", e.key),
-                ));
-            }
-            vars.insert(e.key.clone(), values[0].clone());
-            if !overrides.iter().any(|(k, _)| k == &e.key) {
-                matrix.push((e.key.clone(), values));
-            }
-        }
-    }
-    for (k, v) in overrides {
-        if !vars.contains_key(k) {
-            let names: Vec<&str> = vars.keys().map(String::as_str).collect();
-            return Err(UsageError(format!(
-                "--set {k}: {} has no variable \"{k}\" in [vars]{}",
-                src.name,
-                suggest(k, names)
-            )));
-        }
-        vars.insert(k.clone(), v.clone());
-    }
-    // ${step.NAME}: the results directory of step NAME (for a later verify or report step).
-    if let Some(Kind::Array(items)) = get("step").map(|e| &e.value.kind) {
-        for (i, item) in items.iter().enumerate() {
-            let name = item
-                .as_table()
-                .and_then(|t| t.iter().find(|e| e.key == "name"))
-                .and_then(|e| e.value.as_str())
-                .map_or(format!("step{}", i + 1), str::to_string);
-            vars.insert(
-                format!("step.{name}"),
-                format!("${{out}}/{:02}-{name}", i + 1),
-            );
-        }
-    }
+    check_top(&src, &top)?;
+    let has_server = top.iter().any(|e| e.key == "server");
+    let (vars, matrix) = variables(&src, &top, overrides, has_server)?;
     vars::substitute_tree(&src, &mut root, &vars, has_server)?;
     let top = root.as_table().unwrap_or_default();
     let get = |k: &str| top.iter().find(|e| e.key == k);
 
-    let mut l = Loader {
-        src: &src,
-        sets: HashMap::new(),
-        defaults: HashMap::new(),
-    };
-    for kind in SET_KINDS {
-        if let Some(e) = get(kind) {
-            for set in table(&src, &e.value, &format!("[{kind}]"))? {
-                let body = table(&src, &set.value, &format!("[{kind}.{}]", set.key))?;
-                if let Some((other, _)) = l.sets.insert(set.key.clone(), (kind, body)) {
-                    return Err(src.err(
-                        &set.key_span,
-                        format!("\"{}\" is defined in [{other}] and in [{kind}]", set.key),
-                    ));
-                }
-            }
-        }
-    }
-    if let Some(e) = get("defaults") {
-        let names = subcommand_names();
-        for d in table(&src, &e.value, "[defaults]")? {
-            if !names.contains(&d.key) {
-                return Err(src.err(
-                    &d.key_span,
-                    format!(
-                        "[defaults.{}]: no such command{}",
-                        d.key,
-                        suggest(&d.key, names.iter().map(String::as_str))
-                    ),
-                ));
-            }
-            l.defaults.insert(
-                d.key.clone(),
-                table(&src, &d.value, &format!("[defaults.{}]", d.key))?,
-            );
-        }
-    }
+    let l = Loader::new(&src, top)?;
     let server = match get("server") {
         Some(e) => {
             let body = table(&src, &e.value, "[server]")?;
@@ -271,29 +155,7 @@ pub fn load(src: Source, overrides: &[(String, String)]) -> Res<Scenario> {
         }
         None => None,
     };
-    let mut steps: Vec<Step> = Vec::new();
-    if let Some(e) = get("step") {
-        let Kind::Array(items) = &e.value.kind else {
-            return Err(src.err(&e.value.span, "expected [[step]] tables"));
-        };
-        for item in items {
-            let body = table(&src, item, "[[step]]")?;
-            let step = l.step(body, &item.span, steps.len())?;
-            if let Some(prev) = steps.iter().find(|s| s.name == step.name) {
-                return Err(src.err(
-                    &item.span,
-                    format!(
-                        "two steps are named \"{}\": give one a name = \"...\"",
-                        prev.name
-                    ),
-                ));
-            }
-            steps.push(step);
-        }
-    }
-    if steps.is_empty() {
-        return Err(src.err(&(0..0), "no [[step]]: nothing to run"));
-    }
+    let steps = l.steps(get("step"))?;
     let mut thresholds = Vec::new();
     if let Some(e) = get("thresholds") {
         for (text, span) in strings(&src, &e.value, "thresholds")? {
@@ -328,6 +190,22 @@ pub fn load(src: Source, overrides: &[(String, String)]) -> Res<Scenario> {
         report,
         abort_on_fail,
     })
+}
+
+fn check_top(src: &Source, top: &[Entry]) -> Res<()> {
+    for e in top {
+        if !TOP.contains(&e.key.as_str()) {
+            return Err(src.err(
+                &e.key_span,
+                format!(
+                    "unknown section or key \"{}\"{}",
+                    e.key,
+                    suggest(&e.key, TOP)
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn table<'a>(src: &Source, n: &'a Node, what: &str) -> Res<&'a [Entry]> {
@@ -379,6 +257,78 @@ fn thresholds(src: &Source, body: &[Entry]) -> Res<Vec<Check>> {
 }
 
 impl<'a> Loader<'a> {
+    /// The named sets (`[targets]`, `[pools]`, `[templates]`) and `[defaults]`.
+    fn new(src: &'a Source, top: &'a [Entry]) -> Res<Loader<'a>> {
+        let get = |k: &str| top.iter().find(|e| e.key == k);
+        let mut l = Loader {
+            src,
+            sets: HashMap::new(),
+            defaults: HashMap::new(),
+        };
+        for kind in SET_KINDS {
+            if let Some(e) = get(kind) {
+                for set in table(src, &e.value, &format!("[{kind}]"))? {
+                    let body = table(src, &set.value, &format!("[{kind}.{}]", set.key))?;
+                    if let Some((other, _)) = l.sets.insert(set.key.clone(), (kind, body)) {
+                        return Err(src.err(
+                            &set.key_span,
+                            format!("\"{}\" is defined in [{other}] and in [{kind}]", set.key),
+                        ));
+                    }
+                }
+            }
+        }
+        if let Some(e) = get("defaults") {
+            let names = subcommand_names();
+            for d in table(src, &e.value, "[defaults]")? {
+                if !names.contains(&d.key) {
+                    return Err(src.err(
+                        &d.key_span,
+                        format!(
+                            "[defaults.{}]: no such command{}",
+                            d.key,
+                            suggest(&d.key, names.iter().map(String::as_str))
+                        ),
+                    ));
+                }
+                l.defaults.insert(
+                    d.key.clone(),
+                    table(src, &d.value, &format!("[defaults.{}]", d.key))?,
+                );
+            }
+        }
+        Ok(l)
+    }
+
+    /// The `[[step]]` tables, at least one, with distinct names.
+    fn steps(&self, e: Option<&Entry>) -> Res<Vec<Step>> {
+        let src = self.src;
+        let mut steps: Vec<Step> = Vec::new();
+        if let Some(e) = e {
+            let Kind::Array(items) = &e.value.kind else {
+                return Err(src.err(&e.value.span, "expected [[step]] tables"));
+            };
+            for item in items {
+                let body = table(src, item, "[[step]]")?;
+                let step = self.step(body, &item.span, steps.len())?;
+                if let Some(prev) = steps.iter().find(|s| s.name == step.name) {
+                    return Err(src.err(
+                        &item.span,
+                        format!(
+                            "two steps are named \"{}\": give one a name = \"...\"",
+                            prev.name
+                        ),
+                    ));
+                }
+                steps.push(step);
+            }
+        }
+        if steps.is_empty() {
+            return Err(src.err(&(0..0), "no [[step]]: nothing to run"));
+        }
+        Ok(steps)
+    }
+
     fn step(&self, body: &[Entry], span: &Range<usize>, index: usize) -> Res<Step> {
         let src = self.src;
         let has = |k: &str| body.iter().find(|e| e.key == k);
@@ -402,17 +352,7 @@ impl<'a> Loader<'a> {
             ));
         }
         let name = match has("name") {
-            Some(e) => e
-                .value
-                .as_str()
-                .filter(|s| !s.is_empty() && !s.contains(['.', '/']))
-                .ok_or_else(|| {
-                    src.err(
-                        &e.value.span,
-                        "name: expected a non-empty string without '.' or '/'",
-                    )
-                })?
-                .to_string(),
+            Some(e) => valid_name(src, e)?,
             None => format!("step{}", index + 1),
         };
         let label = format!("[[step]] \"{name}\"");
@@ -420,58 +360,17 @@ impl<'a> Loader<'a> {
         let kind = if let Some(c) = has("command") {
             StepKind::Command(self.command_step(body, c, &label, &[])?)
         } else if let Some(r) = has("run") {
-            only(src, body, &HOOK_KEYS, &label)?;
-            let run = r
-                .value
-                .as_str()
-                .ok_or_else(|| src.err(&r.value.span, "run: expected a shell command string"))?;
-            StepKind::Hook {
-                run: run.to_string(),
-                timeout: match has("timeout") {
-                    Some(e) => duration(src, &e.value, "timeout")?,
-                    None => Duration::from_secs(600),
-                },
-                background: match has("background").map(|e| (&e.value.kind, &e.value.span)) {
-                    None => false,
-                    Some((Kind::Bool(b), _)) => *b,
-                    Some((_, s)) => return Err(src.err(s, "background: expected true or false")),
-                },
-            }
+            hook_step(src, body, r, &label)?
         } else if has("workload").is_some() {
-            {
-                if let Some(t) = has("thresholds") {
-                    return Err(src.err(
-                        &t.key_span,
-                        format!("{label}: put thresholds on each [[step.workload]] (or scenario-wide: thresholds = [\"{name}.WORKLOAD....\"])"),
-                    ));
-                }
-                StepKind::Parallel(self.workloads(body, &label)?)
+            if let Some(t) = has("thresholds") {
+                return Err(src.err(
+                    &t.key_span,
+                    format!("{label}: put thresholds on each [[step.workload]] (or scenario-wide: thresholds = [\"{name}.WORKLOAD....\"])"),
+                ));
             }
+            StepKind::Parallel(self.workloads(body, &label)?)
         } else if is_wait {
-            only(src, body, &WAIT_KEYS, &label)?;
-            let until_empty = match has("until_empty") {
-                Some(e) => Some(PathBuf::from(e.value.as_str().ok_or_else(|| {
-                    src.err(
-                        &e.value.span,
-                        "until_empty: expected a directory (a Postfix queue)",
-                    )
-                })?)),
-                None => None,
-            };
-            StepKind::Wait {
-                pause: has("wait")
-                    .map(|e| duration(src, &e.value, "wait"))
-                    .transpose()?,
-                until_empty,
-                timeout: match has("timeout") {
-                    Some(e) => duration(src, &e.value, "timeout")?,
-                    None => Duration::from_secs(1800),
-                },
-                poll: match has("poll") {
-                    Some(e) => duration(src, &e.value, "poll")?,
-                    None => Duration::from_millis(200),
-                },
-            }
+            wait_step(src, body, &label)?
         } else {
             unreachable!("checked above")
         };
@@ -531,17 +430,7 @@ impl<'a> Loader<'a> {
             let c = b.iter().find(|e| e.key == "command").expect("checked");
             let cmd = c.value.as_str().unwrap_or_default();
             let name = match b.iter().find(|e| e.key == "name") {
-                Some(e) => e
-                    .value
-                    .as_str()
-                    .filter(|s| !s.is_empty() && !s.contains(['.', '/']))
-                    .ok_or_else(|| {
-                        src.err(
-                            &e.value.span,
-                            "name: expected a non-empty string without '.' or '/'",
-                        )
-                    })?
-                    .to_string(),
+                Some(e) => valid_name(src, e)?,
                 None if out.iter().any(|w| w.name == cmd) => format!("{cmd}{}", out.len() + 1),
                 None => cmd.to_string(),
             };
@@ -619,6 +508,71 @@ impl<'a> Loader<'a> {
         layers.push(body);
         options::invocation(src, cmd, &c.value.span, label, &layers, &COMMAND_KEYS)
     }
+}
+
+/// A step's or workload's `name`, which becomes part of a directory and of threshold paths.
+fn valid_name(src: &Source, e: &Entry) -> Res<String> {
+    Ok(e.value
+        .as_str()
+        .filter(|s| !s.is_empty() && !s.contains(['.', '/']))
+        .ok_or_else(|| {
+            src.err(
+                &e.value.span,
+                "name: expected a non-empty string without '.' or '/'",
+            )
+        })?
+        .to_string())
+}
+
+/// A `run = "..."` step.
+fn hook_step(src: &Source, body: &[Entry], r: &Entry, label: &str) -> Res<StepKind> {
+    let has = |k: &str| body.iter().find(|e| e.key == k);
+    only(src, body, &HOOK_KEYS, label)?;
+    let run = r
+        .value
+        .as_str()
+        .ok_or_else(|| src.err(&r.value.span, "run: expected a shell command string"))?;
+    Ok(StepKind::Hook {
+        run: run.to_string(),
+        timeout: match has("timeout") {
+            Some(e) => duration(src, &e.value, "timeout")?,
+            None => Duration::from_secs(600),
+        },
+        background: match has("background").map(|e| (&e.value.kind, &e.value.span)) {
+            None => false,
+            Some((Kind::Bool(b), _)) => *b,
+            Some((_, s)) => return Err(src.err(s, "background: expected true or false")),
+        },
+    })
+}
+
+/// A `wait = "..."` and/or `until_empty = "..."` step.
+fn wait_step(src: &Source, body: &[Entry], label: &str) -> Res<StepKind> {
+    let has = |k: &str| body.iter().find(|e| e.key == k);
+    only(src, body, &WAIT_KEYS, label)?;
+    let until_empty = match has("until_empty") {
+        Some(e) => Some(PathBuf::from(e.value.as_str().ok_or_else(|| {
+            src.err(
+                &e.value.span,
+                "until_empty: expected a directory (a Postfix queue)",
+            )
+        })?)),
+        None => None,
+    };
+    Ok(StepKind::Wait {
+        pause: has("wait")
+            .map(|e| duration(src, &e.value, "wait"))
+            .transpose()?,
+        until_empty,
+        timeout: match has("timeout") {
+            Some(e) => duration(src, &e.value, "timeout")?,
+            None => Duration::from_secs(1800),
+        },
+        poll: match has("poll") {
+            Some(e) => duration(src, &e.value, "poll")?,
+            None => Duration::from_millis(200),
+        },
+    })
 }
 
 /// Only these keys may appear in a hook or wait step.
