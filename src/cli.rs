@@ -1,8 +1,14 @@
-//! Command-line parsing: each subcommand's options, then a dispatch to the library.
+//! The command line: the subcommands and their options (each defined in `cmd/`), the
+//! dispatch to them, and the in-process runner that scenario steps and the demo use.
 
+use std::ffi::OsString;
 use std::process::ExitCode;
+use std::sync::Arc;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
+
+use crate::cmd;
+use crate::ctx::{CommandFuture, Ctx, Runner};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -17,7 +23,7 @@ use clap::{Parser, Subcommand};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
-    // Declared for --help only: main_with_args handles it before parsing (scenario::dump).
+    // Declared for --help only: `main` handles it before parsing (scenario::dump).
     /// Print the scenario file (TOML) equivalent to this command line instead of running
     /// it; `spate run FILE` runs it.
     #[arg(long, global = true)]
@@ -29,68 +35,117 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Inject SMTP or LMTP load and measure every phase.
-    Smtp(crate::load::SmtpArgs),
+    Smtp(cmd::smtp::Args),
     /// Load POP3 mailboxes: visits that log in, read and delete messages, log out.
-    Pop3(crate::retrieve::load::RetrieveArgs),
+    Pop3(cmd::mailbox::Args),
     /// Load IMAP mailboxes: visits that log in, SELECT, FETCH, STORE, EXPUNGE, IDLE.
-    Imap(crate::retrieve::load::RetrieveArgs),
+    Imap(cmd::mailbox::Args),
     /// Send a few probe messages and time every phase of each (smtpping's job).
-    Ping(crate::ping::PingArgs),
+    Ping(cmd::ping::Args),
     /// Run the embedded mail server (SMTP, submission, LMTP, POP3, IMAP) on loopback.
     ///
     /// An open test target that stores mail in memory (or a Maildir), offers STARTTLS and
     /// AUTH, can inject faults, and counts everything it does. Without a listener flag it
     /// listens for SMTP on 127.0.0.1:2525. Ctrl-C or SIGTERM stops it gracefully and prints
     /// its counters.
-    Serve(crate::serve::Args),
+    Serve(cmd::serve::Args),
     /// Run one SMTP workload per value of a parameter: table, USL fit, saturation knee.
-    Sweep(crate::sweep::SweepArgs),
+    Sweep(cmd::sweep::Args),
     /// Start the embedded server and run a canned workload against it: the tour.
-    Demo(crate::demo::Args),
+    Demo(cmd::demo::Args),
     /// Write the HTML report of a results directory (charts, percentiles, errors).
-    Report(crate::report::cmd::ReportArgs),
+    Report(cmd::report::Args),
     /// Compare runs side by side: headline numbers, differences, noise, overlaid charts.
-    Compare(crate::report::cmd::CompareArgs),
+    Compare(cmd::compare::Args),
     /// Check that every message of a run was delivered once, intact (reads the mailboxes).
-    Verify(crate::verify::VerifyArgs),
+    Verify(cmd::verify::Args),
     /// Run a scenario file: steps in sequence, mixed workloads, hooks, thresholds.
-    Run(crate::scenario::RunArgs),
+    Run(cmd::run::Args),
 }
 
-pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+/// Every command's options, as clap defines them (scenario files are checked against it).
+pub fn commands() -> clap::Command {
+    Cli::command()
+}
+
+/// Runs one parsed command line.
+pub async fn dispatch(cli: Cli, ctx: Ctx) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Smtp(args) => crate::load::main(args).await,
-        Command::Pop3(args) => {
-            crate::retrieve::load::main(crate::retrieve::MailProto::Pop3, args).await
-        }
-        Command::Imap(args) => {
-            crate::retrieve::load::main(crate::retrieve::MailProto::Imap, args).await
-        }
-        Command::Ping(args) => crate::ping::main(args).await,
-        Command::Serve(args) => crate::serve::run(args).await,
-        Command::Sweep(args) => crate::sweep::main(args).await,
-        Command::Demo(args) => crate::demo::run(args).await,
-        Command::Report(args) => crate::report::cmd::report_main(args),
-        Command::Compare(args) => crate::report::cmd::compare_main(args),
-        Command::Verify(args) => crate::verify::main(args).await,
-        Command::Run(args) => crate::scenario::main(args).await,
+        Command::Smtp(args) => cmd::smtp::run(args, &ctx).await,
+        Command::Pop3(args) => cmd::mailbox::run(cmd::mailbox::Protocol::Pop3, args, &ctx).await,
+        Command::Imap(args) => cmd::mailbox::run(cmd::mailbox::Protocol::Imap, args, &ctx).await,
+        Command::Ping(args) => cmd::ping::run(args, &ctx).await,
+        Command::Serve(args) => cmd::serve::run(args, &ctx).await,
+        Command::Sweep(args) => cmd::sweep::run(args, &ctx).await,
+        Command::Demo(args) => cmd::demo::run(args, &ctx).await,
+        Command::Report(args) => cmd::report::run(args, &ctx),
+        Command::Compare(args) => cmd::compare::run(args, &ctx),
+        Command::Verify(args) => cmd::verify::run(args, &ctx).await,
+        Command::Run(args) => cmd::run::run(args, &ctx).await,
     }
 }
 
-/// `dispatch` behind a named future type: `spate run` calls it for its steps, and the
-/// recursion needs a type that is not defined in terms of itself.
-pub fn dispatch_boxed(
-    cli: Cli,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<ExitCode>> + Send>> {
-    Box::pin(dispatch(cli))
+/// Runs command lines in-process through [`dispatch`].
+struct InProcess;
+
+impl Runner for InProcess {
+    fn run(&self, argv: Vec<String>) -> CommandFuture {
+        Box::pin(async move {
+            let cli = Cli::try_parse_from(&argv)
+                .map_err(|e| crate::UsageError(crate::scenario::doc::clap_line(&e)))?;
+            dispatch(cli, context(argv)).await
+        })
+    }
 }
 
-/// Runs a spate command line in-process, as if typed (`argv[0]` is the program name): how
-/// scenario steps and the demo's later parts run other commands. The command line is
-/// recorded as the run's own in its plan and summary. A bad command line is a usage error
-/// in one line.
-pub async fn run_argv(argv: Vec<String>) -> anyhow::Result<ExitCode> {
-    let cli = <Cli as clap::Parser>::try_parse_from(&argv)
-        .map_err(|e| crate::UsageError(crate::scenario::doc::clap_line(&e)))?;
-    crate::scenario::with_command_line(argv, dispatch_boxed(cli)).await
+/// The context of a command whose command line is `argv`.
+pub fn context(argv: Vec<String>) -> Ctx {
+    Ctx {
+        command_line: argv,
+        runner: Arc::new(InProcess),
+        commands,
+    }
+}
+
+/// Exit codes: 0 success, 1 the run failed (server unreachable, thresholds broken,
+/// messages missing), 2 the user's input was wrong.
+pub fn main<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    if let Some(code) = crate::scenario::dump::intercept(&args, commands) {
+        return code;
+    }
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("spate: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let argv = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    match runtime.block_on(dispatch(cli, context(argv))) {
+        Ok(code) => code,
+        Err(e) => {
+            let (code, line) = crate::error::report(&e);
+            eprintln!("spate: {line}");
+            ExitCode::from(code)
+        }
+    }
 }

@@ -1,5 +1,5 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    spate::main_with_args(std::env::args_os())
+    spate::cli::main(std::env::args_os())
 }

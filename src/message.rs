@@ -198,6 +198,18 @@ pub struct Factory {
     pub extra_headers: String,
 }
 
+impl crate::results::AddressBook for Factory {
+    fn run_id(&self) -> &str {
+        &self.run_id
+    }
+    fn sender(&self, index: u32) -> &str {
+        &self.from.addrs[index as usize]
+    }
+    fn recipient(&self, index: u32) -> &str {
+        &self.to.addrs[index as usize]
+    }
+}
+
 const MAX_BODY: u64 = 64 * 1024 * 1024;
 
 /// Builds `len` bytes of deterministic text of 72-character lines.
@@ -353,7 +365,7 @@ fn parse_eml(data: &[u8]) -> Eml {
         }
     }
     let mut wire_body = Vec::with_capacity(body.len() + 64);
-    crate::proto::smtp::reply::dot_stuff_into(body, &mut wire_body);
+    crate::proto::dot::stuff_into(body, &mut wire_body);
     wire_body.truncate(wire_body.len() - 3); // keep ".\r\n" for the builder to add
     Eml {
         headers,

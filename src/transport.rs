@@ -1,19 +1,17 @@
 //! The one client connection type: TCP or TLS (implicit, or upgraded in place by STARTTLS),
-//! a bounded read buffer, a deadline on every read and write, and the clock for phase
-//! timings. Protocol logic lives in `proto`; this only moves bytes.
+//! a bounded read buffer whose units a protocol's framer delimits, and a deadline on every
+//! read and write. Protocol logic lives in `proto`, timing in the sessions; this only
+//! moves bytes.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
-
-use crate::metrics::ErrorKind;
-use crate::proto::smtp::reply::{self, Parse, Reply, ReplyError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
@@ -23,8 +21,12 @@ pub enum TransportError {
     Closed,
     #[error("timed out after {0:?}")]
     Timeout(Duration),
+    /// A TLS failure as rustls reported it (certificate checks, alerts from the server).
     #[error("TLS: {0}")]
-    Tls(String),
+    Tls(rustls::Error),
+    /// A TLS failure that rustls did not name (the handshake's I/O, no configuration).
+    #[error("TLS: {0}")]
+    TlsIo(String),
     #[error("protocol: {0}")]
     Protocol(String),
     #[error("{0}")]
@@ -32,17 +34,6 @@ pub enum TransportError {
 }
 
 impl TransportError {
-    pub fn kind(&self) -> ErrorKind {
-        match self {
-            TransportError::Refused => ErrorKind::Refused,
-            TransportError::Closed => ErrorKind::Closed,
-            TransportError::Timeout(_) => ErrorKind::Timeout,
-            TransportError::Tls(_) => ErrorKind::Tls,
-            TransportError::Protocol(_) => ErrorKind::Protocol,
-            TransportError::Io(_) => ErrorKind::Io,
-        }
-    }
-
     fn from_io(e: io::Error) -> Self {
         use io::ErrorKind as K;
         match e.kind() {
@@ -50,16 +41,37 @@ impl TransportError {
             K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe | K::UnexpectedEof => {
                 TransportError::Closed
             }
-            K::InvalidData => TransportError::Tls(e.to_string()),
+            K::InvalidData => TransportError::tls(e),
             _ => TransportError::Io(e),
+        }
+    }
+
+    /// A failed handshake or TLS read: the rustls error inside, when there is one.
+    fn tls(e: io::Error) -> Self {
+        match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+            Some(t) => TransportError::Tls(t.clone()),
+            None => TransportError::TlsIo(e.to_string()),
         }
     }
 }
 
-impl From<ReplyError> for TransportError {
-    fn from(e: ReplyError) -> Self {
-        TransportError::Protocol(e.to_string())
-    }
+/// Whether the server refused the client's certificate (or its absence): an alert that
+/// names the certificate, or access denied.
+pub fn client_certificate_refused(e: &rustls::Error) -> bool {
+    use rustls::AlertDescription as A;
+    matches!(
+        e,
+        rustls::Error::AlertReceived(
+            A::CertificateRequired
+                | A::BadCertificate
+                | A::UnsupportedCertificate
+                | A::CertificateRevoked
+                | A::CertificateExpired
+                | A::CertificateUnknown
+                | A::UnknownCA
+                | A::AccessDenied
+        )
+    )
 }
 
 enum Stream {
@@ -136,13 +148,13 @@ impl Connection {
             ));
         }
         let Stream::Plain(tcp) = std::mem::replace(&mut self.stream, Stream::Gone) else {
-            return Err(TransportError::Tls("connection is not plain TCP".into()));
+            return Err(TransportError::TlsIo("connection is not plain TCP".into()));
         };
         let connector = TlsConnector::from(config);
         let tls = tokio::time::timeout(self.timeout, connector.connect(name, tcp))
             .await
             .map_err(|_| TransportError::Timeout(self.timeout))?
-            .map_err(|e| TransportError::Tls(e.to_string()))?;
+            .map_err(TransportError::tls)?;
         self.stream = Stream::Tls(Box::new(tls));
         Ok(())
     }
@@ -178,27 +190,6 @@ impl Connection {
                 self.buf.shrink_to_fit();
             }
         }
-    }
-
-    /// Reads one complete SMTP reply. The whole reply must arrive within the timeout.
-    pub async fn read_reply(&mut self) -> Result<Reply<'_>, TransportError> {
-        self.release();
-        let deadline = tokio::time::Instant::now() + self.timeout;
-        let (code, n) = loop {
-            match reply::parse(&self.buf[self.start..self.end])? {
-                Parse::Complete(r, n) => break (r.code, n),
-                Parse::Incomplete => {
-                    // The reply parser caps replies well below this; growth is bounded.
-                    self.fill(deadline, reply::MAX_REPLY + reply::MAX_LINE)
-                        .await?
-                }
-            }
-        };
-        self.pending = n;
-        Ok(Reply {
-            code,
-            raw: &self.buf[self.start..self.start + n],
-        })
     }
 
     /// Reads one protocol unit whose extent a codec's framer decides (a POP3 status line
@@ -286,33 +277,5 @@ impl Connection {
             }
         })
         .await;
-    }
-}
-
-/// The clock for phase timings: monotonic, microseconds.
-#[derive(Debug, Clone, Copy)]
-pub struct Clock {
-    origin: Instant,
-}
-
-impl Clock {
-    pub fn new() -> Self {
-        Clock {
-            origin: Instant::now(),
-        }
-    }
-    pub fn origin(&self) -> Instant {
-        self.origin
-    }
-    /// Microseconds since the run's origin.
-    #[inline]
-    pub fn now_us(&self) -> u64 {
-        self.origin.elapsed().as_micros() as u64
-    }
-}
-
-impl Default for Clock {
-    fn default() -> Self {
-        Self::new()
     }
 }

@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 use spate::message::{body_digest, hex, split_message};
-use spate::retrieve::{self, Account, Endpoint, MailProto};
 use spate::serve::{self, Config, Running, Users};
+use spate::session::mailbox::fetch::{self as retrieve, Account, MailProto};
+use spate::session::Endpoint;
 
 const USERS: usize = 5;
 
@@ -507,7 +508,7 @@ fn mailbox_urls() {
     assert_eq!((p, e.addr.port()), (MailProto::Pop3, 1110));
     assert!(e.tls_config.is_none());
     let (_, e) = retrieve::parse_url("imap+starttls://[::1]:1143/", &opts, t).unwrap();
-    assert_eq!(e.tls, spate::retrieve::fetch::TlsMode::Starttls);
+    assert_eq!(e.tls, spate::session::TlsMode::Starttls);
     assert!(retrieve::parse_url("http://x", &opts, t).is_err());
     assert!(retrieve::parse_url("127.0.0.1:143", &opts, t).is_err());
 }
@@ -584,7 +585,7 @@ async fn transport_failures_are_failed_visits_by_phase_and_kind() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apop_when_the_greeting_offers_it() {
-    use spate::retrieve::client::Pop3;
+    use spate::session::mailbox::client::Pop3;
     use spate::transport::Connection;
     let b = bed(2).await;
     let addr = b.server.addrs.pop3.unwrap();

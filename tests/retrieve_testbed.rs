@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::bed::Bed;
 use serde_json::Value;
 use spate::message::{body_digest, hex, split_message};
-use spate::retrieve::{self, Account};
+use spate::session::mailbox::fetch::{self as retrieve, Account};
 
 const SPATE: &str = env!("CARGO_BIN_EXE_spate");
 /// Ports of this bed: 2525+370 etc., apart from tests/testbed.rs's.

@@ -452,22 +452,25 @@ fn dump_scenario_round_trips() {
         &["spate", "smtp", "127.0.0.1:2525", "--rate=-1/s"],
     ];
     for argv in lines {
-        let dumped = spate::scenario::dump::render(&os(argv)).unwrap();
+        let dumped = spate::scenario::dump::render(&spate::cli::commands(), &os(argv)).unwrap();
         let sc = spate::scenario::load(
             spate::scenario::doc::Source {
                 name: "d.toml".into(),
                 text: dumped.clone(),
             },
             &[],
+            &spate::cli::commands(),
         )
         .unwrap_or_else(|e| panic!("{argv:?}: {e}\n{dumped}"));
         let spate::scenario::spec::StepKind::Command(inv) = &sc.steps[0].kind else {
             panic!()
         };
         let again = inv.argv(None);
-        let redumped =
-            spate::scenario::dump::render(&again.iter().map(OsString::from).collect::<Vec<_>>())
-                .unwrap();
+        let redumped = spate::scenario::dump::render(
+            &spate::cli::commands(),
+            &again.iter().map(OsString::from).collect::<Vec<_>>(),
+        )
+        .unwrap();
         let body = |t: &str| {
             t.lines()
                 .filter(|l| !l.starts_with('#'))
@@ -477,9 +480,11 @@ fn dump_scenario_round_trips() {
         assert_eq!(body(&dumped), body(&redumped), "{argv:?} -> {again:?}");
     }
     // The simple case reproduces the very same words.
-    let dumped =
-        spate::scenario::dump::render(&os(&["spate", "smtp", "--users", "5", "127.0.0.1:2525"]))
-            .unwrap();
+    let dumped = spate::scenario::dump::render(
+        &spate::cli::commands(),
+        &os(&["spate", "smtp", "--users", "5", "127.0.0.1:2525"]),
+    )
+    .unwrap();
     assert!(dumped.contains("[[step]]\nname = \"smtp\"\ncommand = \"smtp\"\ntarget = \"127.0.0.1:2525\"\nusers = 5\n"), "{dumped}");
 
     // Through the binary: --dump-scenario anywhere on the line, then run --dry-run.

@@ -1,11 +1,13 @@
 //! Phases, error classes, counters and the sharded recorder that sessions write into and
 //! the aggregator drains once per interval.
 
+mod clock;
 mod phase;
 mod recorder;
 
+pub use clock::Clock;
 pub use phase::Phase;
 pub use recorder::{
-    new_histogram, Counters, ErrorKey, ErrorKind, ErrorStat, Interval, Recorder, SentRecord, Shard,
-    HIST_MAX_US,
+    new_histogram, Counters, Detail, ErrorKey, ErrorKind, ErrorStat, Interval, Recorder,
+    SentRecord, Shard, HIST_MAX_US,
 };

@@ -11,7 +11,6 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use super::Phase;
-use crate::proto::smtp::reply::Enhanced;
 
 /// Highest latency a histogram tracks: one hour, in microseconds. Larger values saturate.
 pub const HIST_MAX_US: u64 = 3_600_000_000;
@@ -104,6 +103,8 @@ pub enum ErrorKind {
     No,
     /// IMAP BAD (or an unexpected BYE).
     Bad,
+    /// The server refused the client certificate (or asked for one that was not given).
+    ClientCertificate,
 }
 
 impl ErrorKind {
@@ -120,17 +121,29 @@ impl ErrorKind {
             ErrorKind::Err => "-ERR",
             ErrorKind::No => "NO",
             ErrorKind::Bad => "BAD",
+            ErrorKind::ClientCertificate => "tls-client-cert",
         }
     }
 }
 
-/// An error class: phase, kind, reply code, enhanced code and normalised text.
+/// A three-part status detail that refines a reply code, written `a.b.c` (SMTP's RFC 3463
+/// enhanced status codes are one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct Detail(pub u8, pub u16, pub u16);
+
+impl std::fmt::Display for Detail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}.{}", self.0, self.1, self.2)
+    }
+}
+
+/// An error class: phase, kind, reply code, status detail and normalised text.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct ErrorKey {
     pub phase: Phase,
     pub kind: ErrorKind,
     pub code: u16,
-    pub enhanced: Option<Enhanced>,
+    pub detail: Option<Detail>,
     pub text: String,
 }
 
@@ -142,7 +155,7 @@ impl std::fmt::Display for ErrorKey {
         } else {
             write!(f, " {}", self.kind.name())?;
         }
-        if let Some(e) = self.enhanced {
+        if let Some(e) = self.detail {
             write!(f, " {e}")?;
         }
         if !self.text.is_empty() {
@@ -262,6 +275,26 @@ impl Shard {
         other.counters = Counters::default();
     }
 
+    /// Adds another shard's counters, histograms and errors into this one, leaving it as
+    /// it is (per-message records are not totals and stay out).
+    pub fn add(&mut self, other: &Shard) {
+        self.counters.add(&other.counters);
+        for (mine, theirs) in self.hists.iter_mut().zip(other.hists.iter()) {
+            if let Some(t) = theirs.as_ref().filter(|t| !t.is_empty()) {
+                mine.get_or_insert_with(new_histogram)
+                    .add(t)
+                    .expect("same bounds");
+            }
+        }
+        for (k, v) in &other.errors {
+            let e = self.errors.entry(k.clone()).or_default();
+            if e.count == 0 {
+                e.sample.clone_from(&v.sample);
+            }
+            e.count += v.count;
+        }
+    }
+
     pub fn hist(&self, phase: Phase) -> Option<&Histogram<u64>> {
         self.hists[phase as usize]
             .as_ref()
@@ -349,7 +382,7 @@ mod tests {
                     phase: Phase::Rcpt,
                     kind: ErrorKind::Transient,
                     code: 451,
-                    enhanced: Some(Enhanced(4, 3, 0)),
+                    detail: Some(Detail(4, 3, 0)),
                     text: "Temporary lookup failure".into(),
                 },
                 || "451 4.3.0 Temporary lookup failure".into(),
@@ -382,7 +415,7 @@ mod tests {
                     phase: Phase::Mail,
                     kind: ErrorKind::Permanent,
                     code: 550,
-                    enhanced: None,
+                    detail: None,
                     text: format!("reason {i}"),
                 },
                 String::new,

@@ -17,92 +17,15 @@ pub mod text;
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use crate::engine::{Observer, Snapshot};
+use crate::opts::MonitorArgs;
 use crate::results::Summary;
 use crate::UsageError;
-
-/// Monitoring options, shared by every load command.
-#[derive(Debug, Clone, Default, clap::Args, Serialize)]
-pub struct MonitorArgs {
-    /// Sample the host (CPU, memory, disks, network) and spate itself every second into
-    /// monitor.csv. Implied by every other --monitor-* option.
-    #[arg(long, help_heading = "Monitoring")]
-    pub monitor: bool,
-    /// Follow processes by command name, summed per name, e.g.
-    /// master,smtpd,cleanup,qmgr,dovecot,slapd (processes may come and go).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        value_name = "NAMES",
-        help_heading = "Monitoring"
-    )]
-    pub monitor_process: Vec<String>,
-    /// Follow processes by PID (e.g. the embedded server's).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        value_name = "PIDS",
-        help_heading = "Monitoring"
-    )]
-    pub monitor_pid: Vec<u32>,
-    /// Count the messages in a Postfix queue directory (incoming, active, deferred, hold),
-    /// e.g. /var/spool/postfix.
-    #[arg(long, value_name = "DIR", help_heading = "Monitoring")]
-    pub monitor_queue: Option<PathBuf>,
-    /// Scrape a Prometheus text endpoint every second (node_exporter, a server's own
-    /// metrics), for servers on other machines: http://HOST:PORT/metrics.
-    #[arg(long, value_name = "URL", help_heading = "Monitoring")]
-    pub monitor_prom: Option<String>,
-    /// Series to keep from --monitor-prom: metric names (every label set) or exact
-    /// 'name{label="v"}' texts.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        value_name = "SERIES",
-        help_heading = "Monitoring"
-    )]
-    pub monitor_series: Vec<String>,
-    /// Disks to watch [default: every whole disk but loop/ram devices].
-    #[arg(
-        long,
-        value_delimiter = ',',
-        value_name = "DEVS",
-        help_heading = "Monitoring"
-    )]
-    pub monitor_disk: Vec<String>,
-    /// Network interfaces to watch [default: every interface that has carried traffic].
-    #[arg(
-        long,
-        value_delimiter = ',',
-        value_name = "IFACES",
-        help_heading = "Monitoring"
-    )]
-    pub monitor_net: Vec<String>,
-    /// Warn when a monitored process's memory grows faster than this (soak runs).
-    #[arg(
-        long,
-        default_value = "10MB/h",
-        value_name = "SIZE/h",
-        help_heading = "Monitoring"
-    )]
-    pub leak_warn: String,
-}
-
-impl MonitorArgs {
-    pub fn enabled(&self) -> bool {
-        self.monitor
-            || !self.monitor_process.is_empty()
-            || !self.monitor_pid.is_empty()
-            || self.monitor_queue.is_some()
-            || self.monitor_prom.is_some()
-    }
-}
 
 /// `10MB/h` → megabytes per hour.
 pub fn parse_leak_rate(text: &str) -> Result<f64, UsageError> {
@@ -461,7 +384,7 @@ impl Observer for Monitor {
         }
         if let Some(f) = &mut self.csv {
             let wall = self.start + Duration::from_secs_f64(snap.t_s);
-            let mut line = format!("{:.3},{}", snap.t_s, crate::results::writer_rfc3339(wall));
+            let mut line = format!("{:.3},{}", snap.t_s, crate::results::rfc3339(wall));
             for v in &self.vals {
                 line.push(',');
                 line.push_str(&fmt_val(*v));

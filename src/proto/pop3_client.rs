@@ -113,14 +113,6 @@ pub fn data(frame: &[u8]) -> &[u8] {
     &body[..end]
 }
 
-/// Removes dot-stuffing (RFC 1939 3): a line starting with "." loses that dot.
-pub fn unstuff(data: &[u8], out: &mut Vec<u8>) {
-    out.reserve(data.len());
-    for line in data.split_inclusive(|&b| b == b'\n') {
-        out.extend_from_slice(line.strip_prefix(b".").unwrap_or(line));
-    }
-}
-
 /// `+OK n size` of STAT.
 pub fn stat(text: &str) -> Option<(u32, u64)> {
     let mut w = text.split_whitespace();
@@ -192,7 +184,7 @@ mod tests {
         let mut f = MultiFramer::new();
         assert_eq!(f.frame(RETR).unwrap(), Some(RETR.len()));
         let mut out = Vec::new();
-        unstuff(data(RETR), &mut out);
+        crate::proto::dot::unstuff(data(RETR), &mut out);
         assert_eq!(out, b"Subject: x\r\n\r\n.dotted\r\n");
         // -ERR ends at its line; an empty listing is just the terminator.
         let mut f = MultiFramer::new();
@@ -237,13 +229,13 @@ mod tests {
         #[test]
         fn stuffing_round_trips(lines in proptest::collection::vec("[.a-z]{0,5}", 0..8)) {
             let body: String = lines.iter().map(|l| format!("{l}\r\n")).collect();
-            let stuffed = crate::proto::smtp::data::stuff(body.as_bytes());
+            let stuffed = crate::proto::dot::stuff(body.as_bytes());
             let mut frame = b"+OK\r\n".to_vec();
             frame.extend_from_slice(&stuffed);
             let mut f = MultiFramer::new();
             prop_assert_eq!(f.frame(&frame).unwrap(), Some(frame.len()));
             let mut out = Vec::new();
-            unstuff(data(&frame), &mut out);
+            crate::proto::dot::unstuff(data(&frame), &mut out);
             prop_assert_eq!(out, body.as_bytes());
         }
     }

@@ -94,7 +94,7 @@ impl Summary {
                 phase: k.phase.name().to_string(),
                 kind: k.kind.name().to_string(),
                 code: k.code,
-                enhanced: k.enhanced.map(|e| e.to_string()),
+                enhanced: k.detail.map(|e| e.to_string()),
                 text: k.text.clone(),
                 count: v.count,
                 sample: v.sample.clone(),

@@ -13,8 +13,14 @@ use hdrhistogram::serialization::{Serializer, V2DeflateSerializer};
 use hdrhistogram::Histogram;
 
 use super::summary::Summary;
-use crate::message::{hex, Factory};
 use crate::metrics::{Counters, Phase, Shard};
+
+/// What the sent log needs to name a message's addresses: the run's address pools.
+pub trait AddressBook: Send + Sync {
+    fn run_id(&self) -> &str;
+    fn sender(&self, index: u32) -> &str;
+    fn recipient(&self, index: u32) -> &str;
+}
 
 pub struct Writer {
     dir: PathBuf,
@@ -25,9 +31,7 @@ pub struct Writer {
     sent: Option<BufWriter<File>>,
     hlogs: HashMap<Phase, HlogFile>,
     minute: Option<(String, Counters)>,
-    factory: Option<Arc<Factory>>,
-    /// Everything so far (histograms, counters, errors); no per-message records.
-    pub totals: Shard,
+    addresses: Option<Arc<dyn AddressBook>>,
 }
 
 fn create(dir: &Path, name: &str) -> io::Result<BufWriter<File>> {
@@ -43,11 +47,19 @@ pub fn rfc3339(t: SystemTime) -> String {
 
 /// Writes `data` to `path` atomically (temporary file, fsync, rename).
 pub fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
+    replace(path, data, true)
+}
+
+/// Writes `data` to `path` through a temporary file and a rename, so a reader (or a
+/// killed run) sees the old or the new content, never half; `sync` also makes it durable.
+fn replace(path: &Path, data: &[u8], sync: bool) -> io::Result<()> {
     let tmp = path.with_extension("tmp");
     {
         let mut f = File::create(&tmp)?;
         f.write_all(data)?;
-        f.sync_data()?;
+        if sync {
+            f.sync_data()?;
+        }
     }
     std::fs::rename(tmp, path)
 }
@@ -110,7 +122,7 @@ impl Writer {
         dir: &Path,
         plan: &serde_json::Value,
         start: SystemTime,
-        factory: Option<Arc<Factory>>,
+        addresses: Option<Arc<dyn AddressBook>>,
     ) -> io::Result<Self> {
         std::fs::create_dir_all(dir)?;
         write_atomic(
@@ -131,13 +143,13 @@ impl Writer {
             "time,messages,data(K),errors,connections,SSL connections"
         )?;
         // Only message injection has a sent log.
-        let sent = match &factory {
+        let sent = match &addresses {
             Some(f) => {
                 let mut sent = create(dir, "sent.log")?;
                 writeln!(
                     sent,
                     "# spate sent log v1 run={} — one line per accepted message",
-                    f.run_id
+                    f.run_id()
                 )?;
                 writeln!(sent, "seq\taccepted_at\tdigest\tbytes\tfrom\trecipients")?;
                 Some(sent)
@@ -153,8 +165,7 @@ impl Writer {
             sent,
             hlogs: HashMap::new(),
             minute: None,
-            factory,
-            totals: Shard::default(),
+            addresses,
         })
     }
 
@@ -162,15 +173,8 @@ impl Writer {
         &self.dir
     }
 
-    /// Appends one interval (`t0_s` seconds after start, `len_s` long) and folds it into
-    /// the totals. `iv` is left empty for reuse.
-    pub fn interval(
-        &mut self,
-        iv: &mut Shard,
-        t0_s: f64,
-        len_s: f64,
-        active: i64,
-    ) -> io::Result<()> {
+    /// Appends one interval (`t0_s` seconds after start, `len_s` long).
+    pub fn interval(&mut self, iv: &Shard, t0_s: f64, len_s: f64, active: i64) -> io::Result<()> {
         let wall = self.start + Duration::from_secs_f64(t0_s + len_s);
         let c = iv.counters;
         let q = |p: Phase, q: f64| iv.hist(p).map_or(0, |h| h.value_at_quantile(q));
@@ -227,7 +231,7 @@ impl Writer {
                 "phase": k.phase.name(),
                 "kind": k.kind.name(),
                 "code": k.code,
-                "enhanced": k.enhanced.map(|e| e.to_string()),
+                "enhanced": k.detail.map(|e| e.to_string()),
                 "text": k.text,
                 "count": v.count,
                 "sample": v.sample,
@@ -235,15 +239,10 @@ impl Writer {
             writeln!(self.errors, "{line}")?;
         }
 
-        if let (Some(sent), Some(factory)) = (&mut self.sent, &self.factory) {
-            write_sent(sent, factory, self.start, iv)?;
+        if let (Some(sent), Some(book)) = (&mut self.sent, &self.addresses) {
+            write_sent(sent, book.as_ref(), self.start, iv)?;
         }
-        iv.sent.clear();
-        iv.rcpts.clear();
-
         self.postal_minute(wall, &c, errors)?;
-        self.totals.absorb(iv);
-        iv.errors.clear();
         self.flush()
     }
 
@@ -298,10 +297,13 @@ impl Writer {
         Ok(())
     }
 
-    pub fn write_summary(&self, s: &Summary) -> io::Result<()> {
-        write_atomic(
+    /// Replaces summary.json (atomically; durable only with `sync`, which the end of a
+    /// run asks for).
+    pub fn write_summary(&self, s: &Summary, sync: bool) -> io::Result<()> {
+        replace(
             &self.dir.join("summary.json"),
             serde_json::to_string_pretty(s)?.as_bytes(),
+            sync,
         )
     }
 
@@ -325,7 +327,7 @@ impl Writer {
 /// Appends the interval's accepted messages to the sent log.
 fn write_sent(
     sent: &mut BufWriter<File>,
-    factory: &Factory,
+    book: &dyn AddressBook,
     start: SystemTime,
     iv: &Shard,
 ) -> io::Result<()> {
@@ -336,18 +338,30 @@ fn write_sent(
             "{}\t{}\t{}\t{}\t{}\t",
             r.seq,
             rfc3339(t),
-            hex(&r.digest),
+            Hex(&r.digest),
             r.size,
-            factory.from.addrs[r.from as usize]
+            book.sender(r.from)
         )?;
         let rc = &iv.rcpts[r.rcpt_start as usize..][..r.rcpt_len as usize];
         for (i, idx) in rc.iter().enumerate() {
             if i > 0 {
                 sent.write_all(b",")?;
             }
-            sent.write_all(factory.to.addrs[*idx as usize].as_bytes())?;
+            sent.write_all(book.recipient(*idx).as_bytes())?;
         }
         sent.write_all(b"\n")?;
     }
     Ok(())
+}
+
+/// Lower-case hex of a digest, written without an allocation.
+struct Hex<'a>(&'a [u8]);
+
+impl std::fmt::Display for Hex<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for b in self.0 {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
 }

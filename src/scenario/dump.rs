@@ -14,12 +14,13 @@ pub const FLAG: &str = "--dump-scenario";
 
 /// When `--dump-scenario` is on the command line: prints the scenario (or the error) and
 /// returns the exit code. `None`: not asked for, carry on as usual.
-pub fn intercept(args: &[OsString]) -> Option<ExitCode> {
+/// `commands` makes every command's options (clap's definition).
+pub fn intercept(args: &[OsString], commands: fn() -> clap::Command) -> Option<ExitCode> {
     let end = args.iter().position(|a| a == "--").unwrap_or(args.len());
     let at = args[..end].iter().position(|a| a == FLAG)?;
     let mut rest = args.to_vec();
     rest.remove(at);
-    match render(&rest) {
+    match render(&commands(), &rest) {
         Ok(text) => {
             print!("{text}");
             Some(ExitCode::SUCCESS)
@@ -32,8 +33,8 @@ pub fn intercept(args: &[OsString]) -> Option<ExitCode> {
 }
 
 /// The scenario text for a command line (`spate CMD ...`, without --dump-scenario).
-pub fn render(args: &[OsString]) -> Result<String, String> {
-    let cli = <crate::cli::Cli as clap::CommandFactory>::command();
+pub fn render(commands: &clap::Command, args: &[OsString]) -> Result<String, String> {
+    let cli = commands.clone();
     let m = cli
         .clone()
         .try_get_matches_from(args)

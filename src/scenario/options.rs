@@ -9,15 +9,14 @@ use crate::UsageError;
 
 type Res<T> = Result<T, UsageError>;
 
-/// The clap definition of a subcommand, `None` when there is no such subcommand.
-pub fn subcommand(name: &str) -> Option<clap::Command> {
-    let mut cli = <crate::cli::Cli as clap::CommandFactory>::command();
-    cli.build();
-    cli.find_subcommand(name).cloned()
+/// The clap definition of a subcommand of `commands` (every command's options, built),
+/// `None` when there is no such subcommand.
+pub fn subcommand(commands: &clap::Command, name: &str) -> Option<clap::Command> {
+    commands.find_subcommand(name).cloned()
 }
 
-pub fn subcommand_names() -> Vec<String> {
-    <crate::cli::Cli as clap::CommandFactory>::command()
+pub fn subcommand_names(commands: &clap::Command) -> Vec<String> {
+    commands
         .get_subcommands()
         .map(|c| c.get_name().to_string())
         .filter(|n| n != "run" && n != "help")
@@ -52,6 +51,7 @@ pub fn is_multiple(a: &clap::Arg) -> bool {
 
 /// Merges option layers (later wins) and turns them into a checked argument list.
 pub fn invocation(
+    commands: &clap::Command,
     src: &Source,
     cmd: &str,
     span: &Range<usize>,
@@ -59,7 +59,8 @@ pub fn invocation(
     layers: &[&[Entry]],
     special: &[&str],
 ) -> Res<Invocation> {
-    let def = subcommand(cmd).ok_or_else(|| src.err(span, format!("no command \"{cmd}\"")))?;
+    let def =
+        subcommand(commands, cmd).ok_or_else(|| src.err(span, format!("no command \"{cmd}\"")))?;
     let args: Vec<(String, clap::Arg)> = def
         .get_arguments()
         .filter_map(|a| arg_key(a).map(|k| (k, a.clone())))
@@ -104,7 +105,7 @@ pub fn invocation(
         args: options,
         wants_out: args.iter().any(|(k, _)| k == "out") && !merged.iter().any(|e| e.key == "out"),
     };
-    check_with_clap(src, &inv, &origin, span, label)?;
+    check_with_clap(commands, src, &inv, &origin, span, label)?;
     Ok(inv)
 }
 
@@ -176,13 +177,14 @@ fn push_option(options: &mut Vec<String>, long: &str, words: Vec<String>) {
 /// The same parser as the command line: every value check clap does happens here.
 /// Its error points at the key the offending argument came from, else at `span`.
 fn check_with_clap(
+    commands: &clap::Command,
     src: &Source,
     inv: &Invocation,
     origin: &[(String, Range<usize>)],
     span: &Range<usize>,
     label: &str,
 ) -> Res<()> {
-    let Err(e) = <crate::cli::Cli as clap::Parser>::try_parse_from(inv.argv(None)) else {
+    let Err(e) = commands.clone().try_get_matches_from(inv.argv(None)) else {
         return Ok(());
     };
     let which = match e.get(clap::error::ContextKind::InvalidArg) {

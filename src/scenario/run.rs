@@ -14,6 +14,7 @@ use serde_json::json;
 
 use super::spec::{Invocation, Step, StepKind};
 use super::threshold::{Check, Verdict};
+use crate::ctx::Ctx;
 
 #[derive(Debug, Default, Serialize)]
 pub struct StepRecord {
@@ -62,25 +63,27 @@ fn now() -> String {
 }
 
 /// Runs a command line in-process; returns (exit code, error line).
-pub async fn run_command(argv: &[String]) -> (u8, Option<String>) {
-    match crate::cli::run_argv(argv.to_vec()).await {
+pub async fn run_command(ctx: &Ctx, argv: &[String]) -> (u8, Option<String>) {
+    match ctx.run(argv.to_vec()).await {
         Ok(code) if code == ExitCode::SUCCESS => (0, None),
         Ok(_) => (1, Some("the command reported failure".into())),
         Err(e) => {
-            let (code, line) = crate::error_report(&e);
+            let (code, line) = crate::error::report(&e);
             (code, Some(line))
         }
     }
 }
 
-pub struct Runner {
+/// A scenario being run: where, the values known so far, hooks left running.
+pub struct Execution {
+    pub ctx: Ctx,
     pub out: PathBuf,
     pub live: Live,
     pub background: Vec<(String, std::process::Child, usize)>,
     pub interrupted: Arc<AtomicBool>,
 }
 
-impl Runner {
+impl Execution {
     pub async fn step(&mut self, index: usize, step: &Step) -> StepRecord {
         let dir = self.out.join(format!("{:02}-{}", index + 1, step.name));
         let started = Instant::now();
@@ -103,7 +106,7 @@ impl Runner {
                         if !inv.wants_out {
                             let _ = std::fs::create_dir_all(&dir);
                         }
-                        match run_command(&a).await {
+                        match run_command(&self.ctx, &a).await {
                             (0, _) => Ok(()),
                             (c, e) => Err((c, e.unwrap_or_default())),
                         }
@@ -191,6 +194,7 @@ impl Runner {
     ) -> Result<(), (u8, String)> {
         let mut set = tokio::task::JoinSet::new();
         let mut subs = Vec::new();
+        let ctx = &self.ctx;
         for (i, w) in ws.iter().enumerate() {
             let wdir = dir.join(&w.name);
             let mut sub = StepRecord {
@@ -207,9 +211,10 @@ impl Runner {
                     if !w.inv.wants_out {
                         let _ = std::fs::create_dir_all(&wdir);
                     }
+                    let ctx = ctx.clone();
                     set.spawn(async move {
                         let t = Instant::now();
-                        let r = run_command(&a).await;
+                        let r = run_command(&ctx, &a).await;
                         (i, r, t.elapsed().as_secs_f64())
                     });
                 }

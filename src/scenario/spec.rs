@@ -125,12 +125,22 @@ pub struct Global {
 }
 
 struct Loader<'a> {
+    commands: &'a clap::Command,
     src: &'a Source,
     sets: HashMap<String, (&'a str, &'a [Entry])>,
     defaults: HashMap<String, &'a [Entry]>,
 }
 
-pub fn load(src: Source, overrides: &[(String, String)]) -> Res<Scenario> {
+/// Reads and checks a scenario; `commands` is every command's options (clap's
+/// definition), which steps are checked against.
+pub fn load(
+    src: Source,
+    overrides: &[(String, String)],
+    commands: &clap::Command,
+) -> Res<Scenario> {
+    let mut commands = commands.clone();
+    commands.build();
+    let commands = &commands;
     let mut root = src.parse()?;
     let top = root.as_table().unwrap_or_default().to_vec();
     check_top(&src, &top)?;
@@ -140,11 +150,12 @@ pub fn load(src: Source, overrides: &[(String, String)]) -> Res<Scenario> {
     let top = root.as_table().unwrap_or_default();
     let get = |k: &str| top.iter().find(|e| e.key == k);
 
-    let l = Loader::new(&src, top)?;
+    let l = Loader::new(commands, &src, top)?;
     let server = match get("server") {
         Some(e) => {
             let body = table(&src, &e.value, "[server]")?;
             Some(options::invocation(
+                commands,
                 &src,
                 "serve",
                 &e.key_span,
@@ -258,9 +269,10 @@ fn thresholds(src: &Source, body: &[Entry]) -> Res<Vec<Check>> {
 
 impl<'a> Loader<'a> {
     /// The named sets (`[targets]`, `[pools]`, `[templates]`) and `[defaults]`.
-    fn new(src: &'a Source, top: &'a [Entry]) -> Res<Loader<'a>> {
+    fn new(commands: &'a clap::Command, src: &'a Source, top: &'a [Entry]) -> Res<Loader<'a>> {
         let get = |k: &str| top.iter().find(|e| e.key == k);
         let mut l = Loader {
+            commands,
             src,
             sets: HashMap::new(),
             defaults: HashMap::new(),
@@ -279,7 +291,7 @@ impl<'a> Loader<'a> {
             }
         }
         if let Some(e) = get("defaults") {
-            let names = subcommand_names();
+            let names = subcommand_names(commands);
             for d in table(src, &e.value, "[defaults]")? {
                 if !names.contains(&d.key) {
                     return Err(src.err(
@@ -474,7 +486,7 @@ impl<'a> Loader<'a> {
         if cmd == "serve" {
             return Err(src.err(&c.value.span, format!("{label}: the embedded server is not a step: configure it in [server] (its addresses are ${{server.smtp}}, ...)")));
         }
-        let names = subcommand_names();
+        let names = subcommand_names(self.commands);
         if !names.iter().any(|n| n == cmd) {
             return Err(src.err(
                 &c.value.span,
@@ -506,7 +518,15 @@ impl<'a> Loader<'a> {
         }
         layers.push(group);
         layers.push(body);
-        options::invocation(src, cmd, &c.value.span, label, &layers, &COMMAND_KEYS)
+        options::invocation(
+            self.commands,
+            src,
+            cmd,
+            &c.value.span,
+            label,
+            &layers,
+            &COMMAND_KEYS,
+        )
     }
 }
 
@@ -603,6 +623,7 @@ mod tests {
                 text: text.into(),
             },
             &[],
+            &crate::cli::commands(),
         )
     }
 

@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use super::conn::{Conn, ConnError};
 use super::Shared;
+use crate::proto::dot::stuff;
 use crate::proto::pop3::{self, Command};
 use crate::proto::sasl;
-use crate::proto::smtp::data::stuff;
 
 const MAX_LINE: usize = 1024;
 const MAX_ERRORS: u32 = 20;

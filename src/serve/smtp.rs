@@ -278,7 +278,7 @@ impl Session<'_> {
                         .users
                         .password(&self.sh.users.mailbox_for_login(&user))
                     {
-                        Some(p) => sasl::cram_md5_digest(p, challenge) == *digest,
+                        Some(p) => sasl::cram_md5_digest(p, challenge.as_bytes()) == *digest,
                         None => !self.sh.users.has_table(),
                     },
                 };

@@ -1,3 +1,231 @@
-//! Per-protocol session drivers and the one worker loop that feeds them.
+//! Sessions: one driver per protocol ([`smtp`], [`mailbox`] for POP3/IMAP) over a shared
+//! toolkit — an [`Endpoint`] that connects with source-address rotation and TLS (implicit,
+//! or after the protocol's STARTTLS), timing each step as a phase of the unit's
+//! [`Report`], and one [`Failure`] type that says where a unit failed and whether its
+//! connection is still usable.
 
+pub mod mailbox;
 pub mod smtp;
+
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::engine::Report;
+use crate::metrics::{Detail, ErrorKey, ErrorKind, Phase};
+use crate::transport::{client_certificate_refused, Connection, TransportError};
+use crate::{usage, UsageError};
+
+/// How a connection gets its TLS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TlsMode {
+    Plain,
+    /// Upgraded after the protocol's STARTTLS (STLS for POP3).
+    Starttls,
+    /// TLS from the first byte.
+    Implicit,
+}
+
+/// Where a server is and how to reach it.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    pub addr: SocketAddr,
+    /// Name checked against the server certificate.
+    pub server_name: rustls::pki_types::ServerName<'static>,
+    pub tls: TlsMode,
+    /// Needed unless `tls` is `Plain` (or a share of STARTTLS connections is planned).
+    pub tls_config: Option<Arc<rustls::ClientConfig>>,
+    /// Deadline for connecting and for each reply.
+    pub timeout: Duration,
+    /// Source addresses connections rotate over; empty for the system's choice.
+    pub bind: Vec<IpAddr>,
+}
+
+impl Endpoint {
+    /// The source address of a session's `n`-th connection: sessions start at different
+    /// places in the list so that concurrent connections spread over all of it.
+    fn source(&self, session: usize, n: u64) -> Option<IpAddr> {
+        if self.bind.is_empty() {
+            return None;
+        }
+        Some(self.bind[(n as usize + session) % self.bind.len()])
+    }
+
+    fn tls_config(&self) -> Result<Arc<rustls::ClientConfig>, TransportError> {
+        self.tls_config
+            .clone()
+            .ok_or_else(|| TransportError::TlsIo("no TLS configuration for this server".into()))
+    }
+
+    /// Connects, with implicit TLS when planned; untimed (verification).
+    pub async fn connect(&self) -> Result<Connection, TransportError> {
+        let mut conn = Connection::connect(self.addr, self.source(0, 0), self.timeout).await?;
+        if self.tls == TlsMode::Implicit {
+            self.start_tls(&mut conn).await?;
+        }
+        Ok(conn)
+    }
+
+    /// The TLS handshake with this server's name and configuration; untimed.
+    pub async fn start_tls(&self, conn: &mut Connection) -> Result<(), TransportError> {
+        conn.start_tls(self.tls_config()?, self.server_name.clone())
+            .await
+    }
+
+    /// Connection `n` of `session`: TCP connect and implicit TLS as the `connect` and
+    /// `tls` phases of `report`, counted in its connection counters.
+    pub async fn open(
+        &self,
+        session: usize,
+        n: u64,
+        report: &mut Report,
+    ) -> Result<Connection, Failure> {
+        let t = report.now();
+        let conn = Connection::connect(self.addr, self.source(session, n), self.timeout).await;
+        let mut conn = match conn {
+            Ok(c) => c,
+            Err(e) => {
+                report.counters.connect_failures += 1;
+                return Err(Failure::transport(Phase::Connect, e));
+            }
+        };
+        report.timed(Phase::Connect, t);
+        report.counters.connections += 1;
+        if self.tls == TlsMode::Implicit {
+            self.handshake(&mut conn, report).await?;
+        }
+        Ok(conn)
+    }
+
+    /// The TLS handshake (implicit, or after the protocol's STARTTLS was accepted), as
+    /// the `tls` phase.
+    pub async fn handshake(
+        &self,
+        conn: &mut Connection,
+        report: &mut Report,
+    ) -> Result<(), Failure> {
+        let t = report.now();
+        self.start_tls(conn)
+            .await
+            .map_err(|e| Failure::transport(Phase::Tls, e))?;
+        report.timed(Phase::Tls, t);
+        report.counters.tls_connections += 1;
+        Ok(())
+    }
+}
+
+/// `HOST[:PORT]` (or `[v6]:PORT`, with an optional `smtp://` or `lmtp://`) to the host name
+/// and its first address.
+pub fn resolve(target: &str, default_port: u16) -> anyhow::Result<(String, SocketAddr)> {
+    let target = target.trim();
+    let t = target
+        .strip_prefix("smtp://")
+        .or_else(|| target.strip_prefix("lmtp://"))
+        .unwrap_or(target)
+        .trim_end_matches('/');
+    let (host, port) = if let Some(rest) = t.strip_prefix('[') {
+        let (h, p) = rest
+            .split_once(']')
+            .ok_or_else(|| UsageError(format!("bad target '{target}'")))?;
+        (h.to_string(), p.strip_prefix(':').unwrap_or(""))
+    } else if t.matches(':').count() == 1 {
+        let (h, p) = t.split_once(':').unwrap_or((t, ""));
+        (h.to_string(), p)
+    } else {
+        (t.to_string(), "")
+    };
+    let port: u16 = if port.is_empty() {
+        default_port
+    } else {
+        port.parse()
+            .map_err(|_| UsageError(format!("bad port in target '{target}'")))?
+    };
+    if host.is_empty() {
+        return usage(format!("bad target '{target}': expected HOST[:PORT]"));
+    }
+    let addr = (host.as_str(), port)
+        .to_socket_addrs()
+        .map_err(|e| UsageError(format!("cannot resolve '{host}': {e}")))?
+        .next()
+        .ok_or_else(|| UsageError(format!("cannot resolve '{host}'")))?;
+    Ok((host, addr))
+}
+
+/// Checks before a run that the server takes a TCP connection at all: a server that
+/// cannot be reached is the user's problem to fix (one line, exit 1), not a run to record.
+pub async fn preflight(target: &str, ep: &Endpoint) -> anyhow::Result<()> {
+    let addr = ep.addr;
+    Connection::connect(
+        addr,
+        ep.source(0, 0),
+        ep.timeout.min(Duration::from_secs(10)),
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("cannot connect to {target} ({addr}): {e}"))?
+    .shutdown()
+    .await;
+    Ok(())
+}
+
+/// The error class of a transport failure.
+pub fn error_kind(e: &TransportError) -> ErrorKind {
+    match e {
+        TransportError::Refused => ErrorKind::Refused,
+        TransportError::Closed => ErrorKind::Closed,
+        TransportError::Timeout(_) => ErrorKind::Timeout,
+        TransportError::Tls(t) if client_certificate_refused(t) => ErrorKind::ClientCertificate,
+        TransportError::Tls(_) | TransportError::TlsIo(_) => ErrorKind::Tls,
+        TransportError::Protocol(_) => ErrorKind::Protocol,
+        TransportError::Io(_) => ErrorKind::Io,
+    }
+}
+
+/// Why a unit of work failed, and where.
+#[derive(Debug)]
+pub struct Failure {
+    pub phase: Phase,
+    pub kind: ErrorKind,
+    /// The server's reply code, 0 when the server did not answer.
+    pub code: u16,
+    pub detail: Option<Detail>,
+    /// Normalised, for the error class.
+    pub text: String,
+    /// Verbatim, for the error table.
+    pub sample: String,
+    /// The connection is unusable afterwards.
+    pub fatal: bool,
+}
+
+impl Failure {
+    pub fn transport(phase: Phase, e: TransportError) -> Self {
+        let sample = e.to_string();
+        Failure {
+            phase,
+            kind: error_kind(&e),
+            code: 0,
+            detail: None,
+            text: crate::proto::normalize(&sample),
+            sample,
+            fatal: true,
+        }
+    }
+
+    pub fn key(&self) -> ErrorKey {
+        ErrorKey {
+            phase: self.phase,
+            kind: self.kind,
+            code: self.code,
+            detail: self.detail,
+            text: self.text.clone(),
+        }
+    }
+
+    /// Adds this failure to the unit's errors.
+    pub fn record(self, report: &mut Report) {
+        let key = self.key();
+        report.error(key, self.sample);
+    }
+}

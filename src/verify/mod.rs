@@ -17,7 +17,7 @@ mod remote;
 pub mod rules;
 mod sentlog;
 
-pub use args::{Common, InlineArgs, RemoteOptions, Source, VerifyArgs};
+pub use args::{Common, InlineArgs, RemoteOptions, Source, RULES_HELP};
 pub use ledger::{Ingested, Ledger, Report, RuleResult};
 pub use maildir::Maildir;
 pub use remote::{Passwords, Remote};
@@ -157,46 +157,18 @@ pub fn run_blocking(job: &Job, ledger: &mut Ledger) -> anyhow::Result<Report> {
     Ok(report)
 }
 
-fn rules_of(path: Option<&Path>) -> anyhow::Result<Vec<rules::Rule>> {
+pub fn rules_of(path: Option<&Path>) -> anyhow::Result<Vec<rules::Rule>> {
     match path {
         Some(p) => rules::read(p).map_err(|e| crate::UsageError(e.to_string()).into()),
         None => Ok(Vec::new()),
     }
 }
 
-fn parse_wait(s: Option<&str>) -> anyhow::Result<Option<Duration>> {
+pub fn parse_wait(s: Option<&str>) -> anyhow::Result<Option<Duration>> {
     s.map(units::parse_duration).transpose().map_err(Into::into)
 }
 
-/// `spate verify`.
-pub async fn main(args: VerifyArgs) -> anyhow::Result<ExitCode> {
-    let source = match (&args.source, &args.maildir) {
-        (Some(s), _) => Source::parse(s)?,
-        (None, Some(root)) => Source::Maildir(root.clone()),
-        (None, None) => return crate::usage("give --maildir ROOT or --source SOURCE"),
-    };
-    if !args.dir.is_dir() {
-        anyhow::bail!("{}: not a results directory", args.dir.display());
-    }
-    let rules = rules_of(args.common.rules.as_deref())?;
-    let job = Job {
-        out: args.out.clone().unwrap_or_else(|| args.dir.clone()),
-        dir: args.dir.clone(),
-        reader: Reader::new(&source, &args.remote)?,
-        source,
-        wait: parse_wait(args.common.wait.as_deref())?,
-        show: args.common.show,
-        progress: true,
-    };
-    let report = tokio::task::spawn_blocking(move || {
-        let mut ledger = Ledger::new(rules);
-        run_blocking(&job, &mut ledger)
-    })
-    .await??;
-    Ok(exit_code(&report))
-}
-
-fn exit_code(r: &Report) -> ExitCode {
+pub fn exit_code(r: &Report) -> ExitCode {
     if r.ok() {
         ExitCode::SUCCESS
     } else {

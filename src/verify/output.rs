@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use hdrhistogram::Histogram;
 
 use super::ledger::Report;
-use crate::results::{write_atomic, writer_rfc3339 as rfc3339, HlogFile};
+use crate::results::{rfc3339, write_atomic, HlogFile};
 use crate::units::fmt_duration;
 
 /// Longest per-second series written (a week): arrival times far off (a wrong clock, an

@@ -6,7 +6,10 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::retrieve::{fetch_mailbox, parse_url, watch_mailbox, Account, Endpoint, MailProto};
+use crate::session::mailbox::fetch::{
+    fetch_mailbox, parse_url, watch_mailbox, Account, Fetched, MailProto,
+};
+use crate::session::Endpoint;
 use crate::verify::{Ledger, SentLog};
 use crate::UsageError;
 
@@ -23,7 +26,7 @@ impl Passwords {
     /// From `--users-file`, else SPATE_PASSWORD; a usage error when neither is given.
     pub fn load(users_file: Option<&PathBuf>) -> anyhow::Result<Passwords> {
         if let Some(path) = users_file {
-            let creds = crate::retrieve::read_credentials(path)?;
+            let creds = crate::opts::accounts::read_credentials(path)?;
             return Ok(Passwords::File(
                 creds
                     .into_iter()
@@ -157,7 +160,7 @@ impl Remote {
             let (ep, ledger, stop) = (self.endpoint.clone(), ledger.clone(), stop.clone());
             tasks.push(tokio::spawn(async move {
                 let mailbox = account.user.clone();
-                let on_new = |m: crate::retrieve::Fetched| {
+                let on_new = |m: Fetched| {
                     let now = std::time::SystemTime::now();
                     let mut l = ledger.lock().unwrap_or_else(|p| p.into_inner());
                     if !l.seen(&mailbox, &m.id) {

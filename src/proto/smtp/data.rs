@@ -181,24 +181,6 @@ impl DataDecoder {
     }
 }
 
-/// Dot-stuffs a message for sending and appends the terminator (for tests and clients).
-pub fn stuff(message: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(message.len() + 8);
-    let mut line_start = true;
-    for &b in message {
-        if line_start && b == b'.' {
-            out.push(b'.');
-        }
-        out.push(b);
-        line_start = b == b'\n';
-    }
-    if !out.is_empty() && !out.ends_with(b"\r\n") {
-        out.extend_from_slice(b"\r\n");
-    }
-    out.extend_from_slice(b".\r\n");
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,7 +242,7 @@ mod tests {
     #[test]
     fn stuff_round_trips() {
         let msg = b".a\r\n..b\r\nc\r\n.\r\n";
-        let wire = stuff(msg);
+        let wire = crate::proto::dot::stuff(msg);
         let (m, p, _) = decode_all(&wire, 0);
         assert!(p.done);
         assert_eq!(m, msg);
@@ -298,7 +280,7 @@ mod tests {
         fn stuffing_round_trips(msg in proptest::collection::vec("[.a-z]{0,6}", 0..10)) {
             let mut m = msg.join("\r\n").into_bytes();
             if !m.is_empty() { m.extend_from_slice(b"\r\n"); }
-            let (out, p, _) = decode_all(&stuff(&m), 0);
+            let (out, p, _) = decode_all(&crate::proto::dot::stuff(&m), 0);
             proptest::prop_assert!(p.done);
             proptest::prop_assert_eq!(out, m);
         }

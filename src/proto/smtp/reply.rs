@@ -102,6 +102,24 @@ pub fn parse(buf: &[u8]) -> Result<Parse<'_>, ReplyError> {
     }
 }
 
+/// A framer for a connection's reader: the length of the complete reply at the start of
+/// `buf`, or `None` while it is incomplete.
+pub fn frame(buf: &[u8]) -> Result<Option<usize>, ReplyError> {
+    Ok(match parse(buf)? {
+        Parse::Complete(_, n) => Some(n),
+        Parse::Incomplete => None,
+    })
+}
+
+/// The reply [`frame`] delimited (its first three bytes are the checked code).
+pub fn framed(raw: &[u8]) -> Reply<'_> {
+    let d = |i: usize| u16::from(raw[i] - b'0');
+    Reply {
+        code: d(0) * 100 + d(1) * 10 + d(2),
+        raw,
+    }
+}
+
 #[inline]
 fn memchr(needle: u8, hay: &[u8]) -> Option<usize> {
     hay.iter().position(|&b| b == needle)
@@ -152,7 +170,7 @@ impl<'a> Reply<'a> {
     /// The text normalised for grouping errors: addresses, numbers and queue ids
     /// replaced, so that `550 5.1.1 <u17@x>: unknown` and `<u18@x>` fall in one class.
     pub fn normalized_text(&self) -> String {
-        normalize(&self.text())
+        crate::proto::normalize(&self.text())
     }
 }
 
@@ -169,47 +187,6 @@ fn parse_enhanced(text: &[u8]) -> Option<(Enhanced, usize)> {
     }
     let used = if end < text.len() { end + 1 } else { end };
     Some((Enhanced(class, subject, detail), used))
-}
-
-/// Replaces what varies between otherwise identical replies.
-pub fn normalize(text: &str) -> String {
-    let mut out = String::with_capacity(text.len().min(120));
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        if out.len() >= 120 {
-            out.push('…');
-            break;
-        }
-        if c == '<' {
-            // <address> or <anything> → <…>
-            let mut closed = false;
-            for d in chars.by_ref() {
-                if d == '>' {
-                    closed = true;
-                    break;
-                }
-            }
-            out.push_str(if closed { "<…>" } else { "<…" });
-        } else if c.is_ascii_digit() || (c.is_ascii_uppercase() && looks_like_id(&mut chars)) {
-            out.push('#');
-            while chars.peek().is_some_and(|d| d.is_ascii_alphanumeric()) {
-                chars.next();
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// A run of alphanumerics containing digits after an uppercase letter (queue ids like
-/// `4XyZ12AB`) counts as an id. Consumes nothing itself.
-fn looks_like_id(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) -> bool {
-    let rest: String = chars
-        .clone()
-        .take_while(|c| c.is_ascii_alphanumeric())
-        .collect();
-    rest.len() >= 5 && rest.chars().any(|c| c.is_ascii_digit())
 }
 
 /// What the server offered in its EHLO/LHLO reply.
@@ -260,29 +237,6 @@ impl Capabilities {
         }
         caps
     }
-}
-
-/// Appends `data` to `out` with SMTP dot-stuffing and CRLF line endings (bare LF becomes
-/// CRLF), followed by the terminating `.CRLF`.
-pub fn dot_stuff_into(data: &[u8], out: &mut Vec<u8>) {
-    out.reserve(data.len() + 8);
-    let mut at_line_start = true;
-    let mut prev = 0u8;
-    for &b in data {
-        if at_line_start && b == b'.' {
-            out.push(b'.');
-        }
-        if b == b'\n' && prev != b'\r' {
-            out.push(b'\r');
-        }
-        out.push(b);
-        at_line_start = b == b'\n';
-        prev = b;
-    }
-    if !at_line_start {
-        out.extend_from_slice(b"\r\n");
-    }
-    out.extend_from_slice(b".\r\n");
 }
 
 #[cfg(test)]
@@ -372,21 +326,19 @@ mod tests {
 
     #[test]
     fn normalization_groups_similar_replies() {
-        let a = normalize("<u17@example.test>: Recipient address rejected: User unknown");
-        let b = normalize("<u9@example.test>: Recipient address rejected: User unknown");
+        let a =
+            crate::proto::normalize("<u17@example.test>: Recipient address rejected: User unknown");
+        let b =
+            crate::proto::normalize("<u9@example.test>: Recipient address rejected: User unknown");
         assert_eq!(a, b);
-        assert_eq!(normalize("Ok: queued as 4XyZ12AB"), "Ok: queued as #");
         assert_eq!(
-            normalize("try again in 30 seconds"),
+            crate::proto::normalize("Ok: queued as 4XyZ12AB"),
+            "Ok: queued as #"
+        );
+        assert_eq!(
+            crate::proto::normalize("try again in 30 seconds"),
             "try again in # seconds"
         );
-    }
-
-    #[test]
-    fn dot_stuffing() {
-        let mut out = Vec::new();
-        dot_stuff_into(b".hidden\nline\r\n..two", &mut out);
-        assert_eq!(out, b"..hidden\r\nline\r\n...two\r\n.\r\n");
     }
 
     proptest! {

@@ -2,13 +2,11 @@
 //! driver times phase by phase and that `fetch_mailbox`/`watch_mailbox` string together.
 //! No timing and no policy here; every response is framed with a cap.
 
-use std::sync::Arc;
 use std::time::Duration;
-
-use base64::Engine as _;
 
 use crate::proto::imap_client::{self as imap, Response, Status, Untagged};
 use crate::proto::pop3_client as pop3;
+use crate::session::Endpoint;
 use crate::transport::{Connection, TransportError};
 
 /// Largest message a client reads (a RETR response or one FETCH literal).
@@ -87,7 +85,7 @@ impl Pop3 {
         if !st.ok {
             return Err(ClientError::server("-ERR", st.text));
         }
-        pop3::unstuff(pop3::data(frame), out);
+        crate::proto::dot::unstuff(pop3::data(frame), out);
         Ok(())
     }
 
@@ -98,13 +96,9 @@ impl Pop3 {
     }
 
     /// STLS and the TLS handshake.
-    pub async fn stls(
-        &mut self,
-        config: Arc<rustls::ClientConfig>,
-        name: rustls::pki_types::ServerName<'static>,
-    ) -> Result<(), ClientError> {
+    pub async fn stls(&mut self, ep: &Endpoint) -> Result<(), ClientError> {
         self.command("STLS").await?;
-        self.conn.start_tls(config, name).await?;
+        ep.start_tls(&mut self.conn).await?;
         Ok(())
     }
 
@@ -124,7 +118,7 @@ impl Pop3 {
 
     /// AUTH PLAIN with an initial response (RFC 5034).
     pub async fn auth_plain(&mut self, user: &str, pass: &str) -> Result<(), ClientError> {
-        let ir = base64::engine::general_purpose::STANDARD.encode(format!("\0{user}\0{pass}"));
+        let ir = crate::proto::sasl::client::plain(user, pass);
         self.command(&format!("AUTH PLAIN {ir}")).await?;
         Ok(())
     }
@@ -285,13 +279,9 @@ impl Imap {
         )))
     }
 
-    pub async fn starttls(
-        &mut self,
-        config: Arc<rustls::ClientConfig>,
-        name: rustls::pki_types::ServerName<'static>,
-    ) -> Result<(), ClientError> {
+    pub async fn starttls(&mut self, ep: &Endpoint) -> Result<(), ClientError> {
         self.command(b"STARTTLS", |_| {}).await?;
-        self.conn.start_tls(config, name).await?;
+        ep.start_tls(&mut self.conn).await?;
         // RFC 3501 6.2.1: capabilities before STARTTLS are not to be trusted.
         self.capabilities.clear();
         Ok(())
@@ -326,7 +316,7 @@ impl Imap {
                 _ => return Err(ClientError::protocol("continuation expected")),
             }
         }
-        let ir = base64::engine::general_purpose::STANDARD.encode(format!("\0{user}\0{pass}"));
+        let ir = crate::proto::sasl::client::plain(user, pass);
         self.conn.send(format!("{ir}\r\n").as_bytes()).await?;
         self.complete(&tag, &mut |_| {}).await?;
         Ok(())

@@ -1,25 +1,50 @@
-//! `spate pop3` and `spate imap`: options, the plan they resolve to, and the run. The
-//! visit itself (one unit of work) is in [`super::visit`]; the engine does the rest.
+//! `spate pop3` and `spate imap`: the options, the plan they resolve to, and the run:
+//! mailbox visits (`session::mailbox`) driven by the engine.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde::Serialize;
 
-use super::fetch::{Account, Endpoint, MailProto, TlsMode};
-use super::visit::Visitor;
-use crate::engine::{self, default_out, new_run_id, Observer, OutputArgs, Workload, WorkloadArgs};
-use crate::load::{resolve, Outcome, PickArg};
+use super::{observers, print_outcome, Finished};
+use crate::ctx::Ctx;
+use crate::engine::{self, new_run_id, Workload};
 use crate::message::AddressPool;
-use crate::metrics::Recorder;
+use crate::opts::{accounts, MonitorArgs, OutputArgs, PickArg, TransportArgs, WorkloadArgs};
 use crate::results::SCHEMA_VERSION;
-use crate::transport::Clock;
+use crate::session::mailbox::fetch::Account;
+use crate::session::mailbox::{Login, Settings, Visitor};
+use crate::session::{Endpoint, TlsMode};
 use crate::units;
 use crate::{usage, UsageError};
+
+/// Which mailbox protocol a command loads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Pop3,
+    Imap,
+}
+
+impl Protocol {
+    fn name(self) -> &'static str {
+        match self {
+            Protocol::Pop3 => "pop3",
+            Protocol::Imap => "imap",
+        }
+    }
+
+    fn port(self, tls: bool) -> u16 {
+        match (self, tls) {
+            (Protocol::Pop3, false) => 110,
+            (Protocol::Pop3, true) => 995,
+            (Protocol::Imap, false) => 143,
+            (Protocol::Imap, true) => 993,
+        }
+    }
+}
 
 #[derive(Debug, Clone, clap::Args, Serialize)]
 #[command(
@@ -33,7 +58,7 @@ use crate::{usage, UsageError};
     spate pop3 127.0.0.1:1110 --users-file users.txt --imap-percent 30 --imap-target 127.0.0.1:1143\n  \
     spate imap 127.0.0.1:993 --tls --ca ca.pem --users-file users.txt --download 20 --flag --idle 2s"
 )]
-pub struct RetrieveArgs {
+pub struct Args {
     /// Server to load, HOST[:PORT] (110 POP3, 143 IMAP; 995/993 with --tls).
     pub target: String,
 
@@ -53,8 +78,8 @@ pub struct RetrieveArgs {
     pub pick: PickArg,
     /// How to log in: POP3 USER/PASS (auto), APOP when the greeting offers it, or AUTH
     /// PLAIN; IMAP LOGIN (auto) or AUTHENTICATE PLAIN.
-    #[arg(long, value_enum, default_value_t = LoginArg::Auto, help_heading = "Accounts")]
-    pub auth: LoginArg,
+    #[arg(long, value_enum, default_value_t = Login::Auto, help_heading = "Accounts")]
+    pub auth: Login,
 
     // ---- what a visit does
     /// Messages touched per visit, from the first; 0 = every message in the mailbox.
@@ -89,39 +114,15 @@ pub struct RetrieveArgs {
     #[arg(long, help_heading = "Visit")]
     pub imap_target: Option<String>,
 
-    // ---- transport
-    /// Upgrade every connection with STLS (POP3) / STARTTLS (IMAP).
-    #[arg(long, conflicts_with = "tls", help_heading = "Transport")]
-    pub starttls: bool,
-    /// Implicit TLS from the first byte (POP3S, IMAPS).
-    #[arg(long, help_heading = "Transport")]
-    pub tls: bool,
-    /// Trust this CA (PEM) in addition to the system roots.
-    #[arg(long, help_heading = "Transport")]
-    pub ca: Option<String>,
-    /// Do not verify the server certificate.
-    #[arg(long, help_heading = "Transport")]
-    pub insecure: bool,
-    /// Source addresses to spread connections over: 127.0.0.2,127.0.0.3.
-    #[arg(long, value_delimiter = ',', help_heading = "Transport")]
-    pub bind: Vec<IpAddr>,
-    /// Deadline for connecting and for each response.
-    #[arg(long, default_value = "30s", help_heading = "Transport")]
-    pub timeout: String,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub transport: TransportArgs,
 
     #[command(flatten)]
     pub output: OutputArgs,
 
     #[command(flatten)]
-    pub monitor: crate::monitor::MonitorArgs,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum LoginArg {
-    Auto,
-    Apop,
-    Plain,
+    pub monitor: MonitorArgs,
 }
 
 /// Everything resolved: what plan.json records.
@@ -145,36 +146,14 @@ pub struct Plan {
     pub tls: TlsMode,
     pub timeout_s: f64,
     pub seed: u64,
-    pub args: RetrieveArgs,
+    pub args: Args,
 }
 
-/// What every visit shares.
-pub struct Settings {
-    pub pop3: Option<Endpoint>,
-    pub imap: Option<Endpoint>,
-    /// Share of visits that are IMAP (100 for `spate imap`).
-    pub imap_percent: u8,
-    pub accounts: Vec<Account>,
-    pub pick: PickArg,
-    pub login: LoginArg,
-    pub messages_per_connection: u32,
-    pub download: u8,
-    pub delete: u8,
-    pub top: u32,
-    pub listings: bool,
-    pub search: Option<String>,
-    pub flag: bool,
-    pub idle: Option<Duration>,
-    pub bind: Vec<IpAddr>,
-    pub clock: Clock,
-    pub recorder: Arc<Recorder>,
-    /// Round-robin position over the accounts.
-    pub next_account: AtomicU64,
-}
+crate::plan_info!(Plan);
 
-fn accounts(args: &RetrieveArgs) -> anyhow::Result<Vec<Account>> {
+fn accounts(args: &Args) -> anyhow::Result<Vec<Account>> {
     let creds = if let Some(path) = &args.users_file {
-        super::read_credentials(path)?
+        accounts::read_credentials(path)?
     } else if let Some(pattern) = &args.user_pattern {
         let pass = std::env::var("SPATE_PASSWORD").map_err(|_| {
             UsageError(
@@ -196,74 +175,48 @@ fn accounts(args: &RetrieveArgs) -> anyhow::Result<Vec<Account>> {
         .collect())
 }
 
+/// The POP3 and IMAP servers a run visits: the target, and for a mixed run the IMAP one.
+fn endpoints(
+    proto: Protocol,
+    args: &Args,
+    imap_percent: u8,
+) -> anyhow::Result<(Option<Endpoint>, Option<Endpoint>)> {
+    let t = &args.transport;
+    let endpoint =
+        |target: &str, p: Protocol| t.endpoint(strip_scheme(target), p.port(t.tls), false);
+    let main = endpoint(&args.target, proto)?;
+    Ok(match proto {
+        Protocol::Imap => (None, Some(main)),
+        Protocol::Pop3 => {
+            let imap = if imap_percent > 0 {
+                let target = match &args.imap_target {
+                    Some(t) => t.clone(),
+                    None => format!("[{}]", main.addr.ip()),
+                };
+                Some(endpoint(&target, Protocol::Imap)?)
+            } else {
+                None
+            };
+            ((imap_percent < 100).then_some(main), imap)
+        }
+    })
+}
+
 /// Builds the plan and everything the visits share. No network I/O.
 pub fn prepare(
-    proto: MailProto,
-    args: RetrieveArgs,
+    proto: Protocol,
+    args: Args,
     command: Vec<String>,
 ) -> anyhow::Result<(Plan, Settings)> {
-    let tls = if args.tls {
-        TlsMode::Implicit
-    } else if args.starttls {
-        TlsMode::Starttls
-    } else {
-        TlsMode::Plain
-    };
-    let port = |p: MailProto| match (p, args.tls) {
-        (MailProto::Pop3, false) => 110,
-        (MailProto::Pop3, true) => 995,
-        (MailProto::Imap, false) => 143,
-        (MailProto::Imap, true) => 993,
-    };
-    let timeout = units::parse_duration(&args.timeout)?;
-    if timeout.is_zero() {
-        return usage("--timeout must be more than 0");
-    }
     let imap_percent = match (proto, args.imap_percent) {
-        (MailProto::Imap, Some(_)) => return usage("--imap-percent is for `spate pop3`"),
-        (MailProto::Imap, None) => 100,
-        (MailProto::Pop3, p) => p.unwrap_or(0),
+        (Protocol::Imap, Some(_)) => return usage("--imap-percent is for `spate pop3`"),
+        (Protocol::Imap, None) => 100,
+        (Protocol::Pop3, p) => p.unwrap_or(0),
     };
     if args.imap_target.is_some() && imap_percent == 0 {
         return usage("--imap-target needs --imap-percent");
     }
-    let tls_config = if tls != TlsMode::Plain {
-        let opts = crate::tls::ClientOptions {
-            ca: args.ca.clone(),
-            insecure: args.insecure,
-            ..Default::default()
-        };
-        Some(crate::tls::client_config(&opts).map_err(|e| UsageError(e.to_string()))?)
-    } else {
-        None
-    };
-    let endpoint = |target: &str, p: MailProto| -> anyhow::Result<Endpoint> {
-        let (host, addr) = resolve(strip_scheme(target), port(p))?;
-        Ok(Endpoint {
-            addr,
-            server_name: crate::tls::server_name(&host).map_err(|e| UsageError(e.to_string()))?,
-            tls,
-            tls_config: tls_config.clone(),
-            timeout,
-        })
-    };
-    let main = endpoint(&args.target, proto)?;
-    let (pop3, imap) = match proto {
-        MailProto::Imap => (None, Some(main)),
-        MailProto::Pop3 => {
-            let imap = if imap_percent > 0 {
-                let t = match &args.imap_target {
-                    Some(t) => t.clone(),
-                    None => format!("[{}]", main.addr.ip()),
-                };
-                Some(endpoint(&t, MailProto::Imap)?)
-            } else {
-                None
-            };
-            let pop3 = (imap_percent < 100).then_some(main);
-            (pop3, imap)
-        }
-    };
+    let (pop3, imap) = endpoints(proto, &args, imap_percent)?;
     let workload = args.workload.resolve()?;
     let accounts = accounts(&args)?;
     let idle = args
@@ -272,20 +225,23 @@ pub fn prepare(
         .map(units::parse_duration)
         .transpose()?;
     let seed = args.output.seed.unwrap_or_else(rand::random);
-    let address = pop3.as_ref().or(imap.as_ref()).map(|e| e.addr).unwrap();
+    let main = pop3
+        .as_ref()
+        .or(imap.as_ref())
+        .expect("at least one endpoint");
     let plan = Plan {
         schema_version: SCHEMA_VERSION,
         spate_version: env!("CARGO_PKG_VERSION"),
         run_id: new_run_id(),
         command,
         protocol: match (proto, imap_percent) {
-            (MailProto::Imap, _) => "imap",
-            (MailProto::Pop3, 0) => "pop3",
-            (MailProto::Pop3, 100) => "imap",
+            (Protocol::Imap, _) => "imap",
+            (Protocol::Pop3, 0) => "pop3",
+            (Protocol::Pop3, 100) => "imap",
             _ => "pop3+imap",
         },
         target: args.target.clone(),
-        address,
+        address: main.addr,
         imap_address: imap.as_ref().map(|e| e.addr),
         imap_percent,
         workload,
@@ -293,8 +249,8 @@ pub fn prepare(
         messages_per_connection: args.messages_per_connection,
         download_pct: args.download,
         delete_pct: args.delete,
-        tls,
-        timeout_s: timeout.as_secs_f64(),
+        tls: main.tls,
+        timeout_s: main.timeout.as_secs_f64(),
         seed,
         args: args.clone(),
     };
@@ -303,19 +259,16 @@ pub fn prepare(
         imap,
         imap_percent,
         accounts,
-        pick: args.pick,
+        round_robin: args.pick == PickArg::RoundRobin,
         login: args.auth,
         messages_per_connection: args.messages_per_connection,
         download: args.download,
         delete: args.delete,
         top: args.top,
         listings: args.listings,
-        search: args.search.clone(),
+        search: args.search,
         flag: args.flag,
         idle,
-        bind: args.bind.clone(),
-        clock: Clock::new(),
-        recorder: Arc::new(Recorder::new(8)),
         next_account: AtomicU64::new(0),
     };
     Ok((plan, settings))
@@ -325,62 +278,38 @@ fn strip_scheme(t: &str) -> &str {
     t.split_once("://").map_or(t, |(_, rest)| rest)
 }
 
-/// Runs a retrieval load to the end (or until `stop` is set / a signal arrives).
-pub async fn run_retrieve(
+/// Runs a mailbox load to the end (or until `stop` is set / a signal arrives).
+pub async fn run_load(
     plan: Plan,
     settings: Settings,
-    out: PathBuf,
-    observers: Vec<Box<dyn Observer>>,
+    out: std::path::PathBuf,
+    observers: Vec<Box<dyn engine::Observer>>,
     stop: Arc<AtomicBool>,
-) -> anyhow::Result<Outcome> {
+) -> anyhow::Result<Finished> {
     for ep in settings.pop3.iter().chain(settings.imap.iter()) {
-        engine::preflight(
-            &plan.target,
-            ep.addr,
-            settings.bind.first().copied(),
-            ep.timeout,
-        )
-        .await?;
+        crate::session::preflight(&plan.target, ep).await?;
     }
-    let settings = Arc::new(Settings {
-        clock: Clock::new(),
-        ..settings
-    });
-    let run = engine::Run::new(
-        &plan,
-        &out,
-        None,
-        settings.recorder.clone(),
-        settings.clock,
-        observers,
-        stop,
-    )?;
+    let settings = Arc::new(settings);
+    let run = engine::Run::new(&plan, Some(&out), None, observers, stop)?;
     let summary = engine::run(run, |id, rng| Visitor::new(id, settings.clone(), rng)).await?;
-    Ok(Outcome { dir: out, summary })
+    Ok(Finished { dir: out, summary })
 }
 
 /// `spate pop3` and `spate imap`.
-pub async fn main(proto: MailProto, args: RetrieveArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(proto: Protocol, args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     let progress = args.output.progress_enabled();
-    let name = match proto {
-        MailProto::Pop3 => "pop3",
-        MailProto::Imap => "imap",
-    };
-    let out = args.output.out.clone().unwrap_or_else(|| default_out(name));
+    let name = proto.name();
+    let out = args
+        .output
+        .out
+        .clone()
+        .unwrap_or_else(|| crate::opts::output::default_out(name));
     let stop = Arc::new(AtomicBool::new(false));
-    let observers = crate::load::observers(
-        &args.output,
-        &args.monitor,
-        progress,
-        format!("spate — {} load on {}", name.to_uppercase(), args.target),
-        "visit",
-        &stop,
-    )?;
-    let (plan, settings) = prepare(proto, args, crate::scenario::command_line())?;
-    let outcome = run_retrieve(plan, settings, out, observers, stop).await?;
-    crate::load::print_outcome(&outcome);
-    println!("results: {}", outcome.dir.display());
+    let title = format!("spate — {} load on {}", name.to_uppercase(), args.target);
+    let observers = observers(&args.output, &args.monitor, progress, title, "visit", &stop)?;
+    let (plan, settings) = prepare(proto, args, ctx.command_line.clone())?;
+    let finished = run_load(plan, settings, out, observers, stop).await?;
+    print_outcome(&finished);
+    println!("results: {}", finished.dir.display());
     Ok(ExitCode::SUCCESS)
 }
-
-crate::plan_info!(Plan);

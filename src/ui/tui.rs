@@ -277,8 +277,12 @@ impl Dashboard {
         if !s.errors.is_empty() {
             let _ = writeln!(o, "\n\x1b[1merrors by class (total)\x1b[0m");
             for e in s.errors.iter().take(8) {
-                let class =
-                    super::data::class_label(&e.phase, &e.kind, e.code, e.enhanced.as_deref());
+                let class = crate::report::data::class_label(
+                    &e.phase,
+                    &e.kind,
+                    e.code,
+                    e.enhanced.as_deref(),
+                );
                 let text: String = e.text.chars().take(w.saturating_sub(36)).collect();
                 let _ = writeln!(o, "{:>9}  {:<22} {}", e.count, class, text);
             }

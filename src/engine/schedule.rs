@@ -1,4 +1,5 @@
-//! Arrival strategies. A closed workload is N users that each send, think and send again;
+//! The schedule of a run: the validated workload (closed users or an open arrival
+//! profile, and its bounds) and the arrival strategies. A closed workload is N users that each send, think and send again;
 //! an open workload is a schedule of arrival times (constant or Poisson, with stages that
 //! ramp linearly, k6-style) that messages are started on, whether or not earlier ones have
 //! finished. Arrival computation is a pure iterator so it can be tested without a clock.
@@ -7,6 +8,29 @@ use std::time::Duration;
 
 use rand::Rng;
 use serde::{Deserialize, Serialize};
+
+/// The workload shape after validation.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "model", rename_all = "kebab-case")]
+pub enum Model {
+    Closed {
+        users: u32,
+        think_ms: f64,
+    },
+    Open {
+        profile: Profile,
+        arrival: Arrival,
+        max_in_flight: u32,
+    },
+}
+
+/// A validated workload: the model and its bounds.
+#[derive(Debug, Clone, Serialize)]
+pub struct Workload {
+    pub model: Model,
+    pub count: Option<u64>,
+    pub duration_s: Option<f64>,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]

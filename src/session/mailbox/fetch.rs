@@ -1,16 +1,13 @@
 //! Reading mailboxes back, for `spate verify` and tests: everything in INBOX at once
 //! ([`fetch_mailbox`]), or new messages as they arrive over IMAP IDLE ([`watch_mailbox`]).
 
-use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
 
 use super::client::{ClientError, Imap, Pop3};
 use crate::proto::imap_client::{internal_date, Untagged};
-pub use crate::session::smtp::TlsMode;
-use crate::transport::Connection;
+use crate::session::{Endpoint, TlsMode};
 
 /// Which mailbox protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -18,19 +15,6 @@ use crate::transport::Connection;
 pub enum MailProto {
     Imap,
     Pop3,
-}
-
-/// Where a mailbox server is and how to talk to it.
-#[derive(Debug, Clone)]
-pub struct Endpoint {
-    pub addr: SocketAddr,
-    /// Name checked against the server certificate.
-    pub server_name: rustls::pki_types::ServerName<'static>,
-    pub tls: TlsMode,
-    /// Needed unless `tls` is `Plain`.
-    pub tls_config: Option<Arc<rustls::ClientConfig>>,
-    /// Deadline for connecting and for each response.
-    pub timeout: Duration,
 }
 
 /// A mailbox login.
@@ -57,8 +41,6 @@ pub enum FetchError {
     Url(String, String),
     #[error(transparent)]
     Client(#[from] ClientError),
-    #[error("TLS is planned but the endpoint has no TLS configuration")]
-    NoTlsConfig,
 }
 
 impl From<crate::transport::TransportError> for FetchError {
@@ -88,7 +70,8 @@ pub fn parse_url(
         _ => return Err(bad("unknown scheme")),
     };
     let hostport = rest.split(['/', '?']).next().unwrap_or("");
-    let (host, addr) = crate::load::resolve(hostport, port).map_err(|e| bad(&format!("{e:#}")))?;
+    let (host, addr) =
+        crate::session::resolve(hostport, port).map_err(|e| bad(&format!("{e:#}")))?;
     let tls_config = if mode == TlsMode::Plain {
         None
     } else {
@@ -102,35 +85,24 @@ pub fn parse_url(
             tls: mode,
             tls_config,
             timeout,
+            bind: Vec::new(),
         },
     ))
 }
 
-/// Connects, with implicit TLS when asked for (STARTTLS comes after the greeting).
-pub(crate) async fn connect(ep: &Endpoint) -> Result<Connection, FetchError> {
-    let mut conn = Connection::connect(ep.addr, None, ep.timeout).await?;
-    if ep.tls == TlsMode::Implicit {
-        let cfg = ep.tls_config.clone().ok_or(FetchError::NoTlsConfig)?;
-        conn.start_tls(cfg, ep.server_name.clone()).await?;
-    }
-    Ok(conn)
-}
-
 async fn open_pop3(ep: &Endpoint, acct: &Account) -> Result<Pop3, FetchError> {
-    let mut p = Pop3::greet(connect(ep).await?).await?;
+    let mut p = Pop3::greet(ep.connect().await?).await?;
     if ep.tls == TlsMode::Starttls {
-        let cfg = ep.tls_config.clone().ok_or(FetchError::NoTlsConfig)?;
-        p.stls(cfg, ep.server_name.clone()).await?;
+        p.stls(ep).await?;
     }
     p.login(&acct.user, &acct.password, false).await?;
     Ok(p)
 }
 
 async fn open_imap(ep: &Endpoint, acct: &Account) -> Result<Imap, FetchError> {
-    let mut m = Imap::greet(connect(ep).await?).await?;
+    let mut m = Imap::greet(ep.connect().await?).await?;
     if ep.tls == TlsMode::Starttls {
-        let cfg = ep.tls_config.clone().ok_or(FetchError::NoTlsConfig)?;
-        m.starttls(cfg, ep.server_name.clone()).await?;
+        m.starttls(ep).await?;
     }
     m.login(&acct.user, &acct.password).await?;
     Ok(m)

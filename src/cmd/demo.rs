@@ -4,11 +4,13 @@
 //! over IMAP and mailbox load over POP3/IMAP — with live progress, the summaries, a
 //! reconciliation of spate's counts with the server's own, and the HTML reports.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::load::{default_out, SmtpArgs};
+use crate::ctx::Ctx;
+use crate::opts::output::default_out;
+use crate::results::Summary;
 use crate::serve::{self, faults, store::Users, Addrs};
 
 #[derive(Debug, clap::Args)]
@@ -24,14 +26,24 @@ pub struct Args {
     pub quiet: bool,
 }
 
-fn base_args(target: String, extra: &[&str]) -> anyhow::Result<SmtpArgs> {
+/// `spate smtp` against `target` with the demo's common options and `extra`, as an
+/// in-process command line (recorded in its results as its own), into `out`.
+async fn smtp_part(
+    ctx: &Ctx,
+    target: String,
+    extra: &[&str],
+    out: &Path,
+    progress: bool,
+) -> anyhow::Result<Summary> {
     let mut argv: Vec<String> = [
+        "spate",
+        "smtp",
         target.as_str(),
         "--from=demo@example.test",
         "--to=user{0..99}@example.test",
         "--helo=spate-demo.localhost",
         "--timeout=10s",
-        "--quiet",
+        if progress { "--progress" } else { "--quiet" },
         "--grace=5s",
         "--seed=42",
     ]
@@ -39,10 +51,17 @@ fn base_args(target: String, extra: &[&str]) -> anyhow::Result<SmtpArgs> {
     .map(|s| s.to_string())
     .collect();
     argv.extend(extra.iter().map(|s| s.to_string()));
-    crate::load::args_from(argv)
+    argv.push(format!("--out={}", out.display()));
+    let code = ctx.run(argv).await?;
+    if code != ExitCode::SUCCESS {
+        anyhow::bail!("the part in {} failed", out.display());
+    }
+    println!();
+    Summary::read(out)
 }
 
-pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+/// `spate demo`.
+pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     use std::io::IsTerminal;
     let out = args.out.unwrap_or_else(|| default_out("demo"));
     std::fs::create_dir_all(&out)?;
@@ -89,7 +108,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let fourth = total.mul_f64(0.15);
 
     println!("1/4 SMTP injection: 20 sessions, 10 messages per connection, 1 KiB .. 10 KiB, 1–3 recipients, {}s", first.as_secs());
-    let a = base_args(
+    let r1 = smtp_part(
+        ctx,
         smtp.to_string(),
         &[
             "--users=20",
@@ -98,11 +118,14 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             "--rcpt=1..3",
             &format!("--duration={}ms", first.as_millis()),
         ],
-    )?;
-    let r1 = run_part(a, out.join("1-smtp"), progress).await?;
+        &out.join("1-smtp"),
+        progress,
+    )
+    .await?;
 
     println!("2/4 submission: 5 sessions, STARTTLS (certificate verified), AUTH PLAIN, open rate 100/s, {}s", second.as_secs());
-    let b = base_args(
+    let r2 = smtp_part(
+        ctx,
         submission.to_string(),
         &[
             "--rate=100/s",
@@ -113,8 +136,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             "--max-in-flight=5",
             "--messages-per-connection=20",
         ],
-    )?;
-    let r2 = run_part(b, out.join("2-submission"), progress).await?;
+        &out.join("2-submission"),
+        progress,
+    )
+    .await?;
 
     // Counted before anyone reads (and deletes from) the mailboxes.
     let ours = r1.totals.accepted + r2.totals.accepted;
@@ -127,16 +152,19 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut delivered = true;
     for part in ["1-smtp", "2-submission"] {
         let dir = out.join(part).display().to_string();
-        let code = spate(&[
-            "verify",
-            &dir,
-            "--source",
-            &source,
-            "--users-file",
-            &users_arg,
-            "--ca",
-            &ca_arg,
-        ])
+        let code = spate(
+            ctx,
+            &[
+                "verify",
+                &dir,
+                "--source",
+                &source,
+                "--users-file",
+                &users_arg,
+                "--ca",
+                &ca_arg,
+            ],
+        )
         .await?;
         delivered &= code == ExitCode::SUCCESS;
         // The report now has the delivery section too.
@@ -148,24 +176,27 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
 
     println!("4/4 mailbox load: 5 sessions over POP3S (70 %) and IMAPS (30 %), 5 messages a visit, half read whole, {}s", fourth.as_secs());
     let pop3_out = out.join("4-mailbox").display().to_string();
-    let code = spate(&[
-        "pop3",
-        &pop3s.to_string(),
-        "--imap-percent=30",
-        &format!("--imap-target={imaps}"),
-        "--tls",
-        "--ca",
-        &ca_arg,
-        "--users-file",
-        &users_arg,
-        "--users=5",
-        "--messages-per-connection=5",
-        "--download=50",
-        &format!("--duration={}ms", fourth.as_millis()),
-        "--quiet",
-        "--out",
-        &pop3_out,
-    ])
+    let code = spate(
+        ctx,
+        &[
+            "pop3",
+            &pop3s.to_string(),
+            "--imap-percent=30",
+            &format!("--imap-target={imaps}"),
+            "--tls",
+            "--ca",
+            &ca_arg,
+            "--users-file",
+            &users_arg,
+            "--users=5",
+            "--messages-per-connection=5",
+            "--download=50",
+            &format!("--duration={}ms", fourth.as_millis()),
+            "--quiet",
+            "--out",
+            &pop3_out,
+        ],
+    )
     .await?;
     let retrieved = code == ExitCode::SUCCESS;
     if let Err(e) = crate::report::write_report(&out.join("4-mailbox")) {
@@ -195,17 +226,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// Runs another spate command in-process, as if typed: `spate ARGS...`.
-async fn spate(args: &[&str]) -> anyhow::Result<ExitCode> {
+async fn spate(ctx: &Ctx, args: &[&str]) -> anyhow::Result<ExitCode> {
     let argv = std::iter::once("spate").chain(args.iter().copied());
-    crate::cli::run_argv(argv.map(String::from).collect()).await
-}
-
-async fn run_part(
-    args: SmtpArgs,
-    out: PathBuf,
-    progress: bool,
-) -> anyhow::Result<crate::results::Summary> {
-    let outcome = crate::load::run_and_print(args, out, progress).await?;
-    println!();
-    Ok(outcome.summary)
+    ctx.run(argv.map(String::from).collect()).await
 }

@@ -1,19 +1,4 @@
-//! Mailbox access: `spate pop3` / `spate imap` load (a unit of work is one mailbox visit:
-//! connect, log in, act on some messages, log out) and the fetch API that verification
-//! uses to read mailboxes back.
-//!
-//! - [`client`]: POP3 and IMAP clients over the one connection type.
-//! - [`fetch`]: `fetch_mailbox`, `watch_mailbox`, mailbox URLs.
-//! - [`load`]: the options, the plan, and the engine driver for retrieval load.
-
-pub mod client;
-pub mod fetch;
-pub mod load;
-mod visit;
-
-pub use fetch::{
-    fetch_mailbox, parse_url, watch_mailbox, Account, Endpoint, FetchError, Fetched, MailProto,
-};
+//! Users files: `address password` per line, as the test bed writes them.
 
 use std::path::Path;
 

@@ -1,0 +1,60 @@
+//! One module per subcommand, each `Args` and `run(args, &Ctx)`, and what the load
+//! commands share at this level: their observers and the way a finished run is printed.
+
+pub mod compare;
+pub mod demo;
+pub mod mailbox;
+pub mod ping;
+pub mod report;
+pub mod run;
+pub mod serve;
+pub mod smtp;
+pub mod sweep;
+pub mod verify;
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use crate::engine::Observer;
+use crate::opts::{MonitorArgs, OutputArgs};
+use crate::results::Summary;
+
+/// A finished load run: where its results are and its final summary.
+pub struct Finished {
+    pub dir: PathBuf,
+    pub summary: Summary,
+}
+
+/// The observers of a load run: monitoring when asked for, then the live dashboard
+/// (`--tui`, which may set `stop`) or the progress line.
+pub fn observers(
+    output: &OutputArgs,
+    monitor: &MonitorArgs,
+    progress: bool,
+    title: String,
+    unit: &'static str,
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<Vec<Box<dyn Observer>>> {
+    let mut observers: Vec<Box<dyn Observer>> =
+        crate::monitor::observer(monitor)?.into_iter().collect();
+    if output.tui {
+        observers.push(Box::new(crate::ui::tui::Dashboard::new(
+            stop.clone(),
+            title,
+        )?));
+    } else if progress {
+        observers.push(Box::new(crate::ui::progress::Progress::new(unit)));
+    }
+    Ok(observers)
+}
+
+/// The end of every load run: the text summary, the monitoring block, report.html.
+pub fn print_outcome(finished: &Finished) {
+    print!("{}", crate::report::text::render(&finished.summary));
+    print!("{}", crate::monitor::text::render(&finished.summary));
+    // The HTML report is a convenience: failing to write it must not fail the run.
+    if let Err(e) = crate::report::write_report(&finished.dir) {
+        eprintln!("spate: warning: no HTML report: {e:#}");
+    }
+}

@@ -1,0 +1,60 @@
+//! `spate report`: the HTML report (or the text summary) of a results directory.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::ctx::Ctx;
+use crate::report::data::{Run, Sweep};
+use crate::report::{render_to, write_report};
+
+/// Options of `spate report`.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "The report is one self-contained HTML file (inline SVG charts and CSS, no \
+                  network needed): what ran, headline numbers, throughput, latency per phase \
+                  over time and as a percentile plot, errors by class, delivery and server \
+                  resources when present. A sweep directory (with sweep.csv) gets the sweep \
+                  page: every metric against the swept parameter, saturation marked.\n\n\
+                  Example: spate report spate-results/2026-11-22T10-00-00-smtp"
+)]
+pub struct Args {
+    /// A results directory (of `spate smtp`, or a sweep directory; a directory of runs,
+    /// like the demo's, gets a report in each).
+    pub dir: PathBuf,
+
+    /// Where to write the HTML (default: DIR/report.html).
+    #[arg(long, short = 'o')]
+    pub out: Option<PathBuf>,
+
+    /// Print the text summary instead of writing HTML.
+    #[arg(long)]
+    pub text: bool,
+}
+
+/// `spate report`.
+pub fn run(args: Args, _ctx: &Ctx) -> anyhow::Result<ExitCode> {
+    if !args.dir.is_dir() {
+        return crate::usage(format!("{}: no such directory", args.dir.display()));
+    }
+    if args.text {
+        let run = Run::read(&args.dir)?;
+        print!("{}", crate::report::text::render(&run.summary));
+        return Ok(ExitCode::SUCCESS);
+    }
+    // A directory of runs (the demo's parts): one report in each.
+    let subs = crate::report::data::result_subdirs(&args.dir);
+    if args.out.is_none()
+        && !args.dir.join("summary.json").exists()
+        && !Sweep::is_sweep(&args.dir)
+        && !subs.is_empty()
+    {
+        for d in subs {
+            println!("{}", write_report(&d)?.display());
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let out = args.out.unwrap_or_else(|| args.dir.join("report.html"));
+    render_to(&args.dir, &out)?;
+    println!("{}", out.display());
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,62 @@
+//! `spate run SCENARIO.toml`: a scenario file's steps (or its `[matrix]` of runs).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::ctx::Ctx;
+use crate::scenario::{dry_run, execute, load_file, run_matrix};
+
+#[derive(Debug, clap::Args)]
+#[command(after_long_help = "FORMAT (in short):\n  \
+    [server]                 options of `spate serve`; addresses ${server.smtp}, ${server.ca}, ...\n  \
+    [vars]                   name = \"value\", ${name}; ${env:X:-default} ${out} ${step.NAME}\n  \
+    [targets.X] [pools.X] [templates.X]   option sets a step takes with use = [\"X\", ...]\n  \
+    [defaults.smtp]          options for every smtp step\n  \
+    [[step]] command = \"smtp\"   + its long options as keys: users = 50, starttls = true\n  \
+    [[step]] run = \"sh cmd\"     hook (timeout, background = true)\n  \
+    [[step]] wait = \"5s\" / until_empty = \"/var/spool/postfix\"   pause / queue drain\n  \
+    [[step]] + [[step.workload]] command = ..., weight = 2   run at once; rate/users/count split\n  \
+    [matrix] procs = [1, 2, 4]   the whole scenario once per value, ${procs}\n  \
+    thresholds = [\"p99(transaction) < 500ms\", \"errors.rate < 0.1%\", \"verify.missing == 0\"]\n\n\
+EXAMPLES:\n  \
+    spate run scenarios/inject-embedded.toml\n  \
+    spate run e1.toml --set smtp=127.0.0.1:25 --out results/e1\n  \
+    spate run e1.toml --dry-run\n  \
+    spate smtp 127.0.0.1:2525 --users 5 --count 100 --dump-scenario > s.toml\n\n\
+Exit status: 0 every step succeeded and every threshold held; 1 a step failed or a \
+threshold was broken; 2 the scenario is invalid (file:line:col: what was expected).\n\
+Format reference: scenarios/README.md.")]
+pub struct Args {
+    /// The scenario file (TOML).
+    pub file: PathBuf,
+    /// Override a variable of [vars], NAME=VALUE (repeatable).
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    pub set: Vec<String>,
+    /// Results directory of the whole scenario; each step writes <OUT>/<NN>-<name>
+    /// (default: ./spate-results/<timestamp>-<file name>).
+    #[arg(long, short = 'o')]
+    pub out: Option<PathBuf>,
+    /// Check the scenario and print each step's command line; run nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// `spate run`.
+pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
+    let sc = load_file(&args.file, &args.set, &(ctx.commands)())?;
+    let out = args.out.clone().unwrap_or_else(|| {
+        let stem = args
+            .file
+            .file_stem()
+            .map_or("scenario".into(), |s| s.to_string_lossy().to_string());
+        crate::opts::output::default_out(&stem)
+    });
+    if !sc.matrix.is_empty() {
+        return run_matrix(&sc, &args.file, &args.set, &out, args.dry_run, ctx).await;
+    }
+    if args.dry_run {
+        dry_run(&sc, &args.file, &out);
+        return Ok(ExitCode::SUCCESS);
+    }
+    execute(&sc, out, ctx).await
+}

@@ -1,0 +1,507 @@
+//! `spate sweep`: the same SMTP workload once per value of a parameter (users, rate, size,
+//! messages per connection, or a server setting changed by a hook), with warm-up,
+//! cool-down until the server is idle, and repetitions. Every step is a normal results
+//! directory; the sweep directory adds sweep.csv (one row per step and repetition),
+//! sweep.json (the values, a Universal Scalability Law fit, the knee) and the E4-style
+//! table on stdout.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+
+use crate::ctx::Ctx;
+use crate::results::Summary;
+use crate::sweep::{table, Param, Row, CSV_HEADER};
+use crate::units;
+use crate::UsageError;
+
+const EXAMPLES: &str = "EXAMPLES:
+  spate sweep --users 1..10,20..100/10 --count-per-user 100 -- 127.0.0.1:25 --size 10200 \\
+      --monitor-process smtpd,cleanup
+      E4: how throughput and latency change with concurrency; USL fit and knee.
+  spate sweep --values 1,2,4,8,16 --param-name process_limit \\
+      --before-step 'postconf -e default_process_limit={value} && postfix reload' \\
+      --until-idle --monitor-queue /var/spool/postfix -- 127.0.0.1:25 --users 32 --duration 1m
+      E1: a server setting per step, waiting for the queue to drain between steps.
+  spate sweep --rate 100,200,400 --warm-up 10s --repeat 3 -- 127.0.0.1:2525 --duration 1m
+
+Everything after -- is a `spate smtp` command line (target and options) used for every
+step; the swept option is set per step. Host monitoring is on for every step (add
+--monitor-process/--monitor-pid after -- to report the server's own CPU).
+Knee: the first step whose mean latency grew more than its throughput did relative to the
+step before (L_i/L_{i-1} > X_i/X_{i-1}, and latency up at least 5 %): from there on, more
+load mostly adds waiting.";
+
+#[derive(Debug, clap::Args)]
+#[command(
+    after_long_help = EXAMPLES,
+    group(clap::ArgGroup::new("param").required(true).args(["users", "rate", "size", "messages_per_connection", "values"]))
+)]
+pub struct Args {
+    /// Concurrent users per step: 1..10,20..100/10 or 1,2,4,8.
+    #[arg(long, value_name = "STEPS")]
+    pub users: Option<String>,
+    /// With --users: every user sends this many messages per step (the step's count is
+    /// users × N, like E4's threads of 100 mails each).
+    #[arg(long, value_name = "N", requires = "users")]
+    pub count_per_user: Option<u64>,
+    /// Open-workload rate per step, in messages per second: 100,200,400.
+    #[arg(long, value_name = "STEPS")]
+    pub rate: Option<String>,
+    /// Message size per step: 1k,10k,100k.
+    #[arg(long, value_name = "SIZES")]
+    pub size: Option<String>,
+    /// Messages per connection per step: 1,10,100.
+    #[arg(long, value_name = "STEPS")]
+    pub messages_per_connection: Option<String>,
+    /// Values for --before-step only (a server setting): 1,2,4,8,16.
+    #[arg(long, value_name = "STEPS", requires = "before_step")]
+    pub values: Option<String>,
+    /// What --values are called in tables and directory names.
+    #[arg(long, default_value = "value")]
+    pub param_name: String,
+    /// Shell command run before each step; {value} is replaced by the step's value. It
+    /// gets SPATE (this spate), SPATE_STEP_DIR (the step's directory) and
+    /// SPATE_SWEEP_VALUE; a probe there, `"$SPATE" ping HOST -c 10 -w 0 --json
+    /// "$SPATE_STEP_DIR/ping.json"`, adds a ping latency line and a ping_ms column.
+    #[arg(long, value_name = "CMD")]
+    pub before_step: Option<String>,
+    /// Run every step this many times; the table shows the spread.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: u32,
+    /// A warm-up run of this length before every step, not counted.
+    #[arg(long, value_name = "DURATION")]
+    pub warm_up: Option<String>,
+    /// Pause between steps.
+    #[arg(long, default_value = "1s", value_name = "DURATION")]
+    pub cool_down: String,
+    /// Before the pause, wait until the server is idle: no TCP connections to the target
+    /// port and (with --monitor-queue) an empty Postfix queue; at most --idle-max.
+    #[arg(long)]
+    pub until_idle: bool,
+    /// Longest wait for --until-idle.
+    #[arg(long, default_value = "60s", value_name = "DURATION")]
+    pub idle_max: String,
+    /// Sweep directory (default: ./spate-results/<timestamp>-sweep).
+    #[arg(long, short = 'o')]
+    pub out: Option<PathBuf>,
+    /// The `spate smtp` target and options for every step.
+    #[arg(last = true, required = true, value_name = "SMTP")]
+    pub smtp: Vec<String>,
+}
+
+impl Args {
+    fn param(&self) -> anyhow::Result<(Param, String, Vec<u64>)> {
+        let steps = |t: &str| units::parse_steps(t).map_err(anyhow::Error::from);
+        Ok(if let Some(t) = &self.users {
+            (Param::Users, "users".into(), steps(t)?)
+        } else if let Some(t) = &self.rate {
+            (Param::Rate, "rate".into(), steps(t)?)
+        } else if let Some(t) = &self.messages_per_connection {
+            (
+                Param::MessagesPerConnection,
+                "messages_per_connection".into(),
+                steps(t)?,
+            )
+        } else if let Some(t) = &self.size {
+            let v = t
+                .split(',')
+                .map(|s| units::parse_size(s.trim()))
+                .collect::<Result<Vec<_>, _>>()?;
+            (Param::Size, "size".into(), v)
+        } else if let Some(t) = &self.values {
+            let name = crate::monitor::proc::sanitize(&self.param_name);
+            (Param::Value, name, steps(t)?)
+        } else {
+            return crate::usage(
+                "say what to sweep: --users, --rate, --size, --messages-per-connection or --values",
+            );
+        })
+    }
+}
+
+/// The step's `spate smtp` options: the user's, with the swept one set.
+fn step_args(
+    base: &super::smtp::Args,
+    p: Param,
+    v: u64,
+    count_per_user: Option<u64>,
+) -> anyhow::Result<super::smtp::Args> {
+    let mut a = base.clone();
+    match p {
+        Param::Users => {
+            if v == 0 {
+                return crate::usage("--users: every step needs at least 1 user");
+            }
+            a.workload.users = v as u32;
+            a.workload.rate = None;
+            a.workload.stages = None;
+            if let Some(n) = count_per_user {
+                a.workload.count = Some(n.max(1) * v);
+                a.workload.duration = None;
+            }
+        }
+        Param::Rate => {
+            if v == 0 {
+                return crate::usage("--rate: every step needs a rate above 0");
+            }
+            a.workload.rate = Some(format!("{v}/s"));
+            a.workload.stages = None;
+        }
+        Param::Size => a.size = v.to_string(),
+        Param::MessagesPerConnection => a.messages_per_connection = (v as u32).to_string(),
+        Param::Value => {}
+    }
+    // Host monitoring is part of every step's row.
+    a.monitor.monitor = true;
+    a.output.quiet = true;
+    Ok(a)
+}
+
+/// Runs `cmd` (with {value} replaced) through sh; fails the sweep when it fails. The
+/// hook gets SPATE (this spate binary, for a probe like `"$SPATE" ping ...`),
+/// SPATE_STEP_DIR (the step's results directory, created) and SPATE_SWEEP_VALUE.
+fn hook(cmd: &str, value: u64, step_dir: &Path, stop: &AtomicBool) -> anyhow::Result<()> {
+    let cmd = cmd.replace("{value}", &value.to_string());
+    std::fs::create_dir_all(step_dir)
+        .with_context(|| format!("cannot create {}", step_dir.display()))?;
+    use std::os::unix::process::CommandExt as _;
+    let mut c = std::process::Command::new("sh");
+    c.process_group(0)
+        .arg("-c")
+        .arg(&cmd)
+        .env("SPATE_STEP_DIR", step_dir)
+        .env("SPATE_SWEEP_VALUE", value.to_string());
+    if let Ok(exe) = std::env::current_exe() {
+        c.env("SPATE", exe);
+    }
+    let mut child = c
+        .spawn()
+        .with_context(|| format!("--before-step: cannot run '{cmd}'"))?;
+    let start = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait()? {
+            if st.success() {
+                return Ok(());
+            }
+            anyhow::bail!("--before-step '{cmd}' failed ({st})");
+        }
+        if stop.load(Ordering::Relaxed) {
+            // The whole group: sh may have children of its own.
+            // SAFETY: kill(2) with a negative pid signals the process group we created.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGTERM) };
+            let _ = child.wait();
+            return Ok(());
+        }
+        if start.elapsed() > Duration::from_secs(600) {
+            let _ = child.kill();
+            let _ = child.wait();
+            anyhow::bail!("--before-step '{cmd}' still running after 10 minutes");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Established TCP connections from or to `port` (/proc/net/tcp and tcp6).
+pub fn connections_on(port: u16) -> usize {
+    let mut n = 0;
+    for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(f) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let c: Vec<&str> = line.split_whitespace().collect();
+            if c.len() < 4 || c[3] != "01" {
+                continue;
+            }
+            let port_of = |s: &str| {
+                s.rsplit_once(':')
+                    .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
+            };
+            if port_of(c[1]) == Some(port) || port_of(c[2]) == Some(port) {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+/// Waits until nothing is connected to the target and the queue (if any) is empty.
+async fn wait_idle(port: u16, queue: Option<&Path>, max: Duration) -> bool {
+    let start = Instant::now();
+    loop {
+        let busy = connections_on(port) > 0
+            || queue
+                .is_some_and(|q| crate::monitor::queue::Queue::new(q.to_path_buf()).total() > 0);
+        if !busy {
+            return true;
+        }
+        if start.elapsed() >= max {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// One step: a `spate smtp` run into `out`, recorded under the sweep's command line.
+async fn run_step(
+    args: super::smtp::Args,
+    out: PathBuf,
+    progress: bool,
+    ctx: &Ctx,
+) -> anyhow::Result<(Summary, u16)> {
+    let mut command = ctx.command_line.clone();
+    command.push(format!("# step {}", out.display()));
+    let title = format!("spate — SMTP load on {}", args.target);
+    // A flag of its own: the engine sets it when the run ends. A signal during the step
+    // stops it through the engine's own listener.
+    let stop = Arc::new(AtomicBool::new(false));
+    let observers = super::observers(&args.output, &args.monitor, progress, title, "msg", &stop)?;
+    let (plan, factory, settings) = super::smtp::prepare(args, command)?;
+    let port = plan.address.port();
+    let o = super::smtp::run_load(plan, factory, settings, out, observers, stop).await?;
+    Ok((o.summary, port))
+}
+
+/// `spate sweep`.
+/// `spate sweep`.
+pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
+    let (param, name, values) = args.param()?;
+    if args.repeat == 0 {
+        return crate::usage("--repeat must be at least 1");
+    }
+    let base = super::smtp::Args::from_words(&args.smtp).map_err(|e| {
+        let text = e.to_string();
+        let first = text
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim_start_matches("error: ");
+        UsageError(format!("the spate smtp options after --: {first}"))
+    })?;
+    if base.output.out.is_some() {
+        return crate::usage("give the sweep's directory with spate sweep -o DIR, before --");
+    }
+    let cool = units::parse_duration(&args.cool_down)?;
+    let idle_max = units::parse_duration(&args.idle_max)?;
+    let warm = args
+        .warm_up
+        .as_deref()
+        .map(units::parse_duration)
+        .transpose()?;
+    // Check every step's options before the first one runs.
+    for &v in &values {
+        let a = step_args(&base, param, v, args.count_per_user)?;
+        a.workload.resolve()?;
+    }
+    let dir = args
+        .out
+        .clone()
+        .unwrap_or_else(|| crate::opts::output::default_out("sweep"));
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| UsageError(format!("cannot create {}: {e}", dir.display())))?;
+    let progress = base.output.progress_enabled();
+    let mut csv = std::fs::File::create(dir.join("sweep.csv"))?;
+    // A hook may run a ping probe per step (ping.json): a ping_ms column only when the
+    // first step had one, so the header waits for the first row.
+    let mut ping_col: Option<bool> = None;
+    let mut rows: Vec<Row> = Vec::new();
+    let mut interrupted = false;
+    // Ctrl-C or SIGTERM at any moment (a step, a hook, the wait for idle) ends the sweep
+    // with the steps done so far: one listener for the whole sweep, so that a signal
+    // between steps is not lost.
+    let stop = Arc::new(AtomicBool::new(false));
+    let listener = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut signals = crate::engine::Signals::new();
+            signals.recv().await;
+            eprintln!("\nspate sweep: interrupted, finishing the step in flight");
+            stop.store(true, Ordering::Relaxed);
+        })
+    };
+    let total = values.len() * args.repeat as usize;
+    let mut done = 0;
+    'steps: for (i, &v) in values.iter().enumerate() {
+        for rep in 1..=args.repeat {
+            let mut step_name = format!("step-{:02}-{}-{}", i + 1, name.replace('_', "-"), v);
+            if args.repeat > 1 {
+                step_name.push_str(&format!("-r{rep}"));
+            }
+            let step_dir = dir.join(&step_name);
+            if let Some(cmd) = &args.before_step {
+                hook(cmd, v, &step_dir, &stop)?;
+            }
+            if stop.load(Ordering::Relaxed) {
+                interrupted = true;
+                break 'steps;
+            }
+            let a = step_args(&base, param, v, args.count_per_user)?;
+            eprintln!(
+                "spate sweep: {name}={v} repeat {rep}/{} ({}/{total})",
+                args.repeat,
+                done + 1
+            );
+            if let Some(w) = warm {
+                let mut wa = a.clone();
+                wa.workload.duration = Some(format!("{}ms", w.as_millis()));
+                wa.workload.count = None;
+                let (s, _) = run_step(wa, dir.join("warmup").join(&step_name), false, ctx).await?;
+                if s.interrupted || stop.load(Ordering::Relaxed) {
+                    interrupted = true;
+                    break 'steps;
+                }
+            }
+            let (s, port) = run_step(a, step_dir.clone(), progress, ctx).await?;
+            let row = Row::from_summary(i + 1, &name, v, rep, &s, &step_dir);
+            let with_ping = *ping_col.get_or_insert_with(|| row.ping_ms.is_some());
+            if rows.is_empty() {
+                writeln!(
+                    csv,
+                    "{CSV_HEADER}{}",
+                    if with_ping { ",ping_ms" } else { "" }
+                )?;
+            }
+            let ping = match (with_ping, row.ping_ms) {
+                (false, _) => String::new(),
+                (true, None) => ",".into(),
+                (true, Some(p)) => format!(",{p:.3}"),
+            };
+            writeln!(csv, "{}{ping}", row.csv())?;
+            csv.flush()?;
+            eprintln!(
+                "spate sweep: {name}={v}: {:.1}/s, latency mean {:.2} ms p99 {:.2} ms, {} errors",
+                row.throughput_per_s, row.latency_mean_ms, row.latency_p99_ms, row.errors
+            );
+            rows.push(row);
+            done += 1;
+            if s.interrupted || stop.load(Ordering::Relaxed) {
+                interrupted = true;
+                break 'steps;
+            }
+            if done < total {
+                let pause = async {
+                    if args.until_idle
+                        && !wait_idle(port, base.monitor.monitor_queue.as_deref(), idle_max).await
+                    {
+                        eprintln!(
+                            "spate sweep: server still busy after {}, going on",
+                            units::fmt_duration(idle_max)
+                        );
+                    }
+                    tokio::time::sleep(cool).await;
+                };
+                let stopped = async {
+                    while !stop.load(Ordering::Relaxed) {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                };
+                tokio::select! {
+                    _ = pause => {}
+                    _ = stopped => { interrupted = true; break 'steps; }
+                }
+            }
+        }
+    }
+    listener.abort();
+    if rows.is_empty() {
+        writeln!(csv, "{CSV_HEADER}")?;
+    }
+    let analysis = table::analyse(param, &name, &values, &rows);
+    let mut json = serde_json::to_value(&analysis)?;
+    json["interrupted"] = interrupted.into();
+    json["repeat"] = args.repeat.into();
+    json["rows"] = serde_json::to_value(&rows)?;
+    json["command"] = serde_json::to_value(&ctx.command_line)?;
+    crate::results::write_atomic(
+        &dir.join("sweep.json"),
+        serde_json::to_string_pretty(&json)?.as_bytes(),
+    )?;
+    print!("{}", table::render(&analysis, &rows));
+    println!("results: {}", dir.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        a: Args,
+    }
+
+    fn sweep(args: &[&str]) -> Args {
+        let mut v = vec!["t"];
+        v.extend_from_slice(args);
+        T::try_parse_from(v).unwrap().a
+    }
+
+    #[test]
+    fn each_parameter_sets_its_option() {
+        let base = super::super::smtp::Args::from_words([
+            "127.0.0.1:2525",
+            "--users",
+            "3",
+            "--rate",
+            "5/s",
+        ])
+        .unwrap();
+        let s = sweep(&["--users", "1..3,10..30/10", "--", "x"]);
+        let (p, name, v) = s.param().unwrap();
+        assert_eq!((p, name.as_str()), (Param::Users, "users"));
+        assert_eq!(v, vec![1, 2, 3, 10, 20, 30]);
+        let a = step_args(&base, p, 20, None).unwrap();
+        assert_eq!(a.workload.users, 20);
+        assert!(a.workload.rate.is_none() && a.monitor.monitor);
+        let a = step_args(&base, p, 20, Some(100)).unwrap();
+        assert_eq!((a.workload.count, a.workload.duration), (Some(2000), None));
+
+        let s = sweep(&["--size", "1k, 10k", "--", "x"]);
+        let (p, _, v) = s.param().unwrap();
+        assert_eq!(v, vec![1024, 10240]);
+        assert_eq!(step_args(&base, p, 10240, None).unwrap().size, "10240");
+
+        let s = sweep(&["--rate", "100,200", "--", "x"]);
+        let (p, _, _) = s.param().unwrap();
+        assert_eq!(
+            step_args(&base, p, 200, None)
+                .unwrap()
+                .workload
+                .rate
+                .as_deref(),
+            Some("200/s")
+        );
+        assert!(step_args(&base, p, 0, None).is_err());
+
+        let s = sweep(&["--messages-per-connection", "1,10", "--", "x"]);
+        let (p, name, _) = s.param().unwrap();
+        assert_eq!(name, "messages_per_connection");
+        assert_eq!(
+            step_args(&base, p, 10, None)
+                .unwrap()
+                .messages_per_connection,
+            "10"
+        );
+
+        let s = sweep(&[
+            "--values",
+            "1,2",
+            "--param-name",
+            "process limit",
+            "--before-step",
+            "true",
+            "--",
+            "x",
+        ]);
+        let (p, name, _) = s.param().unwrap();
+        assert_eq!((p, name.as_str()), (Param::Value, "process_limit"));
+    }
+}

@@ -1,0 +1,284 @@
+//! The engine owns a run: its clock and recorder, the schedule (closed users, open
+//! arrivals, stages) and the one worker body that feeds protocol [`Driver`]s, the commit
+//! of each unit's [`Report`], the once-a-second aggregator, signals, observers (progress
+//! line, live dashboard, monitoring) and the final summary.
+//!
+//! - [`schedule`]: the validated workload and the arrival strategies.
+//! - [`unit`]: the driver trait, the unit report and its commit.
+//! - `worker`: the one worker body over a schedule strategy.
+//! - `aggregate`: intervals, totals and the results writer's thread.
+//! - [`summary`]: the summary of a run from its totals.
+
+mod aggregate;
+pub mod schedule;
+pub mod signals;
+pub mod summary;
+pub mod unit;
+mod worker;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::Context as _;
+use rand::rngs::SmallRng;
+use serde::Serialize;
+use tokio::task::JoinSet;
+
+use crate::metrics::{Clock, Recorder, Shard};
+use crate::results::{AddressBook, Summary, Writer};
+use crate::units;
+
+pub use schedule::{Model, Workload};
+pub use signals::Signals;
+pub use summary::{cpu_time, SummaryHeader};
+pub use unit::{Driver, Outcome, Report, UnitHook};
+
+/// What an observer sees once per interval, after the interval was written.
+pub struct Snapshot<'a> {
+    /// Seconds since the start of the run, at the end of this interval.
+    pub t_s: f64,
+    pub interval_s: f64,
+    /// The interval's counters and histograms (already folded into `summary`).
+    pub interval: &'a Shard,
+    /// Everything so far.
+    pub summary: &'a Summary,
+    pub active: i64,
+    pub planned_s: Option<f64>,
+    pub planned_count: Option<u64>,
+}
+
+/// Something that follows a run interval by interval: the progress line, the live
+/// dashboard, server monitoring. Observers never touch the sessions.
+pub trait Observer: Send {
+    /// The run starts; `dir` is its results directory, `start` its wall-clock origin.
+    fn start(&mut self, _dir: &Path, _start: SystemTime) -> anyhow::Result<()> {
+        Ok(())
+    }
+    /// Once per interval (about every second).
+    fn interval(&mut self, snap: &Snapshot<'_>) -> anyhow::Result<()>;
+    /// The run is over; the observer may add to the final summary (warnings, extra
+    /// sections) before it is written.
+    fn finish(&mut self, _summary: &mut Summary) {}
+}
+
+/// What every load command's plan says about the run itself; enough to start one.
+pub trait PlanInfo: Serialize {
+    fn run_id(&self) -> &str;
+    fn command(&self) -> &[String];
+    fn protocol(&self) -> &str;
+    fn target(&self) -> &str;
+    fn workload(&self) -> &Workload;
+    fn seed(&self) -> u64;
+    /// `--grace`, as typed.
+    fn grace(&self) -> &str;
+}
+
+/// Everything the engine needs besides the driver.
+pub struct Run<'a> {
+    workload: &'a Workload,
+    seed: u64,
+    grace: Duration,
+    clock: Clock,
+    recorder: Arc<Recorder>,
+    header: SummaryHeader,
+    dir: Option<PathBuf>,
+    writer: Option<Writer>,
+    observers: Vec<Box<dyn Observer>>,
+    stop: Arc<AtomicBool>,
+    on_unit: Option<UnitHook>,
+}
+
+impl<'a> Run<'a> {
+    /// Starts the run's clock. With `out`, writes plan.json there and opens the results
+    /// files (a sent log when `addresses` are given); without, the run keeps no files.
+    pub fn new(
+        plan: &'a impl PlanInfo,
+        out: Option<&Path>,
+        addresses: Option<Arc<dyn AddressBook>>,
+        observers: Vec<Box<dyn Observer>>,
+        stop: Arc<AtomicBool>,
+    ) -> anyhow::Result<Run<'a>> {
+        let started = SystemTime::now();
+        let clock = Clock::new();
+        let writer = match out {
+            Some(dir) => Some(
+                Writer::create(dir, &serde_json::to_value(plan)?, started, addresses)
+                    .with_context(|| format!("cannot write results to {}", dir.display()))?,
+            ),
+            None => None,
+        };
+        Ok(Run {
+            workload: plan.workload(),
+            seed: plan.seed(),
+            grace: units::parse_duration(plan.grace())?,
+            clock,
+            recorder: Arc::new(Recorder::new(8)),
+            header: SummaryHeader {
+                run_id: plan.run_id().to_string(),
+                command: plan.command().to_vec(),
+                protocol: plan.protocol().to_string(),
+                target: plan.target().to_string(),
+                started,
+            },
+            dir: out.map(Path::to_path_buf),
+            writer,
+            observers,
+            stop,
+            on_unit: None,
+        })
+    }
+
+    /// Shows every unit's report to `hook` before it is committed.
+    pub fn on_unit(mut self, hook: UnitHook) -> Self {
+        self.on_unit = Some(hook);
+        self
+    }
+}
+
+/// Implements [`PlanInfo`] for a plan struct with the usual field names.
+#[macro_export]
+macro_rules! plan_info {
+    ($t:ty) => {
+        impl $crate::engine::PlanInfo for $t {
+            fn run_id(&self) -> &str {
+                &self.run_id
+            }
+            fn command(&self) -> &[String] {
+                &self.command
+            }
+            fn protocol(&self) -> &str {
+                self.protocol
+            }
+            fn target(&self) -> &str {
+                &self.target
+            }
+            fn workload(&self) -> &$crate::engine::Workload {
+                &self.workload
+            }
+            fn seed(&self) -> u64 {
+                self.seed
+            }
+            fn grace(&self) -> &str {
+                &self.args.output.grace
+            }
+        }
+    };
+}
+
+/// Why and since when a run is stopping.
+#[derive(Default)]
+struct Stopping {
+    since: Option<Instant>,
+    interrupted: bool,
+}
+
+/// Runs a load to its end (count, duration, `stop`, or a signal) and returns the final
+/// summary, already written to the results directory. `make` builds the driver of
+/// session `id` with its own random generator.
+pub async fn run<D: Driver>(
+    mut r: Run<'_>,
+    make: impl FnMut(usize, SmallRng) -> D,
+) -> anyhow::Result<Summary> {
+    if let Some(dir) = &r.dir {
+        for o in &mut r.observers {
+            o.start(dir, r.header.started)?;
+        }
+    }
+    let shared = Arc::new(worker::Shared {
+        clock: r.clock,
+        recorder: r.recorder.clone(),
+        stop: r.stop.clone(),
+        on_unit: r.on_unit.take().map(Arc::new),
+    });
+    let mut workers = JoinSet::new();
+    let scheduler = worker::spawn(r.workload, r.seed, &shared, &mut workers, make);
+    let mut agg = aggregate::Aggregator::new(r.header.clone(), r.writer.take())?;
+    let stopping = follow(&mut r, &mut workers, &mut agg).await?;
+    if let Some(s) = scheduler {
+        s.abort();
+    }
+    let t = r.clock.origin().elapsed().as_secs_f64();
+    let mut summary = agg.summary(t, true, stopping.interrupted);
+    for o in &mut r.observers {
+        o.finish(&mut summary);
+    }
+    agg.finish(&summary).await?;
+    Ok(summary)
+}
+
+/// Follows the run interval by interval until every worker has ended: signals, the
+/// deadline, the grace period for work in flight.
+async fn follow(
+    r: &mut Run<'_>,
+    workers: &mut JoinSet<()>,
+    agg: &mut aggregate::Aggregator,
+) -> anyhow::Result<Stopping> {
+    let origin = tokio::time::Instant::from_std(r.clock.origin());
+    let deadline = r
+        .workload
+        .duration_s
+        .map(|d| r.clock.origin() + Duration::from_secs_f64(d));
+    let mut tick =
+        tokio::time::interval_at(origin + Duration::from_secs(1), Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut st = Stopping::default();
+    let mut signals = Signals::new();
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = signals.recv() => interrupt(&mut st, workers, r.grace),
+            res = workers.join_next(), if !workers.is_empty() => {
+                if let Some(Err(e)) = res {
+                    if e.is_panic() {
+                        eprintln!("spate: a session panicked: {e}");
+                    }
+                }
+                if !workers.is_empty() { continue; }
+            }
+        }
+        let now = Instant::now();
+        let due = deadline.is_some_and(|d| now >= d) || r.stop.load(Ordering::Relaxed);
+        if (st.interrupted || due) && st.since.is_none() {
+            r.stop.store(true, Ordering::Relaxed);
+            st.since = Some(now);
+        }
+        if st.since.is_some_and(|s| now.duration_since(s) >= r.grace) {
+            workers.abort_all();
+            while workers.join_next().await.is_some() {}
+        }
+        let t = r.clock.origin().elapsed().as_secs_f64();
+        let planned = (r.workload.duration_s, r.workload.count);
+        agg.interval(&r.recorder, t, st.interrupted, planned, &mut r.observers)?;
+        if workers.is_empty() {
+            return Ok(st);
+        }
+    }
+}
+
+/// Ctrl-C or SIGTERM: the first lets work in flight finish, a second stops it now.
+fn interrupt(st: &mut Stopping, workers: &mut JoinSet<()>, grace: Duration) {
+    if st.since.is_some() && st.interrupted {
+        eprintln!("\nspate: second interrupt, stopping now");
+        workers.abort_all();
+    } else {
+        eprintln!(
+            "\nspate: interrupted, letting work in flight finish (up to {})",
+            units::fmt_duration(grace)
+        );
+    }
+    st.interrupted = true;
+}
+
+/// A fresh run id: seconds since the epoch and a little entropy, in hex.
+pub fn new_run_id() -> String {
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    format!(
+        "{:x}{:04x}",
+        now.as_secs(),
+        (now.subsec_micros() ^ std::process::id()) & 0xffff
+    )
+}

@@ -1,0 +1,85 @@
+//! The summary of a run from its totals: rates, percentiles, errors, the generator's own
+//! CPU, and the warnings a user must see.
+
+use std::time::{Duration, SystemTime};
+
+use crate::metrics::Shard;
+use crate::results::{Summary, SCHEMA_VERSION};
+
+/// The fixed part of every summary of a run.
+#[derive(Debug, Clone)]
+pub struct SummaryHeader {
+    pub run_id: String,
+    pub command: Vec<String>,
+    pub protocol: String,
+    pub target: String,
+    pub started: SystemTime,
+}
+
+impl SummaryHeader {
+    pub fn summary(
+        &self,
+        totals: &Shard,
+        elapsed: f64,
+        complete: bool,
+        interrupted: bool,
+        cpu: Duration,
+    ) -> Summary {
+        let c = totals.counters;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cpu_s = cpu.as_secs_f64();
+        let cpu_pct = if elapsed > 0.0 {
+            cpu_s / elapsed / cores as f64 * 100.0
+        } else {
+            0.0
+        };
+        let mut warnings = Vec::new();
+        if complete && cpu_pct > 80.0 && elapsed > 2.0 {
+            warnings.push(format!(
+                "the generator used {cpu_pct:.0}% of all {cores} cores: it, not the server, may be the bottleneck"
+            ));
+        }
+        if c.late > 0 {
+            warnings.push(format!("{} units of work started more than 10 ms behind schedule: the generator or --max-in-flight could not keep the rate", c.late));
+        }
+        if c.dropped > 0 {
+            warnings.push(format!("{} arrivals were dropped: every one of --max-in-flight sessions was busy and the backlog full", c.dropped));
+        }
+        let per_s = |n: f64| if elapsed > 0.0 { n / elapsed } else { 0.0 };
+        Summary {
+            schema_version: SCHEMA_VERSION,
+            spate_version: env!("CARGO_PKG_VERSION").to_string(),
+            run_id: self.run_id.clone(),
+            command: self.command.clone(),
+            protocol: self.protocol.clone(),
+            target: self.target.clone(),
+            started_at: crate::results::rfc3339(self.started),
+            ended_at: crate::results::rfc3339(self.started + Duration::from_secs_f64(elapsed)),
+            elapsed_s: (elapsed * 1000.0).round() / 1000.0,
+            complete,
+            interrupted,
+            totals: c,
+            reconciles: c.reconciles(),
+            messages_per_s: per_s(c.accepted as f64),
+            kbytes_per_s: per_s(c.bytes as f64 / 1024.0),
+            phases: Summary::phases_from(totals),
+            errors: Summary::errors_from(totals),
+            generator_cpu_s: (cpu_s * 1000.0).round() / 1000.0,
+            generator_cpu_pct: (cpu_pct * 10.0).round() / 10.0,
+            cores,
+            warnings,
+            extra: Default::default(),
+        }
+    }
+}
+
+/// CPU time (user + system) this process has used.
+pub fn cpu_time() -> Duration {
+    // SAFETY: getrusage only writes into the struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return Duration::ZERO;
+    }
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}

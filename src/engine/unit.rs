@@ -1,0 +1,213 @@
+//! One unit of work (a message, a mailbox visit) as the engine sees it: a protocol
+//! [`Driver`] does it and fills a [`Report`] (the phases it timed, its errors, its protocol
+//! counters, the record of an accepted message); the engine adds what the schedule knows
+//! (lag, response time, lateness) and commits the report to the recorder in one lock.
+
+use std::future::Future;
+
+use crate::metrics::{Clock, Counters, ErrorKey, Phase, Recorder, SentRecord};
+
+/// A unit that starts this much after its schedule counts as late (open model).
+const LATE_US: u64 = 10_000;
+
+/// How a unit of work ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The server did what was asked (a message accepted for at least one recipient, a
+    /// visit that ran to its logout).
+    Accepted,
+    /// The server answered with a refusal.
+    Rejected,
+    /// The transport or the protocol broke (refused, reset, timeout, garbage).
+    Failed,
+}
+
+/// One session's worth of protocol work. The engine owns the schedule and the clock; a
+/// driver does what it is told and reports what happened.
+pub trait Driver: Send + 'static {
+    /// Once per session before its first unit (a login that the units then use). Its
+    /// phases and errors are recorded; it counts as no unit.
+    fn setup(&mut self, _report: &mut Report) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+    /// Does unit of work `seq`.
+    fn run_one(&mut self, seq: u64, report: &mut Report) -> impl Future<Output = Outcome> + Send;
+    /// The run is over: close the connection politely (phases may be recorded).
+    fn finish(&mut self, report: &mut Report) -> impl Future<Output = ()> + Send;
+}
+
+/// What one unit of work did, filled by its driver; reused from unit to unit, so the
+/// hot path does not allocate.
+pub struct Report {
+    clock: Clock,
+    started_us: u64,
+    done_us: Option<u64>,
+    pub timings: Vec<(Phase, u64)>,
+    /// Error classes with one verbatim sample each.
+    pub errors: Vec<(ErrorKey, String)>,
+    /// The unit's own counts (bytes, connections, recipients, retrieved, ...); the engine
+    /// adds the outcome counts.
+    pub counters: Counters,
+    /// The record of an accepted message, for the sent log, and its recipients.
+    pub sent: Option<SentRecord>,
+    pub rcpts: Vec<u32>,
+}
+
+impl Report {
+    pub fn new(clock: Clock) -> Self {
+        Report {
+            clock,
+            started_us: 0,
+            done_us: None,
+            timings: Vec::with_capacity(16),
+            errors: Vec::new(),
+            counters: Counters::default(),
+            sent: None,
+            rcpts: Vec::new(),
+        }
+    }
+
+    fn reset(&mut self) {
+        self.started_us = self.clock.now_us();
+        self.done_us = None;
+        self.timings.clear();
+        self.errors.clear();
+        self.counters = Counters::default();
+        self.sent = None;
+        self.rcpts.clear();
+    }
+
+    /// Microseconds on the run clock: the one time source of phase timings.
+    #[inline]
+    pub fn now(&self) -> u64 {
+        self.clock.now_us()
+    }
+
+    /// When the unit started (run clock).
+    pub fn started(&self) -> u64 {
+        self.started_us
+    }
+
+    /// Records `phase` as lasting from `since` until now.
+    #[inline]
+    pub fn timed(&mut self, phase: Phase, since: u64) {
+        let now = self.clock.now_us();
+        self.timings.push((phase, now.saturating_sub(since)));
+    }
+
+    pub fn record(&mut self, phase: Phase, micros: u64) {
+        self.timings.push((phase, micros));
+    }
+
+    /// Runs `fut` and, when it succeeds, records it as `phase`.
+    pub async fn time<T, E>(
+        &mut self,
+        phase: Phase,
+        fut: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        let t = self.now();
+        let v = fut.await?;
+        self.timed(phase, t);
+        Ok(v)
+    }
+
+    pub fn error(&mut self, key: ErrorKey, sample: String) {
+        self.errors.push((key, sample));
+    }
+
+    /// The unit's final reply came now: what follows (a QUIT that ends the connection) is
+    /// not part of its response time.
+    pub fn done(&mut self) {
+        self.done_us = Some(self.clock.now_us());
+    }
+
+    /// The time of [`Report::done`], or now.
+    pub fn done_at(&self) -> u64 {
+        self.done_us.unwrap_or_else(|| self.clock.now_us())
+    }
+}
+
+/// Where a unit sits in the schedule.
+#[derive(Debug, Clone, Copy)]
+pub struct Slot {
+    pub seq: u64,
+    /// When it was due (run clock): its arrival in the open model, its start otherwise.
+    pub scheduled_us: u64,
+    /// Open model: latency counts from the schedule, and lag is measured.
+    pub open: bool,
+}
+
+/// Runs one unit and commits it; `on_unit` sees the report first (`spate ping` prints it).
+pub(super) async fn run_unit<D: Driver>(
+    driver: &mut D,
+    slot: Slot,
+    report: &mut Report,
+    recorder: &Recorder,
+    session: usize,
+    on_unit: Option<&UnitHook>,
+) {
+    report.reset();
+    let lag = report.started_us.saturating_sub(slot.scheduled_us);
+    let outcome = driver.run_one(slot.seq, report).await;
+    let end_us = report.done_at();
+    if slot.open {
+        report.record(Phase::Lag, lag);
+    }
+    if outcome != Outcome::Failed {
+        report.record(Phase::Response, end_us.saturating_sub(slot.scheduled_us));
+    }
+    if let Some(hook) = on_unit {
+        hook(slot.seq, outcome, report);
+    }
+    let late = slot.open && lag > LATE_US;
+    commit(recorder, session, Some(outcome), late, report);
+}
+
+/// Runs a driver's setup or finish step and commits its phases and errors.
+pub(super) fn commit_step(recorder: &Recorder, session: usize, report: &mut Report) {
+    commit(recorder, session, None, false, report);
+}
+
+/// Sees every unit's report before it is committed.
+pub type UnitHook = Box<dyn Fn(u64, Outcome, &Report) + Send + Sync>;
+
+fn commit(
+    recorder: &Recorder,
+    session: usize,
+    outcome: Option<Outcome>,
+    late: bool,
+    r: &mut Report,
+) {
+    recorder.with(session, |sh| {
+        let c = &mut sh.counters;
+        c.add(&r.counters);
+        if let Some(outcome) = outcome {
+            c.attempted += 1;
+            match outcome {
+                Outcome::Accepted => c.accepted += 1,
+                Outcome::Rejected => c.rejected += 1,
+                Outcome::Failed => c.failed += 1,
+            }
+        }
+        c.late += u64::from(late);
+        for &(p, us) in &r.timings {
+            sh.record(p, us);
+        }
+        for (key, sample) in r.errors.drain(..) {
+            sh.error(key, || sample);
+        }
+        if let Some(rec) = r.sent.take() {
+            sh.sent(rec, &r.rcpts);
+        }
+    });
+    r.reset_step();
+}
+
+impl Report {
+    /// Clears what a commit consumed (a setup or finish step reuses the report).
+    fn reset_step(&mut self) {
+        self.timings.clear();
+        self.counters = Counters::default();
+        self.rcpts.clear();
+    }
+}

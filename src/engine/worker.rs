@@ -1,0 +1,156 @@
+//! The one worker body: a session takes its next slot from the schedule (a closed user's
+//! next unit after its think time, or the next open-model arrival), runs the unit and
+//! commits it, until the schedule runs dry.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use tokio::task::JoinSet;
+
+use super::schedule::{Arrivals, Model, Workload};
+use super::unit::{commit_step, run_unit, Driver, Report, Slot, UnitHook};
+use crate::metrics::{Clock, Recorder};
+
+/// Where a worker's units come from.
+enum Slots {
+    /// A closed user: the next sequence number of the run, after `think`.
+    Closed {
+        next: Arc<AtomicU64>,
+        count: Option<u64>,
+        think: Duration,
+        stop: Arc<AtomicBool>,
+    },
+    /// An open-model worker: arrivals the scheduler hands out.
+    Open(async_channel::Receiver<(u64, u64)>),
+}
+
+impl Slots {
+    async fn next(&mut self, clock: Clock, first: bool) -> Option<Slot> {
+        match self {
+            Slots::Closed {
+                next,
+                count,
+                think,
+                stop,
+            } => {
+                if !first && !think.is_zero() && !stop.load(Ordering::Relaxed) {
+                    tokio::time::sleep(*think).await;
+                }
+                if stop.load(Ordering::Relaxed) {
+                    return None;
+                }
+                let seq = next.fetch_add(1, Ordering::Relaxed);
+                if count.is_some_and(|c| seq >= c) {
+                    return None;
+                }
+                Some(Slot {
+                    seq,
+                    scheduled_us: clock.now_us(),
+                    open: false,
+                })
+            }
+            Slots::Open(rx) => rx.recv().await.ok().map(|(seq, at)| Slot {
+                seq,
+                scheduled_us: at,
+                open: true,
+            }),
+        }
+    }
+}
+
+/// What every worker shares.
+pub(super) struct Shared {
+    pub clock: Clock,
+    pub recorder: Arc<Recorder>,
+    pub stop: Arc<AtomicBool>,
+    pub on_unit: Option<Arc<UnitHook>>,
+}
+
+/// Starts the sessions of `workload` (and, for an open model, the scheduler that feeds
+/// them); returns the scheduler's task.
+pub(super) fn spawn<D: Driver>(
+    workload: &Workload,
+    seed: u64,
+    shared: &Arc<Shared>,
+    workers: &mut JoinSet<()>,
+    mut make: impl FnMut(usize, SmallRng) -> D,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let rng = |id: usize| SmallRng::seed_from_u64(seed ^ (id as u64).wrapping_mul(0x9E37_79B9));
+    let (sessions, scheduler, open_rx) = match &workload.model {
+        Model::Closed { users, .. } => (*users as usize, None, None),
+        Model::Open {
+            profile,
+            arrival,
+            max_in_flight,
+        } => {
+            let (tx, rx) = async_channel::bounded::<(u64, u64)>(*max_in_flight as usize * 4);
+            let arrivals = Arrivals::new(profile.clone(), *arrival, SmallRng::seed_from_u64(seed));
+            let (count, limit) = (workload.count, workload.duration_s);
+            let task = tokio::spawn(schedule(arrivals, tx, count, limit, shared.clone()));
+            (*max_in_flight as usize, Some(task), Some(rx))
+        }
+    };
+    let next = Arc::new(AtomicU64::new(0));
+    for id in 0..sessions {
+        let slots = match (&open_rx, &workload.model) {
+            (Some(rx), _) => Slots::Open(rx.clone()),
+            (None, Model::Closed { think_ms, .. }) => Slots::Closed {
+                next: next.clone(),
+                count: workload.count,
+                think: Duration::from_secs_f64(think_ms / 1000.0),
+                stop: shared.stop.clone(),
+            },
+            (None, Model::Open { .. }) => unreachable!("an open model has its channel"),
+        };
+        workers.spawn(session(id, make(id, rng(id)), slots, shared.clone()));
+    }
+    scheduler
+}
+
+/// One session: its setup, its units, its finish.
+async fn session<D: Driver>(id: usize, mut driver: D, mut slots: Slots, shared: Arc<Shared>) {
+    let rec = &shared.recorder;
+    let mut report = Report::new(shared.clock);
+    driver.setup(&mut report).await;
+    commit_step(rec, id, &mut report);
+    let mut first = true;
+    while let Some(slot) = slots.next(shared.clock, first).await {
+        first = false;
+        rec.session_started();
+        let hook = shared.on_unit.as_deref();
+        run_unit(&mut driver, slot, &mut report, rec, id, hook).await;
+        rec.session_ended();
+    }
+    driver.finish(&mut report).await;
+    commit_step(rec, id, &mut report);
+}
+
+/// Hands out open-model arrivals at their times until the profile, the count or the
+/// duration ends; an arrival that finds every worker busy and the backlog full is dropped
+/// and counted.
+async fn schedule(
+    arrivals: Arrivals<SmallRng>,
+    tx: async_channel::Sender<(u64, u64)>,
+    count: Option<u64>,
+    limit: Option<f64>,
+    shared: Arc<Shared>,
+) {
+    let origin = tokio::time::Instant::from_std(shared.clock.origin());
+    for (seq, at) in arrivals.enumerate() {
+        let seq = seq as u64;
+        if shared.stop.load(Ordering::Relaxed)
+            || count.is_some_and(|c| seq >= c)
+            || limit.is_some_and(|l| at >= l)
+        {
+            break;
+        }
+        tokio::time::sleep_until(origin + Duration::from_secs_f64(at)).await;
+        if tx.try_send((seq, (at * 1e6) as u64)).is_err() {
+            shared.recorder.with(0, |s| s.counters.dropped += 1);
+        }
+    }
+    tx.close();
+}

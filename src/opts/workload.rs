@@ -1,0 +1,97 @@
+//! How much load, and for how long: the workload options every load command shares, and
+//! their validation into the engine's [`Workload`].
+
+use serde::Serialize;
+
+use crate::engine::schedule::{self, Arrival, Model, Profile, Workload};
+use crate::units;
+use crate::usage;
+
+/// How much load, and for how long: shared by every load command.
+#[derive(Debug, Clone, clap::Args, Serialize)]
+pub struct WorkloadArgs {
+    /// Concurrent sessions (closed workload: each does one unit of work, waits for the
+    /// reply, does the next).
+    #[arg(long, short = 'u', default_value_t = 1, help_heading = "Workload")]
+    pub users: u32,
+    /// Stop after this many units of work in total (default 1000 when no --duration).
+    #[arg(long, short = 'n', help_heading = "Workload")]
+    pub count: Option<u64>,
+    /// Stop after this long (e.g. 30s, 10m, 1h).
+    #[arg(long, short = 'd', help_heading = "Workload")]
+    pub duration: Option<String>,
+    /// Pause between units of work of one session (closed workload), e.g. 100ms.
+    #[arg(long, help_heading = "Workload")]
+    pub think: Option<String>,
+    /// Open workload: start work at this rate whether or not earlier work finished
+    /// (200/s, 5000/min). Latency then counts from each scheduled start.
+    #[arg(long, help_heading = "Workload")]
+    pub rate: Option<String>,
+    /// Stages of an open workload, ramping linearly: 1m:100/s,5m:500/s,1m:0/s.
+    #[arg(long, conflicts_with = "rate", help_heading = "Workload")]
+    pub stages: Option<String>,
+    /// Spacing of open-workload arrivals.
+    #[arg(long, value_enum, default_value_t = Arrival::Constant, help_heading = "Workload")]
+    pub arrival: Arrival,
+    /// Open workload: most units of work in flight at once (also the number of connections).
+    #[arg(long, default_value_t = 1000, help_heading = "Workload")]
+    pub max_in_flight: u32,
+}
+
+impl WorkloadArgs {
+    /// Validates the options. `unit` names a unit of work in error messages.
+    pub fn resolve(&self) -> anyhow::Result<Workload> {
+        let duration = self
+            .duration
+            .as_deref()
+            .map(units::parse_duration)
+            .transpose()?;
+        let count = match (self.count, duration) {
+            (None, None) => Some(1000),
+            (c, _) => c,
+        };
+        if count == Some(0) {
+            return usage("--count must be at least 1");
+        }
+        let model = match (&self.rate, &self.stages) {
+            (Some(rate), _) => {
+                let r = units::parse_rate(rate)?;
+                if r <= 0.0 {
+                    return usage("--rate must be more than 0");
+                }
+                Model::Open {
+                    profile: Profile::constant(r, duration),
+                    arrival: self.arrival,
+                    max_in_flight: self.max_in_flight.max(1),
+                }
+            }
+            (None, Some(stages)) => Model::Open {
+                profile: Profile {
+                    start_rate: 0.0,
+                    stages: schedule::parse_stages(stages)?,
+                },
+                arrival: self.arrival,
+                max_in_flight: self.max_in_flight.max(1),
+            },
+            (None, None) => {
+                if self.users == 0 {
+                    return usage("--users must be at least 1");
+                }
+                let think = self
+                    .think
+                    .as_deref()
+                    .map(units::parse_duration)
+                    .transpose()?;
+                Model::Closed {
+                    users: self.users,
+                    think_ms: think.map_or(0.0, |d| d.as_secs_f64() * 1000.0),
+                }
+            }
+        };
+        Ok(Workload {
+            model,
+            count,
+            duration_s: duration.map(|d| d.as_secs_f64()),
+        })
+    }
+}

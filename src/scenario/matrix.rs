@@ -1,0 +1,115 @@
+//! `[matrix]`: the whole scenario once per combination of values, each run in
+//! `<out>/<name=value,...>`, and matrix.json / matrix.csv with every run's exit and
+//! report columns.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use serde_json::json;
+
+use super::{dry_run, execute, load_file, table, Scenario};
+use crate::ctx::Ctx;
+
+/// Every combination of the matrix's values, in order.
+fn combinations(sc: &Scenario) -> Vec<Vec<(String, String)>> {
+    let mut combos: Vec<Vec<(String, String)>> = vec![Vec::new()];
+    for (k, values) in &sc.matrix {
+        combos = combos
+            .into_iter()
+            .flat_map(|c| {
+                values.iter().map(move |v| {
+                    let mut c = c.clone();
+                    c.push((k.clone(), v.clone()));
+                    c
+                })
+            })
+            .collect();
+    }
+    combos
+}
+
+/// Runs (or with `dry_run` shows) the scenario of `file` once per combination.
+pub async fn run_matrix(
+    sc: &Scenario,
+    file: &Path,
+    set: &[String],
+    out: &Path,
+    dry: bool,
+    ctx: &Ctx,
+) -> anyhow::Result<ExitCode> {
+    let mut results = Vec::new();
+    let mut worst = 0u8;
+    for combo in combinations(sc) {
+        let name: String = combo
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",")
+            .replace(['/', ' '], "_");
+        let mut set = set.to_vec();
+        set.extend(combo.iter().map(|(k, v)| format!("{k}={v}")));
+        let one = load_file(file, &set, &(ctx.commands)())?;
+        let dir = out.join(&name);
+        if dry {
+            println!("== {name}");
+            dry_run(&one, file, &dir);
+            continue;
+        }
+        println!("spate run: matrix {name}");
+        let code = match execute(&one, dir.clone(), ctx).await {
+            Ok(c) if c == ExitCode::SUCCESS => 0,
+            Ok(_) => 1,
+            Err(e) => {
+                let (code, line) = crate::error::report(&e);
+                eprintln!("spate run: matrix {name}: {line}");
+                code
+            }
+        };
+        worst = worst.max(code);
+        let vars: serde_json::Map<String, serde_json::Value> =
+            combo.into_iter().map(|(k, v)| (k, v.into())).collect();
+        results.push(json!({"name": name, "vars": vars, "dir": dir, "exit": code}));
+    }
+    if !dry {
+        summarise(sc, out, &results, worst)?;
+    }
+    Ok(ExitCode::from(worst))
+}
+
+/// matrix.json, and the table of every run's report columns (also matrix.csv).
+fn summarise(
+    sc: &Scenario,
+    out: &Path,
+    results: &[serde_json::Value],
+    worst: u8,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(out)?;
+    let doc = json!({"file": sc.source.name, "runs": results, "exit": worst});
+    std::fs::write(out.join("matrix.json"), format!("{doc:#}\n"))?;
+    println!("\nmatrix {}:", sc.source.name);
+    let mut header: Vec<String> = sc.matrix.iter().map(|(k, _)| k.clone()).collect();
+    header.extend(sc.report.iter().map(|c| c.title.clone()));
+    header.push("exit".into());
+    let rows: Vec<Vec<String>> = results
+        .iter()
+        .map(|r| {
+            let mut row: Vec<String> = sc
+                .matrix
+                .iter()
+                .map(|(k, _)| r["vars"][k].as_str().unwrap_or("").to_string())
+                .collect();
+            let done: serde_json::Value = r["dir"]
+                .as_str()
+                .and_then(|d| std::fs::read_to_string(PathBuf::from(d).join("scenario.json")).ok())
+                .and_then(|t| serde_json::from_str(&t).ok())
+                .unwrap_or_default();
+            for (i, _) in sc.report.iter().enumerate() {
+                row.push(table::show(done["report"][i]["value"].as_f64()));
+            }
+            row.push(r["exit"].to_string());
+            row
+        })
+        .collect();
+    table::print_and_write(&header, &rows, Some(&out.join("matrix.csv")))?;
+    Ok(())
+}

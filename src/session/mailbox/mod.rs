@@ -1,0 +1,376 @@
+//! The POP3/IMAP driver: one mailbox visit per unit of work (connect, log in, act on some
+//! messages, log out), every protocol step a phase of the unit's report; and the clients
+//! ([`client`]) and mailbox reading ([`fetch`]) that verification uses too.
+//!
+//! Outcome of a visit: accepted = it ran to the end of QUIT/LOGOUT; rejected = the
+//! server refused something (-ERR, NO, BAD), after which the visit logs out politely;
+//! failed = the transport broke (refused, reset, timeout, garbage).
+
+pub mod client;
+pub mod fetch;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::rngs::SmallRng;
+use rand::Rng;
+use serde::Serialize;
+
+use super::{Endpoint, Failure, TlsMode};
+use crate::engine::{Driver, Outcome, Report};
+use crate::metrics::{ErrorKind, Phase};
+use crate::proto::imap_client::Untagged;
+use client::{ClientError, Imap, Pop3};
+use fetch::Account;
+
+/// How a visit logs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Login {
+    Auto,
+    Apop,
+    Plain,
+}
+
+/// What every visit shares.
+pub struct Settings {
+    pub pop3: Option<Endpoint>,
+    pub imap: Option<Endpoint>,
+    /// Share of visits that are IMAP (100 for `spate imap`).
+    pub imap_percent: u8,
+    pub accounts: Vec<Account>,
+    /// Accounts in turn (keeps concurrent visits apart) rather than at random.
+    pub round_robin: bool,
+    pub login: Login,
+    pub messages_per_connection: u32,
+    pub download: u8,
+    pub delete: u8,
+    pub top: u32,
+    pub listings: bool,
+    pub search: Option<String>,
+    pub flag: bool,
+    pub idle: Option<Duration>,
+    /// Round-robin position over the accounts.
+    pub next_account: AtomicU64,
+}
+
+/// A client's failure as the unit's failure; `transport` failures leave no usable
+/// connection (no logout is tried).
+fn failure(phase: Phase, e: ClientError) -> Failure {
+    match e {
+        ClientError::Transport(t) => Failure::transport(phase, t),
+        ClientError::Server { status, text } => Failure {
+            phase,
+            kind: match status {
+                "-ERR" => ErrorKind::Err,
+                "NO" => ErrorKind::No,
+                "BYE" => ErrorKind::Closed,
+                _ => ErrorKind::Bad,
+            },
+            code: 0,
+            detail: None,
+            text: crate::proto::normalize(&text),
+            sample: format!("{status} {text}"),
+            fatal: status == "BYE",
+        },
+    }
+}
+
+/// Times `fut` as `phase`; a failure becomes a [`Failure`].
+async fn step<T>(
+    r: &mut Report,
+    phase: Phase,
+    fut: impl Future<Output = Result<T, ClientError>>,
+) -> Result<T, Failure> {
+    r.time(phase, fut).await.map_err(|e| failure(phase, e))
+}
+
+/// What a visit counts before it knows whether its deletions were committed.
+#[derive(Default)]
+struct Visit {
+    /// Deletions asked for but not yet committed (QUIT, EXPUNGE).
+    pending_deletes: u64,
+}
+
+/// Spreads a percentage evenly: true `pct` times in 100 calls, deterministically.
+#[derive(Default)]
+struct Spread(u32);
+
+impl Spread {
+    fn next(&mut self, pct: u8) -> bool {
+        self.0 += u32::from(pct);
+        if self.0 >= 100 {
+            self.0 -= 100;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+pub struct Visitor {
+    id: usize,
+    s: Arc<Settings>,
+    rng: SmallRng,
+    download: Spread,
+    delete: Spread,
+    connections_made: u64,
+}
+
+impl Visitor {
+    pub fn new(id: usize, s: Arc<Settings>, rng: SmallRng) -> Self {
+        Visitor {
+            id,
+            s,
+            rng,
+            download: Spread::default(),
+            delete: Spread::default(),
+            connections_made: 0,
+        }
+    }
+
+    fn account(&mut self) -> usize {
+        let n = self.s.accounts.len();
+        if self.s.round_robin {
+            self.s.next_account.fetch_add(1, Ordering::Relaxed) as usize % n
+        } else {
+            self.rng.random_range(0..n)
+        }
+    }
+
+    async fn open(
+        &mut self,
+        ep: &Endpoint,
+        r: &mut Report,
+    ) -> Result<crate::transport::Connection, Failure> {
+        let n = self.connections_made;
+        self.connections_made += 1;
+        ep.open(self.id, n, r).await
+    }
+
+    async fn pop3(&mut self, ep: &Endpoint, acct: usize, r: &mut Report) -> Result<(), Failure> {
+        let conn = self.open(ep, r).await?;
+        let s = self.s.clone();
+        let mut p = step(r, Phase::Greeting, Pop3::greet(conn)).await?;
+        let mut visit = Visit::default();
+        let result = async {
+            if ep.tls == TlsMode::Starttls {
+                step(r, Phase::Starttls, p.command("STLS")).await?;
+                ep.handshake(&mut p.conn, r).await?;
+            }
+            let a = &s.accounts[acct];
+            let login = async {
+                match s.login {
+                    Login::Plain => p.auth_plain(&a.user, &a.password).await,
+                    l => p.login(&a.user, &a.password, l == Login::Apop).await,
+                }
+            };
+            step(r, Phase::Auth, login).await?;
+            let (n, _) = step(r, Phase::Stat, p.stat()).await?;
+            if s.listings {
+                step(r, Phase::Uidl, p.listing("UIDL")).await?;
+                step(r, Phase::List, p.listing("LIST")).await?;
+            }
+            let k = match s.messages_per_connection {
+                0 => n,
+                m => m.min(n),
+            };
+            let mut buf = Vec::new();
+            for i in 1..=k {
+                buf.clear();
+                if self.download.next(s.download) {
+                    step(r, Phase::Retr, p.multi(&format!("RETR {i}"), &mut buf)).await?;
+                    r.counters.retrieved += 1;
+                    r.counters.retrieved_bytes += buf.len() as u64;
+                } else {
+                    let cmd = format!("TOP {i} {}", s.top);
+                    step(r, Phase::Top, p.multi(&cmd, &mut buf)).await?;
+                }
+                if self.delete.next(s.delete) {
+                    step(r, Phase::Dele, p.command(&format!("DELE {i}"))).await?;
+                    visit.pending_deletes += 1;
+                }
+            }
+            Ok(())
+        }
+        .await;
+        finish(r, &mut visit, result, true, p.quit()).await
+    }
+
+    async fn imap(&mut self, ep: &Endpoint, acct: usize, r: &mut Report) -> Result<(), Failure> {
+        let conn = self.open(ep, r).await?;
+        let s = self.s.clone();
+        let mut m = step(r, Phase::Greeting, Imap::greet(conn)).await?;
+        let mut visit = Visit::default();
+        let result = async {
+            if ep.tls == TlsMode::Starttls {
+                step(r, Phase::Starttls, m.command(b"STARTTLS", |_| {})).await?;
+                ep.handshake(&mut m.conn, r).await?;
+            }
+            let a = &s.accounts[acct];
+            let login = async {
+                match s.login {
+                    Login::Plain => m.authenticate_plain(&a.user, &a.password).await,
+                    _ => m.login(&a.user, &a.password).await,
+                }
+            };
+            step(r, Phase::Auth, login).await?;
+            let sel = step(r, Phase::Select, m.select("INBOX")).await?;
+            if let Some(criteria) = &s.search {
+                step(r, Phase::Search, m.search(false, criteria)).await?;
+            }
+            let k = match s.messages_per_connection {
+                0 => sel.exists,
+                n => n.min(sel.exists),
+            };
+            for i in 1..=k {
+                self.imap_message(&mut m, i, &mut visit, r).await?;
+            }
+            if visit.pending_deletes > 0 {
+                step(r, Phase::Expunge, m.command(b"EXPUNGE", |_| {})).await?;
+                r.counters.deleted += std::mem::take(&mut visit.pending_deletes);
+            }
+            if let Some(d) = s.idle {
+                idle(&mut m, d, r).await?;
+            }
+            Ok(())
+        }
+        .await;
+        finish(r, &mut visit, result, false, m.logout()).await
+    }
+
+    /// FETCH (whole or header), then the flags asked for.
+    async fn imap_message(
+        &mut self,
+        m: &mut Imap,
+        i: u32,
+        visit: &mut Visit,
+        r: &mut Report,
+    ) -> Result<(), Failure> {
+        let s = &self.s;
+        let whole = self.download.next(s.download);
+        let cmd = if whole {
+            format!("FETCH {i} (BODY.PEEK[])")
+        } else {
+            format!("FETCH {i} (BODY.PEEK[HEADER])")
+        };
+        let mut got = 0u64;
+        let fetch = m.command(cmd.as_bytes(), |u| {
+            if let Untagged::Fetch(_, f) = u {
+                if let Some((_, b)) = f.body {
+                    got += b.len() as u64;
+                }
+            }
+        });
+        step(r, Phase::Fetch, fetch).await?;
+        if whole {
+            r.counters.retrieved += 1;
+            r.counters.retrieved_bytes += got;
+        }
+        if s.flag {
+            let cmd = format!("STORE {i} +FLAGS.SILENT (\\Seen)");
+            step(r, Phase::Store, m.command(cmd.as_bytes(), |_| {})).await?;
+        }
+        if self.delete.next(s.delete) {
+            let cmd = format!("STORE {i} +FLAGS.SILENT (\\Deleted)");
+            step(r, Phase::Store, m.command(cmd.as_bytes(), |_| {})).await?;
+            visit.pending_deletes += 1;
+        }
+        Ok(())
+    }
+}
+
+/// IDLE for `d`: the phase is the server's part (IDLE to "+", DONE to OK), not the wait.
+async fn idle(m: &mut Imap, d: Duration, r: &mut Report) -> Result<(), Failure> {
+    let t = r.now();
+    m.idle(tokio::time::sleep(d), d)
+        .await
+        .map_err(|e| failure(Phase::Idle, e))?;
+    let total = r.now().saturating_sub(t);
+    let waited = m.idle_waited.as_micros() as u64;
+    r.record(Phase::Idle, total.saturating_sub(waited));
+    Ok(())
+}
+
+/// Ends a visit: after success, logs out as a timed phase; after a server refusal, logs
+/// out untimed; after a transport failure, just drops. `commits` says whether logging out
+/// commits pending deletions (POP3 QUIT does, RFC 1939 6; IMAP LOGOUT does not expunge).
+async fn finish(
+    r: &mut Report,
+    visit: &mut Visit,
+    result: Result<(), Failure>,
+    commits: bool,
+    logout: impl Future<Output = Result<(), ClientError>>,
+) -> Result<(), Failure> {
+    let (outcome, logged_out) = match result {
+        Ok(()) => {
+            let res = step(r, Phase::Logout, logout).await;
+            let ok = res.is_ok();
+            (res, ok)
+        }
+        Err(f) if f.fatal => return Err(f),
+        Err(f) => {
+            let ok = logout.await.is_ok();
+            (Err(f), ok)
+        }
+    };
+    if commits && logged_out {
+        r.counters.deleted += std::mem::take(&mut visit.pending_deletes);
+    }
+    outcome
+}
+
+impl Driver for Visitor {
+    async fn run_one(&mut self, seq: u64, r: &mut Report) -> Outcome {
+        // Exactly imap_percent of the run's visits are IMAP, spread evenly by sequence.
+        let p = u64::from(self.s.imap_percent);
+        let imap = (seq + 1) * p / 100 > seq * p / 100;
+        let acct = self.account();
+        let s = self.s.clone();
+        let result = match (imap, &s.imap, &s.pop3) {
+            (true, Some(ep), _) | (false, Some(ep), None) => self.imap(ep, acct, r).await,
+            (_, _, Some(ep)) => self.pop3(ep, acct, r).await,
+            (_, None, None) => unreachable!("the plan has at least one endpoint"),
+        };
+        r.counters.bytes = r.counters.retrieved_bytes;
+        let outcome = match &result {
+            Ok(()) => Outcome::Accepted,
+            Err(f) if f.fatal => Outcome::Failed,
+            Err(_) => Outcome::Rejected,
+        };
+        if let Err(f) = result {
+            f.record(r);
+        }
+        if outcome == Outcome::Accepted {
+            let session = r.now().saturating_sub(r.started());
+            r.record(Phase::Session, session);
+        }
+        outcome
+    }
+
+    async fn finish(&mut self, _report: &mut Report) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Spread;
+
+    #[test]
+    fn spread_is_exact_and_even() {
+        for pct in [0u8, 1, 25, 33, 50, 99, 100] {
+            let mut s = Spread::default();
+            let hits: Vec<bool> = (0..200).map(|_| s.next(pct)).collect();
+            assert_eq!(
+                hits.iter().filter(|h| **h).count(),
+                2 * pct as usize,
+                "{pct}"
+            );
+            // Never two misses more than the gap the percentage implies.
+            if pct >= 50 {
+                assert!(!hits.windows(2).any(|w| !w[0] && !w[1]), "{pct}");
+            }
+        }
+    }
+}

@@ -1,0 +1,452 @@
+//! The SMTP/LMTP driver: one message per unit of work over a kept connection, every phase
+//! timed into the unit's report.
+//!
+//! A 4xx is not a crash: a rejected transaction is followed by RSET and the session goes
+//! on; a 421 or any transport failure drops the connection and the next message opens a
+//! new one, as a real MTA would.
+
+mod connect;
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Endpoint, Failure};
+use crate::engine::{Driver, Outcome, Report};
+use crate::message::{Builder, Built};
+use crate::metrics::{Detail, ErrorKind, Phase, SentRecord};
+use crate::proto::smtp::client as cmd;
+use crate::proto::smtp::reply::{self, Capabilities, Reply};
+use crate::transport::{Connection, TransportError};
+
+pub use super::TlsMode;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum AuthMech {
+    /// The best the server offers: CRAM-MD5, then PLAIN, then LOGIN.
+    Auto,
+    Plain,
+    Login,
+    CramMd5,
+}
+
+/// Everything a session needs that does not change during the run.
+pub struct Settings {
+    pub endpoint: Endpoint,
+    pub lmtp: bool,
+    /// With `TlsMode::Plain`, the share of connections that use STARTTLS (0..=100).
+    pub tls_percent: u8,
+    pub auth: Option<(AuthMech, Vec<(String, String)>)>,
+    pub pipelining: bool,
+    pub helo: String,
+    /// Messages per connection, drawn per connection from the range; 0 = unlimited.
+    pub messages_per_connection: crate::units::Range<u32>,
+    /// DSN NOTIFY for RCPT (e.g. "SUCCESS,FAILURE") when the server offers DSN.
+    pub dsn_notify: Option<String>,
+}
+
+/// Reads one complete reply.
+async fn read_reply(conn: &mut Connection) -> Result<Reply<'_>, TransportError> {
+    let raw = conn
+        .read_frame(reply::MAX_REPLY + reply::MAX_LINE, reply::frame)
+        .await?;
+    Ok(reply::framed(raw))
+}
+
+/// A failure the server replied with.
+fn refusal(phase: Phase, r: &Reply<'_>) -> Failure {
+    Failure {
+        phase,
+        kind: if r.is_transient() {
+            ErrorKind::Transient
+        } else {
+            ErrorKind::Permanent
+        },
+        code: r.code,
+        detail: r.enhanced().map(|e| Detail(e.0, e.1, e.2)),
+        text: r.normalized_text(),
+        sample: String::from_utf8_lossy(r.raw).trim_end().to_string(),
+        fatal: r.code == 421,
+    }
+}
+
+/// A reply that is not what the protocol allows at this point (e.g. 354 to MAIL).
+fn unexpected(phase: Phase, r: &Reply<'_>) -> Failure {
+    Failure {
+        kind: ErrorKind::Protocol,
+        fatal: true,
+        ..refusal(phase, r)
+    }
+}
+
+/// What the current message's recipients came to.
+#[derive(Default)]
+struct Recipients {
+    /// Indices (into the run's recipient pool) of the accepted ones.
+    ok: Vec<u32>,
+    rejected: u64,
+}
+
+pub struct Session {
+    id: usize,
+    s: Arc<Settings>,
+    builder: Builder,
+    conn: Option<Connection>,
+    caps: Capabilities,
+    on_conn: u32,
+    connections_made: u64,
+    built: Built,
+    wire: Vec<u8>,
+    cmd: Vec<u8>,
+    rcpts: Recipients,
+    fails: Vec<Failure>,
+}
+
+impl Session {
+    pub fn new(id: usize, s: Arc<Settings>, builder: Builder) -> Self {
+        Session {
+            id,
+            s,
+            builder,
+            conn: None,
+            caps: Capabilities::default(),
+            on_conn: 0,
+            connections_made: 0,
+            built: Built {
+                digest: [0; 16],
+                from: 0,
+                rcpts: Vec::new(),
+            },
+            wire: Vec::with_capacity(4096),
+            cmd: Vec::with_capacity(512),
+            rcpts: Recipients::default(),
+            fails: Vec::new(),
+        }
+    }
+
+    /// Sends message `seq`; the connection is opened first when there is none.
+    pub async fn send(&mut self, seq: u64, report: &mut Report) -> Outcome {
+        self.fails.clear();
+        self.rcpts.ok.clear();
+        self.rcpts.rejected = 0;
+        let outcome = match self.ensure_connected(report).await {
+            Err(f) => {
+                self.fails.push(f);
+                Outcome::Failed
+            }
+            Ok(()) => self.transaction(seq, report).await,
+        };
+        report.done();
+        if self.fails.iter().any(|f| f.fatal) {
+            self.drop_connection();
+        } else {
+            self.on_conn += 1;
+            let mpc = self.connection_limit();
+            if mpc > 0 && self.on_conn >= mpc {
+                // Timed with the message, so `spate ping` shows it on the message's line.
+                if let Some(us) = self.close(report).await {
+                    report.record(Phase::Quit, us);
+                }
+            }
+        }
+        self.report(seq, outcome, report);
+        outcome
+    }
+
+    /// Moves the message's recipients, failures and sent record into the report.
+    fn report(&mut self, seq: u64, outcome: Outcome, report: &mut Report) {
+        report.counters.rcpt_accepted += self.rcpts.ok.len() as u64;
+        report.counters.rcpt_rejected += self.rcpts.rejected;
+        for f in self.fails.drain(..) {
+            f.record(report);
+        }
+        if outcome == Outcome::Accepted {
+            report.sent = Some(SentRecord {
+                seq,
+                accepted_us: report.done_at(),
+                digest: self.built.digest,
+                size: report.counters.bytes as u32,
+                from: self.built.from,
+                rcpt_start: 0,
+                rcpt_len: 0,
+            });
+            report.rcpts.extend_from_slice(&self.rcpts.ok);
+        }
+    }
+
+    /// How many messages the current connection carries: fixed, or drawn from the range by
+    /// a hash of (session, connection number), so runs repeat and no RNG is shared.
+    fn connection_limit(&self) -> u32 {
+        let r = self.s.messages_per_connection;
+        if r.is_fixed() {
+            return r.lo;
+        }
+        let mut z = (self.id as u64) << 32 ^ self.connections_made;
+        // splitmix64 finalizer
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        r.lo + (z % u64::from(r.hi - r.lo + 1)) as u32
+    }
+
+    fn drop_connection(&mut self) {
+        self.conn = None;
+        self.on_conn = 0;
+    }
+
+    async fn transaction(&mut self, seq: u64, report: &mut Report) -> Outcome {
+        self.builder.envelope(&mut self.built);
+        let now_unix_us = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(0);
+        self.wire.clear();
+        self.builder
+            .build(seq, now_unix_us, &mut self.built, &mut self.wire);
+        let pipelining = self.s.pipelining && self.caps.pipelining;
+        let Some(mut conn) = self.conn.take() else {
+            return Outcome::Failed;
+        };
+        let t_start = report.now();
+        let outcome = match self.envelope(&mut conn, pipelining, report).await {
+            Err(f) => self.refused(f, &mut conn, true).await,
+            Ok(false) => {
+                rset(&mut conn).await;
+                Outcome::Rejected
+            }
+            Ok(true) => match self.body(&mut conn, report).await {
+                Err(f) => self.refused(f, &mut conn, false).await,
+                Ok(accepted) => {
+                    report.timed(Phase::Transaction, t_start);
+                    if accepted {
+                        Outcome::Accepted
+                    } else {
+                        Outcome::Rejected
+                    }
+                }
+            },
+        };
+        if !self.fails.iter().any(|f| f.fatal) {
+            self.conn = Some(conn);
+        }
+        outcome
+    }
+
+    /// A failed envelope or body: a failure of the connection, or a refusal after which
+    /// the envelope is reset.
+    async fn refused(&mut self, f: Failure, conn: &mut Connection, reset: bool) -> Outcome {
+        let fatal = f.fatal;
+        self.fails.push(f);
+        if fatal {
+            return Outcome::Failed;
+        }
+        if reset {
+            rset(conn).await;
+        }
+        Outcome::Rejected
+    }
+
+    /// MAIL, RCPTs, DATA. Ok(true) when DATA got 354 with at least one recipient.
+    async fn envelope(
+        &mut self,
+        conn: &mut Connection,
+        pipelining: bool,
+        report: &mut Report,
+    ) -> Result<bool, Failure> {
+        let f = self.builder.factory();
+        let from = &f.from.addrs[self.built.from as usize];
+        let size = self.caps.size.is_some().then_some(self.wire.len());
+        let notify = self
+            .s
+            .dsn_notify
+            .as_deref()
+            .filter(|_| self.caps.dsn)
+            .map(|n| n as &str);
+        self.cmd.clear();
+        cmd::mail(&mut self.cmd, from, size);
+        let mail_len = self.cmd.len();
+        for &r in &self.built.rcpts {
+            cmd::rcpt(&mut self.cmd, &f.to.addrs[r as usize], notify);
+        }
+        self.cmd.extend_from_slice(cmd::DATA);
+        let cmd = std::mem::take(&mut self.cmd);
+        let result = if pipelining {
+            self.pipelined(conn, &cmd, report).await
+        } else {
+            self.lockstep(conn, &cmd, mail_len, report).await
+        };
+        self.cmd = cmd;
+        result
+    }
+
+    /// The envelope as one group (RFC 2920): one write, then the replies in order.
+    async fn pipelined(
+        &mut self,
+        conn: &mut Connection,
+        cmd: &[u8],
+        report: &mut Report,
+    ) -> Result<bool, Failure> {
+        let tf = |phase| move |e| Failure::transport(phase, e);
+        let t = report.now();
+        conn.send(cmd).await.map_err(tf(Phase::Envelope))?;
+        let mail_fail = {
+            let r = read_reply(conn).await.map_err(tf(Phase::Mail))?;
+            (!r.is_positive()).then(|| refusal(Phase::Mail, &r))
+        };
+        for i in 0..self.built.rcpts.len() {
+            let r = read_reply(conn).await.map_err(tf(Phase::Rcpt))?;
+            if r.is_positive() {
+                self.rcpts.ok.push(self.built.rcpts[i]);
+            } else {
+                self.rcpts.rejected += 1;
+                if mail_fail.is_none() {
+                    self.fails.push(refusal(Phase::Rcpt, &r));
+                }
+            }
+        }
+        let data_ok = {
+            let r = read_reply(conn).await.map_err(tf(Phase::Data))?;
+            match r.code {
+                354 => true,
+                c if c >= 400 => {
+                    if mail_fail.is_none() && !self.rcpts.ok.is_empty() {
+                        self.fails.push(refusal(Phase::Data, &r));
+                    }
+                    false
+                }
+                _ => return Err(unexpected(Phase::Data, &r)),
+            }
+        };
+        report.timed(Phase::Envelope, t);
+        if let Some(f) = mail_fail {
+            if data_ok {
+                abort_data(conn).await?;
+            }
+            return Err(f);
+        }
+        if data_ok && self.rcpts.ok.is_empty() {
+            // RFC 2920: DATA was accepted although no recipient was; send an empty
+            // message to get back to a known state.
+            abort_data(conn).await?;
+            return Ok(false);
+        }
+        Ok(data_ok)
+    }
+
+    /// The envelope one command at a time, each its own phase.
+    async fn lockstep(
+        &mut self,
+        conn: &mut Connection,
+        cmd: &[u8],
+        mail_len: usize,
+        report: &mut Report,
+    ) -> Result<bool, Failure> {
+        let tf = |phase| move |e| Failure::transport(phase, e);
+        let t = report.now();
+        conn.send(&cmd[..mail_len]).await.map_err(tf(Phase::Mail))?;
+        {
+            let r = read_reply(conn).await.map_err(tf(Phase::Mail))?;
+            if !r.is_positive() {
+                return Err(refusal(Phase::Mail, &r));
+            }
+        }
+        report.timed(Phase::Mail, t);
+        let mut rest = &cmd[mail_len..];
+        for i in 0..self.built.rcpts.len() {
+            let end = rest
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(rest.len(), |p| p + 1);
+            let t = report.now();
+            conn.send(&rest[..end]).await.map_err(tf(Phase::Rcpt))?;
+            rest = &rest[end..];
+            let r = read_reply(conn).await.map_err(tf(Phase::Rcpt))?;
+            if r.is_positive() {
+                self.rcpts.ok.push(self.built.rcpts[i]);
+            } else {
+                self.rcpts.rejected += 1;
+                let f = refusal(Phase::Rcpt, &r);
+                if f.fatal {
+                    return Err(f);
+                }
+                self.fails.push(f);
+            }
+            report.timed(Phase::Rcpt, t);
+        }
+        if self.rcpts.ok.is_empty() {
+            return Ok(false);
+        }
+        let t = report.now();
+        conn.send(rest).await.map_err(tf(Phase::Data))?;
+        let r = read_reply(conn).await.map_err(tf(Phase::Data))?;
+        match r.code {
+            354 => {}
+            c if c >= 400 => return Err(refusal(Phase::Data, &r)),
+            _ => return Err(unexpected(Phase::Data, &r)),
+        }
+        report.timed(Phase::Data, t);
+        Ok(true)
+    }
+
+    /// Sends the message and reads the final reply (LMTP: one per accepted recipient).
+    /// Ok(true) when at least one recipient got the message.
+    async fn body(&mut self, conn: &mut Connection, report: &mut Report) -> Result<bool, Failure> {
+        let t = report.now();
+        conn.send(&self.wire)
+            .await
+            .map_err(|e| Failure::transport(Phase::Body, e))?;
+        report.counters.bytes += self.wire.len() as u64;
+        let lmtp = self.s.lmtp;
+        let replies = if lmtp { self.rcpts.ok.len() } else { 1 };
+        let mut delivered = Vec::with_capacity(replies);
+        for i in 0..replies {
+            let r = read_reply(conn)
+                .await
+                .map_err(|e| Failure::transport(Phase::Body, e))?;
+            if r.is_positive() {
+                delivered.push(i);
+            } else if lmtp {
+                self.fails.push(refusal(Phase::Body, &r));
+            } else {
+                let f = refusal(Phase::Body, &r);
+                report.timed(Phase::Body, t);
+                return Err(f);
+            }
+        }
+        report.timed(Phase::Body, t);
+        if lmtp && delivered.len() < self.rcpts.ok.len() {
+            self.rcpts.rejected += (self.rcpts.ok.len() - delivered.len()) as u64;
+            let kept: Vec<u32> = delivered.iter().map(|&i| self.rcpts.ok[i]).collect();
+            self.rcpts.ok = kept;
+        }
+        Ok(!self.rcpts.ok.is_empty())
+    }
+}
+
+/// Ends a DATA that should not carry a message: an empty one.
+async fn abort_data(conn: &mut Connection) -> Result<(), Failure> {
+    let tf = |e| Failure::transport(Phase::Body, e);
+    conn.send(b".\r\n").await.map_err(tf)?;
+    read_reply(conn).await.map_err(tf)?;
+    Ok(())
+}
+
+async fn rset(conn: &mut Connection) {
+    if conn.send(cmd::RSET).await.is_ok() {
+        let _ = read_reply(conn).await;
+    }
+}
+
+impl Driver for Session {
+    async fn run_one(&mut self, seq: u64, report: &mut Report) -> Outcome {
+        self.send(seq, report).await
+    }
+
+    async fn finish(&mut self, report: &mut Report) {
+        if let Some(us) = self.close(report).await {
+            report.record(Phase::Quit, us);
+        }
+    }
+}
