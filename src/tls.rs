@@ -14,7 +14,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig, SignatureScheme};
 
 #[derive(Debug, thiserror::Error)]
-pub enum TlsError {
+pub enum Error {
     #[error("cannot read {path}: {source}")]
     Read {
         path: String,
@@ -46,8 +46,8 @@ pub struct ClientOptions {
     pub client_key: Option<String>,
 }
 
-fn read_certs(path: &str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let data = std::fs::read(path).map_err(|source| TlsError::Read {
+fn read_certs(path: &str) -> Result<Vec<CertificateDer<'static>>, Error> {
+    let data = std::fs::read(path).map_err(|source| Error::Read {
         path: path.to_string(),
         source,
     })?;
@@ -55,25 +55,25 @@ fn read_certs(path: &str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
         .filter_map(Result::ok)
         .collect();
     if certs.is_empty() {
-        return Err(TlsError::NoCert {
+        return Err(Error::NoCert {
             path: path.to_string(),
         });
     }
     Ok(certs)
 }
 
-fn read_key(path: &str) -> Result<PrivateKeyDer<'static>, TlsError> {
-    let data = std::fs::read(path).map_err(|source| TlsError::Read {
+fn read_key(path: &str) -> Result<PrivateKeyDer<'static>, Error> {
+    let data = std::fs::read(path).map_err(|source| Error::Read {
         path: path.to_string(),
         source,
     })?;
-    PrivateKeyDer::from_pem_slice(&data).map_err(|_| TlsError::NoKey {
+    PrivateKeyDer::from_pem_slice(&data).map_err(|_| Error::NoKey {
         path: path.to_string(),
     })
 }
 
 /// Builds the client configuration once per run; every session shares it.
-pub fn client_config(opts: &ClientOptions) -> Result<Arc<ClientConfig>, TlsError> {
+pub fn client_config(opts: &ClientOptions) -> Result<Arc<ClientConfig>, Error> {
     let builder =
         ClientConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
     let builder = if opts.insecure {
@@ -113,7 +113,7 @@ pub struct ServerIdentity {
 
 impl ServerIdentity {
     /// A self-signed certificate for `localhost`, 127.0.0.1 and ::1 (plus extra names).
-    pub fn self_signed(extra_names: &[String]) -> Result<Self, TlsError> {
+    pub fn self_signed(extra_names: &[String]) -> Result<Self, Error> {
         let mut names = vec![
             "localhost".to_string(),
             "127.0.0.1".to_string(),
@@ -130,9 +130,9 @@ impl ServerIdentity {
         })
     }
 
-    pub fn from_pem_files(cert: &str, key: &str) -> Result<Self, TlsError> {
+    pub fn from_pem_files(cert: &str, key: &str) -> Result<Self, Error> {
         let certs = read_certs(cert)?;
-        let cert_pem = std::fs::read_to_string(cert).map_err(|source| TlsError::Read {
+        let cert_pem = std::fs::read_to_string(cert).map_err(|source| Error::Read {
             path: cert.to_string(),
             source,
         })?;
@@ -143,7 +143,7 @@ impl ServerIdentity {
         })
     }
 
-    pub fn server_config(&self) -> Result<Arc<ServerConfig>, TlsError> {
+    pub fn server_config(&self) -> Result<Arc<ServerConfig>, Error> {
         let config = ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()?
             .with_no_client_auth()
@@ -153,10 +153,10 @@ impl ServerIdentity {
 }
 
 /// The name to verify the server's certificate against: the host as the user wrote it.
-pub fn server_name(host: &str) -> Result<ServerName<'static>, TlsError> {
+pub fn server_name(host: &str) -> Result<ServerName<'static>, Error> {
     let host = host.trim_start_matches('[').trim_end_matches(']');
     ServerName::try_from(host.to_string())
-        .map_err(|_| TlsError::Rustls(rustls::Error::General(format!("bad server name {host}"))))
+        .map_err(|_| Error::Rustls(rustls::Error::General(format!("bad server name {host}"))))
 }
 
 #[derive(Debug)]
@@ -208,6 +208,6 @@ impl ServerCertVerifier for NoVerify {
 }
 
 /// Loads a PEM file's certificates, for tests and for `--ca`.
-pub fn load_pem_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+pub fn load_pem_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, Error> {
     read_certs(&path.to_string_lossy())
 }

@@ -5,7 +5,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{python, Raw};
-use spate::serve::faults::{self, FaultKind, Faults, Phase};
+use spate::serve::faults::{self, FaultKind, FaultPoint as Phase, Faults};
 use spate::serve::{self, Config};
 
 const RCPT_LOOP: &str = r#"

@@ -290,7 +290,7 @@ pub async fn run_load(
         crate::session::preflight(&plan.target, ep).await?;
     }
     let settings = Arc::new(settings);
-    let run = engine::Run::new(&plan, Some(&out), None, observers, stop)?;
+    let run = engine::Setup::new(&plan, Some(&out), None, observers, stop)?;
     let summary = engine::run(run, |id, rng| Visitor::new(id, settings.clone(), rng)).await?;
     Ok(Finished { dir: out, summary })
 }

@@ -12,7 +12,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use crate::ctx::Ctx;
-use crate::engine::{self, Model, Outcome, PlanInfo, Report, Workload};
+use crate::engine::{self, Model, Outcome, PlanInfo, UnitReport, Workload};
 use crate::message::{AddressPool, Factory, Pick};
 use crate::metrics::{new_histogram, Phase};
 use crate::opts::TransportArgs;
@@ -122,7 +122,7 @@ struct Stats {
 
 impl Stats {
     /// Prints one message's line (smtpping's columns) and counts it.
-    fn message(&mut self, seq: u64, r: &Report) {
+    fn message(&mut self, seq: u64, r: &UnitReport) {
         let mut line = format!("seq={:<3}", seq + 1);
         let sum = |phase: Phase| -> Option<u64> {
             let mut it = r.timings.iter().filter(|(p, _)| *p == phase).peekable();
@@ -243,7 +243,7 @@ pub async fn run(a: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     }));
     let hook = {
         let stats = stats.clone();
-        Box::new(move |seq: u64, _: Outcome, r: &Report| {
+        Box::new(move |seq: u64, _: Outcome, r: &UnitReport| {
             stats
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -251,7 +251,7 @@ pub async fn run(a: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         })
     };
     let stop = Arc::new(AtomicBool::new(false));
-    let run = engine::Run::new(&plan, None, None, Vec::new(), stop)?.on_unit(hook);
+    let run = engine::Setup::new(&plan, None, None, Vec::new(), stop)?.on_unit(hook);
     engine::run(run, |id, rng| {
         Session::new(id, settings.clone(), factory.builder(rng, id))
     })

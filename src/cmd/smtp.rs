@@ -272,7 +272,7 @@ pub async fn run_load(
     crate::session::preflight(&plan.target, &settings.endpoint).await?;
     let settings = Arc::new(settings);
     let book: Arc<dyn crate::results::AddressBook> = factory.clone();
-    let run = engine::Run::new(&plan, Some(&out), Some(book), observers, stop)?;
+    let run = engine::Setup::new(&plan, Some(&out), Some(book), observers, stop)?;
     let summary = engine::run(run, |id, rng| {
         Session::new(id, settings.clone(), factory.builder(rng, id))
     })

@@ -8,8 +8,8 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::summary::SummaryHeader;
-use super::{Observer, Snapshot};
+use super::observe::{Observer, Snapshot};
+use super::summary::{cpu_time, SummaryHeader};
 use crate::metrics::{Recorder, Shard};
 use crate::results::{Summary, Writer};
 
@@ -96,7 +96,7 @@ impl Aggregator {
             totals: Shard::default(),
             writer: writer.map(WriterThread::start).transpose()?,
             last_t: 0.0,
-            cpu0: super::cpu_time(),
+            cpu0: cpu_time(),
         })
     }
 
@@ -143,7 +143,7 @@ impl Aggregator {
     }
 
     pub fn summary(&self, t: f64, complete: bool, interrupted: bool) -> Summary {
-        let cpu = super::cpu_time().saturating_sub(self.cpu0);
+        let cpu = cpu_time().saturating_sub(self.cpu0);
         self.header
             .summary(&self.totals, t, complete, interrupted, cpu)
     }

@@ -1,6 +1,6 @@
 //! The engine owns a run: its clock and recorder, the schedule (closed users, open
 //! arrivals, stages) and the one worker body that feeds protocol [`Driver`]s, the commit
-//! of each unit's [`Report`], the once-a-second aggregator, signals, observers (progress
+//! of each unit's [`UnitReport`], the once-a-second aggregator, signals, observers (progress
 //! line, live dashboard, monitoring) and the final summary.
 //!
 //! - [`schedule`]: the validated workload and the arrival strategies.
@@ -10,6 +10,7 @@
 //! - [`summary`]: the summary of a run from its totals.
 
 mod aggregate;
+mod observe;
 pub mod schedule;
 pub mod signals;
 pub mod summary;
@@ -26,42 +27,15 @@ use rand::rngs::SmallRng;
 use serde::Serialize;
 use tokio::task::JoinSet;
 
-use crate::metrics::{Clock, Recorder, Shard};
+use crate::metrics::{Clock, Recorder};
 use crate::results::{AddressBook, Summary, Writer};
 use crate::units;
 
+pub use observe::{Observer, Snapshot};
 pub use schedule::{Model, Workload};
 pub use signals::Signals;
 pub use summary::{cpu_time, SummaryHeader};
-pub use unit::{Driver, Outcome, Report, UnitHook};
-
-/// What an observer sees once per interval, after the interval was written.
-pub struct Snapshot<'a> {
-    /// Seconds since the start of the run, at the end of this interval.
-    pub t_s: f64,
-    pub interval_s: f64,
-    /// The interval's counters and histograms (already folded into `summary`).
-    pub interval: &'a Shard,
-    /// Everything so far.
-    pub summary: &'a Summary,
-    pub active: i64,
-    pub planned_s: Option<f64>,
-    pub planned_count: Option<u64>,
-}
-
-/// Something that follows a run interval by interval: the progress line, the live
-/// dashboard, server monitoring. Observers never touch the sessions.
-pub trait Observer: Send {
-    /// The run starts; `dir` is its results directory, `start` its wall-clock origin.
-    fn start(&mut self, _dir: &Path, _start: SystemTime) -> anyhow::Result<()> {
-        Ok(())
-    }
-    /// Once per interval (about every second).
-    fn interval(&mut self, snap: &Snapshot<'_>) -> anyhow::Result<()>;
-    /// The run is over; the observer may add to the final summary (warnings, extra
-    /// sections) before it is written.
-    fn finish(&mut self, _summary: &mut Summary) {}
-}
+pub use unit::{Driver, Outcome, UnitHook, UnitReport};
 
 /// What every load command's plan says about the run itself; enough to start one.
 pub trait PlanInfo: Serialize {
@@ -76,7 +50,7 @@ pub trait PlanInfo: Serialize {
 }
 
 /// Everything the engine needs besides the driver.
-pub struct Run<'a> {
+pub struct Setup<'a> {
     workload: &'a Workload,
     seed: u64,
     grace: Duration,
@@ -90,7 +64,7 @@ pub struct Run<'a> {
     on_unit: Option<UnitHook>,
 }
 
-impl<'a> Run<'a> {
+impl<'a> Setup<'a> {
     /// Starts the run's clock. With `out`, writes plan.json there and opens the results
     /// files (a sent log when `addresses` are given); without, the run keeps no files.
     pub fn new(
@@ -99,7 +73,7 @@ impl<'a> Run<'a> {
         addresses: Option<Arc<dyn AddressBook>>,
         observers: Vec<Box<dyn Observer>>,
         stop: Arc<AtomicBool>,
-    ) -> anyhow::Result<Run<'a>> {
+    ) -> anyhow::Result<Setup<'a>> {
         let started = SystemTime::now();
         let clock = Clock::new();
         let writer = match out {
@@ -109,7 +83,7 @@ impl<'a> Run<'a> {
             ),
             None => None,
         };
-        Ok(Run {
+        Ok(Setup {
             workload: plan.workload(),
             seed: plan.seed(),
             grace: units::parse_duration(plan.grace())?,
@@ -178,7 +152,7 @@ struct Stopping {
 /// summary, already written to the results directory. `make` builds the driver of
 /// session `id` with its own random generator.
 pub async fn run<D: Driver>(
-    mut r: Run<'_>,
+    mut r: Setup<'_>,
     make: impl FnMut(usize, SmallRng) -> D,
 ) -> anyhow::Result<Summary> {
     if let Some(dir) = &r.dir {
@@ -211,7 +185,7 @@ pub async fn run<D: Driver>(
 /// Follows the run interval by interval until every worker has ended: signals, the
 /// deadline, the grace period for work in flight.
 async fn follow(
-    r: &mut Run<'_>,
+    r: &mut Setup<'_>,
     workers: &mut JoinSet<()>,
     agg: &mut aggregate::Aggregator,
 ) -> anyhow::Result<Stopping> {

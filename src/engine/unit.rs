@@ -1,5 +1,5 @@
 //! One unit of work (a message, a mailbox visit) as the engine sees it: a protocol
-//! [`Driver`] does it and fills a [`Report`] (the phases it timed, its errors, its protocol
+//! [`Driver`] does it and fills a [`UnitReport`] (the phases it timed, its errors, its protocol
 //! counters, the record of an accepted message); the engine adds what the schedule knows
 //! (lag, response time, lateness) and commits the report to the recorder in one lock.
 
@@ -27,18 +27,22 @@ pub enum Outcome {
 pub trait Driver: Send + 'static {
     /// Once per session before its first unit (a login that the units then use). Its
     /// phases and errors are recorded; it counts as no unit.
-    fn setup(&mut self, _report: &mut Report) -> impl Future<Output = ()> + Send {
+    fn setup(&mut self, _report: &mut UnitReport) -> impl Future<Output = ()> + Send {
         async {}
     }
     /// Does unit of work `seq`.
-    fn run_one(&mut self, seq: u64, report: &mut Report) -> impl Future<Output = Outcome> + Send;
+    fn run_one(
+        &mut self,
+        seq: u64,
+        report: &mut UnitReport,
+    ) -> impl Future<Output = Outcome> + Send;
     /// The run is over: close the connection politely (phases may be recorded).
-    fn finish(&mut self, report: &mut Report) -> impl Future<Output = ()> + Send;
+    fn finish(&mut self, report: &mut UnitReport) -> impl Future<Output = ()> + Send;
 }
 
 /// What one unit of work did, filled by its driver; reused from unit to unit, so the
 /// hot path does not allocate.
-pub struct Report {
+pub struct UnitReport {
     clock: Clock,
     started_us: u64,
     done_us: Option<u64>,
@@ -53,9 +57,9 @@ pub struct Report {
     pub rcpts: Vec<u32>,
 }
 
-impl Report {
+impl UnitReport {
     pub fn new(clock: Clock) -> Self {
-        Report {
+        UnitReport {
             clock,
             started_us: 0,
             done_us: None,
@@ -121,7 +125,7 @@ impl Report {
         self.done_us = Some(self.clock.now_us());
     }
 
-    /// The time of [`Report::done`], or now.
+    /// The time of [`UnitReport::done`], or now.
     pub fn done_at(&self) -> u64 {
         self.done_us.unwrap_or_else(|| self.clock.now_us())
     }
@@ -141,7 +145,7 @@ pub struct Slot {
 pub(super) async fn run_unit<D: Driver>(
     driver: &mut D,
     slot: Slot,
-    report: &mut Report,
+    report: &mut UnitReport,
     recorder: &Recorder,
     session: usize,
     on_unit: Option<&UnitHook>,
@@ -164,19 +168,19 @@ pub(super) async fn run_unit<D: Driver>(
 }
 
 /// Runs a driver's setup or finish step and commits its phases and errors.
-pub(super) fn commit_step(recorder: &Recorder, session: usize, report: &mut Report) {
+pub(super) fn commit_step(recorder: &Recorder, session: usize, report: &mut UnitReport) {
     commit(recorder, session, None, false, report);
 }
 
 /// Sees every unit's report before it is committed.
-pub type UnitHook = Box<dyn Fn(u64, Outcome, &Report) + Send + Sync>;
+pub type UnitHook = Box<dyn Fn(u64, Outcome, &UnitReport) + Send + Sync>;
 
 fn commit(
     recorder: &Recorder,
     session: usize,
     outcome: Option<Outcome>,
     late: bool,
-    r: &mut Report,
+    r: &mut UnitReport,
 ) {
     recorder.with(session, |sh| {
         let c = &mut sh.counters;
@@ -203,7 +207,7 @@ fn commit(
     r.reset_step();
 }
 
-impl Report {
+impl UnitReport {
     /// Clears what a commit consumed (a setup or finish step reuses the report).
     fn reset_step(&mut self) {
         self.timings.clear();

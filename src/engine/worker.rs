@@ -11,7 +11,7 @@ use rand::SeedableRng;
 use tokio::task::JoinSet;
 
 use super::schedule::{Arrivals, Model, Workload};
-use super::unit::{commit_step, run_unit, Driver, Report, Slot, UnitHook};
+use super::unit::{commit_step, run_unit, Driver, Slot, UnitHook, UnitReport};
 use crate::metrics::{Clock, Recorder};
 
 /// Where a worker's units come from.
@@ -113,7 +113,7 @@ pub(super) fn spawn<D: Driver>(
 /// One session: its setup, its units, its finish.
 async fn session<D: Driver>(id: usize, mut driver: D, mut slots: Slots, shared: Arc<Shared>) {
     let rec = &shared.recorder;
-    let mut report = Report::new(shared.clock);
+    let mut report = UnitReport::new(shared.clock);
     driver.setup(&mut report).await;
     commit_step(rec, id, &mut report);
     let mut first = true;

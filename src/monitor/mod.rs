@@ -23,6 +23,8 @@ use std::time::{Duration, SystemTime};
 use serde_json::{json, Map, Value};
 
 use crate::engine::{Observer, Snapshot};
+pub use proc::thread_cpu;
+
 use crate::opts::MonitorArgs;
 use crate::results::Summary;
 use crate::UsageError;
@@ -45,16 +47,6 @@ pub fn observer(args: &MonitorArgs) -> anyhow::Result<Option<Box<dyn Observer>>>
         return Ok(None);
     }
     Ok(Some(Box::new(Monitor::new(args)?)))
-}
-
-/// CPU time of the calling thread.
-pub fn thread_cpu() -> Duration {
-    // SAFETY: clock_gettime only writes into the struct we pass.
-    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
-        return Duration::ZERO;
-    }
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// One memory series followed for its slope.
@@ -102,7 +94,7 @@ impl Monitor {
             }
             groups.push(proc::Group::new(
                 format!("proc.{}", proc::sanitize(name)),
-                proc::Pick::Name(name.to_string()),
+                proc::Selector::Name(name.to_string()),
                 true,
             ));
         }
@@ -112,7 +104,7 @@ impl Monitor {
             }
             groups.push(proc::Group::new(
                 format!("proc.pid{pid}"),
-                proc::Pick::Pid(pid),
+                proc::Selector::Pid(pid),
                 true,
             ));
         }
@@ -127,7 +119,7 @@ impl Monitor {
         };
         groups.push(proc::Group::new(
             "self.spate".into(),
-            proc::Pick::Pid(std::process::id()),
+            proc::Selector::Pid(std::process::id()),
             false,
         ));
         if let Some(q) = &args.monitor_queue {

@@ -76,7 +76,7 @@ struct Last {
 
 /// How a group picks its processes.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Pick {
+pub enum Selector {
     /// Every process whose command name (as in `ps -o comm`, at most 15 characters) is this.
     Name(String),
     Pid(u32),
@@ -85,14 +85,14 @@ pub enum Pick {
 /// One column group `proc.<name>` (or `self.spate`).
 pub struct Group {
     pub prefix: String,
-    pub pick: Pick,
+    pub pick: Selector,
     /// All five figures and a count, or only CPU and memory (spate itself).
     full: bool,
     last: HashMap<u32, Last>,
 }
 
 impl Group {
-    pub fn new(prefix: String, pick: Pick, full: bool) -> Group {
+    pub fn new(prefix: String, pick: Selector, full: bool) -> Group {
         Group {
             prefix,
             pick,
@@ -119,9 +119,9 @@ impl Group {
 
     fn matches(&self, pid: u32, st: &Stat) -> bool {
         match &self.pick {
-            Pick::Pid(p) => *p == pid,
+            Selector::Pid(p) => *p == pid,
             // The kernel truncates comm to 15 bytes.
-            Pick::Name(n) => {
+            Selector::Name(n) => {
                 st.comm == *n || (n.len() > 15 && n.as_bytes()[..15] == *st.comm.as_bytes())
             }
         }
@@ -154,7 +154,7 @@ fn uptime_ticks(hz: f64) -> u64 {
 
 impl Procs {
     pub fn new(groups: Vec<Group>) -> Procs {
-        let scan = groups.iter().any(|g| matches!(g.pick, Pick::Name(_)));
+        let scan = groups.iter().any(|g| matches!(g.pick, Selector::Name(_)));
         let sys = Sys::get();
         Procs {
             last_uptime_ticks: uptime_ticks(sys.hz),
@@ -181,8 +181,8 @@ impl Procs {
             self.groups
                 .iter()
                 .filter_map(|g| match g.pick {
-                    Pick::Pid(p) => Some(p),
-                    Pick::Name(_) => None,
+                    Selector::Pid(p) => Some(p),
+                    Selector::Name(_) => None,
                 })
                 .collect()
         }
@@ -306,6 +306,16 @@ pub fn sanitize(s: &str) -> String {
     }
 }
 
+/// CPU time of the calling thread.
+pub fn thread_cpu() -> std::time::Duration {
+    // SAFETY: clock_gettime only writes into the struct we pass.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return std::time::Duration::ZERO;
+    }
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -333,8 +343,8 @@ mod tests {
         let me = std::process::id();
         let st = parse_stat(&std::fs::read_to_string("/proc/self/stat").unwrap()).unwrap();
         let mut p = Procs::new(vec![
-            Group::new("proc.me".into(), Pick::Pid(me), true),
-            Group::new("proc.byname".into(), Pick::Name(st.comm.clone()), true),
+            Group::new("proc.me".into(), Selector::Pid(me), true),
+            Group::new("proc.byname".into(), Selector::Name(st.comm.clone()), true),
         ]);
         let mut out = Vec::new();
         p.sample(1.0, &mut out);

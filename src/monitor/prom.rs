@@ -164,7 +164,7 @@ impl Prom {
                         .map(|(i, s)| (s.clone(), i))
                         .collect();
                     while !stop.load(Ordering::Relaxed) {
-                        let t0 = super::thread_cpu();
+                        let t0 = super::proc::thread_cpu();
                         if let Ok(body) = fetch(&hostport, &path) {
                             let mut vals = latest.lock().unwrap_or_else(|p| p.into_inner());
                             for l in parse(&body) {
@@ -173,7 +173,7 @@ impl Prom {
                                 }
                             }
                         }
-                        let used = super::thread_cpu().saturating_sub(t0);
+                        let used = super::proc::thread_cpu().saturating_sub(t0);
                         cpu_ns.fetch_add(used.as_nanos() as u64, Ordering::Relaxed);
                         for _ in 0..10 {
                             if stop.load(Ordering::Relaxed) {

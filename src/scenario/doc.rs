@@ -5,7 +5,10 @@ use std::ops::Range;
 
 use toml::de::{DeTable, DeValue};
 
+use crate::units;
 use crate::UsageError;
+
+type Res<T> = Result<T, UsageError>;
 
 /// The text of a scenario file and its name for messages.
 #[derive(Debug, Clone)]
@@ -205,6 +208,43 @@ pub fn quote(s: &str) -> String {
     }
     out.push('"');
     out
+}
+
+/// The table at `n`, or an error naming `what`.
+pub fn table<'a>(src: &Source, n: &'a Node, what: &str) -> Res<&'a [Entry]> {
+    n.as_table().ok_or_else(|| {
+        src.err(
+            &n.span,
+            format!("{what}: expected a table, found {}", n.kind.type_name()),
+        )
+    })
+}
+
+/// A string or a list of strings, each with its place in the file.
+pub fn strings(src: &Source, n: &Node, what: &str) -> Res<Vec<(String, Range<usize>)>> {
+    let items: Vec<&Node> = match &n.kind {
+        Kind::Array(a) => a.iter().collect(),
+        Kind::Str(_) => vec![n],
+        _ => return Err(src.err(&n.span, format!("{what}: expected a list of strings"))),
+    };
+    items
+        .into_iter()
+        .map(|i| match i.as_str() {
+            Some(s) => Ok((s.to_string(), i.span.clone())),
+            None => Err(src.err(&i.span, format!("{what}: expected a string"))),
+        })
+        .collect()
+}
+
+/// A duration like "30s" at `n`.
+pub fn duration(src: &Source, n: &Node, key: &str) -> Res<std::time::Duration> {
+    let w = n.scalar_word().ok_or_else(|| {
+        src.err(
+            &n.span,
+            format!("\"{key}\": expected a duration like \"30s\""),
+        )
+    })?;
+    units::parse_duration(&w).map_err(|e| src.err(&n.span, format!("\"{key}\": {e}")))
 }
 
 #[cfg(test)]

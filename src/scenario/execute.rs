@@ -9,9 +9,10 @@ use std::time::Instant;
 
 use serde_json::json;
 
+use super::model::{Global, StepKind};
 use super::run::{self, Execution, StepRecord};
-use super::spec::{self, StepKind};
-use super::{doc, table, threshold, Scenario};
+use super::spec::Scenario;
+use super::{doc, table, threshold};
 use crate::ctx::Ctx;
 use crate::UsageError;
 
@@ -40,7 +41,7 @@ pub async fn execute(sc: &Scenario, out: PathBuf, ctx: &Ctx) -> anyhow::Result<E
     if let Some(s) = server {
         s.shutdown().await;
     }
-    let dir_of = |g: &spec::Global| step_dir(sc, &records, g);
+    let dir_of = |g: &Global| step_dir(sc, &records, g);
     let globals: Vec<threshold::Verdict> = sc
         .thresholds
         .iter()
@@ -181,7 +182,7 @@ fn all_thresholds(r: &StepRecord) -> impl Iterator<Item = &threshold::Verdict> {
 }
 
 /// The results directory and command a scenario-wide metric reads.
-fn step_dir(sc: &Scenario, records: &[StepRecord], g: &spec::Global) -> Option<(PathBuf, String)> {
+fn step_dir(sc: &Scenario, records: &[StepRecord], g: &Global) -> Option<(PathBuf, String)> {
     let rec = &records[g.step];
     if rec.status == "skipped" {
         return None;
@@ -196,7 +197,7 @@ fn step_dir(sc: &Scenario, records: &[StepRecord], g: &spec::Global) -> Option<(
     }
 }
 
-fn global_verdict(g: &spec::Global, dir: Option<(PathBuf, String)>) -> threshold::Verdict {
+fn global_verdict(g: &Global, dir: Option<(PathBuf, String)>) -> threshold::Verdict {
     match dir {
         Some((d, cmd)) => g.check.evaluate(&d, &g.rest, &cmd),
         None => threshold::Verdict {

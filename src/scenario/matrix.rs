@@ -7,7 +7,10 @@ use std::process::ExitCode;
 
 use serde_json::json;
 
-use super::{dry_run, execute, load_file, table, Scenario};
+use super::execute::execute;
+use super::plan::{dry_run, load_file};
+use super::spec::Scenario;
+use super::table;
 use crate::ctx::Ctx;
 
 /// Every combination of the matrix's values, in order.

@@ -3,7 +3,7 @@
 use std::ops::Range;
 
 use super::doc::{suggest, Entry, Kind, Node, Source};
-use super::spec::Invocation;
+use super::model::Invocation;
 use crate::units;
 use crate::UsageError;
 

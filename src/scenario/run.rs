@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::json;
 
-use super::spec::{Invocation, Step, StepKind};
+use super::model::{Invocation, Step, StepKind, Workload};
 use super::threshold::{Check, Verdict};
 use crate::ctx::Ctx;
 
@@ -187,7 +187,7 @@ impl Execution {
 
     async fn parallel(
         &mut self,
-        ws: &[super::spec::Workload],
+        ws: &[Workload],
         dir: &Path,
         live: &Live,
         rec: &mut StepRecord,

@@ -7,16 +7,16 @@ use std::ops::Range;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::doc::{suggest, Entry, Kind, Node, Source};
+use super::doc::{suggest, Entry, Kind, Source};
 use super::threshold::Check;
 use super::{options, vars};
-use crate::units;
+
+pub use super::model::{Global, Invocation, Step, StepKind, Workload};
 use crate::UsageError;
 pub use options::{arg_key, is_flag, is_multiple, subcommand, subcommand_names};
 
-#[path = "spec_vars.rs"]
-mod spec_vars;
-use spec_vars::variables;
+use super::doc::{duration, strings, table};
+use super::variables::variables;
 
 type Res<T> = Result<T, UsageError>;
 
@@ -60,68 +60,6 @@ pub struct Scenario {
     /// `report = ["TITLE = EXPR", ...]`: columns tabulated after the run.
     pub report: Vec<super::table::Column>,
     pub abort_on_fail: bool,
-}
-
-#[derive(Debug, Clone)]
-pub struct Step {
-    pub name: String,
-    pub kind: StepKind,
-    pub thresholds: Vec<Check>,
-}
-
-#[derive(Debug, Clone)]
-pub enum StepKind {
-    Command(Invocation),
-    Hook {
-        run: String,
-        timeout: Duration,
-        background: bool,
-    },
-    Wait {
-        pause: Option<Duration>,
-        until_empty: Option<PathBuf>,
-        timeout: Duration,
-        poll: Duration,
-    },
-    Parallel(Vec<Workload>),
-}
-
-#[derive(Debug, Clone)]
-pub struct Workload {
-    pub name: String,
-    pub inv: Invocation,
-    pub thresholds: Vec<Check>,
-}
-
-/// A subcommand and its arguments (without `spate` and the subcommand's name).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Invocation {
-    pub command: String,
-    pub args: Vec<String>,
-    /// The command has `--out` and the scenario did not set it: the runner does.
-    pub wants_out: bool,
-}
-
-impl Invocation {
-    pub fn argv(&self, out: Option<&std::path::Path>) -> Vec<String> {
-        let mut v = vec!["spate".to_string(), self.command.clone()];
-        v.extend(self.args.iter().cloned());
-        if let (true, Some(o)) = (self.wants_out, out) {
-            // Before a `--` (sweep's trailing smtp words), or it would belong to them.
-            let at = v.iter().position(|w| w == "--").unwrap_or(v.len());
-            v.splice(at..at, ["--out".to_string(), o.display().to_string()]);
-        }
-        v
-    }
-}
-
-/// A scenario-wide threshold: which step (and workload) it reads, and the rest of the path.
-#[derive(Debug, Clone)]
-pub struct Global {
-    pub check: Check,
-    pub step: usize,
-    pub workload: Option<usize>,
-    pub rest: Vec<String>,
 }
 
 struct Loader<'a> {
@@ -170,7 +108,7 @@ pub fn load(
     let mut thresholds = Vec::new();
     if let Some(e) = get("thresholds") {
         for (text, span) in strings(&src, &e.value, "thresholds")? {
-            thresholds.push(super::threshold::global(&src, &steps, &text, &span)?);
+            thresholds.push(super::model::global(&src, &steps, &text, &span)?);
         }
     }
     let mut report = Vec::new();
@@ -217,40 +155,6 @@ fn check_top(src: &Source, top: &[Entry]) -> Res<()> {
         }
     }
     Ok(())
-}
-
-fn table<'a>(src: &Source, n: &'a Node, what: &str) -> Res<&'a [Entry]> {
-    n.as_table().ok_or_else(|| {
-        src.err(
-            &n.span,
-            format!("{what}: expected a table, found {}", n.kind.type_name()),
-        )
-    })
-}
-
-fn strings(src: &Source, n: &Node, what: &str) -> Res<Vec<(String, Range<usize>)>> {
-    let items: Vec<&Node> = match &n.kind {
-        Kind::Array(a) => a.iter().collect(),
-        Kind::Str(_) => vec![n],
-        _ => return Err(src.err(&n.span, format!("{what}: expected a list of strings"))),
-    };
-    items
-        .into_iter()
-        .map(|i| match i.as_str() {
-            Some(s) => Ok((s.to_string(), i.span.clone())),
-            None => Err(src.err(&i.span, format!("{what}: expected a string"))),
-        })
-        .collect()
-}
-
-fn duration(src: &Source, n: &Node, key: &str) -> Res<Duration> {
-    let w = n.scalar_word().ok_or_else(|| {
-        src.err(
-            &n.span,
-            format!("\"{key}\": expected a duration like \"30s\""),
-        )
-    })?;
-    units::parse_duration(&w).map_err(|e| src.err(&n.span, format!("\"{key}\": {e}")))
 }
 
 fn thresholds(src: &Source, body: &[Entry]) -> Res<Vec<Check>> {

@@ -9,8 +9,8 @@ use std::ops::Range;
 use std::path::Path;
 
 use super::doc::Source;
-use super::spec::{Global, Step};
-use super::threshold;
+use super::model::{Global, Step};
+
 use crate::UsageError;
 
 #[derive(Debug, Clone)]
@@ -75,7 +75,8 @@ impl Column {
                     let mut first_err = None;
                     let mut found = None;
                     for limit in ["0", "0us", "0%"] {
-                        match threshold::global(src, steps, &format!("{word} >= {limit}"), span) {
+                        match super::model::global(src, steps, &format!("{word} >= {limit}"), span)
+                        {
                             Ok(g) => {
                                 found = Some(g);
                                 break;

@@ -14,12 +14,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use std::ops::Range;
-
-use super::doc::{suggest, Source};
-use super::spec::{Global, Step, StepKind};
+use super::doc::suggest;
 use crate::metrics::{Counters, Phase};
-use crate::UsageError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
@@ -427,72 +423,6 @@ impl Check {
             r => r,
         }
     }
-}
-
-/// Resolves a scenario-wide threshold's leading segment(s) to a step (and workload).
-pub fn global(
-    src: &Source,
-    steps: &[Step],
-    text: &str,
-    span: &Range<usize>,
-) -> Result<Global, UsageError> {
-    let check = Check::parse(text).map_err(|e| src.err(span, e))?;
-    let first = check.path[0].clone();
-    let by_name = steps.iter().position(|s| s.name == first);
-    let by_command: Vec<usize> = steps
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| matches!(&s.kind, StepKind::Command(i) if i.command == first))
-        .map(|(n, _)| n)
-        .collect();
-    let step = match (by_name, by_command.as_slice()) {
-        (Some(n), _) | (None, &[n]) => n,
-        (None, []) => {
-            let names = steps.iter().map(|s| s.name.as_str());
-            return Err(src.err(
-                span,
-                format!(
-                    "threshold '{text}': a scenario-wide threshold starts with a step name, and no step is named \"{first}\"{}",
-                    suggest(&first, names)
-                ),
-            ));
-        }
-        (None, _) => {
-            return Err(src.err(
-                span,
-                format!("threshold '{text}': several steps run {first}; name the step instead"),
-            ))
-        }
-    };
-    let mut rest = check.path[1..].to_vec();
-    let mut workload = None;
-    if let StepKind::Parallel(ws) = &steps[step].kind {
-        let names: Vec<&str> = ws.iter().map(|w| w.name.as_str()).collect();
-        let w = rest.first().and_then(|r| names.iter().position(|n| n == r));
-        match w {
-            Some(w) => {
-                workload = Some(w);
-                rest.remove(0);
-            }
-            None => {
-                return Err(src.err(
-                    span,
-                    format!(
-                        "threshold '{text}': step \"{first}\" runs workloads {}; name one after the step (e.g. {first}.{}.…)",
-                        names.join(", "),
-                        names[0]
-                    ),
-                ))
-            }
-        }
-    }
-    check.check_static(&rest).map_err(|e| src.err(span, e))?;
-    Ok(Global {
-        check,
-        step,
-        workload,
-        rest,
-    })
 }
 
 fn counter_fields() -> Vec<String> {

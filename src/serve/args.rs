@@ -5,8 +5,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use super::config::{Addrs, Config, Listener};
 use super::faults::{self, Faults};
-use super::{start, Addrs, Config, Listener, StoreOptions, Users};
+use super::server::start;
+use super::store::{StoreOptions, Users};
 use crate::tls::ServerIdentity;
 use crate::units::{fmt_bytes, parse_duration, parse_size};
 use crate::UsageError;

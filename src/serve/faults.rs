@@ -9,92 +9,27 @@ use std::time::Duration;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+pub use super::injection::{FaultKind, FaultPoint};
 use super::stats::Stats;
 use crate::units::{parse_duration, parse_duration_range, Range};
 use crate::UsageError;
 
-/// Where in the SMTP dialogue a fault applies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Phase {
-    /// The greeting (`banner` is accepted as a synonym).
-    Connect,
-    Ehlo,
-    Mail,
-    Rcpt,
-    /// The reply to DATA (or the first BDAT).
-    Data,
-    /// The reply after the message has been received.
-    Dot,
-}
-
-impl Phase {
-    pub const ALL: [Phase; 6] = [
-        Phase::Connect,
-        Phase::Ehlo,
-        Phase::Mail,
-        Phase::Rcpt,
-        Phase::Data,
-        Phase::Dot,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Phase::Connect => "connect",
-            Phase::Ehlo => "ehlo",
-            Phase::Mail => "mail",
-            Phase::Rcpt => "rcpt",
-            Phase::Data => "data",
-            Phase::Dot => "dot",
-        }
-    }
-
-    fn parse(s: &str) -> Option<Phase> {
-        Some(match s.to_ascii_lowercase().as_str() {
-            "connect" | "banner" => Phase::Connect,
-            "ehlo" | "helo" | "lhlo" => Phase::Ehlo,
-            "mail" => Phase::Mail,
-            "rcpt" => Phase::Rcpt,
-            "data" => Phase::Data,
-            "dot" => Phase::Dot,
-            _ => return None,
-        })
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FaultKind {
-    Fail,
-    Delay,
-    Drop,
-}
-
-impl FaultKind {
-    pub const ALL: [FaultKind; 3] = [FaultKind::Fail, FaultKind::Delay, FaultKind::Drop];
-    pub fn name(self) -> &'static str {
-        match self {
-            FaultKind::Fail => "fail",
-            FaultKind::Delay => "delay",
-            FaultKind::Drop => "drop",
-        }
-    }
-}
-
 #[derive(Debug, Clone, PartialEq)]
 pub struct Fail {
-    pub phase: Phase,
+    pub phase: FaultPoint,
     pub code: u16,
     pub probability: f64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Delay {
-    pub phase: Phase,
+    pub phase: FaultPoint,
     pub duration: Range<Duration>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Drop {
-    pub phase: Phase,
+    pub phase: FaultPoint,
     pub probability: f64,
 }
 
@@ -110,8 +45,8 @@ pub struct Faults {
     pub seed: Option<u64>,
 }
 
-fn phase(text: &str, whole: &str, flag: &str) -> Result<Phase, UsageError> {
-    Phase::parse(text).ok_or_else(|| {
+fn phase(text: &str, whole: &str, flag: &str) -> Result<FaultPoint, UsageError> {
+    FaultPoint::parse(text).ok_or_else(|| {
         UsageError(format!(
             "{flag} '{whole}': unknown phase '{text}' (expected connect, banner, ehlo, mail, \
              rcpt, data or dot)"
@@ -223,10 +158,10 @@ impl Faults {
 impl FaultSession<'_> {
     /// Draws this phase's faults and counts what was injected. Returns the delay to
     /// apply before replying and the outcome.
-    pub fn draw(&mut self, phase: Phase, stats: &Stats) -> (Duration, Injected) {
+    pub fn draw(&mut self, phase: FaultPoint, stats: &Stats) -> (Duration, Injected) {
         let f = self.faults;
         let mut delay = Duration::ZERO;
-        if phase == Phase::Connect {
+        if phase == FaultPoint::Connect {
             if let Some(d) = f.banner_delay {
                 delay += d;
             }
@@ -270,16 +205,19 @@ mod tests {
         assert_eq!(
             parse_fail("rcpt:451:0.02").unwrap(),
             Fail {
-                phase: Phase::Rcpt,
+                phase: FaultPoint::Rcpt,
                 code: 451,
                 probability: 0.02
             }
         );
-        assert_eq!(parse_fail("banner:421:1").unwrap().phase, Phase::Connect);
+        assert_eq!(
+            parse_fail("banner:421:1").unwrap().phase,
+            FaultPoint::Connect
+        );
         let d = parse_delay("data:5ms..20ms").unwrap();
         assert_eq!(d.duration.lo, Duration::from_millis(5));
         assert_eq!(d.duration.hi, Duration::from_millis(20));
-        assert_eq!(parse_drop("dot:0.5").unwrap().phase, Phase::Dot);
+        assert_eq!(parse_drop("dot:0.5").unwrap().phase, FaultPoint::Dot);
         for bad in [
             "rcpt:451",
             "rcpt:250:0.1",
@@ -306,7 +244,7 @@ mod tests {
         let draw = |n| {
             let mut s = faults.session(n);
             (0..100)
-                .map(|_| s.draw(Phase::Rcpt, &stats).1)
+                .map(|_| s.draw(FaultPoint::Rcpt, &stats).1)
                 .collect::<Vec<_>>()
         };
         let count = |v: &[Injected]| v.iter().filter(|i| **i == Injected::Fail(451)).count();
@@ -316,7 +254,10 @@ mod tests {
         assert_ne!(a, b);
         assert!((20..80).contains(&count(&a)), "{}", count(&a));
         let injected = 2 * count(&a) + count(&b);
-        assert_eq!(stats.faults(Phase::Rcpt, FaultKind::Fail), injected as u64);
-        assert_eq!(stats.faults(Phase::Mail, FaultKind::Fail), 0);
+        assert_eq!(
+            stats.faults(FaultPoint::Rcpt, FaultKind::Fail),
+            injected as u64
+        );
+        assert_eq!(stats.faults(FaultPoint::Mail, FaultKind::Fail), 0);
     }
 }

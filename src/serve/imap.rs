@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 use std::time::SystemTime;
 
 use super::conn::{Conn, ConnError};
+use super::shared::Shared;
 use super::store::{flags, StoredMessage};
-use super::Shared;
 use crate::proto::imap::{
     self, literal_at_end, Command, FetchItem, Search, Section, SeqNum, SeqSet, StoreMode,
 };

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::conn::{Conn, ConnError};
-use super::Shared;
+use super::shared::Shared;
 use crate::proto::dot::stuff;
 use crate::proto::pop3::{self, Command};
 use crate::proto::sasl;

@@ -5,9 +5,9 @@
 use std::fmt::Write as _;
 
 use super::conn::{Conn, ConnError};
-use super::faults::{FaultSession, Injected, Phase};
+use super::faults::{FaultPoint, FaultSession, Injected};
+use super::shared::Shared;
 use super::store::StoreError;
-use super::Shared;
 use crate::proto::sasl;
 use crate::proto::smtp::command::{self, Command, MailParams};
 use crate::proto::smtp::data::{BareLf, DataDecoder};
@@ -92,7 +92,7 @@ impl Session<'_> {
 
     /// Applies the faults drawn for this phase. `Ok(true)` means a failure reply was sent
     /// instead of the normal one; a drop closes the connection without a word.
-    async fn fault(&mut self, phase: Phase) -> Result<bool, ConnError> {
+    async fn fault(&mut self, phase: FaultPoint) -> Result<bool, ConnError> {
         let (delay, what) = self.faults.draw(phase, &self.sh.stats);
         self.conn.pause(delay).await?;
         match what {
@@ -112,7 +112,7 @@ impl Session<'_> {
     }
 
     async fn serve(&mut self) -> Result<(), ConnError> {
-        if self.fault(Phase::Connect).await? {
+        if self.fault(FaultPoint::Connect).await? {
             // A refused greeting ends the session (RFC 5321 3.1 allows waiting for QUIT;
             // closing is what load tests need to see).
             self.conn.flush().await?;
@@ -192,7 +192,7 @@ impl Session<'_> {
 
     async fn ehlo(&mut self, name: &str, extended: bool) -> Result<(), ConnError> {
         self.tx = None;
-        if self.fault(Phase::Ehlo).await? {
+        if self.fault(FaultPoint::Ehlo).await? {
             return Ok(());
         }
         self.greeted = true;
@@ -364,7 +364,7 @@ impl Session<'_> {
         if self.tx.is_some() {
             return self.reply(503, "5.5.1", "Nested MAIL command").await;
         }
-        if self.fault(Phase::Mail).await? {
+        if self.fault(FaultPoint::Mail).await? {
             return Ok(());
         }
         if let Some(size) = params.size {
@@ -399,7 +399,7 @@ impl Session<'_> {
         if tx.rcpts.len() >= self.sh.max_rcpt {
             return self.reply(452, "4.5.3", "Too many recipients").await;
         }
-        if self.fault(Phase::Rcpt).await? {
+        if self.fault(FaultPoint::Rcpt).await? {
             return Ok(());
         }
         // Authenticated clients may send anywhere (the copy is stored all the same).
@@ -432,7 +432,7 @@ impl Session<'_> {
                 .reply(503, "5.5.1", "DATA not allowed after BDAT")
                 .await;
         }
-        if self.fault(Phase::Data).await? {
+        if self.fault(FaultPoint::Data).await? {
             self.tx = None;
             return Ok(());
         }
@@ -467,7 +467,7 @@ impl Session<'_> {
         let refusal = self.data_refusal();
         let first = self.tx.as_ref().is_some_and(|tx| tx.chunks.is_none());
         let injected = if refusal.is_none() && first {
-            let (delay, what) = self.faults.draw(Phase::Data, &self.sh.stats);
+            let (delay, what) = self.faults.draw(FaultPoint::Data, &self.sh.stats);
             self.conn.pause(delay).await?;
             what
         } else {
@@ -551,7 +551,7 @@ impl Session<'_> {
         if self.mode == Mode::Lmtp {
             let mut delivered = 0u64;
             for rcpt in &tx.rcpts {
-                if self.fault(Phase::Dot).await? {
+                if self.fault(FaultPoint::Dot).await? {
                     continue;
                 }
                 match self.sh.store.deliver(rcpt, message) {
@@ -568,7 +568,7 @@ impl Session<'_> {
             }
             return Ok(());
         }
-        if self.fault(Phase::Dot).await? {
+        if self.fault(FaultPoint::Dot).await? {
             return Ok(());
         }
         let need = size * tx.rcpts.len() as u64;

@@ -1,13 +1,13 @@
 //! The embedded server's own counters, so tests and benchmarks can reconcile what the
 //! client saw with what the server did. Plain atomics: sessions bump them without locks;
-//! readers take a [`Snapshot`] (serializable, written to `--stats-file`).
+//! readers take a [`Counts`] (serializable, written to `--stats-file`).
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::faults::{FaultKind, Phase};
-use super::Listener;
+use super::injection::{FaultKind, FaultPoint};
+use super::listener::Listener;
 
 const CODES: usize = 600;
 
@@ -23,7 +23,7 @@ pub struct Stats {
     recipients: AtomicU64,
     bytes: AtomicU64,
     rejections: Box<[AtomicU64]>,
-    faults: [[AtomicU64; FaultKind::ALL.len()]; Phase::ALL.len()],
+    faults: [[AtomicU64; FaultKind::ALL.len()]; FaultPoint::ALL.len()],
     logins: AtomicU64,
     retrieved: AtomicU64,
 }
@@ -58,7 +58,7 @@ fn get(a: &AtomicU64) -> u64 {
 
 /// A point-in-time copy of every counter (the `--stats-file` JSON).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Snapshot {
+pub struct Counts {
     pub connections: BTreeMap<String, u64>,
     pub refused_connections: u64,
     pub active_connections: u64,
@@ -113,7 +113,7 @@ impl Stats {
             }
         }
     }
-    pub fn fault(&self, phase: Phase, kind: FaultKind) {
+    pub fn fault(&self, phase: FaultPoint, kind: FaultKind) {
         inc(&self.faults[phase as usize][kind as usize]);
     }
     pub fn login(&self) {
@@ -135,16 +135,16 @@ impl Stats {
     pub fn rejections(&self, code: u16) -> u64 {
         self.rejections.get(code as usize).map(get).unwrap_or(0)
     }
-    pub fn faults(&self, phase: Phase, kind: FaultKind) -> u64 {
+    pub fn faults(&self, phase: FaultPoint, kind: FaultKind) -> u64 {
         get(&self.faults[phase as usize][kind as usize])
     }
     pub fn active(&self) -> u64 {
         get(&self.active)
     }
 
-    pub fn snapshot(&self) -> Snapshot {
+    pub fn snapshot(&self) -> Counts {
         let mut faults = BTreeMap::new();
-        for p in Phase::ALL {
+        for p in FaultPoint::ALL {
             for k in FaultKind::ALL {
                 let n = self.faults(p, k);
                 if n > 0 {
@@ -152,7 +152,7 @@ impl Stats {
                 }
             }
         }
-        Snapshot {
+        Counts {
             connections: Listener::ALL
                 .iter()
                 .map(|l| (l.name().to_string(), self.connections(*l)))
@@ -179,7 +179,7 @@ impl Stats {
     }
 }
 
-impl Snapshot {
+impl Counts {
     /// A few lines for stderr at exit.
     pub fn summary(&self) -> String {
         let conns: Vec<String> = self
@@ -251,7 +251,7 @@ mod tests {
         s.reply(451);
         s.reply(250);
         s.reply(9999);
-        s.fault(Phase::Rcpt, FaultKind::Fail);
+        s.fault(FaultPoint::Rcpt, FaultKind::Fail);
         s.accepted(2, 100);
         let snap = s.snapshot();
         assert_eq!(snap.connections.get("smtp"), Some(&1));
@@ -262,7 +262,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("stats.json");
         snap.write_atomic(&path).unwrap();
-        let back: Snapshot = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let back: Counts = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
         assert_eq!(back, snap);
         assert!(snap.summary().contains("451x2"));
     }

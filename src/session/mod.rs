@@ -1,7 +1,7 @@
 //! Sessions: one driver per protocol ([`smtp`], [`mailbox`] for POP3/IMAP) over a shared
 //! toolkit — an [`Endpoint`] that connects with source-address rotation and TLS (implicit,
 //! or after the protocol's STARTTLS), timing each step as a phase of the unit's
-//! [`Report`], and one [`Failure`] type that says where a unit failed and whether its
+//! [`UnitReport`], and one [`Failure`] type that says where a unit failed and whether its
 //! connection is still usable.
 
 pub mod mailbox;
@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::Report;
+use crate::engine::UnitReport;
 use crate::metrics::{Detail, ErrorKey, ErrorKind, Phase};
 use crate::transport::{client_certificate_refused, Connection, TransportError};
 use crate::{usage, UsageError};
@@ -81,7 +81,7 @@ impl Endpoint {
         &self,
         session: usize,
         n: u64,
-        report: &mut Report,
+        report: &mut UnitReport,
     ) -> Result<Connection, Failure> {
         let t = report.now();
         let conn = Connection::connect(self.addr, self.source(session, n), self.timeout).await;
@@ -105,7 +105,7 @@ impl Endpoint {
     pub async fn handshake(
         &self,
         conn: &mut Connection,
-        report: &mut Report,
+        report: &mut UnitReport,
     ) -> Result<(), Failure> {
         let t = report.now();
         self.start_tls(conn)
@@ -224,7 +224,7 @@ impl Failure {
     }
 
     /// Adds this failure to the unit's errors.
-    pub fn record(self, report: &mut Report) {
+    pub fn record(self, report: &mut UnitReport) {
         let key = self.key();
         report.error(key, self.sample);
     }

@@ -3,8 +3,8 @@
 
 use serde::Serialize;
 
+use super::row::{Param, Row};
 use super::usl::{self, Usl};
-use super::{Param, Row};
 
 /// Mean, extremes and standard deviation over the repetitions of a step.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq)]

@@ -31,7 +31,7 @@ enum State {
 
 /// How far one `feed` got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Progress {
+pub struct Fed {
     /// Bytes of the input consumed (everything, or up to and including the final LF).
     pub consumed: usize,
     /// The terminating `CRLF.CRLF` was seen.
@@ -78,7 +78,7 @@ impl DataDecoder {
     }
 
     /// Consumes input up to the end of the data (or all of it).
-    pub fn feed(&mut self, input: &[u8]) -> Progress {
+    pub fn feed(&mut self, input: &[u8]) -> Fed {
         let mut i = 0;
         while i < input.len() {
             if self.state == State::Done {
@@ -100,7 +100,7 @@ impl DataDecoder {
             i += 1;
             self.step(b);
         }
-        Progress {
+        Fed {
             consumed: i,
             done: self.state == State::Done,
         }
@@ -185,7 +185,7 @@ impl DataDecoder {
 mod tests {
     use super::*;
 
-    fn decode_all(input: &[u8], max: u64) -> (Vec<u8>, Progress, DataDecoder) {
+    fn decode_all(input: &[u8], max: u64) -> (Vec<u8>, Fed, DataDecoder) {
         let mut d = DataDecoder::new(max, BareLf::Normalize);
         let p = d.feed(input);
         (d.take(), p, d)

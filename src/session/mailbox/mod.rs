@@ -19,7 +19,7 @@ use rand::Rng;
 use serde::Serialize;
 
 use super::{Endpoint, Failure, TlsMode};
-use crate::engine::{Driver, Outcome, Report};
+use crate::engine::{Driver, Outcome, UnitReport};
 use crate::metrics::{ErrorKind, Phase};
 use crate::proto::imap_client::Untagged;
 use client::{ClientError, Imap, Pop3};
@@ -80,7 +80,7 @@ fn failure(phase: Phase, e: ClientError) -> Failure {
 
 /// Times `fut` as `phase`; a failure becomes a [`Failure`].
 async fn step<T>(
-    r: &mut Report,
+    r: &mut UnitReport,
     phase: Phase,
     fut: impl Future<Output = Result<T, ClientError>>,
 ) -> Result<T, Failure> {
@@ -143,14 +143,19 @@ impl Visitor {
     async fn open(
         &mut self,
         ep: &Endpoint,
-        r: &mut Report,
+        r: &mut UnitReport,
     ) -> Result<crate::transport::Connection, Failure> {
         let n = self.connections_made;
         self.connections_made += 1;
         ep.open(self.id, n, r).await
     }
 
-    async fn pop3(&mut self, ep: &Endpoint, acct: usize, r: &mut Report) -> Result<(), Failure> {
+    async fn pop3(
+        &mut self,
+        ep: &Endpoint,
+        acct: usize,
+        r: &mut UnitReport,
+    ) -> Result<(), Failure> {
         let conn = self.open(ep, r).await?;
         let s = self.s.clone();
         let mut p = step(r, Phase::Greeting, Pop3::greet(conn)).await?;
@@ -199,7 +204,12 @@ impl Visitor {
         finish(r, &mut visit, result, true, p.quit()).await
     }
 
-    async fn imap(&mut self, ep: &Endpoint, acct: usize, r: &mut Report) -> Result<(), Failure> {
+    async fn imap(
+        &mut self,
+        ep: &Endpoint,
+        acct: usize,
+        r: &mut UnitReport,
+    ) -> Result<(), Failure> {
         let conn = self.open(ep, r).await?;
         let s = self.s.clone();
         let mut m = step(r, Phase::Greeting, Imap::greet(conn)).await?;
@@ -247,7 +257,7 @@ impl Visitor {
         m: &mut Imap,
         i: u32,
         visit: &mut Visit,
-        r: &mut Report,
+        r: &mut UnitReport,
     ) -> Result<(), Failure> {
         let s = &self.s;
         let whole = self.download.next(s.download);
@@ -283,7 +293,7 @@ impl Visitor {
 }
 
 /// IDLE for `d`: the phase is the server's part (IDLE to "+", DONE to OK), not the wait.
-async fn idle(m: &mut Imap, d: Duration, r: &mut Report) -> Result<(), Failure> {
+async fn idle(m: &mut Imap, d: Duration, r: &mut UnitReport) -> Result<(), Failure> {
     let t = r.now();
     m.idle(tokio::time::sleep(d), d)
         .await
@@ -298,7 +308,7 @@ async fn idle(m: &mut Imap, d: Duration, r: &mut Report) -> Result<(), Failure> 
 /// out untimed; after a transport failure, just drops. `commits` says whether logging out
 /// commits pending deletions (POP3 QUIT does, RFC 1939 6; IMAP LOGOUT does not expunge).
 async fn finish(
-    r: &mut Report,
+    r: &mut UnitReport,
     visit: &mut Visit,
     result: Result<(), Failure>,
     commits: bool,
@@ -323,7 +333,7 @@ async fn finish(
 }
 
 impl Driver for Visitor {
-    async fn run_one(&mut self, seq: u64, r: &mut Report) -> Outcome {
+    async fn run_one(&mut self, seq: u64, r: &mut UnitReport) -> Outcome {
         // Exactly imap_percent of the run's visits are IMAP, spread evenly by sequence.
         let p = u64::from(self.s.imap_percent);
         let imap = (seq + 1) * p / 100 > seq * p / 100;
@@ -350,7 +360,7 @@ impl Driver for Visitor {
         outcome
     }
 
-    async fn finish(&mut self, _report: &mut Report) {}
+    async fn finish(&mut self, _report: &mut UnitReport) {}
 }
 
 #[cfg(test)]

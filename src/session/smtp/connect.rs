@@ -2,7 +2,7 @@
 //! closing it (QUIT), each step a phase of the unit that needed it.
 
 use super::{cmd, read_reply, refusal, AuthMech, Session};
-use crate::engine::Report;
+use crate::engine::UnitReport;
 use crate::metrics::Phase;
 use crate::proto::sasl::client::{self as sasl, Mechanism};
 use crate::proto::smtp::reply::Capabilities;
@@ -11,7 +11,10 @@ use crate::transport::Connection;
 
 impl Session {
     /// Opens the session's connection when it has none.
-    pub(super) async fn ensure_connected(&mut self, report: &mut Report) -> Result<(), Failure> {
+    pub(super) async fn ensure_connected(
+        &mut self,
+        report: &mut UnitReport,
+    ) -> Result<(), Failure> {
         if self.conn.is_some() {
             return Ok(());
         }
@@ -61,7 +64,7 @@ impl Session {
     async fn hello(
         &mut self,
         conn: &mut Connection,
-        report: &mut Report,
+        report: &mut UnitReport,
     ) -> Result<Capabilities, Failure> {
         self.cmd.clear();
         cmd::hello(&mut self.cmd, self.s.lmtp, &self.s.helo);
@@ -143,7 +146,7 @@ impl Session {
     }
 
     /// Sends QUIT and closes; returns the QUIT round trip when it completed.
-    pub(super) async fn close(&mut self, report: &Report) -> Option<u64> {
+    pub(super) async fn close(&mut self, report: &UnitReport) -> Option<u64> {
         self.on_conn = 0;
         let mut conn = self.conn.take()?;
         let t = report.now();

@@ -13,7 +13,7 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 
 use super::{Endpoint, Failure};
-use crate::engine::{Driver, Outcome, Report};
+use crate::engine::{Driver, Outcome, UnitReport};
 use crate::message::{Builder, Built};
 use crate::metrics::{Detail, ErrorKind, Phase, SentRecord};
 use crate::proto::smtp::client as cmd;
@@ -127,7 +127,7 @@ impl Session {
     }
 
     /// Sends message `seq`; the connection is opened first when there is none.
-    pub async fn send(&mut self, seq: u64, report: &mut Report) -> Outcome {
+    pub async fn send(&mut self, seq: u64, report: &mut UnitReport) -> Outcome {
         self.fails.clear();
         self.rcpts.ok.clear();
         self.rcpts.rejected = 0;
@@ -156,7 +156,7 @@ impl Session {
     }
 
     /// Moves the message's recipients, failures and sent record into the report.
-    fn report(&mut self, seq: u64, outcome: Outcome, report: &mut Report) {
+    fn report(&mut self, seq: u64, outcome: Outcome, report: &mut UnitReport) {
         report.counters.rcpt_accepted += self.rcpts.ok.len() as u64;
         report.counters.rcpt_rejected += self.rcpts.rejected;
         for f in self.fails.drain(..) {
@@ -196,7 +196,7 @@ impl Session {
         self.on_conn = 0;
     }
 
-    async fn transaction(&mut self, seq: u64, report: &mut Report) -> Outcome {
+    async fn transaction(&mut self, seq: u64, report: &mut UnitReport) -> Outcome {
         self.builder.envelope(&mut self.built);
         let now_unix_us = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -253,7 +253,7 @@ impl Session {
         &mut self,
         conn: &mut Connection,
         pipelining: bool,
-        report: &mut Report,
+        report: &mut UnitReport,
     ) -> Result<bool, Failure> {
         let f = self.builder.factory();
         let from = &f.from.addrs[self.built.from as usize];
@@ -286,7 +286,7 @@ impl Session {
         &mut self,
         conn: &mut Connection,
         cmd: &[u8],
-        report: &mut Report,
+        report: &mut UnitReport,
     ) -> Result<bool, Failure> {
         let tf = |phase| move |e| Failure::transport(phase, e);
         let t = report.now();
@@ -341,7 +341,7 @@ impl Session {
         conn: &mut Connection,
         cmd: &[u8],
         mail_len: usize,
-        report: &mut Report,
+        report: &mut UnitReport,
     ) -> Result<bool, Failure> {
         let tf = |phase| move |e| Failure::transport(phase, e);
         let t = report.now();
@@ -392,7 +392,11 @@ impl Session {
 
     /// Sends the message and reads the final reply (LMTP: one per accepted recipient).
     /// Ok(true) when at least one recipient got the message.
-    async fn body(&mut self, conn: &mut Connection, report: &mut Report) -> Result<bool, Failure> {
+    async fn body(
+        &mut self,
+        conn: &mut Connection,
+        report: &mut UnitReport,
+    ) -> Result<bool, Failure> {
         let t = report.now();
         conn.send(&self.wire)
             .await
@@ -440,11 +444,11 @@ async fn rset(conn: &mut Connection) {
 }
 
 impl Driver for Session {
-    async fn run_one(&mut self, seq: u64, report: &mut Report) -> Outcome {
+    async fn run_one(&mut self, seq: u64, report: &mut UnitReport) -> Outcome {
         self.send(seq, report).await
     }
 
-    async fn finish(&mut self, report: &mut Report) {
+    async fn finish(&mut self, report: &mut UnitReport) {
         if let Some(us) = self.close(report).await {
             report.record(Phase::Quit, us);
         }

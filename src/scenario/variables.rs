@@ -3,9 +3,11 @@
 
 use std::collections::HashMap;
 
-use super::{table, vars, Res};
-use crate::scenario::doc::{suggest, Entry, Kind, Source};
+use super::doc::{suggest, table, Entry, Kind, Source};
+use super::vars;
 use crate::UsageError;
+
+type Res<T> = Result<T, UsageError>;
 
 /// Matrix variables still to iterate over, with their values.
 pub(super) type Matrix = Vec<(String, Vec<String>)>;

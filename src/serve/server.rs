@@ -1,0 +1,254 @@
+//! Starting and stopping a server: one accept loop per listener, a shared semaphore
+//! that caps connections, a watch channel that signals shutdown.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio_rustls::TlsAcceptor;
+
+use super::config::{Addrs, Config, Listener};
+use super::conn::Conn;
+use super::shared::Shared;
+use super::stats::Stats;
+use super::store::{Store, Users};
+use super::{imap, pop3, smtp};
+
+use crate::tls::ServerIdentity;
+
+/// A started server. Dropping it also stops the listeners (without waiting).
+pub struct Running {
+    pub addrs: Addrs,
+    pub stats: Arc<Stats>,
+    pub store: Arc<Store>,
+    /// The server certificate (PEM): trust it as a CA to verify TLS to this server.
+    pub cert_pem: String,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    stats_file: Option<PathBuf>,
+}
+
+impl Running {
+    /// Graceful stop: no new connections, 421 to sessions waiting for a command, sessions
+    /// in the middle of something get `shutdown_grace` to finish, then are cut off.
+    pub async fn shutdown(mut self) {
+        let _ = self.shutdown.send(true);
+        for t in self.tasks.drain(..) {
+            let _ = t.await;
+        }
+        if let Some(p) = &self.stats_file {
+            let _ = self.stats.snapshot().write_atomic(p);
+        }
+    }
+}
+
+/// Binds every configured listener and starts serving.
+pub async fn start(config: Config) -> anyhow::Result<Running> {
+    let identity = match &config.identity {
+        Some(i) => i.clone(),
+        None => Arc::new(
+            ServerIdentity::self_signed(std::slice::from_ref(&config.hostname))
+                .context("generating the server certificate")?,
+        ),
+    };
+    let tls = TlsAcceptor::from(identity.server_config()?);
+    let store = Store::new(config.store.clone());
+    let stats = Arc::new(Stats::default());
+    let (tx, rx) = watch::channel(false);
+    let users = if config.users.has_table() {
+        config.users.clone().with_domains(config.domains.clone())
+    } else {
+        Users::open(config.domains.clone())
+    };
+    let shared = Arc::new(Shared {
+        hostname: config.hostname.clone(),
+        users,
+        store: store.clone(),
+        stats: stats.clone(),
+        faults: config.faults.clone(),
+        tls,
+        max_rcpt: config.max_rcpt.max(1),
+        max_message_size: config.max_message_size,
+        idle: config.idle_timeout,
+        reject_bare_lf: config.reject_bare_lf,
+        queue_connections: config.queue_connections,
+        conn_seq: AtomicU64::new(0),
+        msg_seq: AtomicU64::new(1),
+        shutdown: rx.clone(),
+    });
+    let limit = Arc::new(Semaphore::new(if config.max_connections == 0 {
+        Semaphore::MAX_PERMITS
+    } else {
+        config.max_connections
+    }));
+    let mut addrs = Addrs::default();
+    let mut listeners = Vec::new();
+    for kind in Listener::ALL {
+        if let Some(addr) = config.listen.get(kind) {
+            let l = TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr} ({})", kind.name()))?;
+            addrs.set(kind, l.local_addr()?);
+            listeners.push((kind, l));
+        }
+    }
+    if listeners.is_empty() {
+        return crate::usage("no listener configured");
+    }
+    let mut tasks = Vec::new();
+    for (kind, l) in listeners {
+        tasks.push(tokio::spawn(accept_loop(
+            l,
+            kind,
+            shared.clone(),
+            limit.clone(),
+            rx.clone(),
+            config.shutdown_grace,
+        )));
+    }
+    if let Some(path) = config.stats_file.clone() {
+        let stats = stats.clone();
+        let mut rx = rx.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = rx.wait_for(|v| *v) => break,
+                }
+                if let Err(e) = stats.snapshot().write_atomic(&path) {
+                    eprintln!("spate serve: cannot write {}: {e}", path.display());
+                }
+            }
+        }));
+    }
+    Ok(Running {
+        addrs,
+        stats,
+        store,
+        cert_pem: identity.cert_pem.clone(),
+        shutdown: tx,
+        tasks,
+        stats_file: config.stats_file,
+    })
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    kind: Listener,
+    shared: Arc<Shared>,
+    limit: Arc<Semaphore>,
+    mut shutdown: watch::Receiver<bool>,
+    grace: Duration,
+) {
+    let mut sessions = JoinSet::new();
+    loop {
+        while sessions.try_join_next().is_some() {}
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = shutdown.wait_for(|v| *v) => break,
+        };
+        let tcp = match accepted {
+            Ok((tcp, _peer)) => tcp,
+            Err(_) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let _ = tcp.set_nodelay(true);
+        shared.stats.connection(kind);
+        let shared = shared.clone();
+        match limit.clone().try_acquire_owned() {
+            Ok(permit) => {
+                sessions.spawn(async move {
+                    shared.stats.active_delta(true);
+                    handle(tcp, kind, &shared).await;
+                    shared.stats.active_delta(false);
+                    drop(permit);
+                });
+            }
+            Err(_) if shared.queue_connections => {
+                let limit = limit.clone();
+                sessions.spawn(async move {
+                    let Ok(permit) = limit.acquire_owned().await else {
+                        return;
+                    };
+                    shared.stats.active_delta(true);
+                    handle(tcp, kind, &shared).await;
+                    shared.stats.active_delta(false);
+                    drop(permit);
+                });
+            }
+            Err(_) => {
+                shared.stats.refused();
+                sessions.spawn(async move { refuse(tcp, kind, &shared).await });
+            }
+        }
+    }
+    drop(listener);
+    let _ = tokio::time::timeout(grace, async {
+        while sessions.join_next().await.is_some() {}
+    })
+    .await;
+    sessions.abort_all();
+    while sessions.join_next().await.is_some() {}
+}
+
+async fn refuse(tcp: TcpStream, kind: Listener, shared: &Shared) {
+    let line: &[u8] = match kind {
+        Listener::Pop3 | Listener::Pop3s => b"-ERR [SYS/TEMP] too many connections\r\n",
+        Listener::Imap | Listener::Imaps => b"* BYE [UNAVAILABLE] too many connections\r\n",
+        _ => {
+            shared.stats.reply(421);
+            b"421 4.7.0 Too many connections, try again later\r\n"
+        }
+    };
+    let mut conn = if kind.implicit_tls() {
+        match Conn::tls(
+            tcp,
+            &shared.tls,
+            Duration::from_secs(2),
+            shared.shutdown.clone(),
+        )
+        .await
+        {
+            Ok(c) => c,
+            Err(_) => return,
+        }
+    } else {
+        Conn::plain(tcp, Duration::from_secs(2), shared.shutdown.clone())
+    };
+    conn.queue(line);
+    conn.close().await;
+}
+
+async fn handle(tcp: TcpStream, kind: Listener, shared: &Shared) {
+    let conn_no = shared.conn_seq.fetch_add(1, Ordering::Relaxed);
+    let mut conn = if kind.implicit_tls() {
+        match Conn::tls(tcp, &shared.tls, shared.idle, shared.shutdown.clone()).await {
+            Ok(c) => {
+                shared.stats.tls_session();
+                c
+            }
+            Err(_) => return,
+        }
+    } else {
+        Conn::plain(tcp, shared.idle, shared.shutdown.clone())
+    };
+    let _ = match kind {
+        Listener::Smtp | Listener::Smtps => {
+            smtp::run(&mut conn, shared, smtp::Mode::Smtp, conn_no).await
+        }
+        Listener::Submission => smtp::run(&mut conn, shared, smtp::Mode::Submission, conn_no).await,
+        Listener::Lmtp => smtp::run(&mut conn, shared, smtp::Mode::Lmtp, conn_no).await,
+        Listener::Pop3 | Listener::Pop3s => pop3::run(&mut conn, shared).await,
+        Listener::Imap | Listener::Imaps => imap::run(&mut conn, shared).await,
+    };
+    conn.close().await;
+}
