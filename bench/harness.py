@@ -18,6 +18,8 @@ Command templates (environment), placeholders in braces:
              --count {count} --size {size} --messages-per-connection {mpc} --quiet
              {mpc} is {count} when connections are reused. Also {size_kb}, {reuse} (1/0)
              and {reuse_flag} ("-d" or nothing: lets smtp-source stand in for spate).
+  SPATE_BASE_CMD  the same template for another spate build, run as the tool
+             "spate-base" (--tools smtp-source,spate,spate-base): before/after in one run
   SERVE_CMD  default: target/release/spate serve --smtp 127.0.0.1:{port} --discard
 If the template's program does not exist the rows read 'spate: not built'.
 
@@ -351,8 +353,9 @@ def generator_argv(tool, cfg, port, count, workdir, spate_cmd):
         kb = str(size // 1024)
         return ["postal", "-t", str(sessions), "-c", "100000" if reuse else "1", "-m", kb, "-M", kb,
                 "-r", "1000000", f"[127.0.0.1]{port}", users_file(workdir)]
-    if tool == "spate":
-        return fill(spate_cmd, port=port, sessions=sessions, count=count, size=size,
+    if tool in ("spate", "spate-base"):
+        template = spate_cmd if tool == "spate" else os.environ.get("SPATE_BASE_CMD", "")
+        return fill(template, port=port, sessions=sessions, count=count, size=size,
                     size_kb=size // 1024, mpc=count if reuse else 1,
                     reuse_flag="-d" if reuse else "", reuse=1 if reuse else 0)
     raise ValueError(tool)
@@ -395,6 +398,10 @@ def cmd_peers(args):
                                rc=None, loadavg=loadavg(), busy_before=None, note="")
                     if tool == "spate" and spate_prog is None:
                         row["note"] = "spate: not built"
+                        rows.append(row)
+                        continue
+                    if tool == "spate-base" and template_program(os.environ.get("SPATE_BASE_CMD", "")) is None:
+                        row["note"] = "spate-base: set SPATE_BASE_CMD to a built program"
                         rows.append(row)
                         continue
                     row["busy_before"] = round(wait_quiet(args.wait_idle), 2)

@@ -60,6 +60,40 @@ async fn smtp_part(
     Summary::read(out)
 }
 
+/// The demo's server and files, shared by its parts.
+struct Tour<'a> {
+    ctx: &'a Ctx,
+    out: PathBuf,
+    users_path: PathBuf,
+    ca_path: PathBuf,
+    server: serve::Running,
+    progress: bool,
+}
+
+/// The embedded server on free loopback ports with 100 accounts and a few faults.
+async fn start_server(users: &str) -> anyhow::Result<serve::Running> {
+    let mut config = serve::Config::loopback();
+    let lo = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    config.listen = Addrs {
+        smtp: Some(lo),
+        submission: Some(lo),
+        pop3s: Some(lo),
+        imaps: Some(lo),
+        ..Addrs::default()
+    };
+    config.users = Users::parse(users).map_err(anyhow::Error::msg)?;
+    config
+        .faults
+        .fails
+        .push(faults::parse_fail("rcpt:451:0.01")?);
+    config
+        .faults
+        .delays
+        .push(faults::parse_delay("data:0ms..2ms")?);
+    config.faults.seed = Some(7);
+    serve::start(config).await
+}
+
 /// `spate demo`.
 pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     use std::io::IsTerminal;
@@ -70,141 +104,34 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         .collect();
     let users_path = out.join("users.txt");
     std::fs::write(&users_path, &users)?;
-
-    let mut config = serve::Config::loopback();
-    let lo = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-    config.listen = Addrs {
-        smtp: Some(lo),
-        submission: Some(lo),
-        pop3s: Some(lo),
-        imaps: Some(lo),
-        ..Addrs::default()
-    };
-    config.users = Users::parse(&users).map_err(anyhow::Error::msg)?;
-    config
-        .faults
-        .fails
-        .push(faults::parse_fail("rcpt:451:0.01")?);
-    config
-        .faults
-        .delays
-        .push(faults::parse_delay("data:0ms..2ms")?);
-    config.faults.seed = Some(7);
-    let server = serve::start(config).await?;
+    let server = start_server(&users).await?;
     let ca_path = out.join("server-ca.pem");
     std::fs::write(&ca_path, &server.cert_pem)?;
-    let smtp = server.addrs.smtp.expect("configured");
-    let submission = server.addrs.submission.expect("configured");
-    let pop3s = server.addrs.pop3s.expect("configured");
-    let imaps = server.addrs.imaps.expect("configured");
+    let a = &server.addrs;
+    let (smtp, submission) = (
+        a.smtp.expect("configured"),
+        a.submission.expect("configured"),
+    );
+    let (pop3s, imaps) = (a.pop3s.expect("configured"), a.imaps.expect("configured"));
     println!("spate demo — embedded server on {smtp} (SMTP), {submission} (submission, STARTTLS + AUTH),");
     println!("             {pop3s} (POP3S), {imaps} (IMAPS)");
     println!("             faults injected: 1% of RCPTs get 451, DATA replies delayed 0–2 ms\n");
-
-    let progress = !args.quiet && std::io::stderr().is_terminal();
+    let tour = Tour {
+        ctx,
+        out,
+        users_path,
+        ca_path,
+        server,
+        progress: !args.quiet && std::io::stderr().is_terminal(),
+    };
     let total = Duration::from_secs(args.seconds.max(2));
-    let first = total.mul_f64(0.55);
-    let second = total.mul_f64(0.2);
-    let fourth = total.mul_f64(0.15);
-
-    println!("1/4 SMTP injection: 20 sessions, 10 messages per connection, 1 KiB .. 10 KiB, 1–3 recipients, {}s", first.as_secs());
-    let r1 = smtp_part(
-        ctx,
-        smtp.to_string(),
-        &[
-            "--users=20",
-            "--messages-per-connection=10",
-            "--size=1k..10k",
-            "--rcpt=1..3",
-            &format!("--duration={}ms", first.as_millis()),
-        ],
-        &out.join("1-smtp"),
-        progress,
-    )
-    .await?;
-
-    println!("2/4 submission: 5 sessions, STARTTLS (certificate verified), AUTH PLAIN, open rate 100/s, {}s", second.as_secs());
-    let r2 = smtp_part(
-        ctx,
-        submission.to_string(),
-        &[
-            "--rate=100/s",
-            &format!("--duration={}ms", second.as_millis()),
-            "--starttls",
-            &format!("--ca={}", ca_path.display()),
-            &format!("--auth-file={}", users_path.display()),
-            "--max-in-flight=5",
-            "--messages-per-connection=20",
-        ],
-        &out.join("2-submission"),
-        progress,
-    )
-    .await?;
-
+    let ours = tour.inject(total).await?;
     // Counted before anyone reads (and deletes from) the mailboxes.
-    let ours = r1.totals.accepted + r2.totals.accepted;
-    let theirs = server.stats.messages();
-
-    println!("3/4 delivery check: every accepted message read back over IMAPS (certificate verified), digest compared");
-    let users_arg = users_path.display().to_string();
-    let ca_arg = ca_path.display().to_string();
-    let source = format!("imaps://{imaps}");
-    let mut delivered = true;
-    for part in ["1-smtp", "2-submission"] {
-        let dir = out.join(part).display().to_string();
-        let code = spate(
-            ctx,
-            &[
-                "verify",
-                &dir,
-                "--source",
-                &source,
-                "--users-file",
-                &users_arg,
-                "--ca",
-                &ca_arg,
-            ],
-        )
-        .await?;
-        delivered &= code == ExitCode::SUCCESS;
-        // The report now has the delivery section too.
-        if let Err(e) = crate::report::write_report(&out.join(part)) {
-            eprintln!("spate: warning: no HTML report: {e:#}");
-        }
-    }
-    println!();
-
-    println!("4/4 mailbox load: 5 sessions over POP3S (70 %) and IMAPS (30 %), 5 messages a visit, half read whole, {}s", fourth.as_secs());
-    let pop3_out = out.join("4-mailbox").display().to_string();
-    let code = spate(
-        ctx,
-        &[
-            "pop3",
-            &pop3s.to_string(),
-            "--imap-percent=30",
-            &format!("--imap-target={imaps}"),
-            "--tls",
-            "--ca",
-            &ca_arg,
-            "--users-file",
-            &users_arg,
-            "--users=5",
-            "--messages-per-connection=5",
-            "--download=50",
-            &format!("--duration={}ms", fourth.as_millis()),
-            "--quiet",
-            "--out",
-            &pop3_out,
-        ],
-    )
-    .await?;
-    let retrieved = code == ExitCode::SUCCESS;
-    if let Err(e) = crate::report::write_report(&out.join("4-mailbox")) {
-        eprintln!("spate: warning: no HTML report: {e:#}");
-    }
-    println!();
-
-    server.shutdown().await;
+    let theirs = tour.server.stats.messages();
+    let delivered = tour.verify().await?;
+    let retrieved = tour.mailboxes(total.mul_f64(0.15)).await?;
+    let out = tour.out.clone();
+    tour.server.shutdown().await;
     println!(
         "reconciliation: spate counted {ours} accepted messages, the server {theirs}: {}",
         if ours == theirs {
@@ -223,6 +150,109 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+impl Tour<'_> {
+    /// Parts 1 and 2: plain injection, then submission; the messages spate counted.
+    async fn inject(&self, total: Duration) -> anyhow::Result<u64> {
+        let first = total.mul_f64(0.55);
+        let second = total.mul_f64(0.2);
+        let addrs = &self.server.addrs;
+        println!("1/4 SMTP injection: 20 sessions, 10 messages per connection, 1 KiB .. 10 KiB, 1–3 recipients, {}s", first.as_secs());
+        let r1 = smtp_part(
+            self.ctx,
+            addrs.smtp.expect("configured").to_string(),
+            &[
+                "--users=20",
+                "--messages-per-connection=10",
+                "--size=1k..10k",
+                "--rcpt=1..3",
+                &format!("--duration={}ms", first.as_millis()),
+            ],
+            &self.out.join("1-smtp"),
+            self.progress,
+        )
+        .await?;
+        println!("2/4 submission: 5 sessions, STARTTLS (certificate verified), AUTH PLAIN, open rate 100/s, {}s", second.as_secs());
+        let r2 = smtp_part(
+            self.ctx,
+            addrs.submission.expect("configured").to_string(),
+            &[
+                "--rate=100/s",
+                &format!("--duration={}ms", second.as_millis()),
+                "--starttls",
+                &format!("--ca={}", self.ca_path.display()),
+                &format!("--auth-file={}", self.users_path.display()),
+                "--max-in-flight=5",
+                "--messages-per-connection=20",
+            ],
+            &self.out.join("2-submission"),
+            self.progress,
+        )
+        .await?;
+        Ok(r1.totals.accepted + r2.totals.accepted)
+    }
+
+    /// Part 3: every accepted message read back over IMAPS and its digest compared.
+    async fn verify(&self) -> anyhow::Result<bool> {
+        println!("3/4 delivery check: every accepted message read back over IMAPS (certificate verified), digest compared");
+        let users_arg = self.users_path.display().to_string();
+        let ca_arg = self.ca_path.display().to_string();
+        let source = format!("imaps://{}", self.server.addrs.imaps.expect("configured"));
+        let mut delivered = true;
+        for part in ["1-smtp", "2-submission"] {
+            let dir = self.out.join(part).display().to_string();
+            let argv = [
+                "verify",
+                &dir,
+                "--source",
+                &source,
+                "--users-file",
+                &users_arg,
+                "--ca",
+                &ca_arg,
+            ];
+            delivered &= spate(self.ctx, &argv).await? == ExitCode::SUCCESS;
+            // The report now has the delivery section too.
+            if let Err(e) = crate::report::write_report(&self.out.join(part)) {
+                eprintln!("spate: warning: no HTML report: {e:#}");
+            }
+        }
+        println!();
+        Ok(delivered)
+    }
+
+    /// Part 4: mailbox load over POP3S and IMAPS.
+    async fn mailboxes(&self, length: Duration) -> anyhow::Result<bool> {
+        println!("4/4 mailbox load: 5 sessions over POP3S (70 %) and IMAPS (30 %), 5 messages a visit, half read whole, {}s", length.as_secs());
+        let addrs = &self.server.addrs;
+        let dir = self.out.join("4-mailbox");
+        let argv = [
+            "pop3".to_string(),
+            addrs.pop3s.expect("configured").to_string(),
+            "--imap-percent=30".into(),
+            format!("--imap-target={}", addrs.imaps.expect("configured")),
+            "--tls".into(),
+            "--ca".into(),
+            self.ca_path.display().to_string(),
+            "--users-file".into(),
+            self.users_path.display().to_string(),
+            "--users=5".into(),
+            "--messages-per-connection=5".into(),
+            "--download=50".into(),
+            format!("--duration={}ms", length.as_millis()),
+            "--quiet".into(),
+            "--out".into(),
+            dir.display().to_string(),
+        ];
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let retrieved = spate(self.ctx, &argv).await? == ExitCode::SUCCESS;
+        if let Err(e) = crate::report::write_report(&dir) {
+            eprintln!("spate: warning: no HTML report: {e:#}");
+        }
+        println!();
+        Ok(retrieved)
+    }
 }
 
 /// Runs another spate command in-process, as if typed: `spate ARGS...`.

@@ -11,10 +11,9 @@ use serde::Serialize;
 
 use super::{observers, print_outcome, Finished};
 use crate::ctx::Ctx;
-use crate::engine::{self, new_run_id, Workload};
+use crate::engine::{self, PlanHead, Workload};
 use crate::message::AddressPool;
 use crate::opts::{accounts, MonitorArgs, OutputArgs, PickArg, TransportArgs, WorkloadArgs};
-use crate::results::SCHEMA_VERSION;
 use crate::session::mailbox::fetch::Account;
 use crate::session::mailbox::{Login, Settings, Visitor};
 use crate::session::{Endpoint, TlsMode};
@@ -128,12 +127,8 @@ pub struct Args {
 /// Everything resolved: what plan.json records.
 #[derive(Debug, Clone, Serialize)]
 pub struct Plan {
-    pub schema_version: u32,
-    pub spate_version: &'static str,
-    pub run_id: String,
-    pub command: Vec<String>,
-    pub protocol: &'static str,
-    pub target: String,
+    #[serde(flatten)]
+    pub head: PlanHead,
     pub address: SocketAddr,
     pub imap_address: Option<SocketAddr>,
     pub imap_percent: u8,
@@ -229,18 +224,14 @@ pub fn prepare(
         .as_ref()
         .or(imap.as_ref())
         .expect("at least one endpoint");
+    let protocol = match (proto, imap_percent) {
+        (Protocol::Imap, _) => "imap",
+        (Protocol::Pop3, 0) => "pop3",
+        (Protocol::Pop3, 100) => "imap",
+        _ => "pop3+imap",
+    };
     let plan = Plan {
-        schema_version: SCHEMA_VERSION,
-        spate_version: env!("CARGO_PKG_VERSION"),
-        run_id: new_run_id(),
-        command,
-        protocol: match (proto, imap_percent) {
-            (Protocol::Imap, _) => "imap",
-            (Protocol::Pop3, 0) => "pop3",
-            (Protocol::Pop3, 100) => "imap",
-            _ => "pop3+imap",
-        },
-        target: args.target.clone(),
+        head: PlanHead::new::<Visitor>(command, protocol, &args.target),
         address: main.addr,
         imap_address: imap.as_ref().map(|e| e.addr),
         imap_percent,
@@ -287,7 +278,7 @@ pub async fn run_load(
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<Finished> {
     for ep in settings.pop3.iter().chain(settings.imap.iter()) {
-        crate::session::preflight(&plan.target, ep).await?;
+        crate::session::preflight(&plan.head.target, ep).await?;
     }
     let settings = Arc::new(settings);
     let run = engine::Setup::new(&plan, Some(&out), None, observers, stop)?;

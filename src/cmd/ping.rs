@@ -12,7 +12,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use crate::ctx::Ctx;
-use crate::engine::{self, Model, Outcome, PlanInfo, UnitReport, Workload};
+use crate::engine::{self, Model, Outcome, PlanHead, PlanInfo, UnitReport, Workload};
 use crate::message::{AddressPool, Factory, Pick};
 use crate::metrics::{new_histogram, Phase};
 use crate::opts::TransportArgs;
@@ -83,24 +83,13 @@ const COLUMNS: &[(Phase, &str)] = &[
 /// What a ping run is, for the engine.
 #[derive(Serialize)]
 struct Plan {
-    run_id: String,
-    command: Vec<String>,
-    target: String,
+    head: PlanHead,
     workload: Workload,
 }
 
 impl PlanInfo for Plan {
-    fn run_id(&self) -> &str {
-        &self.run_id
-    }
-    fn command(&self) -> &[String] {
-        &self.command
-    }
-    fn protocol(&self) -> &str {
-        "smtp"
-    }
-    fn target(&self) -> &str {
-        &self.target
+    fn head(&self) -> &PlanHead {
+        &self.head
     }
     fn workload(&self) -> &Workload {
         &self.workload
@@ -121,6 +110,59 @@ struct Stats {
 }
 
 impl Stats {
+    fn new() -> Self {
+        Stats {
+            hists: COLUMNS.iter().map(|_| new_histogram()).collect(),
+            total: new_histogram(),
+            failures: 0,
+        }
+    }
+
+    /// Prints min/avg/max and percentiles per phase and for the whole message; returns
+    /// the same per phase in milliseconds (ping.json).
+    fn table(&self) -> serde_json::Map<String, serde_json::Value> {
+        println!(
+            "{:<10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "phase", "min", "avg", "max", "p50", "p90", "p99"
+        );
+        let fd = |us: u64| fmt_duration(Duration::from_micros(us));
+        let rows = COLUMNS
+            .iter()
+            .map(|(_, n)| *n)
+            .zip(self.hists.iter())
+            .chain(std::iter::once(("total", &self.total)));
+        let mut phases = serde_json::Map::new();
+        for (name, h) in rows {
+            if h.is_empty() {
+                continue;
+            }
+            let ms = |us: f64| (us / 10.0).round() / 100.0;
+            phases.insert(
+                name.to_string(),
+                serde_json::json!({
+                    "count": h.len(),
+                    "min_ms": ms(h.min() as f64),
+                    "mean_ms": ms(h.mean()),
+                    "max_ms": ms(h.max() as f64),
+                    "p50_ms": ms(h.value_at_quantile(0.5) as f64),
+                    "p90_ms": ms(h.value_at_quantile(0.9) as f64),
+                    "p99_ms": ms(h.value_at_quantile(0.99) as f64),
+                }),
+            );
+            println!(
+                "{:<10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                name,
+                fd(h.min()),
+                fd(h.mean() as u64),
+                fd(h.max()),
+                fd(h.value_at_quantile(0.5)),
+                fd(h.value_at_quantile(0.9)),
+                fd(h.value_at_quantile(0.99))
+            );
+        }
+        phases
+    }
+
     /// Prints one message's line (smtpping's columns) and counts it.
     fn message(&mut self, seq: u64, r: &UnitReport) {
         let mut line = format!("seq={:<3}", seq + 1);
@@ -218,10 +260,9 @@ pub async fn run(a: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         units::parse_duration(&a.wait)?
     };
     let settings = Arc::new(settings(&a)?);
+    let protocol = if a.lmtp { "lmtp" } else { "smtp" };
     let plan = Plan {
-        run_id: engine::new_run_id(),
-        command: ctx.command_line.clone(),
-        target: a.target.clone(),
+        head: PlanHead::new::<Session>(ctx.command_line.clone(), protocol, &a.target),
         workload: Workload {
             model: Model::Closed {
                 users: 1,
@@ -231,16 +272,12 @@ pub async fn run(a: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
             duration_s: None,
         },
     };
-    let factory = Arc::new(factory(&a, &plan.run_id)?);
+    let factory = Arc::new(factory(&a, &plan.head.run_id)?);
     println!(
         "PING {} ({}) from <{}> to <{}>, {} messages of {} bytes",
-        plan.target, settings.endpoint.addr, a.from, a.to, a.count, factory.size.lo
+        plan.head.target, settings.endpoint.addr, a.from, a.to, a.count, factory.size.lo
     );
-    let stats = Arc::new(Mutex::new(Stats {
-        hists: COLUMNS.iter().map(|_| new_histogram()).collect(),
-        total: new_histogram(),
-        failures: 0,
-    }));
+    let stats = Arc::new(Mutex::new(Stats::new()));
     let hook = {
         let stats = stats.clone();
         Box::new(move |seq: u64, _: Outcome, r: &UnitReport| {
@@ -258,73 +295,29 @@ pub async fn run(a: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     .await?;
     let stats = std::mem::replace(
         &mut *stats.lock().unwrap_or_else(|p| p.into_inner()),
-        Stats {
-            hists: Vec::new(),
-            total: new_histogram(),
-            failures: 0,
-        },
+        Stats::new(),
     );
-    let (hists, total, failures) = (stats.hists, stats.total, stats.failures);
-    let size = factory.size.lo;
     println!(
         "\n--- {} statistics: {} sent, {} failed ---",
-        plan.target, a.count, failures
+        plan.head.target, a.count, stats.failures
     );
-    println!(
-        "{:<10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "phase", "min", "avg", "max", "p50", "p90", "p99"
-    );
-    let fd = |us: u64| fmt_duration(Duration::from_micros(us));
-    let rows = COLUMNS
-        .iter()
-        .map(|(_, n)| *n)
-        .zip(hists.iter())
-        .chain(std::iter::once(("total", &total)));
-    let mut phases = serde_json::Map::new();
-    for (name, h) in rows {
-        if h.is_empty() {
-            continue;
-        }
-        let ms = |us: f64| (us / 10.0).round() / 100.0;
-        phases.insert(
-            name.to_string(),
-            serde_json::json!({
-                "count": h.len(),
-                "min_ms": ms(h.min() as f64),
-                "mean_ms": ms(h.mean()),
-                "max_ms": ms(h.max() as f64),
-                "p50_ms": ms(h.value_at_quantile(0.5) as f64),
-                "p90_ms": ms(h.value_at_quantile(0.9) as f64),
-                "p99_ms": ms(h.value_at_quantile(0.99) as f64),
-            }),
-        );
-        println!(
-            "{:<10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-            name,
-            fd(h.min()),
-            fd(h.mean() as u64),
-            fd(h.max()),
-            fd(h.value_at_quantile(0.5)),
-            fd(h.value_at_quantile(0.9)),
-            fd(h.value_at_quantile(0.99))
-        );
-    }
+    let mut phases = stats.table();
     if let Some(path) = &a.json {
         let total = phases.remove("total");
         let j = serde_json::json!({
-            "target": plan.target,
+            "target": plan.head.target,
             "to": a.to,
             "count": a.count,
-            "failed": failures,
+            "failed": stats.failures,
             "wait_ms": wait.as_millis() as u64,
-            "size": size,
+            "size": factory.size.lo,
             "phases": phases,
             "total": total,
         });
         std::fs::write(path, serde_json::to_string_pretty(&j)? + "\n")
             .map_err(|e| anyhow::anyhow!("--json {}: {e}", path.display()))?;
     }
-    Ok(if failures > 0 {
+    Ok(if stats.failures > 0 {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS

@@ -11,10 +11,9 @@ use serde::Serialize;
 
 use super::{observers, print_outcome, Finished};
 use crate::ctx::Ctx;
-use crate::engine::{self, new_run_id, Workload};
+use crate::engine::{self, PlanHead, Workload};
 use crate::message::{AddressPool, Factory, Pick};
 use crate::opts::{accounts, MonitorArgs, OutputArgs, PickArg, TransportArgs, WorkloadArgs};
-use crate::results::SCHEMA_VERSION;
 use crate::session::smtp::{AuthMech, Session, Settings};
 use crate::session::TlsMode;
 use crate::units::{self, Range};
@@ -135,12 +134,8 @@ impl Args {
 /// Everything resolved: what plan.json records.
 #[derive(Debug, Clone, Serialize)]
 pub struct Plan {
-    pub schema_version: u32,
-    pub spate_version: &'static str,
-    pub run_id: String,
-    pub command: Vec<String>,
-    pub protocol: &'static str,
-    pub target: String,
+    #[serde(flatten)]
+    pub head: PlanHead,
     pub address: SocketAddr,
     #[serde(flatten)]
     pub workload: Workload,
@@ -221,17 +216,13 @@ pub fn prepare(args: Args, command: Vec<String>) -> anyhow::Result<(Plan, Arc<Fa
     if per_connection.lo == 0 && per_connection.hi > 0 {
         return usage("--messages-per-connection: a range starts at 1 (0 alone = unlimited)");
     }
-    let run_id = new_run_id();
-    let factory = factory(&args, &run_id)?;
+    let protocol = if args.lmtp { "lmtp" } else { "smtp" };
+    let head = PlanHead::new::<Session>(command, protocol, &args.target);
+    let factory = factory(&args, &head.run_id)?;
     let auth = credentials(&args)?;
     let seed = args.output.seed.unwrap_or_else(rand::random);
     let plan = Plan {
-        schema_version: SCHEMA_VERSION,
-        spate_version: env!("CARGO_PKG_VERSION"),
-        run_id,
-        command,
-        protocol: if args.lmtp { "lmtp" } else { "smtp" },
-        target: args.target.clone(),
+        head,
         address: endpoint.addr,
         workload,
         messages_per_connection: per_connection,
@@ -269,7 +260,7 @@ pub async fn run_load(
     observers: Vec<Box<dyn engine::Observer>>,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<Finished> {
-    crate::session::preflight(&plan.target, &settings.endpoint).await?;
+    crate::session::preflight(&plan.head.target, &settings.endpoint).await?;
     let settings = Arc::new(settings);
     let book: Arc<dyn crate::results::AddressBook> = factory.clone();
     let run = engine::Setup::new(&plan, Some(&out), Some(book), observers, stop)?;

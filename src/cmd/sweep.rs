@@ -268,163 +268,218 @@ async fn run_step(
     Ok((o.summary, port))
 }
 
-/// `spate sweep`.
+/// A sweep's steps, checked before the first one runs.
+struct Sweep {
+    param: Param,
+    name: String,
+    values: Vec<u64>,
+    base: super::smtp::Args,
+    cool: Duration,
+    idle_max: Duration,
+    warm: Option<Duration>,
+    dir: PathBuf,
+    progress: bool,
+}
+
+impl Args {
+    fn sweep(&self) -> anyhow::Result<Sweep> {
+        let (param, name, values) = self.param()?;
+        if self.repeat == 0 {
+            return crate::usage("--repeat must be at least 1");
+        }
+        let base = super::smtp::Args::from_words(&self.smtp).map_err(|e| {
+            let text = e.to_string();
+            let first = text
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim_start_matches("error: ");
+            UsageError(format!("the spate smtp options after --: {first}"))
+        })?;
+        if base.output.out.is_some() {
+            return crate::usage("give the sweep's directory with spate sweep -o DIR, before --");
+        }
+        // Every step's options, before the first one runs.
+        for &v in &values {
+            let a = step_args(&base, param, v, self.count_per_user)?;
+            a.workload.resolve()?;
+        }
+        let dir = self
+            .out
+            .clone()
+            .unwrap_or_else(|| crate::opts::output::default_out("sweep"));
+        Ok(Sweep {
+            param,
+            name,
+            values,
+            progress: base.output.progress_enabled(),
+            base,
+            cool: units::parse_duration(&self.cool_down)?,
+            idle_max: units::parse_duration(&self.idle_max)?,
+            warm: self
+                .warm_up
+                .as_deref()
+                .map(units::parse_duration)
+                .transpose()?,
+            dir,
+        })
+    }
+}
+
+/// sweep.csv as the rows come in.
+struct Sheet {
+    csv: std::fs::File,
+    /// A hook may run a ping probe per step (ping.json): a ping_ms column only when the
+    /// first step had one, so the header waits for the first row.
+    ping_col: Option<bool>,
+    rows: Vec<Row>,
+}
+
+impl Sheet {
+    fn add(&mut self, row: Row) -> anyhow::Result<()> {
+        let with_ping = *self.ping_col.get_or_insert_with(|| row.ping_ms.is_some());
+        if self.rows.is_empty() {
+            let extra = if with_ping { ",ping_ms" } else { "" };
+            writeln!(self.csv, "{CSV_HEADER}{extra}")?;
+        }
+        let ping = match (with_ping, row.ping_ms) {
+            (false, _) => String::new(),
+            (true, None) => ",".into(),
+            (true, Some(p)) => format!(",{p:.3}"),
+        };
+        writeln!(self.csv, "{}{ping}", row.csv())?;
+        self.csv.flush()?;
+        self.rows.push(row);
+        Ok(())
+    }
+}
+
+/// Ctrl-C or SIGTERM at any moment (a step, a hook, the wait for idle) ends the sweep with
+/// the steps done so far: one listener for the whole sweep, so that a signal between
+/// steps is not lost.
+fn listen(stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        crate::engine::Signals::new().recv().await;
+        eprintln!("\nspate sweep: interrupted, finishing the step in flight");
+        stop.store(true, Ordering::Relaxed);
+    })
+}
+
 /// `spate sweep`.
 pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
-    let (param, name, values) = args.param()?;
-    if args.repeat == 0 {
-        return crate::usage("--repeat must be at least 1");
-    }
-    let base = super::smtp::Args::from_words(&args.smtp).map_err(|e| {
-        let text = e.to_string();
-        let first = text
-            .lines()
-            .next()
-            .unwrap_or("")
-            .trim_start_matches("error: ");
-        UsageError(format!("the spate smtp options after --: {first}"))
-    })?;
-    if base.output.out.is_some() {
-        return crate::usage("give the sweep's directory with spate sweep -o DIR, before --");
-    }
-    let cool = units::parse_duration(&args.cool_down)?;
-    let idle_max = units::parse_duration(&args.idle_max)?;
-    let warm = args
-        .warm_up
-        .as_deref()
-        .map(units::parse_duration)
-        .transpose()?;
-    // Check every step's options before the first one runs.
-    for &v in &values {
-        let a = step_args(&base, param, v, args.count_per_user)?;
-        a.workload.resolve()?;
-    }
-    let dir = args
-        .out
-        .clone()
-        .unwrap_or_else(|| crate::opts::output::default_out("sweep"));
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| UsageError(format!("cannot create {}: {e}", dir.display())))?;
-    let progress = base.output.progress_enabled();
-    let mut csv = std::fs::File::create(dir.join("sweep.csv"))?;
-    // A hook may run a ping probe per step (ping.json): a ping_ms column only when the
-    // first step had one, so the header waits for the first row.
-    let mut ping_col: Option<bool> = None;
-    let mut rows: Vec<Row> = Vec::new();
-    let mut interrupted = false;
-    // Ctrl-C or SIGTERM at any moment (a step, a hook, the wait for idle) ends the sweep
-    // with the steps done so far: one listener for the whole sweep, so that a signal
-    // between steps is not lost.
-    let stop = Arc::new(AtomicBool::new(false));
-    let listener = {
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let mut signals = crate::engine::Signals::new();
-            signals.recv().await;
-            eprintln!("\nspate sweep: interrupted, finishing the step in flight");
-            stop.store(true, Ordering::Relaxed);
-        })
+    let sw = args.sweep()?;
+    std::fs::create_dir_all(&sw.dir)
+        .map_err(|e| UsageError(format!("cannot create {}: {e}", sw.dir.display())))?;
+    let mut sheet = Sheet {
+        csv: std::fs::File::create(sw.dir.join("sweep.csv"))?,
+        ping_col: None,
+        rows: Vec::new(),
     };
-    let total = values.len() * args.repeat as usize;
-    let mut done = 0;
-    'steps: for (i, &v) in values.iter().enumerate() {
-        for rep in 1..=args.repeat {
-            let mut step_name = format!("step-{:02}-{}-{}", i + 1, name.replace('_', "-"), v);
-            if args.repeat > 1 {
-                step_name.push_str(&format!("-r{rep}"));
-            }
-            let step_dir = dir.join(&step_name);
-            if let Some(cmd) = &args.before_step {
-                hook(cmd, v, &step_dir, &stop)?;
-            }
-            if stop.load(Ordering::Relaxed) {
-                interrupted = true;
-                break 'steps;
-            }
-            let a = step_args(&base, param, v, args.count_per_user)?;
-            eprintln!(
-                "spate sweep: {name}={v} repeat {rep}/{} ({}/{total})",
-                args.repeat,
-                done + 1
-            );
-            if let Some(w) = warm {
-                let mut wa = a.clone();
-                wa.workload.duration = Some(format!("{}ms", w.as_millis()));
-                wa.workload.count = None;
-                let (s, _) = run_step(wa, dir.join("warmup").join(&step_name), false, ctx).await?;
-                if s.interrupted || stop.load(Ordering::Relaxed) {
-                    interrupted = true;
-                    break 'steps;
-                }
-            }
-            let (s, port) = run_step(a, step_dir.clone(), progress, ctx).await?;
-            let row = Row::from_summary(i + 1, &name, v, rep, &s, &step_dir);
-            let with_ping = *ping_col.get_or_insert_with(|| row.ping_ms.is_some());
-            if rows.is_empty() {
-                writeln!(
-                    csv,
-                    "{CSV_HEADER}{}",
-                    if with_ping { ",ping_ms" } else { "" }
-                )?;
-            }
-            let ping = match (with_ping, row.ping_ms) {
-                (false, _) => String::new(),
-                (true, None) => ",".into(),
-                (true, Some(p)) => format!(",{p:.3}"),
-            };
-            writeln!(csv, "{}{ping}", row.csv())?;
-            csv.flush()?;
-            eprintln!(
-                "spate sweep: {name}={v}: {:.1}/s, latency mean {:.2} ms p99 {:.2} ms, {} errors",
-                row.throughput_per_s, row.latency_mean_ms, row.latency_p99_ms, row.errors
-            );
-            rows.push(row);
-            done += 1;
-            if s.interrupted || stop.load(Ordering::Relaxed) {
-                interrupted = true;
-                break 'steps;
-            }
-            if done < total {
-                let pause = async {
-                    if args.until_idle
-                        && !wait_idle(port, base.monitor.monitor_queue.as_deref(), idle_max).await
-                    {
-                        eprintln!(
-                            "spate sweep: server still busy after {}, going on",
-                            units::fmt_duration(idle_max)
-                        );
-                    }
-                    tokio::time::sleep(cool).await;
-                };
-                let stopped = async {
-                    while !stop.load(Ordering::Relaxed) {
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                };
-                tokio::select! {
-                    _ = pause => {}
-                    _ = stopped => { interrupted = true; break 'steps; }
-                }
-            }
-        }
-    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let listener = listen(stop.clone());
+    let interrupted = steps(&sw, &args, ctx, &stop, &mut sheet).await?;
     listener.abort();
+    let rows = sheet.rows;
     if rows.is_empty() {
-        writeln!(csv, "{CSV_HEADER}")?;
+        writeln!(sheet.csv, "{CSV_HEADER}")?;
     }
-    let analysis = table::analyse(param, &name, &values, &rows);
+    let analysis = table::analyse(sw.param, &sw.name, &sw.values, &rows);
     let mut json = serde_json::to_value(&analysis)?;
     json["interrupted"] = interrupted.into();
     json["repeat"] = args.repeat.into();
     json["rows"] = serde_json::to_value(&rows)?;
     json["command"] = serde_json::to_value(&ctx.command_line)?;
     crate::results::write_atomic(
-        &dir.join("sweep.json"),
+        &sw.dir.join("sweep.json"),
         serde_json::to_string_pretty(&json)?.as_bytes(),
     )?;
     print!("{}", table::render(&analysis, &rows));
-    println!("results: {}", dir.display());
+    println!("results: {}", sw.dir.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// Runs every step and repetition in order; true when the sweep was interrupted.
+async fn steps(
+    sw: &Sweep,
+    args: &Args,
+    ctx: &Ctx,
+    stop: &AtomicBool,
+    sheet: &mut Sheet,
+) -> anyhow::Result<bool> {
+    let stopped = || stop.load(Ordering::Relaxed);
+    let total = sw.values.len() * args.repeat as usize;
+    let mut done = 0;
+    for (i, &v) in sw.values.iter().enumerate() {
+        for rep in 1..=args.repeat {
+            let name = &sw.name;
+            let mut step_name = format!("step-{:02}-{}-{}", i + 1, name.replace('_', "-"), v);
+            if args.repeat > 1 {
+                step_name.push_str(&format!("-r{rep}"));
+            }
+            let step_dir = sw.dir.join(&step_name);
+            if let Some(cmd) = &args.before_step {
+                hook(cmd, v, &step_dir, stop)?;
+            }
+            if stopped() {
+                return Ok(true);
+            }
+            let a = step_args(&sw.base, sw.param, v, args.count_per_user)?;
+            eprintln!(
+                "spate sweep: {name}={v} repeat {rep}/{} ({}/{total})",
+                args.repeat,
+                done + 1
+            );
+            if let Some(w) = sw.warm {
+                let mut wa = a.clone();
+                wa.workload.duration = Some(format!("{}ms", w.as_millis()));
+                wa.workload.count = None;
+                let warm_dir = sw.dir.join("warmup").join(&step_name);
+                let (s, _) = run_step(wa, warm_dir, false, ctx).await?;
+                if s.interrupted || stopped() {
+                    return Ok(true);
+                }
+            }
+            let (s, port) = run_step(a, step_dir.clone(), sw.progress, ctx).await?;
+            let row = Row::from_summary(i + 1, name, v, rep, &s, &step_dir);
+            eprintln!(
+                "spate sweep: {name}={v}: {:.1}/s, latency mean {:.2} ms p99 {:.2} ms, {} errors",
+                row.throughput_per_s, row.latency_mean_ms, row.latency_p99_ms, row.errors
+            );
+            sheet.add(row)?;
+            done += 1;
+            if s.interrupted || stopped() {
+                return Ok(true);
+            }
+            if done < total && !pause(sw, args, port, stop).await {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
+/// Between steps: until the server is idle (with --until-idle), then the cool-down;
+/// false when the sweep was stopped meanwhile.
+async fn pause(sw: &Sweep, args: &Args, port: u16, stop: &AtomicBool) -> bool {
+    let pause = async {
+        let queue = sw.base.monitor.monitor_queue.as_deref();
+        if args.until_idle && !wait_idle(port, queue, sw.idle_max).await {
+            eprintln!(
+                "spate sweep: server still busy after {}, going on",
+                units::fmt_duration(sw.idle_max)
+            );
+        }
+        tokio::time::sleep(sw.cool).await;
+    };
+    let stopped = async {
+        while !stop.load(Ordering::Relaxed) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::select! {
+        _ = pause => true,
+        _ = stopped => false,
+    }
 }
 
 #[cfg(test)]

@@ -37,12 +37,37 @@ pub use signals::Signals;
 pub use summary::{cpu_time, SummaryHeader};
 pub use unit::{Driver, Outcome, UnitHook, UnitReport};
 
+/// What every plan.json starts with.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanHead {
+    pub schema_version: u32,
+    pub spate_version: &'static str,
+    pub run_id: String,
+    pub command: Vec<String>,
+    pub protocol: &'static str,
+    pub target: String,
+    /// The phases the run times (the driver's and the engine's) and their interval logs.
+    pub phases: Vec<crate::metrics::Declared>,
+}
+
+impl PlanHead {
+    /// A new run of `protocol` against `target` with driver `D`, started by `command`.
+    pub fn new<D: Driver>(command: Vec<String>, protocol: &'static str, target: &str) -> Self {
+        PlanHead {
+            schema_version: crate::results::SCHEMA_VERSION,
+            spate_version: env!("CARGO_PKG_VERSION"),
+            run_id: new_run_id(),
+            command,
+            protocol,
+            target: target.to_string(),
+            phases: crate::metrics::Phase::declare(&[D::PHASES, unit::ENGINE_PHASES].concat()),
+        }
+    }
+}
+
 /// What every load command's plan says about the run itself; enough to start one.
 pub trait PlanInfo: Serialize {
-    fn run_id(&self) -> &str;
-    fn command(&self) -> &[String];
-    fn protocol(&self) -> &str;
-    fn target(&self) -> &str;
+    fn head(&self) -> &PlanHead;
     fn workload(&self) -> &Workload;
     fn seed(&self) -> u64;
     /// `--grace`, as typed.
@@ -90,10 +115,10 @@ impl<'a> Setup<'a> {
             clock,
             recorder: Arc::new(Recorder::new(8)),
             header: SummaryHeader {
-                run_id: plan.run_id().to_string(),
-                command: plan.command().to_vec(),
-                protocol: plan.protocol().to_string(),
-                target: plan.target().to_string(),
+                run_id: plan.head().run_id.clone(),
+                command: plan.head().command.clone(),
+                protocol: plan.head().protocol.to_string(),
+                target: plan.head().target.clone(),
                 started,
             },
             dir: out.map(Path::to_path_buf),
@@ -111,22 +136,14 @@ impl<'a> Setup<'a> {
     }
 }
 
-/// Implements [`PlanInfo`] for a plan struct with the usual field names.
+/// Implements [`PlanInfo`] for a plan struct with the usual fields (`head`, `workload`,
+/// `seed`, `args.output.grace`).
 #[macro_export]
 macro_rules! plan_info {
     ($t:ty) => {
         impl $crate::engine::PlanInfo for $t {
-            fn run_id(&self) -> &str {
-                &self.run_id
-            }
-            fn command(&self) -> &[String] {
-                &self.command
-            }
-            fn protocol(&self) -> &str {
-                self.protocol
-            }
-            fn target(&self) -> &str {
-                &self.target
+            fn head(&self) -> &$crate::engine::PlanHead {
+                &self.head
             }
             fn workload(&self) -> &$crate::engine::Workload {
                 &self.workload

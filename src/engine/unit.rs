@@ -7,6 +7,9 @@ use std::future::Future;
 
 use crate::metrics::{Clock, Counters, ErrorKey, Phase, Recorder, SentRecord};
 
+/// The phases the engine adds to every unit: response time from the schedule, and lag.
+pub const ENGINE_PHASES: &[Phase] = &[Phase::Response, Phase::Lag];
+
 /// A unit that starts this much after its schedule counts as late (open model).
 const LATE_US: u64 = 10_000;
 
@@ -25,6 +28,8 @@ pub enum Outcome {
 /// One session's worth of protocol work. The engine owns the schedule and the clock; a
 /// driver does what it is told and reports what happened.
 pub trait Driver: Send + 'static {
+    /// The phases this protocol times (plan.json declares them with the engine's own).
+    const PHASES: &'static [Phase];
     /// Once per session before its first unit (a login that the units then use). Its
     /// phases and errors are recorded; it counts as no unit.
     fn setup(&mut self, _report: &mut UnitReport) -> impl Future<Output = ()> + Send {

@@ -6,7 +6,7 @@ mod phase;
 mod recorder;
 
 pub use clock::Clock;
-pub use phase::Phase;
+pub use phase::{Declared, Phase};
 pub use recorder::{
     new_histogram, Counters, Detail, ErrorKey, ErrorKind, ErrorStat, Interval, Recorder,
     SentRecord, Shard, HIST_MAX_US,

@@ -64,3 +64,26 @@ impl std::fmt::Display for Phase {
         f.write_str(self.name())
     }
 }
+
+/// A phase as a plan declares it: its name, what it times, and the interval log that
+/// holds its histograms.
+#[derive(Debug, Clone, Serialize)]
+pub struct Declared {
+    pub phase: &'static str,
+    pub times: &'static str,
+    pub hlog: String,
+}
+
+impl Phase {
+    /// The table of `phases` for plan.json.
+    pub fn declare(phases: &[Phase]) -> Vec<Declared> {
+        phases
+            .iter()
+            .map(|p| Declared {
+                phase: p.name(),
+                times: p.describe(),
+                hlog: format!("{}.hlog", p.name()),
+            })
+            .collect()
+    }
+}

@@ -96,24 +96,8 @@ impl Execution {
         };
         let mut live = self.live.clone();
         live.insert("step_out".into(), dir.display().to_string());
-        let result: Result<(), (u8, String)> = match &step.kind {
-            StepKind::Command(inv) => {
-                rec.kind = "command";
-                match argv(inv, &dir, &live) {
-                    Ok(a) => {
-                        rec.argv = a.clone();
-                        let _ = std::fs::create_dir_all(&self.out);
-                        if !inv.wants_out {
-                            let _ = std::fs::create_dir_all(&dir);
-                        }
-                        match run_command(&self.ctx, &a).await {
-                            (0, _) => Ok(()),
-                            (c, e) => Err((c, e.unwrap_or_default())),
-                        }
-                    }
-                    Err(e) => Err((2, e)),
-                }
-            }
+        let result = match &step.kind {
+            StepKind::Command(inv) => self.command(inv, &dir, &live, &mut rec).await,
             StepKind::Parallel(ws) => {
                 rec.kind = "parallel";
                 self.parallel(ws, &dir, &live, &mut rec).await
@@ -123,23 +107,8 @@ impl Execution {
                 timeout,
                 background,
             } => {
-                rec.kind = "hook";
-                let _ = std::fs::create_dir_all(&dir);
-                match expand(run, &live) {
-                    Ok(cmd) => {
-                        rec.argv = vec!["sh".into(), "-c".into(), cmd.clone()];
-                        match spawn_hook(&cmd, &live) {
-                            Ok(child) if *background => {
-                                rec.status = "background";
-                                self.background.push((step.name.clone(), child, index));
-                                Ok(())
-                            }
-                            Ok(child) => hook_wait(child, *timeout, &self.interrupted).await,
-                            Err(e) => Err((1, e)),
-                        }
-                    }
-                    Err(e) => Err((2, e)),
-                }
+                let bg = background.then_some((step.name.as_str(), index));
+                self.hook(run, *timeout, bg, &dir, &live, &mut rec).await
             }
             StepKind::Wait {
                 pause,
@@ -157,14 +126,11 @@ impl Execution {
                     &self.interrupted,
                 )
                 .await;
-                match r {
-                    Ok(v) => {
-                        let _ = std::fs::write(dir.join("wait.json"), format!("{v:#}\n"));
-                        rec.wait = Some(v);
-                        Ok(())
-                    }
-                    Err(e) => Err((1, e)),
-                }
+                r.map(|v| {
+                    let _ = std::fs::write(dir.join("wait.json"), format!("{v:#}\n"));
+                    rec.wait = Some(v);
+                })
+                .map_err(|e| (1, e))
             }
         };
         if let Err((code, e)) = result {
@@ -183,6 +149,53 @@ impl Execution {
         rec.ended_at = now();
         rec.elapsed_s = started.elapsed().as_secs_f64();
         rec
+    }
+
+    /// A command step, in-process.
+    async fn command(
+        &mut self,
+        inv: &Invocation,
+        dir: &Path,
+        live: &Live,
+        rec: &mut StepRecord,
+    ) -> Result<(), (u8, String)> {
+        rec.kind = "command";
+        let a = argv(inv, dir, live).map_err(|e| (2, e))?;
+        rec.argv = a.clone();
+        let _ = std::fs::create_dir_all(&self.out);
+        if !inv.wants_out {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        match run_command(&self.ctx, &a).await {
+            (0, _) => Ok(()),
+            (c, e) => Err((c, e.unwrap_or_default())),
+        }
+    }
+
+    /// A hook: a shell command waited for, or left running in the background (`bg` is
+    /// the step's name and index).
+    async fn hook(
+        &mut self,
+        run: &str,
+        timeout: Duration,
+        bg: Option<(&str, usize)>,
+        dir: &Path,
+        live: &Live,
+        rec: &mut StepRecord,
+    ) -> Result<(), (u8, String)> {
+        rec.kind = "hook";
+        let _ = std::fs::create_dir_all(dir);
+        let cmd = expand(run, live).map_err(|e| (2, e))?;
+        rec.argv = vec!["sh".into(), "-c".into(), cmd.clone()];
+        let child = spawn_hook(&cmd, live).map_err(|e| (1, e))?;
+        match bg {
+            Some((name, index)) => {
+                rec.status = "background";
+                self.background.push((name.to_string(), child, index));
+                Ok(())
+            }
+            None => hook_wait(child, timeout, &self.interrupted).await,
+        }
     }
 
     async fn parallel(

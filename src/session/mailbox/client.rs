@@ -302,20 +302,7 @@ impl Imap {
         self.conn
             .send(format!("{tag} AUTHENTICATE PLAIN\r\n").as_bytes())
             .await?;
-        {
-            let mut framer = imap::Framer::new(0);
-            let frame = self
-                .conn
-                .read_frame(imap::MAX_LINE, |b| framer.frame(b))
-                .await?;
-            match imap::parse(frame).map_err(ClientError::protocol)? {
-                Response::Continue(_) => {}
-                Response::Tagged { status, text, .. } => {
-                    return Err(ClientError::server(status.name(), text.text))
-                }
-                _ => return Err(ClientError::protocol("continuation expected")),
-            }
-        }
+        self.continuation().await?;
         let ir = crate::proto::sasl::client::plain(user, pass);
         self.conn.send(format!("{ir}\r\n").as_bytes()).await?;
         self.complete(&tag, &mut |_| {}).await?;
@@ -361,21 +348,7 @@ impl Imap {
     ) -> Result<Wake, ClientError> {
         let tag = self.tag();
         self.conn.send(format!("{tag} IDLE\r\n").as_bytes()).await?;
-        loop {
-            let mut framer = imap::Framer::new(0);
-            let frame = self
-                .conn
-                .read_frame(imap::MAX_LINE, |b| framer.frame(b))
-                .await?;
-            match imap::parse(frame).map_err(ClientError::protocol)? {
-                Response::Continue(_) => break,
-                Response::Tagged { status, text, .. } => {
-                    return Err(ClientError::server(status.name(), text.text))
-                }
-                Response::Untagged(Untagged::Exists(n)) => self.exists = n,
-                Response::Untagged(_) => {}
-            }
-        }
+        self.continuation().await?;
         let waiting = std::time::Instant::now();
         let saved = self.conn.timeout();
         self.conn.set_timeout(limit + saved);
@@ -414,6 +387,29 @@ impl Imap {
         self.conn.send(b"DONE\r\n").await?;
         self.complete(&tag, &mut |_| {}).await?;
         Ok(wake)
+    }
+
+    /// Reads until the server's continuation (`+`); a tagged reply instead is its refusal.
+    /// Untagged responses on the way are taken note of (EXISTS), at most MAX_UNTAGGED.
+    async fn continuation(&mut self) -> Result<(), ClientError> {
+        for _ in 0..MAX_UNTAGGED {
+            let mut framer = imap::Framer::new(0);
+            let frame = self
+                .conn
+                .read_frame(imap::MAX_LINE, |b| framer.frame(b))
+                .await?;
+            match imap::parse(frame).map_err(ClientError::protocol)? {
+                Response::Continue(_) => return Ok(()),
+                Response::Tagged { status, text, .. } => {
+                    return Err(ClientError::server(status.name(), text.text))
+                }
+                Response::Untagged(Untagged::Exists(n)) => self.exists = n,
+                Response::Untagged(_) => {}
+            }
+        }
+        Err(ClientError::protocol(format!(
+            "more than {MAX_UNTAGGED} responses before a continuation"
+        )))
     }
 
     /// LOGOUT and close.

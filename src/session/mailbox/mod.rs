@@ -333,6 +333,28 @@ async fn finish(
 }
 
 impl Driver for Visitor {
+    const PHASES: &'static [Phase] = &[
+        Phase::Connect,
+        Phase::Tls,
+        Phase::Greeting,
+        Phase::Starttls,
+        Phase::Auth,
+        Phase::Stat,
+        Phase::Uidl,
+        Phase::List,
+        Phase::Retr,
+        Phase::Top,
+        Phase::Dele,
+        Phase::Select,
+        Phase::Search,
+        Phase::Fetch,
+        Phase::Store,
+        Phase::Expunge,
+        Phase::Idle,
+        Phase::Logout,
+        Phase::Session,
+    ];
+
     async fn run_one(&mut self, seq: u64, r: &mut UnitReport) -> Outcome {
         // Exactly imap_percent of the run's visits are IMAP, spread evenly by sequence.
         let p = u64::from(self.s.imap_percent);

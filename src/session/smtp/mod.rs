@@ -444,6 +444,22 @@ async fn rset(conn: &mut Connection) {
 }
 
 impl Driver for Session {
+    const PHASES: &'static [Phase] = &[
+        Phase::Connect,
+        Phase::Tls,
+        Phase::Banner,
+        Phase::Ehlo,
+        Phase::Starttls,
+        Phase::Auth,
+        Phase::Mail,
+        Phase::Rcpt,
+        Phase::Data,
+        Phase::Envelope,
+        Phase::Body,
+        Phase::Quit,
+        Phase::Transaction,
+    ];
+
     async fn run_one(&mut self, seq: u64, report: &mut UnitReport) -> Outcome {
         self.send(seq, report).await
     }
