@@ -371,40 +371,24 @@ async fn stop_group(child: &mut std::process::Child) {
     let _ = child.wait();
 }
 
-/// Files in a Postfix queue: incoming, active, deferred and maildrop (hold is excluded:
-/// held mail never drains). A directory without those is counted whole.
+/// Messages in a Postfix queue: incoming, active, deferred and maildrop (hold is
+/// excluded: held mail never drains), each counted once while it moves between them. A
+/// directory without those is counted whole.
 pub fn queue_files(dir: &Path) -> Result<u64, String> {
+    if !dir.is_dir() {
+        return Err(format!("{}: not a directory", dir.display()));
+    }
     let subs: Vec<PathBuf> = ["incoming", "active", "deferred", "maildrop"]
         .iter()
         .map(|s| dir.join(s))
         .filter(|p| p.is_dir())
         .collect();
-    if !dir.is_dir() {
-        return Err(format!("{}: not a directory", dir.display()));
-    }
     let roots = if subs.is_empty() {
         vec![dir.to_path_buf()]
     } else {
         subs
     };
-    let mut n = 0;
-    for r in roots {
-        n += count_files(&r, 0)?;
-    }
-    Ok(n)
-}
-
-fn count_files(dir: &Path, depth: u32) -> Result<u64, String> {
-    let rd = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let mut n = 0;
-    for e in rd.flatten() {
-        match e.file_type() {
-            Ok(t) if t.is_dir() && depth < 6 => n += count_files(&e.path(), depth + 1)?,
-            Ok(t) if t.is_file() => n += 1,
-            _ => {}
-        }
-    }
-    Ok(n)
+    crate::monitor::queue::distinct_files(&roots).map_err(|e| format!("{}: {e}", dir.display()))
 }
 
 async fn wait(
