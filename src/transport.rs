@@ -8,7 +8,10 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
@@ -81,17 +84,173 @@ enum Stream {
     Gone,
 }
 
-pub struct Connection {
-    stream: Stream,
-    buf: Vec<u8>,
-    start: usize,
-    end: usize,
-    /// Bytes of the last reply, released at the next read.
-    pending: usize,
-    timeout: Duration,
+fn gone() -> io::Error {
+    io::ErrorKind::NotConnected.into()
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            Stream::Gone => Poll::Ready(Err(gone())),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            Stream::Gone => Poll::Ready(Err(gone())),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            Stream::Gone => Poll::Ready(Err(gone())),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            Stream::Gone => Poll::Ready(Ok(())),
+        }
+    }
 }
 
 const INITIAL_BUF: usize = 4096;
+
+/// Bytes read and not yet handed out: a bounded buffer that codecs' framers delimit.
+struct Inbox {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// Bytes of the last frame handed out, released at the next read.
+    pending: usize,
+}
+
+impl Inbox {
+    fn new() -> Self {
+        Inbox {
+            buf: vec![0; INITIAL_BUF],
+            start: 0,
+            end: 0,
+            pending: 0,
+        }
+    }
+
+    fn release(&mut self) {
+        self.start += self.pending;
+        self.pending = 0;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+            // A large fetched message grew the buffer: give the memory back.
+            if self.buf.len() > 256 * 1024 {
+                self.buf.truncate(INITIAL_BUF);
+                self.buf.shrink_to_fit();
+            }
+        }
+    }
+
+    /// See [`Connection::read_frame`].
+    async fn read_frame<E: std::fmt::Display>(
+        &mut self,
+        io: &mut (impl AsyncRead + Unpin),
+        timeout: Duration,
+        cap: usize,
+        mut frame: impl FnMut(&[u8]) -> Result<Option<usize>, E>,
+    ) -> Result<&[u8], TransportError> {
+        self.release();
+        let deadline = tokio::time::Instant::now() + timeout;
+        let n = loop {
+            match frame(&self.buf[self.start..self.end]) {
+                Ok(Some(n)) => break n.min(self.end - self.start),
+                Ok(None) => {
+                    if self.end - self.start >= cap {
+                        return Err(TransportError::Protocol(format!(
+                            "response longer than {cap} bytes"
+                        )));
+                    }
+                    self.fill(io, deadline, timeout, cap).await?
+                }
+                Err(e) => return Err(TransportError::Protocol(e.to_string())),
+            }
+        };
+        self.pending = n;
+        Ok(&self.buf[self.start..self.start + n])
+    }
+
+    async fn fill(
+        &mut self,
+        io: &mut (impl AsyncRead + Unpin),
+        deadline: tokio::time::Instant,
+        timeout: Duration,
+        cap: usize,
+    ) -> Result<(), TransportError> {
+        if self.start > 0 && self.end == self.buf.len() {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.end == self.buf.len() {
+            if self.buf.len() >= cap {
+                return Err(TransportError::Protocol("reply too long".into()));
+            }
+            self.buf.resize((self.buf.len() * 2).min(cap), 0);
+        }
+        let n = tokio::time::timeout_at(deadline, io.read(&mut self.buf[self.end..]))
+            .await
+            .map_err(|_| TransportError::Timeout(timeout))?
+            .map_err(TransportError::from_io)?;
+        if n == 0 {
+            return Err(TransportError::Closed);
+        }
+        self.end += n;
+        Ok(())
+    }
+}
+
+/// Writes all of `bytes` (and flushes TLS) within `timeout`.
+async fn send(
+    io: &mut (impl AsyncWrite + Unpin),
+    bytes: &[u8],
+    timeout: Duration,
+) -> Result<(), TransportError> {
+    let fut = async {
+        io.write_all(bytes).await?;
+        io.flush().await
+    };
+    tokio::time::timeout(timeout, fut)
+        .await
+        .map_err(|_| TransportError::Timeout(timeout))?
+        .map_err(TransportError::from_io)
+}
+
+/// Closes the write side politely; errors are irrelevant at this point.
+async fn shutdown(io: &mut (impl AsyncWrite + Unpin)) {
+    let _ = tokio::time::timeout(Duration::from_millis(200), io.shutdown()).await;
+}
+
+pub struct Connection {
+    stream: Stream,
+    inbox: Inbox,
+    timeout: Duration,
+}
 
 impl Connection {
     /// Connects (optionally from a given source address), with TCP_NODELAY set: a load
@@ -121,10 +280,7 @@ impl Connection {
             .map_err(|_| TransportError::Timeout(timeout))??;
         Ok(Connection {
             stream: Stream::Plain(tcp),
-            buf: vec![0; INITIAL_BUF],
-            start: 0,
-            end: 0,
-            pending: 0,
+            inbox: Inbox::new(),
             timeout,
         })
     }
@@ -139,8 +295,8 @@ impl Connection {
         config: Arc<rustls::ClientConfig>,
         name: rustls::pki_types::ServerName<'static>,
     ) -> Result<(), TransportError> {
-        self.release();
-        if self.start != self.end {
+        self.inbox.release();
+        if self.inbox.start != self.inbox.end {
             // Bytes after the 220 that came before the handshake would be trusted as if
             // they had come over TLS (the STARTTLS injection attack): refuse.
             return Err(TransportError::Protocol(
@@ -161,65 +317,22 @@ impl Connection {
 
     /// Writes all of `bytes`; returns when they are handed to the kernel.
     pub async fn send(&mut self, bytes: &[u8]) -> Result<(), TransportError> {
-        let timeout = self.timeout;
-        let fut = async {
-            match &mut self.stream {
-                Stream::Plain(s) => s.write_all(bytes).await,
-                Stream::Tls(s) => {
-                    s.write_all(bytes).await?;
-                    s.flush().await
-                }
-                Stream::Gone => Err(io::ErrorKind::NotConnected.into()),
-            }
-        };
-        tokio::time::timeout(timeout, fut)
-            .await
-            .map_err(|_| TransportError::Timeout(timeout))?
-            .map_err(TransportError::from_io)
+        send(&mut self.stream, bytes, self.timeout).await
     }
 
-    fn release(&mut self) {
-        self.start += self.pending;
-        self.pending = 0;
-        if self.start == self.end {
-            self.start = 0;
-            self.end = 0;
-            // A large fetched message grew the buffer: give the memory back.
-            if self.buf.len() > 256 * 1024 {
-                self.buf.truncate(INITIAL_BUF);
-                self.buf.shrink_to_fit();
-            }
-        }
-    }
-
-    /// Reads one protocol unit whose extent a codec's framer decides (a POP3 status line
-    /// or multi-line response, an IMAP response with its literals). `frame` sees the
-    /// buffered bytes and answers `Ok(Some(len))` once a whole unit is there, `Ok(None)`
-    /// for more; it may keep state between calls (how far it has scanned). The unit may
-    /// be at most `cap` bytes.
+    /// Reads one protocol unit whose extent a codec's framer decides (an SMTP reply, a
+    /// POP3 status line or multi-line response, an IMAP response with its literals).
+    /// `frame` sees the buffered bytes and answers `Ok(Some(len))` once a whole unit is
+    /// there, `Ok(None)` for more; it may keep state between calls (how far it has
+    /// scanned). The unit may be at most `cap` bytes and must arrive within the timeout.
     pub async fn read_frame<E: std::fmt::Display>(
         &mut self,
         cap: usize,
-        mut frame: impl FnMut(&[u8]) -> Result<Option<usize>, E>,
+        frame: impl FnMut(&[u8]) -> Result<Option<usize>, E>,
     ) -> Result<&[u8], TransportError> {
-        self.release();
-        let deadline = tokio::time::Instant::now() + self.timeout;
-        let n = loop {
-            match frame(&self.buf[self.start..self.end]) {
-                Ok(Some(n)) => break n.min(self.end - self.start),
-                Ok(None) => {
-                    if self.end - self.start >= cap {
-                        return Err(TransportError::Protocol(format!(
-                            "response longer than {cap} bytes"
-                        )));
-                    }
-                    self.fill(deadline, cap).await?
-                }
-                Err(e) => return Err(TransportError::Protocol(e.to_string())),
-            }
-        };
-        self.pending = n;
-        Ok(&self.buf[self.start..self.start + n])
+        self.inbox
+            .read_frame(&mut self.stream, self.timeout, cap, frame)
+            .await
     }
 
     pub fn timeout(&self) -> Duration {
@@ -231,51 +344,69 @@ impl Connection {
         self.timeout = timeout;
     }
 
-    async fn fill(
-        &mut self,
-        deadline: tokio::time::Instant,
-        cap: usize,
-    ) -> Result<(), TransportError> {
-        if self.start > 0 && self.end == self.buf.len() {
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-        }
-        if self.end == self.buf.len() {
-            if self.buf.len() >= cap {
-                return Err(TransportError::Protocol("reply too long".into()));
-            }
-            self.buf.resize((self.buf.len() * 2).min(cap), 0);
-        }
-        let timeout = self.timeout;
-        let dst = &mut self.buf[self.end..];
-        let read = async {
-            match &mut self.stream {
-                Stream::Plain(s) => s.read(dst).await,
-                Stream::Tls(s) => s.read(dst).await,
-                Stream::Gone => Err(io::ErrorKind::NotConnected.into()),
-            }
-        };
-        let n = tokio::time::timeout_at(deadline, read)
-            .await
-            .map_err(|_| TransportError::Timeout(timeout))?
-            .map_err(TransportError::from_io)?;
-        if n == 0 {
-            return Err(TransportError::Closed);
-        }
-        self.end += n;
-        Ok(())
+    /// A read half and a write half, for a session that receives while it sends (a
+    /// chat session's incoming stanzas, pipelined commands). Bytes already buffered stay
+    /// with the read half.
+    pub fn split(self) -> (ReadHalf, WriteHalf) {
+        let (r, w) = tokio::io::split(self.stream);
+        (
+            ReadHalf {
+                io: r,
+                inbox: self.inbox,
+                timeout: self.timeout,
+            },
+            WriteHalf {
+                io: w,
+                timeout: self.timeout,
+            },
+        )
     }
 
     /// Closes the write side politely; errors are irrelevant at this point.
     pub async fn shutdown(mut self) {
-        let _ = tokio::time::timeout(Duration::from_millis(200), async {
-            match &mut self.stream {
-                Stream::Plain(s) => s.shutdown().await,
-                Stream::Tls(s) => s.shutdown().await,
-                Stream::Gone => Ok(()),
-            }
-        })
-        .await;
+        shutdown(&mut self.stream).await;
+    }
+}
+
+/// The receiving half of a split [`Connection`].
+pub struct ReadHalf {
+    io: tokio::io::ReadHalf<Stream>,
+    inbox: Inbox,
+    timeout: Duration,
+}
+
+impl ReadHalf {
+    /// As [`Connection::read_frame`].
+    pub async fn read_frame<E: std::fmt::Display>(
+        &mut self,
+        cap: usize,
+        frame: impl FnMut(&[u8]) -> Result<Option<usize>, E>,
+    ) -> Result<&[u8], TransportError> {
+        self.inbox
+            .read_frame(&mut self.io, self.timeout, cap, frame)
+            .await
+    }
+
+    /// The deadline of each read (a session that waits for pushed data sets it long).
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+    }
+}
+
+/// The sending half of a split [`Connection`].
+pub struct WriteHalf {
+    io: tokio::io::WriteHalf<Stream>,
+    timeout: Duration,
+}
+
+impl WriteHalf {
+    /// As [`Connection::send`].
+    pub async fn send(&mut self, bytes: &[u8]) -> Result<(), TransportError> {
+        send(&mut self.io, bytes, self.timeout).await
+    }
+
+    /// Closes the write side politely.
+    pub async fn shutdown(mut self) {
+        shutdown(&mut self.io).await;
     }
 }

@@ -359,9 +359,13 @@ struct Hex<'a>(&'a [u8]);
 
 impl std::fmt::Display for Hex<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for b in self.0 {
-            write!(f, "{b:02x}")?;
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut out = [0u8; 64];
+        let n = self.0.len().min(32);
+        for (i, b) in self.0[..n].iter().enumerate() {
+            out[2 * i] = DIGITS[usize::from(b >> 4)];
+            out[2 * i + 1] = DIGITS[usize::from(b & 15)];
         }
-        Ok(())
+        f.write_str(std::str::from_utf8(&out[..2 * n]).unwrap_or_default())
     }
 }
