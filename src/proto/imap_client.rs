@@ -393,6 +393,30 @@ pub fn astring(s: &str, out: &mut Vec<u8>) {
     }
 }
 
+/// The client's commands, as the session sends them (without tag and line end).
+pub mod command {
+    /// `FETCH n (BODY.PEEK[])`, or only the header; `\Seen` is left alone.
+    pub fn fetch(n: u32, whole: bool) -> String {
+        let part = if whole { "" } else { "HEADER" };
+        format!("FETCH {n} (BODY.PEEK[{part}])")
+    }
+    /// `STORE n +FLAGS.SILENT (flag)`.
+    pub fn add_flag(n: u32, flag: &str) -> String {
+        format!("STORE {n} +FLAGS.SILENT ({flag})")
+    }
+    /// `UID STORE uids +FLAGS.SILENT (flag)` for a comma-separated UID set.
+    pub fn uid_add_flag(uids: &str, flag: &str) -> String {
+        format!("UID STORE {uids} +FLAGS.SILENT ({flag})")
+    }
+    /// `UID FETCH set (UID INTERNALDATE BODY.PEEK[])`: whole messages with their arrival.
+    pub fn uid_fetch_whole(set: &str) -> String {
+        format!("UID FETCH {set} (UID INTERNALDATE BODY.PEEK[])")
+    }
+    pub const STARTTLS: &[u8] = b"STARTTLS";
+    pub const EXPUNGE: &[u8] = b"EXPUNGE";
+    pub const LOGOUT: &[u8] = b"LOGOUT";
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -154,6 +154,22 @@ pub fn apop_digest(timestamp: &str, password: &str) -> String {
     h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The client's commands, as the session sends them (without the line end).
+pub mod command {
+    /// `RETR n`: the whole message.
+    pub fn retr(n: u32) -> String {
+        format!("RETR {n}")
+    }
+    /// `TOP n lines`: the header and the first `lines` body lines.
+    pub fn top(n: u32, lines: u32) -> String {
+        format!("TOP {n} {lines}")
+    }
+    /// `DELE n`: marked for deletion, committed by QUIT.
+    pub fn dele(n: u32) -> String {
+        format!("DELE {n}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -280,7 +280,7 @@ impl Imap {
     }
 
     pub async fn starttls(&mut self, ep: &Endpoint) -> Result<(), ClientError> {
-        self.command(b"STARTTLS", |_| {}).await?;
+        self.command(imap::command::STARTTLS, |_| {}).await?;
         ep.start_tls(&mut self.conn).await?;
         // RFC 3501 6.2.1: capabilities before STARTTLS are not to be trusted.
         self.capabilities.clear();
@@ -414,7 +414,7 @@ impl Imap {
 
     /// LOGOUT and close.
     pub async fn logout(mut self) -> Result<(), ClientError> {
-        let r = self.command(b"LOGOUT", |_| {}).await;
+        let r = self.command(imap::command::LOGOUT, |_| {}).await;
         self.conn.shutdown().await;
         r.map(|_| ())
     }

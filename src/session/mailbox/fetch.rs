@@ -6,7 +6,8 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 
 use super::client::{ClientError, Imap, Pop3};
-use crate::proto::imap_client::{internal_date, Untagged};
+use crate::proto::imap_client::{command as imap_cmd, internal_date, Untagged};
+use crate::proto::pop3_client::command as pop3_cmd;
 use crate::session::{Endpoint, TlsMode};
 
 /// Which mailbox protocol.
@@ -123,14 +124,14 @@ pub async fn fetch_mailbox(
             let mut out = Vec::new();
             for (n, uidl) in p.listing("UIDL").await? {
                 let mut raw = Vec::new();
-                p.multi(&format!("RETR {n}"), &mut raw).await?;
+                p.multi(&pop3_cmd::retr(n), &mut raw).await?;
                 out.push(Fetched {
                     id: uidl,
                     raw,
                     arrived: None,
                 });
                 if delete {
-                    p.command(&format!("DELE {n}")).await?;
+                    p.command(&pop3_cmd::dele(n)).await?;
                 }
             }
             p.quit().await?;
@@ -147,10 +148,10 @@ pub async fn fetch_mailbox(
             if delete && !out.is_empty() {
                 let uids: Vec<&str> = out.iter().map(|f| f.id.as_str()).collect();
                 for chunk in uids.chunks(200) {
-                    let cmd = format!("UID STORE {} +FLAGS.SILENT (\\Deleted)", chunk.join(","));
+                    let cmd = imap_cmd::uid_add_flag(&chunk.join(","), "\\Deleted");
                     m.command(cmd.as_bytes(), |_| {}).await?;
                 }
-                m.command(b"EXPUNGE", |_| {}).await?;
+                m.command(imap_cmd::EXPUNGE, |_| {}).await?;
             }
             m.logout().await?;
             Ok(out)
@@ -161,7 +162,7 @@ pub async fn fetch_mailbox(
 /// `UID FETCH set (UID INTERNALDATE BODY.PEEK[])`, keeping messages with UID > `after`.
 async fn fetch_uids(m: &mut Imap, set: &str, after: u32) -> Result<Vec<Fetched>, FetchError> {
     let mut out = Vec::new();
-    let cmd = format!("UID FETCH {set} (UID INTERNALDATE BODY.PEEK[])");
+    let cmd = imap_cmd::uid_fetch_whole(set);
     m.command(cmd.as_bytes(), |u| {
         if let Untagged::Fetch(_, f) = u {
             if let (Some(uid), Some((_, body))) = (f.uid, f.body) {

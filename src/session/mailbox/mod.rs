@@ -21,7 +21,8 @@ use serde::Serialize;
 use super::{Endpoint, Failure, TlsMode};
 use crate::engine::{Driver, Outcome, UnitReport};
 use crate::metrics::{ErrorKind, Phase};
-use crate::proto::imap_client::Untagged;
+use crate::proto::imap_client::{command as imap_cmd, Untagged};
+use crate::proto::pop3_client::command as pop3_cmd;
 use client::{ClientError, Imap, Pop3};
 use fetch::Account;
 
@@ -186,15 +187,15 @@ impl Visitor {
             for i in 1..=k {
                 buf.clear();
                 if self.download.next(s.download) {
-                    step(r, Phase::Retr, p.multi(&format!("RETR {i}"), &mut buf)).await?;
+                    step(r, Phase::Retr, p.multi(&pop3_cmd::retr(i), &mut buf)).await?;
                     r.counters.retrieved += 1;
                     r.counters.retrieved_bytes += buf.len() as u64;
                 } else {
-                    let cmd = format!("TOP {i} {}", s.top);
+                    let cmd = pop3_cmd::top(i, s.top);
                     step(r, Phase::Top, p.multi(&cmd, &mut buf)).await?;
                 }
                 if self.delete.next(s.delete) {
-                    step(r, Phase::Dele, p.command(&format!("DELE {i}"))).await?;
+                    step(r, Phase::Dele, p.command(&pop3_cmd::dele(i))).await?;
                     visit.pending_deletes += 1;
                 }
             }
@@ -216,7 +217,7 @@ impl Visitor {
         let mut visit = Visit::default();
         let result = async {
             if ep.tls == TlsMode::Starttls {
-                step(r, Phase::Starttls, m.command(b"STARTTLS", |_| {})).await?;
+                step(r, Phase::Starttls, m.command(imap_cmd::STARTTLS, |_| {})).await?;
                 ep.handshake(&mut m.conn, r).await?;
             }
             let a = &s.accounts[acct];
@@ -239,7 +240,7 @@ impl Visitor {
                 self.imap_message(&mut m, i, &mut visit, r).await?;
             }
             if visit.pending_deletes > 0 {
-                step(r, Phase::Expunge, m.command(b"EXPUNGE", |_| {})).await?;
+                step(r, Phase::Expunge, m.command(imap_cmd::EXPUNGE, |_| {})).await?;
                 r.counters.deleted += std::mem::take(&mut visit.pending_deletes);
             }
             if let Some(d) = s.idle {
@@ -261,11 +262,7 @@ impl Visitor {
     ) -> Result<(), Failure> {
         let s = &self.s;
         let whole = self.download.next(s.download);
-        let cmd = if whole {
-            format!("FETCH {i} (BODY.PEEK[])")
-        } else {
-            format!("FETCH {i} (BODY.PEEK[HEADER])")
-        };
+        let cmd = imap_cmd::fetch(i, whole);
         let mut got = 0u64;
         let fetch = m.command(cmd.as_bytes(), |u| {
             if let Untagged::Fetch(_, f) = u {
@@ -280,11 +277,11 @@ impl Visitor {
             r.counters.retrieved_bytes += got;
         }
         if s.flag {
-            let cmd = format!("STORE {i} +FLAGS.SILENT (\\Seen)");
+            let cmd = imap_cmd::add_flag(i, "\\Seen");
             step(r, Phase::Store, m.command(cmd.as_bytes(), |_| {})).await?;
         }
         if self.delete.next(s.delete) {
-            let cmd = format!("STORE {i} +FLAGS.SILENT (\\Deleted)");
+            let cmd = imap_cmd::add_flag(i, "\\Deleted");
             step(r, Phase::Store, m.command(cmd.as_bytes(), |_| {})).await?;
             visit.pending_deletes += 1;
         }
