@@ -9,7 +9,6 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::ctx::Ctx;
-use crate::opts::output::default_out;
 use crate::results::Summary;
 use crate::serve::{self, faults, store::Users, Addrs};
 
@@ -21,6 +20,9 @@ pub struct Args {
     /// Where to put the results (default: ./spate-results/<timestamp>-demo).
     #[arg(long, short = 'o')]
     pub out: Option<PathBuf>,
+    /// Write into --out even when it holds an earlier run (its files are replaced).
+    #[arg(long)]
+    pub overwrite: bool,
     /// No live progress.
     #[arg(long, short = 'q')]
     pub quiet: bool,
@@ -97,8 +99,7 @@ async fn start_server(users: &str) -> anyhow::Result<serve::Running> {
 /// `spate demo`.
 pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     use std::io::IsTerminal;
-    let out = args.out.unwrap_or_else(|| default_out("demo"));
-    std::fs::create_dir_all(&out)?;
+    let out = crate::opts::output::results_dir(args.out.as_deref(), args.overwrite, "demo")?;
     let users: String = (0..100)
         .map(|i| format!("user{i}@example.test demo-pass-{i}\n"))
         .collect();

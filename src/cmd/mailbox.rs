@@ -290,15 +290,13 @@ pub async fn run_load(
 pub async fn run(proto: Protocol, args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     let progress = args.output.progress_enabled();
     let name = proto.name();
-    let out = args
-        .output
-        .out
-        .clone()
-        .unwrap_or_else(|| crate::opts::output::default_out(name));
-    let stop = Arc::new(AtomicBool::new(false));
+    let (output, monitor) = (args.output.clone(), args.monitor.clone());
     let title = format!("spate — {} load on {}", name.to_uppercase(), args.target);
-    let observers = observers(&args.output, &args.monitor, progress, title, "visit", &stop)?;
     let (plan, settings) = prepare(proto, args, ctx.command_line.clone())?;
+    // Created only now that the options are known to be good: bad input writes nothing.
+    let out = crate::opts::output::results_dir(output.out.as_deref(), output.overwrite, name)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let observers = observers(&output, &monitor, progress, title, "visit", &stop)?;
     let finished = run_load(plan, settings, out, observers, stop).await?;
     print_outcome(&finished);
     println!("results: {}", finished.dir.display());

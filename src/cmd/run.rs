@@ -36,6 +36,9 @@ pub struct Args {
     /// (default: ./spate-results/<timestamp>-<file name>).
     #[arg(long, short = 'o')]
     pub out: Option<PathBuf>,
+    /// Write into --out even when it holds an earlier run (its files are replaced).
+    #[arg(long)]
+    pub overwrite: bool,
     /// Check the scenario and print each step's command line; run nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -44,19 +47,23 @@ pub struct Args {
 /// `spate run`.
 pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     let sc = load_file(&args.file, &args.set, &(ctx.commands)())?;
-    let out = args.out.clone().unwrap_or_else(|| {
-        let stem = args
-            .file
-            .file_stem()
-            .map_or("scenario".into(), |s| s.to_string_lossy().to_string());
-        crate::opts::output::default_out(&stem)
-    });
-    if !sc.matrix.is_empty() {
-        return run_matrix(&sc, &args.file, &args.set, &out, args.dry_run, ctx).await;
-    }
+    let stem = args
+        .file
+        .file_stem()
+        .map_or("scenario".into(), |s| s.to_string_lossy().to_string());
     if args.dry_run {
+        let out = args.out.clone().unwrap_or_else(|| {
+            PathBuf::from(crate::opts::output::RESULTS).join(format!("<timestamp>-{stem}"))
+        });
+        if !sc.matrix.is_empty() {
+            return run_matrix(&sc, &args.file, &args.set, &out, true, false, ctx).await;
+        }
         dry_run(&sc, &args.file, &out);
         return Ok(ExitCode::SUCCESS);
     }
-    execute(&sc, out, ctx).await
+    let out = crate::opts::output::results_dir(args.out.as_deref(), args.overwrite, &stem)?;
+    if !sc.matrix.is_empty() {
+        return run_matrix(&sc, &args.file, &args.set, &out, false, args.overwrite, ctx).await;
+    }
+    execute(&sc, out, args.overwrite, ctx).await
 }

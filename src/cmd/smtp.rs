@@ -274,25 +274,25 @@ pub async fn run_load(
 /// `spate smtp`.
 pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     let progress = args.output.progress_enabled();
-    let out = args
-        .output
-        .out
-        .clone()
-        .unwrap_or_else(|| crate::opts::output::default_out("smtp"));
-    let watch = crate::verify::Watch::start(
-        &args.verify,
-        crate::verify::RemoteOptions {
-            users_file: args.verify.verify_users_file.clone(),
-            ca: args.transport.ca.clone(),
-            insecure: args.transport.insecure,
-            timeout: args.transport.timeout.clone(),
-        },
-        &recipient_addresses(&args),
-    )?;
-    let stop = Arc::new(AtomicBool::new(false));
+    let (output, monitor) = (args.output.clone(), args.monitor.clone());
     let title = format!("spate — SMTP load on {}", args.target);
-    let observers = observers(&args.output, &args.monitor, progress, title, "msg", &stop)?;
+    let recipients = recipient_addresses(&args);
     let (plan, factory, settings) = prepare(args, ctx.command_line.clone())?;
+    let a = &plan.args;
+    let watch = crate::verify::Watch::start(
+        &a.verify,
+        crate::verify::RemoteOptions {
+            users_file: a.verify.verify_users_file.clone(),
+            ca: a.transport.ca.clone(),
+            insecure: a.transport.insecure,
+            timeout: a.transport.timeout.clone(),
+        },
+        &recipients,
+    )?;
+    // Created only now that the options are known to be good: bad input writes nothing.
+    let out = crate::opts::output::results_dir(output.out.as_deref(), output.overwrite, "smtp")?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let observers = observers(&output, &monitor, progress, title, "msg", &stop)?;
     let finished = run_load(plan, factory, settings, out, observers, stop).await?;
     print_outcome(&finished);
     println!("results: {}", finished.dir.display());

@@ -90,6 +90,9 @@ pub struct Args {
     /// Sweep directory (default: ./spate-results/<timestamp>-sweep).
     #[arg(long, short = 'o')]
     pub out: Option<PathBuf>,
+    /// Write into --out even when it holds an earlier run (its files are replaced).
+    #[arg(long)]
+    pub overwrite: bool,
     /// The `spate smtp` target and options for every step.
     #[arg(last = true, required = true, value_name = "SMTP")]
     pub smtp: Vec<String>,
@@ -277,7 +280,6 @@ struct Sweep {
     cool: Duration,
     idle_max: Duration,
     warm: Option<Duration>,
-    dir: PathBuf,
     progress: bool,
 }
 
@@ -304,10 +306,6 @@ impl Args {
             let a = step_args(&base, param, v, self.count_per_user)?;
             a.workload.resolve()?;
         }
-        let dir = self
-            .out
-            .clone()
-            .unwrap_or_else(|| crate::opts::output::default_out("sweep"));
         Ok(Sweep {
             param,
             name,
@@ -321,7 +319,6 @@ impl Args {
                 .as_deref()
                 .map(units::parse_duration)
                 .transpose()?,
-            dir,
         })
     }
 }
@@ -368,16 +365,15 @@ fn listen(stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
 /// `spate sweep`.
 pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     let sw = args.sweep()?;
-    std::fs::create_dir_all(&sw.dir)
-        .map_err(|e| UsageError(format!("cannot create {}: {e}", sw.dir.display())))?;
+    let dir = crate::opts::output::results_dir(args.out.as_deref(), args.overwrite, "sweep")?;
     let mut sheet = Sheet {
-        csv: std::fs::File::create(sw.dir.join("sweep.csv"))?,
+        csv: std::fs::File::create(dir.join("sweep.csv"))?,
         ping_col: None,
         rows: Vec::new(),
     };
     let stop = Arc::new(AtomicBool::new(false));
     let listener = listen(stop.clone());
-    let interrupted = steps(&sw, &args, ctx, &stop, &mut sheet).await?;
+    let interrupted = steps(&sw, &args, &dir, ctx, &stop, &mut sheet).await?;
     listener.abort();
     let rows = sheet.rows;
     if rows.is_empty() {
@@ -390,11 +386,11 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     json["rows"] = serde_json::to_value(&rows)?;
     json["command"] = serde_json::to_value(&ctx.command_line)?;
     crate::results::write_atomic(
-        &sw.dir.join("sweep.json"),
+        &dir.join("sweep.json"),
         serde_json::to_string_pretty(&json)?.as_bytes(),
     )?;
     print!("{}", table::render(&analysis, &rows));
-    println!("results: {}", sw.dir.display());
+    println!("results: {}", dir.display());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -402,6 +398,7 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
 async fn steps(
     sw: &Sweep,
     args: &Args,
+    dir: &Path,
     ctx: &Ctx,
     stop: &AtomicBool,
     sheet: &mut Sheet,
@@ -416,7 +413,7 @@ async fn steps(
             if args.repeat > 1 {
                 step_name.push_str(&format!("-r{rep}"));
             }
-            let step_dir = sw.dir.join(&step_name);
+            let step_dir = dir.join(&step_name);
             if let Some(cmd) = &args.before_step {
                 hook(cmd, v, &step_dir, stop)?;
             }
@@ -433,7 +430,7 @@ async fn steps(
                 let mut wa = a.clone();
                 wa.workload.duration = Some(format!("{}ms", w.as_millis()));
                 wa.workload.count = None;
-                let warm_dir = sw.dir.join("warmup").join(&step_name);
+                let warm_dir = dir.join("warmup").join(&step_name);
                 let (s, _) = run_step(wa, warm_dir, false, ctx).await?;
                 if s.interrupted || stopped() {
                     return Ok(true);

@@ -177,16 +177,18 @@ pub async fn run<D: Driver>(
             o.start(dir, r.header.started)?;
         }
     }
+    let (give_up, give_up_rx) = tokio::sync::watch::channel(false);
     let shared = Arc::new(worker::Shared {
         clock: r.clock,
         recorder: r.recorder.clone(),
         stop: r.stop.clone(),
         on_unit: r.on_unit.take().map(Arc::new),
+        give_up: give_up_rx,
     });
     let mut workers = JoinSet::new();
     let scheduler = worker::spawn(r.workload, r.seed, &shared, &mut workers, make);
     let mut agg = aggregate::Aggregator::new(r.header.clone(), r.writer.take())?;
-    let stopping = follow(&mut r, &mut workers, &mut agg).await?;
+    let stopping = follow(&mut r, &mut workers, &mut agg, &give_up).await?;
     if let Some(s) = scheduler {
         s.abort();
     }
@@ -205,6 +207,7 @@ async fn follow(
     r: &mut Setup<'_>,
     workers: &mut JoinSet<()>,
     agg: &mut aggregate::Aggregator,
+    give_up: &tokio::sync::watch::Sender<bool>,
 ) -> anyhow::Result<Stopping> {
     let origin = tokio::time::Instant::from_std(r.clock.origin());
     let deadline = r
@@ -219,7 +222,7 @@ async fn follow(
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            _ = signals.recv() => interrupt(&mut st, workers, r.grace),
+            _ = signals.recv() => interrupt(&mut st, workers, r.grace, give_up).await,
             res = workers.join_next(), if !workers.is_empty() => {
                 if let Some(Err(e)) = res {
                     if e.is_panic() {
@@ -235,9 +238,8 @@ async fn follow(
             r.stop.store(true, Ordering::Relaxed);
             st.since = Some(now);
         }
-        if st.since.is_some_and(|s| now.duration_since(s) >= r.grace) {
-            workers.abort_all();
-            while workers.join_next().await.is_some() {}
+        if st.since.is_some_and(|s| now.duration_since(s) >= r.grace) && !workers.is_empty() {
+            end_work_in_flight(workers, give_up).await;
         }
         let t = r.clock.origin().elapsed().as_secs_f64();
         let planned = (r.workload.duration_s, r.workload.count);
@@ -248,11 +250,30 @@ async fn follow(
     }
 }
 
+/// Work still in flight is given up: each session counts its unit as unfinished (with
+/// the phases it completed) and ends; one that does not within a second is aborted.
+async fn end_work_in_flight(workers: &mut JoinSet<()>, give_up: &tokio::sync::watch::Sender<bool>) {
+    let _ = give_up.send(true);
+    let drained = tokio::time::timeout(Duration::from_secs(1), async {
+        while workers.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        workers.abort_all();
+        while workers.join_next().await.is_some() {}
+    }
+}
+
 /// Ctrl-C or SIGTERM: the first lets work in flight finish, a second stops it now.
-fn interrupt(st: &mut Stopping, workers: &mut JoinSet<()>, grace: Duration) {
+async fn interrupt(
+    st: &mut Stopping,
+    workers: &mut JoinSet<()>,
+    grace: Duration,
+    give_up: &tokio::sync::watch::Sender<bool>,
+) {
     if st.since.is_some() && st.interrupted {
         eprintln!("\nspate: second interrupt, stopping now");
-        workers.abort_all();
+        end_work_in_flight(workers, give_up).await;
     } else {
         eprintln!(
             "\nspate: interrupted, letting work in flight finish (up to {})",

@@ -42,6 +42,9 @@ impl SummaryHeader {
         if c.late > 0 {
             warnings.push(format!("{} units of work started more than 10 ms behind schedule: the generator or --max-in-flight could not keep the rate", c.late));
         }
+        if c.unfinished > 0 {
+            warnings.push(format!("{} units of work were still running when the run ended and are counted as unfinished (the phase each was in is in the error table): a slow server, or raise --grace", c.unfinished));
+        }
         if c.dropped > 0 {
             warnings.push(format!("{} arrivals were dropped: every one of --max-in-flight sessions was busy and the backlog full", c.dropped));
         }

@@ -51,6 +51,8 @@ pub struct UnitReport {
     clock: Clock,
     started_us: u64,
     done_us: Option<u64>,
+    /// The phase under way and when it began, for a unit cut off by the end of the run.
+    current: Option<(Phase, u64)>,
     pub timings: Vec<(Phase, u64)>,
     /// Error classes with one verbatim sample each.
     pub errors: Vec<(ErrorKey, String)>,
@@ -68,6 +70,7 @@ impl UnitReport {
             clock,
             started_us: 0,
             done_us: None,
+            current: None,
             timings: Vec::with_capacity(16),
             errors: Vec::new(),
             counters: Counters::default(),
@@ -79,6 +82,7 @@ impl UnitReport {
     fn reset(&mut self) {
         self.started_us = self.clock.now_us();
         self.done_us = None;
+        self.current = None;
         self.timings.clear();
         self.errors.clear();
         self.counters = Counters::default();
@@ -97,11 +101,22 @@ impl UnitReport {
         self.started_us
     }
 
+    /// `phase` begins now; returns the time to hand to [`UnitReport::timed`] when it ends.
+    #[inline]
+    pub fn start(&mut self, phase: Phase) -> u64 {
+        let now = self.clock.now_us();
+        self.current = Some((phase, now));
+        now
+    }
+
     /// Records `phase` as lasting from `since` until now.
     #[inline]
     pub fn timed(&mut self, phase: Phase, since: u64) {
         let now = self.clock.now_us();
         self.timings.push((phase, now.saturating_sub(since)));
+        if self.current.is_some_and(|(p, _)| p == phase) {
+            self.current = None;
+        }
     }
 
     pub fn record(&mut self, phase: Phase, micros: u64) {
@@ -114,7 +129,7 @@ impl UnitReport {
         phase: Phase,
         fut: impl Future<Output = Result<T, E>>,
     ) -> Result<T, E> {
-        let t = self.now();
+        let t = self.start(phase);
         let v = fut.await?;
         self.timed(phase, t);
         Ok(v)
@@ -147,6 +162,9 @@ pub struct Slot {
 }
 
 /// Runs one unit and commits it; `on_unit` sees the report first (`spate ping` prints it).
+/// When `give_up` turns true first (the run ended with the unit still running), the unit
+/// is committed as unfinished with the phases it completed, and false is returned: the
+/// session's connection is in an unknown state and it goes no further.
 pub(super) async fn run_unit<D: Driver>(
     driver: &mut D,
     slot: Slot,
@@ -154,10 +172,21 @@ pub(super) async fn run_unit<D: Driver>(
     recorder: &Recorder,
     session: usize,
     on_unit: Option<&UnitHook>,
-) {
+    give_up: &mut tokio::sync::watch::Receiver<bool>,
+) -> bool {
     report.reset();
     let lag = report.started_us.saturating_sub(slot.scheduled_us);
-    let outcome = driver.run_one(slot.seq, report).await;
+    let outcome = tokio::select! {
+        o = driver.run_one(slot.seq, report) => o,
+        _ = give_up.wait_for(|g| *g) => {
+            report.unfinished();
+            if slot.open {
+                report.record(Phase::Lag, lag);
+            }
+            commit(recorder, session, None, false, report);
+            return false;
+        }
+    };
     let end_us = report.done_at();
     if slot.open {
         report.record(Phase::Lag, lag);
@@ -170,6 +199,7 @@ pub(super) async fn run_unit<D: Driver>(
     }
     let late = slot.open && lag > LATE_US;
     commit(recorder, session, Some(outcome), late, report);
+    true
 }
 
 /// Runs a driver's setup or finish step and commits its phases and errors.
@@ -213,6 +243,27 @@ fn commit(
 }
 
 impl UnitReport {
+    /// The run ended with this unit still running: counted as attempted and unfinished,
+    /// with the phase it was in and for how long.
+    fn unfinished(&mut self) {
+        self.counters.attempted += 1;
+        self.counters.unfinished += 1;
+        let now = self.clock.now_us();
+        let (phase, since) = self.current.unwrap_or((Phase::Response, self.started_us));
+        let key = crate::metrics::ErrorKey {
+            phase,
+            kind: crate::metrics::ErrorKind::Unfinished,
+            code: 0,
+            detail: None,
+            text: "still running when the run ended".into(),
+        };
+        let sample = format!(
+            "in {phase} for {} when the run ended",
+            crate::units::fmt_duration(std::time::Duration::from_micros(now.saturating_sub(since)))
+        );
+        self.errors.push((key, sample));
+    }
+
     /// Clears what a commit consumed (a setup or finish step reuses the report).
     fn reset_step(&mut self) {
         self.timings.clear();

@@ -67,6 +67,8 @@ pub(super) struct Shared {
     pub recorder: Arc<Recorder>,
     pub stop: Arc<AtomicBool>,
     pub on_unit: Option<Arc<UnitHook>>,
+    /// Turns true when work in flight is to be given up (grace over, second interrupt).
+    pub give_up: tokio::sync::watch::Receiver<bool>,
 }
 
 /// Starts the sessions of `workload` (and, for an open model, the scheduler that feeds
@@ -117,12 +119,16 @@ async fn session<D: Driver>(id: usize, mut driver: D, mut slots: Slots, shared: 
     driver.setup(&mut report).await;
     commit_step(rec, id, &mut report);
     let mut first = true;
+    let mut give_up = shared.give_up.clone();
     while let Some(slot) = slots.next(shared.clock, first).await {
         first = false;
         rec.session_started();
         let hook = shared.on_unit.as_deref();
-        run_unit(&mut driver, slot, &mut report, rec, id, hook).await;
+        let done = run_unit(&mut driver, slot, &mut report, rec, id, hook, &mut give_up).await;
         rec.session_ended();
+        if !done {
+            return;
+        }
     }
     driver.finish(&mut report).await;
     commit_step(rec, id, &mut report);

@@ -19,7 +19,8 @@ pub fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, HIST_MAX_US, 3).expect("static histogram bounds are valid")
 }
 
-/// Message and connection counts. Invariant: attempted = accepted + rejected + failed.
+/// Message and connection counts. Invariant: attempted = accepted + rejected + failed +
+/// unfinished.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Counters {
     /// Messages whose transaction was started (or whose connection was attempted for them).
@@ -30,6 +31,10 @@ pub struct Counters {
     pub rejected: u64,
     /// Messages lost to transport or protocol failures (refused, reset, timeout, garbage).
     pub failed: u64,
+    /// Units of work still running when the run ended (after the grace period, or a
+    /// second interrupt): neither accepted nor refused.
+    #[serde(default)]
+    pub unfinished: u64,
     /// Recipients accepted / refused across all messages.
     pub rcpt_accepted: u64,
     pub rcpt_rejected: u64,
@@ -59,6 +64,7 @@ impl Counters {
         self.accepted += o.accepted;
         self.rejected += o.rejected;
         self.failed += o.failed;
+        self.unfinished += o.unfinished;
         self.rcpt_accepted += o.rcpt_accepted;
         self.rcpt_rejected += o.rcpt_rejected;
         self.bytes += o.bytes;
@@ -73,7 +79,7 @@ impl Counters {
     }
 
     pub fn reconciles(&self) -> bool {
-        self.attempted == self.accepted + self.rejected + self.failed
+        self.attempted == self.accepted + self.rejected + self.failed + self.unfinished
     }
 }
 
@@ -105,6 +111,8 @@ pub enum ErrorKind {
     Bad,
     /// The server refused the client certificate (or asked for one that was not given).
     ClientCertificate,
+    /// The unit was still running when the run ended.
+    Unfinished,
 }
 
 impl ErrorKind {
@@ -122,6 +130,7 @@ impl ErrorKind {
             ErrorKind::No => "NO",
             ErrorKind::Bad => "BAD",
             ErrorKind::ClientCertificate => "tls-client-cert",
+            ErrorKind::Unfinished => "unfinished",
         }
     }
 }

@@ -1,14 +1,23 @@
 //! Where results go and how a run shows itself: the output options every load command
 //! shares.
 
+use std::path::{Path, PathBuf};
+
 use serde::Serialize;
+
+use crate::{usage, UsageError};
 
 /// Where results go and how the run shows itself: shared by every load command.
 #[derive(Debug, Clone, clap::Args, Serialize)]
 pub struct OutputArgs {
-    /// Results directory (default: ./spate-results/<timestamp>-<command>).
+    /// Results directory (default: a new ./spate-results/<timestamp>-<command>;
+    /// ./spate-results/latest points to the newest). A directory that holds a run
+    /// already is refused unless --overwrite.
     #[arg(long, short = 'o', help_heading = "Output")]
     pub out: Option<std::path::PathBuf>,
+    /// Write into --out even when it holds an earlier run (its files are replaced).
+    #[arg(long, help_heading = "Output")]
+    pub overwrite: bool,
     /// Print nothing while running; only the final summary.
     #[arg(long, short = 'q', help_heading = "Output")]
     pub quiet: bool,
@@ -35,8 +44,77 @@ impl OutputArgs {
     }
 }
 
-/// `./spate-results/<timestamp>-<kind>`.
-pub fn default_out(kind: &str) -> std::path::PathBuf {
-    let stamp = chrono::Local::now().format("%Y%m%d-%H%M%S");
-    std::path::PathBuf::from("spate-results").join(format!("{stamp}-{kind}"))
+/// Where runs go unless told otherwise.
+pub const RESULTS: &str = "spate-results";
+
+/// Files that mark a directory as the results of a run (of any command).
+const RUN_MARKERS: [&str; 6] = [
+    "plan.json",
+    "summary.json",
+    "scenario.json",
+    "sweep.csv",
+    "matrix.json",
+    "verify.json",
+];
+
+/// Whether `dir` holds a run: its own files, or those of runs in its subdirectories (a
+/// demo's or a scenario's parts).
+pub fn holds_run(dir: &Path) -> bool {
+    let marked = |d: &Path| RUN_MARKERS.iter().any(|m| d.join(m).exists());
+    if marked(dir) {
+        return true;
+    }
+    std::fs::read_dir(dir)
+        .map(|rd| rd.flatten().any(|e| e.path().is_dir() && marked(&e.path())))
+        .unwrap_or(false)
+}
+
+/// The results directory of a new run, created: `out` when given (refused when it holds
+/// a run, unless `overwrite`), else a new `./spate-results/<timestamp>-<kind>` that no
+/// other run has (another started in the same millisecond gets `-2`, ...), which
+/// `./spate-results/latest` then points to.
+pub fn results_dir(out: Option<&Path>, overwrite: bool, kind: &str) -> anyhow::Result<PathBuf> {
+    if let Some(dir) = out {
+        if !overwrite && holds_run(dir) {
+            return usage(format!(
+                "{} holds an earlier run: give another --out, or --overwrite to replace it",
+                dir.display()
+            ));
+        }
+        std::fs::create_dir_all(dir)
+            .map_err(|e| UsageError(format!("cannot create {}: {e}", dir.display())))?;
+        return Ok(dir.to_path_buf());
+    }
+    let root = Path::new(RESULTS);
+    std::fs::create_dir_all(root)
+        .map_err(|e| UsageError(format!("cannot create {}: {e}", root.display())))?;
+    let stamp = chrono::Local::now().format("%Y%m%d-%H%M%S%.3f");
+    for n in 1..1000 {
+        let name = match n {
+            1 => format!("{stamp}-{kind}"),
+            n => format!("{stamp}-{kind}-{n}"),
+        };
+        let dir = root.join(&name);
+        match std::fs::create_dir(&dir) {
+            Ok(()) => {
+                point_latest(root, &name);
+                return Ok(dir);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return usage(format!("cannot create {}: {e}", dir.display())),
+        }
+    }
+    usage(format!("cannot find a free name in {}", root.display()))
+}
+
+/// `root/latest` → `name`, replaced atomically (a symlink renamed over the old one). A
+/// file system without symlinks just has no `latest`.
+fn point_latest(root: &Path, name: &str) {
+    let tmp = root.join(format!(".latest-{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    if std::os::unix::fs::symlink(name, &tmp).is_ok()
+        && std::fs::rename(&tmp, root.join("latest")).is_err()
+    {
+        let _ = std::fs::remove_file(&tmp);
+    }
 }

@@ -34,12 +34,17 @@ fn headline(o: &mut String, s: &Summary, retrieval: bool) {
     );
     let _ = writeln!(
         o,
-        "  {:.1}s  attempted {}  accepted {}  rejected {}  failed {}{}",
+        "  {:.1}s  attempted {}  accepted {}  rejected {}  failed {}{}{}",
         s.elapsed_s,
         c.attempted,
         c.accepted,
         c.rejected,
         c.failed,
+        if c.unfinished > 0 {
+            format!("  unfinished {}", c.unfinished)
+        } else {
+            String::new()
+        },
         if s.reconciles {
             ""
         } else {

@@ -16,8 +16,14 @@ use super::{doc, table, threshold};
 use crate::ctx::Ctx;
 use crate::UsageError;
 
-/// Runs a validated scenario into `out`.
-pub async fn execute(sc: &Scenario, out: PathBuf, ctx: &Ctx) -> anyhow::Result<ExitCode> {
+/// Runs a validated scenario into `out`; with `overwrite`, steps replace earlier runs
+/// in their directories.
+pub async fn execute(
+    sc: &Scenario,
+    out: PathBuf,
+    overwrite: bool,
+    ctx: &Ctx,
+) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&out)
         .map_err(|e| UsageError(format!("cannot create {}: {e}", out.display())))?;
     std::fs::write(out.join("scenario.toml"), &sc.source.text)?;
@@ -31,6 +37,7 @@ pub async fn execute(sc: &Scenario, out: PathBuf, ctx: &Ctx) -> anyhow::Result<E
     let mut exec = Execution {
         ctx: ctx.clone(),
         out: out.clone(),
+        overwrite,
         live,
         background: Vec::new(),
         interrupted: interrupted.clone(),

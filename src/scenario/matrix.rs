@@ -38,6 +38,7 @@ pub async fn run_matrix(
     set: &[String],
     out: &Path,
     dry: bool,
+    overwrite: bool,
     ctx: &Ctx,
 ) -> anyhow::Result<ExitCode> {
     let mut results = Vec::new();
@@ -59,7 +60,7 @@ pub async fn run_matrix(
             continue;
         }
         println!("spate run: matrix {name}");
-        let code = match execute(&one, dir.clone(), ctx).await {
+        let code = match execute(&one, dir.clone(), overwrite, ctx).await {
             Ok(c) if c == ExitCode::SUCCESS => 0,
             Ok(_) => 1,
             Err(e) => {

@@ -78,6 +78,8 @@ pub async fn run_command(ctx: &Ctx, argv: &[String]) -> (u8, Option<String>) {
 pub struct Execution {
     pub ctx: Ctx,
     pub out: PathBuf,
+    /// Steps may replace earlier runs in their directories (`spate run --overwrite`).
+    pub overwrite: bool,
     pub live: Live,
     pub background: Vec<(String, std::process::Child, usize)>,
     pub interrupted: Arc<AtomicBool>,
@@ -160,7 +162,7 @@ impl Execution {
         rec: &mut StepRecord,
     ) -> Result<(), (u8, String)> {
         rec.kind = "command";
-        let a = argv(inv, dir, live).map_err(|e| (2, e))?;
+        let a = argv(inv, dir, live, self.overwrite).map_err(|e| (2, e))?;
         rec.argv = a.clone();
         let _ = std::fs::create_dir_all(&self.out);
         if !inv.wants_out {
@@ -218,7 +220,7 @@ impl Execution {
                 status: "ok",
                 ..Default::default()
             };
-            match argv(&w.inv, &wdir, live) {
+            match argv(&w.inv, &wdir, live, self.overwrite) {
                 Ok(a) => {
                     sub.argv = a.clone();
                     if !w.inv.wants_out {
@@ -308,11 +310,16 @@ pub fn report(v: &Verdict) {
     }
 }
 
-fn argv(inv: &Invocation, dir: &Path, live: &Live) -> Result<Vec<String>, String> {
-    inv.argv(Some(dir))
-        .iter()
-        .map(|w| expand(w, live))
-        .collect()
+/// A step's command line, with its results directory (replacing an earlier run's when
+/// the scenario was told to overwrite) and the live values expanded.
+fn argv(inv: &Invocation, dir: &Path, live: &Live, overwrite: bool) -> Result<Vec<String>, String> {
+    let mut v = inv.argv(Some(dir));
+    if overwrite && inv.wants_out {
+        // Before a `--` (sweep's trailing smtp words), or it would belong to them.
+        let at = v.iter().position(|w| w == "--").unwrap_or(v.len());
+        v.insert(at, "--overwrite".into());
+    }
+    v.iter().map(|w| expand(w, live)).collect()
 }
 
 fn spawn_hook(cmd: &str, live: &Live) -> Result<std::process::Child, String> {

@@ -83,7 +83,7 @@ impl Endpoint {
         n: u64,
         report: &mut UnitReport,
     ) -> Result<Connection, Failure> {
-        let t = report.now();
+        let t = report.start(Phase::Connect);
         let conn = Connection::connect(self.addr, self.source(session, n), self.timeout).await;
         let mut conn = match conn {
             Ok(c) => c,
@@ -107,7 +107,7 @@ impl Endpoint {
         conn: &mut Connection,
         report: &mut UnitReport,
     ) -> Result<(), Failure> {
-        let t = report.now();
+        let t = report.start(Phase::Tls);
         self.start_tls(conn)
             .await
             .map_err(|e| Failure::transport(Phase::Tls, e))?;

@@ -291,7 +291,7 @@ impl Visitor {
 
 /// IDLE for `d`: the phase is the server's part (IDLE to "+", DONE to OK), not the wait.
 async fn idle(m: &mut Imap, d: Duration, r: &mut UnitReport) -> Result<(), Failure> {
-    let t = r.now();
+    let t = r.start(Phase::Idle);
     m.idle(tokio::time::sleep(d), d)
         .await
         .map_err(|e| failure(Phase::Idle, e))?;

@@ -22,12 +22,12 @@ impl Session {
         let n = self.connections_made;
         self.connections_made += 1;
         let mut conn = s.endpoint.open(self.id, n, report).await?;
-        let t = report.now();
+        let t = report.start(Phase::Banner);
         expect(&mut conn, Phase::Banner, 220).await?;
         report.timed(Phase::Banner, t);
         self.caps = self.hello(&mut conn, report).await?;
         if self.wants_starttls() {
-            let t = report.now();
+            let t = report.start(Phase::Starttls);
             conn.send(cmd::STARTTLS)
                 .await
                 .map_err(|e| Failure::transport(Phase::Starttls, e))?;
@@ -38,7 +38,7 @@ impl Session {
         }
         if let Some((mech, creds)) = &s.auth {
             let (user, pass) = &creds[self.id % creds.len()];
-            let t = report.now();
+            let t = report.start(Phase::Auth);
             self.auth(&mut conn, *mech, user, pass).await?;
             report.timed(Phase::Auth, t);
         }
@@ -68,7 +68,7 @@ impl Session {
     ) -> Result<Capabilities, Failure> {
         self.cmd.clear();
         cmd::hello(&mut self.cmd, self.s.lmtp, &self.s.helo);
-        let t = report.now();
+        let t = report.start(Phase::Ehlo);
         let tf = |e| Failure::transport(Phase::Ehlo, e);
         conn.send(&self.cmd).await.map_err(tf)?;
         let caps = {
@@ -146,10 +146,10 @@ impl Session {
     }
 
     /// Sends QUIT and closes; returns the QUIT round trip when it completed.
-    pub(super) async fn close(&mut self, report: &UnitReport) -> Option<u64> {
+    pub(super) async fn close(&mut self, report: &mut UnitReport) -> Option<u64> {
         self.on_conn = 0;
         let mut conn = self.conn.take()?;
-        let t = report.now();
+        let t = report.start(Phase::Quit);
         let ok = match conn.send(cmd::QUIT).await {
             Ok(()) => read_reply(&mut conn).await.is_ok(),
             Err(_) => false,

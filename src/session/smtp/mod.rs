@@ -289,7 +289,7 @@ impl Session {
         report: &mut UnitReport,
     ) -> Result<bool, Failure> {
         let tf = |phase| move |e| Failure::transport(phase, e);
-        let t = report.now();
+        let t = report.start(Phase::Envelope);
         conn.send(cmd).await.map_err(tf(Phase::Envelope))?;
         let mail_fail = {
             let r = read_reply(conn).await.map_err(tf(Phase::Mail))?;
@@ -344,7 +344,7 @@ impl Session {
         report: &mut UnitReport,
     ) -> Result<bool, Failure> {
         let tf = |phase| move |e| Failure::transport(phase, e);
-        let t = report.now();
+        let t = report.start(Phase::Mail);
         conn.send(&cmd[..mail_len]).await.map_err(tf(Phase::Mail))?;
         {
             let r = read_reply(conn).await.map_err(tf(Phase::Mail))?;
@@ -359,7 +359,7 @@ impl Session {
                 .iter()
                 .position(|&b| b == b'\n')
                 .map_or(rest.len(), |p| p + 1);
-            let t = report.now();
+            let t = report.start(Phase::Rcpt);
             conn.send(&rest[..end]).await.map_err(tf(Phase::Rcpt))?;
             rest = &rest[end..];
             let r = read_reply(conn).await.map_err(tf(Phase::Rcpt))?;
@@ -378,7 +378,7 @@ impl Session {
         if self.rcpts.ok.is_empty() {
             return Ok(false);
         }
-        let t = report.now();
+        let t = report.start(Phase::Data);
         conn.send(rest).await.map_err(tf(Phase::Data))?;
         let r = read_reply(conn).await.map_err(tf(Phase::Data))?;
         match r.code {
@@ -397,7 +397,7 @@ impl Session {
         conn: &mut Connection,
         report: &mut UnitReport,
     ) -> Result<bool, Failure> {
-        let t = report.now();
+        let t = report.start(Phase::Body);
         conn.send(&self.wire)
             .await
             .map_err(|e| Failure::transport(Phase::Body, e))?;

@@ -1,0 +1,100 @@
+//! A results directory is never reused: runs started in the same second (even at once)
+//! get directories of their own, `spate-results/latest` points to the newest, an
+//! explicit --out that holds a run is refused unless --overwrite, and bad input creates
+//! nothing.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use spate::serve;
+
+const SPATE: &str = env!("CARGO_BIN_EXE_spate");
+
+fn spate_in(cwd: &Path, args: &[&str]) -> Output {
+    Command::new(SPATE)
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .expect("spate runs")
+}
+
+fn run_id(dir: &Path) -> String {
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    s["run_id"].as_str().unwrap().to_string()
+}
+
+fn runs(root: &Path) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir() && !p.is_symlink())
+        .collect();
+    v.sort();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_never_share_a_directory_and_an_explicit_one_is_not_overwritten() {
+    let server = serve::start(serve::Config::loopback()).await.unwrap();
+    let addr = server.addrs.smtp.unwrap().to_string();
+    let cwd = tempfile::tempdir().unwrap();
+    let cwd = cwd.path().to_path_buf();
+    let args: Vec<String> = ["smtp", &addr, "-n", "10", "-q"].map(String::from).to_vec();
+
+    // Two at once and one right after: three directories, three runs.
+    let (a, b) = {
+        let at_once = |cwd: std::path::PathBuf, args: Vec<String>| {
+            tokio::task::spawn_blocking(move || {
+                let a: Vec<&str> = args.iter().map(String::as_str).collect();
+                spate_in(&cwd, &a)
+            })
+        };
+        let t1 = at_once(cwd.clone(), args.clone());
+        let t2 = at_once(cwd.clone(), args.clone());
+        (t1.await.unwrap(), t2.await.unwrap())
+    };
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+    assert!(b.status.success(), "{}", String::from_utf8_lossy(&b.stderr));
+    let c = spate_in(&cwd, &args);
+    assert!(c.status.success());
+    let root = cwd.join("spate-results");
+    let dirs = runs(&root);
+    assert_eq!(dirs.len(), 3, "{dirs:?}");
+    let ids: std::collections::BTreeSet<String> = dirs.iter().map(|d| run_id(d)).collect();
+    assert_eq!(ids.len(), 3, "three runs, three summaries");
+    // `latest` is the last one's.
+    let latest = std::fs::canonicalize(root.join("latest")).unwrap();
+    let last_printed = String::from_utf8_lossy(&c.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("results: ").map(str::to_string))
+        .unwrap();
+    assert_eq!(
+        latest,
+        std::fs::canonicalize(cwd.join(last_printed)).unwrap()
+    );
+
+    // An explicit --out that holds a run: refused in one line, the run left as it was.
+    let kept = dirs[0].display().to_string();
+    let before = run_id(&dirs[0]);
+    let o = spate_in(&cwd, &["smtp", &addr, "-n", "10", "-q", "-o", &kept]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--overwrite"), "{err}");
+    assert_eq!(run_id(&dirs[0]), before);
+    // ... unless asked.
+    let o = spate_in(
+        &cwd,
+        &["smtp", &addr, "-n", "10", "-q", "-o", &kept, "--overwrite"],
+    );
+    assert!(o.status.success());
+    assert_ne!(run_id(&dirs[0]), before);
+
+    // Bad input writes nothing.
+    let o = spate_in(&cwd, &["smtp", &addr, "--rcpt", "0"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(runs(&root).len(), 3);
+    server.shutdown().await;
+}
