@@ -544,7 +544,8 @@ async fn tui_draws_quits_on_q_and_restores_the_terminal() {
     }
     let text = String::from_utf8_lossy(&screen).into_owned();
     std::fs::write(artifacts().join("tui.txt"), &text).unwrap();
-    assert!(status.success(), "{text}");
+    // q stops the run as Ctrl-C does: interrupted, exit 130, everything written.
+    assert_eq!(status.code(), Some(130), "{text}");
     let leave = text
         .rfind("\x1b[?1049l")
         .expect("left the alternate screen");
@@ -560,6 +561,8 @@ async fn tui_draws_quits_on_q_and_restores_the_terminal() {
     let s: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     assert_eq!(s["complete"], true);
+    assert_eq!(s["interrupted"], true);
+    assert_eq!(s["interrupted_by"], "q");
     assert!(
         s["elapsed_s"].as_f64().unwrap() < 40.0,
         "{}",

@@ -566,7 +566,7 @@ fn the_injection_example_runs() {
     assert!(out.join("auth.txt").is_file());
 }
 
-/// SIGTERM during a wait ends the scenario early: the rest is skipped, exit 1, and
+/// SIGTERM during a wait ends the scenario early: the rest is skipped, exit 143, and
 /// scenario.json is still written.
 #[test]
 fn sigterm_stops_the_scenario_and_skips_the_rest() {
@@ -602,7 +602,7 @@ fn sigterm_stops_the_scenario_and_skips_the_rest() {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    assert_eq!(status.code(), Some(1));
+    assert_eq!(status.code(), Some(143));
     assert!(!d.path().join("res/ran").exists());
     let j: Value =
         serde_json::from_str(&std::fs::read_to_string(d.path().join("res/scenario.json")).unwrap())

@@ -323,9 +323,11 @@ async fn sigterm_leaves_a_complete_results_directory() {
         .await
         .unwrap()
         .unwrap();
-    assert!(status.success());
+    // Exit 143 (128 + SIGTERM) after writing everything.
+    assert_eq!(status.code(), Some(143));
     let s = summary(&out);
     assert_eq!(s["complete"], true);
+    assert_eq!(s["interrupted_by"], "SIGTERM");
     assert_eq!(s["interrupted"], true);
     assert_eq!(s["reconciles"], true);
     let accepted = s["totals"]["accepted"].as_u64().unwrap();

@@ -68,3 +68,56 @@ async fn units_cut_off_at_the_end_are_counted_as_unfinished() {
     assert!(csv.lines().next().unwrap().ends_with(",unfinished"));
     server.shutdown().await;
 }
+
+/// Ctrl-C ends a run with exit 130 after writing everything; a run killed before it could
+/// finish says so in `spate report --text`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_exits_130_and_an_incomplete_run_says_so() {
+    let server = serve::start(serve::Config::loopback()).await.unwrap();
+    let addr = server.addrs.smtp.unwrap().to_string();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("r");
+    let mut child = std::process::Command::new(common::SPATE)
+        .args([
+            "smtp",
+            &addr,
+            "-u",
+            "2",
+            "-d",
+            "60s",
+            "-q",
+            "-o",
+            out.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Readiness: the first interval is written.
+    let t = std::time::Instant::now();
+    while !out.join("summary.json").exists() && t.elapsed().as_secs() < 30 {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // SAFETY: signalling the child we started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(130));
+    let s = summary(&out);
+    assert_eq!(
+        (s["complete"].as_bool(), s["interrupted_by"].as_str()),
+        (Some(true), Some("SIGINT"))
+    );
+    let o = spate(&["report", out.to_str().unwrap(), "--text"]).await;
+    assert!(o.stdout.contains("(interrupted)"), "{}", o.stdout);
+
+    // A summary left behind by a run killed hard.
+    let mut s = s;
+    s["complete"] = false.into();
+    std::fs::write(out.join("summary.json"), s.to_string()).unwrap();
+    let o = spate(&["report", out.to_str().unwrap(), "--text"]).await;
+    assert!(o.stdout.contains("INCOMPLETE"), "{}", o.stdout);
+    server.shutdown().await;
+}

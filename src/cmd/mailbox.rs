@@ -300,5 +300,5 @@ pub async fn run(proto: Protocol, args: Args, ctx: &Ctx) -> anyhow::Result<ExitC
     let finished = run_load(plan, settings, out, observers, stop).await?;
     print_outcome(&finished);
     println!("results: {}", finished.dir.display());
-    Ok(ExitCode::SUCCESS)
+    Ok(super::exit_code(&finished.summary, ExitCode::SUCCESS))
 }

@@ -49,6 +49,19 @@ pub fn observers(
     Ok(observers)
 }
 
+/// How a load run ends: 130 or 143 when Ctrl-C (or q) or SIGTERM stopped it (after
+/// everything was written), else `otherwise`.
+pub fn exit_code(summary: &Summary, otherwise: std::process::ExitCode) -> std::process::ExitCode {
+    match summary
+        .interrupted_by
+        .as_deref()
+        .and_then(crate::engine::Signal::from_name)
+    {
+        Some(s) => std::process::ExitCode::from(s.exit_code()),
+        None => otherwise,
+    }
+}
+
 /// The end of every load run: the text summary, the monitoring block, report.html.
 pub fn print_outcome(finished: &Finished) {
     print!("{}", crate::report::text::render(&finished.summary));

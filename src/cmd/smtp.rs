@@ -296,17 +296,18 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     let finished = run_load(plan, factory, settings, out, observers, stop).await?;
     print_outcome(&finished);
     println!("results: {}", finished.dir.display());
-    match watch {
+    let code = match watch {
         Some(w) => {
-            let code = w.finish(&finished.dir).await;
+            let code = w.finish(&finished.dir).await?;
             // Again, now with the delivery section.
             if let Err(e) = crate::report::write_report(&finished.dir) {
                 eprintln!("spate: warning: no HTML report: {e:#}");
             }
             code
         }
-        None => Ok(ExitCode::SUCCESS),
-    }
+        None => ExitCode::SUCCESS,
+    };
+    Ok(super::exit_code(&finished.summary, code))
 }
 
 /// The addresses a run may send to, for watchers that follow mailboxes while it goes;

@@ -354,11 +354,12 @@ impl Sheet {
 /// Ctrl-C or SIGTERM at any moment (a step, a hook, the wait for idle) ends the sweep with
 /// the steps done so far: one listener for the whole sweep, so that a signal between
 /// steps is not lost.
-fn listen(stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
+fn listen(stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<crate::engine::Signal> {
     tokio::spawn(async move {
-        crate::engine::Signals::new().recv().await;
+        let sig = crate::engine::Signals::new().recv().await;
         eprintln!("\nspate sweep: interrupted, finishing the step in flight");
         stop.store(true, Ordering::Relaxed);
+        sig
     })
 }
 
@@ -374,7 +375,13 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     let stop = Arc::new(AtomicBool::new(false));
     let listener = listen(stop.clone());
     let interrupted = steps(&sw, &args, &dir, ctx, &stop, &mut sheet).await?;
-    listener.abort();
+    // The signal that stopped the sweep, if one did.
+    let by = if listener.is_finished() {
+        listener.await.ok()
+    } else {
+        listener.abort();
+        None
+    };
     let rows = sheet.rows;
     if rows.is_empty() {
         writeln!(sheet.csv, "{CSV_HEADER}")?;
@@ -391,7 +398,10 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     )?;
     print!("{}", table::render(&analysis, &rows));
     println!("results: {}", dir.display());
-    Ok(ExitCode::SUCCESS)
+    Ok(match by {
+        Some(sig) if interrupted => ExitCode::from(sig.exit_code()),
+        _ => ExitCode::SUCCESS,
+    })
 }
 
 /// Runs every step and repetition in order; true when the sweep was interrupted.

@@ -33,7 +33,7 @@ use crate::units;
 
 pub use observe::{Observer, Snapshot};
 pub use schedule::{Model, Workload};
-pub use signals::Signals;
+pub use signals::{Signal, Signals};
 pub use summary::{cpu_time, SummaryHeader};
 pub use unit::{Driver, Outcome, UnitHook, UnitReport};
 
@@ -163,6 +163,8 @@ macro_rules! plan_info {
 struct Stopping {
     since: Option<Instant>,
     interrupted: bool,
+    /// The first signal that stopped the run.
+    by: Option<Signal>,
 }
 
 /// Runs a load to its end (count, duration, `stop`, or a signal) and returns the final
@@ -194,6 +196,7 @@ pub async fn run<D: Driver>(
     }
     let t = r.clock.origin().elapsed().as_secs_f64();
     let mut summary = agg.summary(t, true, stopping.interrupted);
+    summary.interrupted_by = stopping.by.map(|s| s.name().to_string());
     for o in &mut r.observers {
         o.finish(&mut summary);
     }
@@ -222,7 +225,7 @@ async fn follow(
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            _ = signals.recv() => interrupt(&mut st, workers, r.grace, give_up).await,
+            sig = signals.recv() => interrupt(&mut st, sig, workers, r.grace, give_up).await,
             res = workers.join_next(), if !workers.is_empty() => {
                 if let Some(Err(e)) = res {
                     if e.is_panic() {
@@ -267,6 +270,7 @@ async fn end_work_in_flight(workers: &mut JoinSet<()>, give_up: &tokio::sync::wa
 /// Ctrl-C or SIGTERM: the first lets work in flight finish, a second stops it now.
 async fn interrupt(
     st: &mut Stopping,
+    sig: Signal,
     workers: &mut JoinSet<()>,
     grace: Duration,
     give_up: &tokio::sync::watch::Sender<bool>,
@@ -281,6 +285,7 @@ async fn interrupt(
         );
     }
     st.interrupted = true;
+    st.by.get_or_insert(sig);
 }
 
 /// A fresh run id: seconds since the epoch and a little entropy, in hex.

@@ -61,6 +61,7 @@ impl SummaryHeader {
             elapsed_s: (elapsed * 1000.0).round() / 1000.0,
             complete,
             interrupted,
+            interrupted_by: None,
             totals: c,
             reconciles: c.reconciles(),
             messages_per_s: per_s(c.accepted as f64),

@@ -30,7 +30,12 @@ fn headline(o: &mut String, s: &Summary, retrieval: bool) {
         s.protocol.to_uppercase(),
         s.target,
         s.run_id,
-        if s.interrupted { " (interrupted)" } else { "" }
+        match (s.complete, s.interrupted) {
+            (false, _) =>
+                " (INCOMPLETE: stopped before it could finish; figures up to its last second)",
+            (true, true) => " (interrupted)",
+            (true, false) => "",
+        }
     );
     let _ = writeln!(
         o,

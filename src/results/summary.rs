@@ -62,6 +62,9 @@ pub struct Summary {
     pub complete: bool,
     /// Stopped by Ctrl-C / SIGTERM before its planned end.
     pub interrupted: bool,
+    /// What stopped it: SIGINT, SIGTERM, or q in the live dashboard.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted_by: Option<String>,
     pub totals: Counters,
     pub reconciles: bool,
     pub messages_per_s: f64,

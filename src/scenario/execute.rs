@@ -33,7 +33,8 @@ pub async fn execute(
     live.insert("out".into(), out.display().to_string());
     let server = start_server(sc, &out, &mut live).await?;
     let interrupted = Arc::new(AtomicBool::new(false));
-    let watcher = watch_signals(interrupted.clone());
+    let signal = Arc::new(std::sync::atomic::AtomicU8::new(0));
+    let watcher = watch_signals(interrupted.clone(), signal.clone());
     let mut exec = Execution {
         ctx: ctx.clone(),
         out: out.clone(),
@@ -63,7 +64,7 @@ pub async fn execute(
         .iter()
         .map(|c| (c.title.clone(), c.value(&dir_of)))
         .collect();
-    let exit = exit_code(&records, &globals, interrupted.load(Ordering::Relaxed));
+    let exit = exit_code(&records, &globals, signal.load(Ordering::Relaxed));
     let doc = json!({
         "schema_version": 1,
         "spate_version": env!("CARGO_PKG_VERSION"),
@@ -122,9 +123,13 @@ async fn start_server(
 /// the runner then skips the rest. Once a handler is installed the default action is
 /// gone for the process, so SIGTERM must be watched here too or a later hook or wait
 /// would ignore it.
-fn watch_signals(flag: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
+fn watch_signals(
+    flag: Arc<AtomicBool>,
+    code: Arc<std::sync::atomic::AtomicU8>,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        crate::engine::Signals::new().recv().await;
+        let sig = crate::engine::Signals::new().recv().await;
+        code.store(sig.exit_code(), Ordering::Relaxed);
         flag.store(true, Ordering::Relaxed);
     })
 }
@@ -217,8 +222,9 @@ fn global_verdict(g: &Global, dir: Option<(PathBuf, String)>) -> threshold::Verd
     }
 }
 
-/// 2 when a step had bad input, 1 when anything failed or was skipped or interrupted.
-fn exit_code(records: &[StepRecord], globals: &[threshold::Verdict], interrupted: bool) -> u8 {
+/// 2 when a step had bad input; 130 or 143 when Ctrl-C or SIGTERM (`signal`, 0 for
+/// none) stopped the scenario; 1 when anything failed or was skipped.
+fn exit_code(records: &[StepRecord], globals: &[threshold::Verdict], signal: u8) -> u8 {
     let worst_step = records.iter().map(|r| r.exit).max().unwrap_or(0);
     let failed_step = records
         .iter()
@@ -227,7 +233,9 @@ fn exit_code(records: &[StepRecord], globals: &[threshold::Verdict], interrupted
         || records.iter().any(|r| all_thresholds(r).any(|v| !v.pass));
     if worst_step == 2 {
         2
-    } else if failed_step || failed_threshold || interrupted {
+    } else if signal != 0 {
+        signal
+    } else if failed_step || failed_threshold {
         1
     } else {
         0

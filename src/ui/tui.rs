@@ -87,7 +87,7 @@ fn terminal_width() -> usize {
 
 /// Reads keys until `done`: q/Q/Esc ask for a clean stop, Ctrl-C is turned back into the
 /// SIGINT that raw mode swallowed, so the engine's usual interrupt handling applies.
-fn key_reader(stop: Arc<AtomicBool>, done: Arc<AtomicBool>) {
+fn key_reader(stop: Arc<AtomicBool>, quit: Arc<AtomicBool>, done: Arc<AtomicBool>) {
     let mut buf = [0u8; 64];
     while !done.load(Ordering::Relaxed) {
         let mut pfd = libc::pollfd {
@@ -110,7 +110,10 @@ fn key_reader(stop: Arc<AtomicBool>, done: Arc<AtomicBool>) {
         }
         for &b in &buf[..got as usize] {
             match b {
-                b'q' | b'Q' | 0x1b => stop.store(true, Ordering::Relaxed),
+                b'q' | b'Q' | 0x1b => {
+                    quit.store(true, Ordering::Relaxed);
+                    stop.store(true, Ordering::Relaxed);
+                }
                 0x03 => unsafe {
                     libc::kill(libc::getpid(), libc::SIGINT);
                 },
@@ -160,6 +163,8 @@ fn lat(us: f64) -> String {
 /// The dashboard observer.
 pub struct Dashboard {
     stop: Arc<AtomicBool>,
+    /// The user stopped the run with q: it is recorded as interrupted.
+    quit: Arc<AtomicBool>,
     done: Arc<AtomicBool>,
     reader: Option<std::thread::JoinHandle<()>>,
     active_term: bool,
@@ -177,14 +182,16 @@ impl Dashboard {
     pub fn new(stop: Arc<AtomicBool>, title: String) -> anyhow::Result<Dashboard> {
         enter_raw()?;
         let done = Arc::new(AtomicBool::new(false));
+        let quit = Arc::new(AtomicBool::new(false));
         let reader = {
-            let (stop, done) = (stop.clone(), done.clone());
+            let (stop, quit, done) = (stop.clone(), quit.clone(), done.clone());
             std::thread::Builder::new()
                 .name("spate-tui-keys".into())
-                .spawn(move || key_reader(stop, done))?
+                .spawn(move || key_reader(stop, quit, done))?
         };
         Ok(Dashboard {
             stop,
+            quit,
             done,
             reader: Some(reader),
             active_term: true,
@@ -329,8 +336,12 @@ impl Observer for Dashboard {
         Ok(())
     }
 
-    fn finish(&mut self, _summary: &mut Summary) {
+    fn finish(&mut self, summary: &mut Summary) {
         self.close();
+        if self.quit.load(Ordering::Relaxed) && summary.interrupted_by.is_none() {
+            summary.interrupted = true;
+            summary.interrupted_by = Some("q".into());
+        }
     }
 }
 
