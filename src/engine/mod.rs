@@ -197,6 +197,16 @@ pub async fn run<D: Driver>(
     let t = r.clock.origin().elapsed().as_secs_f64();
     let mut summary = agg.summary(t, true, stopping.interrupted);
     summary.interrupted_by = stopping.by.map(|s| s.name().to_string());
+    if r.workload.count_is_default
+        && r.workload
+            .count
+            .is_some_and(|c| summary.totals.attempted >= c)
+    {
+        summary.warnings.push(format!(
+            "the run stopped at the default bound of {} units of work: give --count, --duration or --stages for another length",
+            summary.totals.attempted
+        ));
+    }
     for o in &mut r.observers {
         o.finish(&mut summary);
     }

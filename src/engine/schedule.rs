@@ -30,6 +30,10 @@ pub struct Workload {
     pub model: Model,
     pub count: Option<u64>,
     pub duration_s: Option<f64>,
+    /// `count` is the default bound (no --count, --duration or --stages was given): a run
+    /// it ends says so.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub count_is_default: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -121,6 +125,7 @@ pub struct Arrivals<R> {
     kind: Arrival,
     t: f64,
     rng: R,
+    first: bool,
 }
 
 impl<R: Rng> Arrivals<R> {
@@ -130,6 +135,7 @@ impl<R: Rng> Arrivals<R> {
             kind,
             t: 0.0,
             rng,
+            first: true,
         }
     }
 }
@@ -137,6 +143,11 @@ impl<R: Rng> Arrivals<R> {
 impl<R: Rng> Iterator for Arrivals<R> {
     type Item = f64;
     fn next(&mut self) -> Option<f64> {
+        // Constant spacing: arrival k comes when the integral of the rate reaches k, the
+        // first at the start, so rate × duration arrivals fit in a run (not one fewer).
+        if std::mem::take(&mut self.first) && self.kind == Arrival::Constant {
+            return self.profile.rate_at(0.0).map(|_| 0.0);
+        }
         // Integrate the rate until one arrival's worth (1 for constant spacing, an
         // exponential sample for Poisson) has accumulated: exact for ramps and for
         // stages that start at rate 0, where a naive 1/rate gap would jump past them.
@@ -167,7 +178,14 @@ mod tests {
     fn constant_rate_count() {
         let p = Profile::constant(100.0, Some(Duration::from_secs(10)));
         let n = Arrivals::new(p, Arrival::Constant, SmallRng::seed_from_u64(1)).count();
-        assert!((999..=1000).contains(&n), "{n}");
+        assert_eq!(n, 1000);
+        // 10/s for 4 s: 40, the first at the start and the last 100 ms before the end.
+        let p = Profile::constant(10.0, Some(Duration::from_secs(4)));
+        let at: Vec<f64> =
+            Arrivals::new(p, Arrival::Constant, SmallRng::seed_from_u64(1)).collect();
+        assert_eq!(at.len(), 40);
+        assert_eq!(at[0], 0.0);
+        assert!((at[39] - 3.9).abs() < 1e-6, "{}", at[39]);
     }
 
     #[test]

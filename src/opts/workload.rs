@@ -14,7 +14,8 @@ pub struct WorkloadArgs {
     /// reply, does the next).
     #[arg(long, short = 'u', default_value_t = 1, help_heading = "Workload")]
     pub users: u32,
-    /// Stop after this many units of work in total (default 1000 when no --duration).
+    /// Stop after this many units of work in total (default 1000 when neither --duration
+    /// nor --stages bounds the run).
     #[arg(long, short = 'n', help_heading = "Workload")]
     pub count: Option<u64>,
     /// Stop after this long (e.g. 30s, 10m, 1h).
@@ -38,6 +39,9 @@ pub struct WorkloadArgs {
     pub max_in_flight: u32,
 }
 
+/// Units of work a run with no --count, --duration or --stages stops after.
+pub const DEFAULT_COUNT: u64 = 1000;
+
 impl WorkloadArgs {
     /// Validates the options. `unit` names a unit of work in error messages.
     pub fn resolve(&self) -> anyhow::Result<Workload> {
@@ -46,9 +50,14 @@ impl WorkloadArgs {
             .as_deref()
             .map(units::parse_duration)
             .transpose()?;
-        let count = match (self.count, duration) {
-            (None, None) => Some(1000),
-            (c, _) => c,
+        if duration.is_some_and(|d| d.is_zero()) {
+            return usage("--duration must be more than 0");
+        }
+        // Stages set the run's length; otherwise a run with no bound stops at 1000 units.
+        let count_is_default = self.count.is_none() && duration.is_none() && self.stages.is_none();
+        let count = match count_is_default {
+            true => Some(DEFAULT_COUNT),
+            false => self.count,
         };
         if count == Some(0) {
             return usage("--count must be at least 1");
@@ -88,10 +97,18 @@ impl WorkloadArgs {
                 }
             }
         };
+        let duration_s = match (&model, duration) {
+            (_, Some(d)) => Some(d.as_secs_f64()),
+            (Model::Open { profile, .. }, None) if profile.total_duration().is_finite() => {
+                Some(profile.total_duration())
+            }
+            _ => None,
+        };
         Ok(Workload {
             model,
             count,
-            duration_s: duration.map(|d| d.as_secs_f64()),
+            duration_s,
+            count_is_default,
         })
     }
 }
