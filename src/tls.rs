@@ -87,12 +87,24 @@ pub fn client_config(opts: &ClientOptions) -> Result<Arc<ClientConfig>, Error> {
         for cert in rustls_native_certs::load_native_certs().certs {
             let _ = roots.add(cert);
         }
-        if let Some(ca) = &opts.ca {
-            for cert in read_certs(ca)? {
-                roots.add(cert)?;
+        match &opts.ca {
+            Some(ca) => {
+                let given = read_certs(ca)?;
+                for cert in &given {
+                    roots.add(cert.clone())?;
+                }
+                let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(
+                    Arc::new(roots),
+                    provider(),
+                )
+                .build()
+                .map_err(|e| Error::Rustls(rustls::Error::General(e.to_string())))?;
+                builder
+                    .dangerous()
+                    .with_custom_certificate_verifier(Arc::new(TrustGiven { webpki, given }))
             }
+            None => builder.with_root_certificates(roots),
         }
-        builder.with_root_certificates(roots)
     };
     let config = match (&opts.client_cert, &opts.client_key) {
         (Some(cert), Some(key)) => {
@@ -157,6 +169,63 @@ pub fn server_name(host: &str) -> Result<ServerName<'static>, Error> {
     let host = host.trim_start_matches('[').trim_end_matches(']');
     ServerName::try_from(host.to_string())
         .map_err(|_| Error::Rustls(rustls::Error::General(format!("bad server name {host}"))))
+}
+
+/// The usual verification against the roots and `--ca`; in addition, a certificate the
+/// user gave with `--ca` is accepted as the server's own when the server presents exactly
+/// it (the common self-signed certificate made with `openssl req -x509` is marked as a
+/// CA, which the usual path refuses as a server's certificate; curl and swaks accept it).
+/// Expiry and names are still checked: only its being self-issued is forgiven.
+#[derive(Debug)]
+struct TrustGiven {
+    webpki: Arc<rustls::client::WebPkiServerVerifier>,
+    given: Vec<CertificateDer<'static>>,
+}
+
+impl ServerCertVerifier for TrustGiven {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        use rustls::CertificateError as C;
+        match self
+            .webpki
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
+        {
+            Err(rustls::Error::InvalidCertificate(C::UnknownIssuer | C::Other(_)))
+                if self.given.iter().any(|c| c.as_ref() == end_entity.as_ref()) =>
+            {
+                Ok(ServerCertVerified::assertion())
+            }
+            r => r,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.webpki.supported_verify_schemes()
+    }
 }
 
 #[derive(Debug)]

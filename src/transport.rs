@@ -25,7 +25,7 @@ pub enum TransportError {
     #[error("timed out after {0:?}")]
     Timeout(Duration),
     /// A TLS failure as rustls reported it (certificate checks, alerts from the server).
-    #[error("TLS: {0}")]
+    #[error("TLS: {}", tls_words(.0))]
     Tls(rustls::Error),
     /// A TLS failure that rustls did not name (the handshake's I/O, no configuration).
     #[error("TLS: {0}")]
@@ -56,6 +56,43 @@ impl TransportError {
             None => TransportError::TlsIo(e.to_string()),
         }
     }
+}
+
+/// What a certificate that no root or --ca vouches for is called (the summary's hint
+/// looks for it).
+pub const UNTRUSTED: &str =
+    "server certificate not signed by a trusted CA (--ca FILE, or --insecure)";
+
+/// A TLS failure in words a user can act on (rustls's own names in brackets).
+pub fn tls_words(e: &rustls::Error) -> String {
+    use rustls::CertificateError as C;
+    let what = match e {
+        rustls::Error::InvalidCertificate(c) => match c {
+            C::UnknownIssuer => UNTRUSTED,
+            // A self-signed certificate marked as a CA, not given with --ca.
+            C::Other(o) if format!("{o:?}").contains("CaUsedAsEndEntity") => UNTRUSTED,
+            C::Expired | C::ExpiredContext { .. } => "the server's certificate has expired",
+            C::NotValidYet | C::NotValidYetContext { .. } => {
+                "the server's certificate is not valid yet (check the clocks)"
+            }
+            C::NotValidForName | C::NotValidForNameContext { .. } => {
+                "the server's certificate is not valid for the name connected to"
+            }
+            C::Revoked => "the server's certificate is revoked",
+            C::BadSignature | C::BadEncoding => {
+                "the server's certificate is malformed or badly signed"
+            }
+            _ => "the server's certificate was not accepted",
+        },
+        rustls::Error::AlertReceived(a) if client_certificate_refused(e) => {
+            return format!("the server refused the client certificate ({a:?} alert): give one with --cert and --key, or check that its CA is the one the server trusts");
+        }
+        rustls::Error::AlertReceived(a) => {
+            return format!("the server ended the handshake with a {a:?} alert");
+        }
+        other => return other.to_string(),
+    };
+    format!("{what} [{e}]")
 }
 
 /// Whether the server refused the client's certificate (or its absence): an alert that

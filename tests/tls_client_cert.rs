@@ -1,7 +1,11 @@
-//! `--cert/--key` end to end: an SMTPS server (written here on rustls) that demands a
-//! client certificate from a private CA. Without one, every message fails with the
-//! error class `tls-client-cert` (the server's alert, not a bare reset); with the
-//! client's certificate, every message is accepted.
+//! Certificates end to end against an SMTPS server written here on rustls:
+//! - `--cert/--key`: a server that demands a client certificate from a private CA.
+//!   Without one, every message fails with the error class `tls-client-cert` (the
+//!   server's alert, not a bare reset); with the client's certificate, every message is
+//!   accepted.
+//! - `--ca` with the most common self-signed certificate (`openssl req -x509` marks it
+//!   as a CA): accepted as the server's own; without `--ca`, the failed handshakes are
+//!   failed connections and the summary says how to fix it.
 
 mod common;
 
@@ -46,24 +50,33 @@ fn pki() -> Pki {
     }
 }
 
-/// SMTPS on a free loopback port, client certificate required; returns its address and
-/// the count of messages it accepted.
-async fn server(p: &Pki) -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicU64>) {
+/// SMTPS on a free loopback port with this certificate (a client certificate signed by
+/// `client_ca` required, when given); returns its address and the count of messages it
+/// accepted.
+async fn server(
+    cert: CertificateDer<'static>,
+    key: PrivateKeyDer<'static>,
+    client_ca: Option<CertificateDer<'static>>,
+) -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicU64>) {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(p.ca_der.clone()).unwrap();
-    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-        Arc::new(roots),
-        provider.clone(),
-    )
-    .build()
-    .unwrap();
-    let config = rustls::ServerConfig::builder_with_provider(provider)
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(vec![p.server.0.clone()], p.server.1.clone_key())
         .unwrap();
+    let builder = match client_ca {
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            roots.add(ca).unwrap();
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .unwrap();
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let config = builder.with_single_cert(vec![cert], key).unwrap();
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -131,7 +144,12 @@ async fn a_refused_client_certificate_is_its_own_class_and_a_given_one_works() {
     std::fs::write(&ca, &p.ca_pem).unwrap();
     std::fs::write(&cert, &p.client_pem.0).unwrap();
     std::fs::write(&key, &p.client_pem.1).unwrap();
-    let (addr, accepted) = server(&p).await;
+    let (addr, accepted) = server(
+        p.server.0.clone(),
+        p.server.1.clone_key(),
+        Some(p.ca_der.clone()),
+    )
+    .await;
     let target = addr.to_string();
     let ca = ca.display().to_string();
 
@@ -190,4 +208,66 @@ async fn a_refused_client_certificate_is_its_own_class_and_a_given_one_works() {
     // A --cert without its --key is bad input.
     let o = spate(&["smtp", &target, "--tls", "--cert", cert.to_str().unwrap()]).await;
     assert_eq!(o.code, Some(2), "{}", o.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_self_signed_ca_certificate_given_with_ca_is_trusted_and_without_it_says_how() {
+    // What `openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=localhost` makes: one
+    // self-signed certificate with basicConstraints CA:TRUE, used as the server's own.
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let cert = params.self_signed(&key).unwrap();
+    let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+    let (addr, accepted) = server(cert.der().clone(), der, None).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let pem = tmp.path().join("self.pem");
+    std::fs::write(&pem, cert.pem()).unwrap();
+    let target = addr.to_string();
+
+    let out = tmp.path().join("trusted");
+    let o = spate(&[
+        "smtp",
+        &target,
+        "--tls",
+        "--ca",
+        pem.to_str().unwrap(),
+        "-n",
+        "3",
+        "-q",
+        "-o",
+        out.to_str().unwrap(),
+    ])
+    .await;
+    assert!(o.ok, "{}", o.stderr);
+    assert_eq!(summary(&out)["totals"]["accepted"], 3);
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::Relaxed), 3);
+
+    // Without --ca: every handshake fails, each a failed connection, and a hint.
+    let out = tmp.path().join("untrusted");
+    let o = spate(&[
+        "smtp",
+        &target,
+        "--tls",
+        "-n",
+        "3",
+        "-q",
+        "-o",
+        out.to_str().unwrap(),
+    ])
+    .await;
+    assert!(o.ok, "{}", o.stderr);
+    let s = summary(&out);
+    assert_eq!(s["totals"]["failed"], 3, "{s}");
+    assert_eq!(s["totals"]["connect_failures"], 3, "{s}");
+    assert_eq!(s["totals"]["tls_connections"], 0, "{s}");
+    let e = &s["errors"][0];
+    assert_eq!(e["kind"], "tls", "{s}");
+    assert!(e["sample"].as_str().unwrap().contains("--ca FILE"), "{e}");
+    assert!(
+        o.stdout
+            .contains("hint: the server's certificate is not trusted"),
+        "{}",
+        o.stdout
+    );
 }

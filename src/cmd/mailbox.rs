@@ -277,9 +277,6 @@ pub async fn run_load(
     observers: Vec<Box<dyn engine::Observer>>,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<Finished> {
-    for ep in settings.pop3.iter().chain(settings.imap.iter()) {
-        crate::session::preflight(&plan.head.target, ep).await?;
-    }
     let settings = Arc::new(settings);
     let run = engine::Setup::new(&plan, Some(&out), None, observers, stop)?;
     let summary = engine::run(run, |id, rng| Visitor::new(id, settings.clone(), rng)).await?;
@@ -293,7 +290,11 @@ pub async fn run(proto: Protocol, args: Args, ctx: &Ctx) -> anyhow::Result<ExitC
     let (output, monitor) = (args.output.clone(), args.monitor.clone());
     let title = format!("spate — {} load on {}", name.to_uppercase(), args.target);
     let (plan, settings) = prepare(proto, args, ctx.command_line.clone())?;
-    // Created only now that the options are known to be good: bad input writes nothing.
+    for ep in settings.pop3.iter().chain(settings.imap.iter()) {
+        crate::session::preflight(&plan.head.target, ep).await?;
+    }
+    // Created only now that the options are good and the server answers: a run that
+    // cannot start writes nothing.
     let out = crate::opts::output::results_dir(output.out.as_deref(), output.overwrite, name)?;
     let stop = Arc::new(AtomicBool::new(false));
     let observers = observers(&output, &monitor, progress, title, "visit", &stop)?;

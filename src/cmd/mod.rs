@@ -66,6 +66,14 @@ pub fn exit_code(summary: &Summary, otherwise: std::process::ExitCode) -> std::p
 pub fn print_outcome(finished: &Finished) {
     print!("{}", crate::report::text::render(&finished.summary));
     print!("{}", crate::monitor::text::render(&finished.summary));
+    let untrusted = finished
+        .summary
+        .errors
+        .iter()
+        .any(|e| e.kind == "tls" && e.sample.contains(crate::transport::UNTRUSTED));
+    if untrusted {
+        println!("hint: the server's certificate is not trusted: give its CA (or the certificate itself) with --ca FILE, or --insecure to skip the check");
+    }
     // The HTML report is a convenience: failing to write it must not fail the run.
     if let Err(e) = crate::report::write_report(&finished.dir) {
         eprintln!("spate: warning: no HTML report: {e:#}");

@@ -251,7 +251,8 @@ pub fn prepare(args: Args, command: Vec<String>) -> anyhow::Result<(Plan, Arc<Fa
     Ok((plan, Arc::new(factory), settings))
 }
 
-/// Runs an SMTP/LMTP load to the end (or until `stop` is set / a signal arrives).
+/// Runs an SMTP/LMTP load to the end (or until `stop` is set / a signal arrives), into
+/// `out`; the caller checked with [`crate::session::preflight`] that the server answers.
 pub async fn run_load(
     plan: Plan,
     factory: Arc<Factory>,
@@ -260,7 +261,6 @@ pub async fn run_load(
     observers: Vec<Box<dyn engine::Observer>>,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<Finished> {
-    crate::session::preflight(&plan.head.target, &settings.endpoint).await?;
     let settings = Arc::new(settings);
     let book: Arc<dyn crate::results::AddressBook> = factory.clone();
     let run = engine::Setup::new(&plan, Some(&out), Some(book), observers, stop)?;
@@ -289,7 +289,9 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         },
         &recipients,
     )?;
-    // Created only now that the options are known to be good: bad input writes nothing.
+    crate::session::preflight(&plan.head.target, &settings.endpoint).await?;
+    // Created only now that the options are good and the server answers: a run that
+    // cannot start writes nothing.
     let out = crate::opts::output::results_dir(output.out.as_deref(), output.overwrite, "smtp")?;
     let stop = Arc::new(AtomicBool::new(false));
     let observers = observers(&output, &monitor, progress, title, "msg", &stop)?;

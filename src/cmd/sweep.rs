@@ -266,6 +266,7 @@ async fn run_step(
     let stop = Arc::new(AtomicBool::new(false));
     let observers = super::observers(&args.output, &args.monitor, progress, title, "msg", &stop)?;
     let (plan, factory, settings) = super::smtp::prepare(args, command)?;
+    crate::session::preflight(&plan.head.target, &settings.endpoint).await?;
     let port = plan.address.port();
     let o = super::smtp::run_load(plan, factory, settings, out, observers, stop).await?;
     Ok((o.summary, port))

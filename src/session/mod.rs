@@ -108,9 +108,11 @@ impl Endpoint {
         report: &mut UnitReport,
     ) -> Result<(), Failure> {
         let t = report.start(Phase::Tls);
-        self.start_tls(conn)
-            .await
-            .map_err(|e| Failure::transport(Phase::Tls, e))?;
+        if let Err(e) = self.start_tls(conn).await {
+            // A connection whose handshake failed never became usable: a failed one.
+            report.counters.connect_failures += 1;
+            return Err(Failure::transport(Phase::Tls, e));
+        }
         report.timed(Phase::Tls, t);
         report.counters.tls_connections += 1;
         Ok(())
