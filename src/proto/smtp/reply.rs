@@ -202,6 +202,8 @@ pub struct Capabilities {
     pub auth_plain: bool,
     pub auth_login: bool,
     pub auth_cram_md5: bool,
+    /// AUTH is offered at all (with any mechanism).
+    pub auth: bool,
 }
 
 impl Capabilities {
@@ -223,6 +225,7 @@ impl Capabilities {
                 "DSN" => caps.dsn = true,
                 "SIZE" => caps.size = words.next().and_then(|s| s.parse().ok()),
                 "AUTH" => {
+                    caps.auth = true;
                     for mech in words {
                         match mech {
                             "PLAIN" => caps.auth_plain = true,

@@ -37,6 +37,9 @@ impl Session {
             self.caps = self.hello(&mut conn, report).await?;
         }
         if let Some((mech, creds)) = &s.auth {
+            if !self.caps.auth {
+                return Err(not_offered());
+            }
             let (user, pass) = &creds[self.id % creds.len()];
             let t = report.start(Phase::Auth);
             self.auth(&mut conn, *mech, user, pass).await?;
@@ -172,5 +175,21 @@ async fn expect(conn: &mut Connection, phase: Phase, code: u16) -> Result<(), Fa
             fatal: true,
             ..refusal(phase, &r)
         })
+    }
+}
+
+/// The server did not offer AUTH, and the run was told to authenticate: no AUTH is sent
+/// (the server would answer 503), the message is not sent unauthenticated either.
+fn not_offered() -> Failure {
+    let text =
+        "the server does not offer AUTH here (many offer it only after STARTTLS: --starttls)";
+    Failure {
+        phase: Phase::Auth,
+        kind: crate::metrics::ErrorKind::Permanent,
+        code: 0,
+        detail: None,
+        text: text.into(),
+        sample: text.into(),
+        fatal: true,
     }
 }

@@ -68,7 +68,20 @@ fn refusal(phase: Phase, r: &Reply<'_>) -> Failure {
         detail: r.enhanced().map(|e| Detail(e.0, e.1, e.2)),
         text: r.normalized_text(),
         sample: String::from_utf8_lossy(r.raw).trim_end().to_string(),
-        fatal: r.code == 421,
+        // 421 closes the session; a 4xx to MAIL is the server's limit for this session
+        // (OpenSMTPD's 452 4.5.3 "Too many messages sent"): as an MTA would, spate goes
+        // on with a new connection rather than asking again on this one.
+        fatal: r.code == 421 || (phase == Phase::Mail && r.is_transient()),
+    }
+}
+
+/// How a failed unit counts: the server's refusal (it answered 4xx/5xx) is a rejection,
+/// whatever happens to the connection afterwards; a broken transport or protocol is a
+/// failure.
+fn outcome_of(f: &Failure) -> Outcome {
+    match f.kind {
+        ErrorKind::Transient | ErrorKind::Permanent => Outcome::Rejected,
+        _ => Outcome::Failed,
     }
 }
 
@@ -133,8 +146,9 @@ impl Session {
         self.rcpts.rejected = 0;
         let outcome = match self.ensure_connected(report).await {
             Err(f) => {
+                let o = outcome_of(&f);
                 self.fails.push(f);
-                Outcome::Failed
+                o
             }
             Ok(()) => self.transaction(seq, report).await,
         };
@@ -237,10 +251,10 @@ impl Session {
     /// A failed envelope or body: a failure of the connection, or a refusal after which
     /// the envelope is reset.
     async fn refused(&mut self, f: Failure, conn: &mut Connection, reset: bool) -> Outcome {
-        let fatal = f.fatal;
+        let (fatal, outcome) = (f.fatal, outcome_of(&f));
         self.fails.push(f);
         if fatal {
-            return Outcome::Failed;
+            return outcome;
         }
         if reset {
             rset(conn).await;
