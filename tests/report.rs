@@ -610,10 +610,13 @@ async fn inline_verification_shows_in_the_report() {
     for want in [
         "<h2>Delivery",
         "Injected vs delivered",
-        "Delivery latency distribution",
-        "delivery p99",
+        // The embedded server writes the file before its 250: the Maildir's times cannot
+        // give latencies, and the report says so rather than drawing zeros.
+        "Delivery latency is not measurable from this source",
     ] {
         assert!(page.contains(want), "missing {want}");
     }
+    assert!(!page.contains("Delivery latency distribution"));
+    assert!(!page.contains("delivery p99"));
     check_charts(&page);
 }

@@ -126,7 +126,12 @@ async fn clean_run_then_every_kind_of_damage() {
         (&0.into(), &0.into(), &0.into(), &0.into())
     );
     assert_eq!(v["ok"], true);
-    assert_eq!(v["latency"]["count"], expected);
+    // The embedded server writes the file before its 250: the Maildir's times cannot
+    // give latencies, and verify says so instead of reporting zeros.
+    assert_eq!(v["latency"]["measurable"], false, "{v}");
+    assert_eq!(v["latency"]["count"], 0);
+    let out = text(&o);
+    assert!(out.contains("not measurable from this source"), "{out}");
     assert_eq!(files(&root).len() as u64, expected);
     // One row per second; injected and delivered add up to the totals.
     let csv = std::fs::read_to_string(run.join("deliveries.csv")).unwrap();
@@ -139,9 +144,8 @@ async fn clean_run_then_every_kind_of_damage() {
         del += f[3].parse::<u64>().unwrap();
     }
     assert_eq!((inj, del), (expected, expected));
-    let hlog = std::fs::read_to_string(run.join("delivery.hlog")).unwrap();
-    assert!(hlog.contains("\"StartTimestamp\""), "{hlog}");
-    assert!(hlog.lines().filter(|l| !l.starts_with(['#', '"'])).count() >= 1);
+    // No latency log from times that cannot give latencies (the report draws none).
+    assert!(!run.join("delivery.hlog").exists());
 
     // A foreign message is counted, and does not fail the check.
     let all = files(&root);

@@ -290,14 +290,14 @@ pub async fn run(proto: Protocol, args: Args, ctx: &Ctx) -> anyhow::Result<ExitC
     let (output, monitor) = (args.output.clone(), args.monitor.clone());
     let title = format!("spate — {} load on {}", name.to_uppercase(), args.target);
     let (plan, settings) = prepare(proto, args, ctx.command_line.clone())?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let observers = observers(&output, &monitor, progress, title, "visit", &stop)?;
     for ep in settings.pop3.iter().chain(settings.imap.iter()) {
         crate::session::preflight(&plan.head.target, ep).await?;
     }
     // Created only now that the options are good and the server answers: a run that
     // cannot start writes nothing.
     let out = crate::opts::output::results_dir(output.out.as_deref(), output.overwrite, name)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let observers = observers(&output, &monitor, progress, title, "visit", &stop)?;
     let finished = run_load(plan, settings, out, observers, stop).await?;
     print_outcome(&finished);
     println!("results: {}", finished.dir.display());

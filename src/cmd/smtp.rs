@@ -289,12 +289,12 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         },
         &recipients,
     )?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let observers = observers(&output, &monitor, progress, title, "msg", &stop)?;
     crate::session::preflight(&plan.head.target, &settings.endpoint).await?;
     // Created only now that the options are good and the server answers: a run that
     // cannot start writes nothing.
     let out = crate::opts::output::results_dir(output.out.as_deref(), output.overwrite, "smtp")?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let observers = observers(&output, &monitor, progress, title, "msg", &stop)?;
     let finished = run_load(plan, factory, settings, out, observers, stop).await?;
     print_outcome(&finished);
     println!("results: {}", finished.dir.display());

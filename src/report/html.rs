@@ -389,14 +389,29 @@ fn delivery(b: &mut String, run: &Run) {
                 card(b, &n.to_string(), k);
             }
         }
-        if let Some(l) = v.get("latency") {
-            for k in ["p50", "p99", "max"] {
-                if let Some(us) = l.get(format!("{k}_us")).and_then(|n| n.as_f64()) {
-                    card(b, &ms(us), &format!("delivery {k}"));
+        let latency = v.get("latency");
+        let unmeasurable = latency
+            .and_then(|l| l.get("not_measurable"))
+            .and_then(|w| w.as_str());
+        match (latency, unmeasurable) {
+            (Some(_), Some(_)) => card(b, "not measurable", "delivery latency"),
+            (Some(l), None) => {
+                for k in ["p50", "p99", "max"] {
+                    if let Some(us) = l.get(format!("{k}_us")).and_then(|n| n.as_f64()) {
+                        card(b, &ms(us), &format!("delivery {k}"));
+                    }
                 }
             }
+            _ => {}
         }
         b.push_str("</div>\n");
+        if let Some(why) = unmeasurable {
+            let _ = writeln!(
+                b,
+                "<p>Delivery latency is not measurable from this source ({}): verify inline over IMAP IDLE (<code>spate smtp … --verify imap://HOST:PORT</code>) for real latency.</p>",
+                esc(why)
+            );
+        }
         if let Some(rules) = v.get("rules").and_then(|r| r.as_array()) {
             if !rules.is_empty() {
                 b.push_str("<table><tr><th>rule</th><th class=\"n\">expected</th><th class=\"n\">found</th></tr>");

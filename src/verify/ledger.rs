@@ -35,6 +35,8 @@ struct Found {
     corrupted: u32,
     /// Earliest arrival of a copy, µs since the epoch; `i64::MIN` when unknown.
     arrived_us: i64,
+    /// That arrival time is only to the second (IMAP INTERNALDATE, a Received date).
+    coarse: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -67,7 +69,21 @@ pub struct Ledger {
 #[derive(Debug, Clone, Copy)]
 pub struct Arrival {
     pub arrived_us: i64,
-    pub latency_us: u64,
+    /// Arrival minus acceptance; negative when the source records the message before
+    /// the server's reply.
+    pub latency_us: i64,
+    pub coarse: bool,
+}
+
+/// How good a source's arrival times are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timing {
+    /// Fine-grained (a file's time, the moment IMAP IDLE announced it).
+    Exact(SystemTime),
+    /// To the second (IMAP INTERNALDATE).
+    Seconds(SystemTime),
+    /// Not known: the Received header's date is used, if any.
+    Unknown,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -100,6 +116,9 @@ pub struct Report {
     /// (seq, recipient, accepted at µs) of every missing delivery, by seq.
     pub missing: Vec<(u64, String, i64)>,
     pub latency: Histogram<u64>,
+    /// Why the latency cannot be measured from this source's arrival times (then
+    /// `latency` is empty).
+    pub not_measurable: Option<&'static str>,
     /// Deliveries whose arrival time is unknown (no file time, no Received date).
     pub no_time: u64,
     pub arrivals: Vec<Arrival>,
@@ -110,6 +129,37 @@ pub struct Report {
 }
 
 impl Report {
+    /// The latency histogram from the arrivals, or why their times cannot give one: a
+    /// source that records a message before the server's reply (the embedded server
+    /// stores before it says 250), or times to the second when the latencies are below
+    /// a second. A number that cannot be measured is not shown as 0.
+    fn measure_latency(&mut self) {
+        let n = self.arrivals.len();
+        if n == 0 {
+            return;
+        }
+        let early = self.arrivals.iter().filter(|a| a.latency_us < 0).count();
+        let coarse = self.arrivals.iter().filter(|a| a.coarse).count();
+        let mut lat: Vec<i64> = self.arrivals.iter().map(|a| a.latency_us).collect();
+        lat.sort_unstable();
+        let median = lat[n / 2];
+        self.not_measurable = if early * 2 > n {
+            Some("this source records a message before the server's reply")
+        } else if coarse * 2 > n && median < 1_000_000 {
+            Some("arrival times to the second")
+        } else {
+            None
+        };
+        if self.not_measurable.is_none() {
+            for &l in &lat {
+                // `record`, not `saturating_record`: the latter clamps at the current top
+                // instead of growing the auto-resizing histogram. A delivery a few µs
+                // before its accept time (stored, then the reply sent) is zero latency.
+                let _ = self.latency.record(l.max(0) as u64);
+            }
+        }
+    }
+
     pub fn missing_count(&self) -> u64 {
         self.missing.len() as u64
     }
@@ -180,7 +230,7 @@ impl Ledger {
         mailbox: &str,
         source_id: &str,
         raw: &[u8],
-        arrived: Option<SystemTime>,
+        arrived: Timing,
     ) -> Ingested {
         let mbx = self.mailboxes.intern(mailbox);
         if !self.seen.insert((mbx, id_hash(source_id))) {
@@ -190,21 +240,24 @@ impl Ledger {
         let (head, body) = split_message(raw);
         let hs = parse::headers(head);
         if let Some(trace) = parse::header(&hs, TRACE_HEADER).and_then(parse::parse_trace) {
-            let arrived_us = arrived
-                .map(to_us)
-                .or_else(|| parse::header_arrival_us(&hs))
-                .unwrap_or(i64::MIN);
+            let (arrived_us, coarse) = match arrived {
+                Timing::Exact(t) => (to_us(t), false),
+                Timing::Seconds(t) => (to_us(t), true),
+                Timing::Unknown => (parse::header_arrival_us(&hs).unwrap_or(i64::MIN), true),
+            };
             let corrupted = trace.digest != Some(body_digest(body));
             let run = self.runs.intern(&trace.run);
             let f = self.finds.entry((run, trace.seq, mbx)).or_insert(Found {
                 copies: 0,
                 corrupted: 0,
                 arrived_us,
+                coarse,
             });
             f.copies += 1;
             f.corrupted += corrupted as u32;
             if arrived_us != i64::MIN && (f.arrived_us == i64::MIN || arrived_us < f.arrived_us) {
                 f.arrived_us = arrived_us;
+                f.coarse = coarse;
             }
             return Ingested::Traced;
         }
@@ -305,6 +358,7 @@ impl Ledger {
             unlogged: 0,
             missing: Vec::new(),
             latency: Histogram::new(3).expect("3 significant figures is valid"),
+            not_measurable: None,
             no_time: 0,
             arrivals: Vec::new(),
             injected: Vec::with_capacity(log.messages.len()),
@@ -334,15 +388,10 @@ impl Ledger {
                 if f.arrived_us == i64::MIN {
                     rep.no_time += 1;
                 } else {
-                    // The embedded server stores before it replies: a delivery can precede
-                    // the accept time by microseconds. That is zero latency.
-                    let latency_us = (f.arrived_us - m.accepted_us).max(0) as u64;
-                    // `record`, not `saturating_record`: the latter clamps at the current top
-                    // instead of growing the auto-resizing histogram.
-                    let _ = rep.latency.record(latency_us);
                     rep.arrivals.push(Arrival {
                         arrived_us: f.arrived_us,
-                        latency_us,
+                        latency_us: f.arrived_us - m.accepted_us,
+                        coarse: f.coarse,
                     });
                 }
             }
@@ -353,6 +402,7 @@ impl Ledger {
                 rep.foreign += f.copies as u64;
             }
         }
+        rep.measure_latency();
         let ours = run.map_or(0, |run| {
             self.finds.keys().filter(|(r, _, _)| *r == run).count() as u64
         });
@@ -530,28 +580,28 @@ mod tests {
         let mut l = Ledger::new(Vec::new());
         let t = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_767_225_600);
         assert_eq!(
-            l.ingest("a@x.test", "1", &msg("r1", 0, "hi\r\n"), Some(t)),
+            l.ingest("a@x.test", "1", &msg("r1", 0, "hi\r\n"), Timing::Exact(t)),
             Ingested::Traced
         );
         assert_eq!(
-            l.ingest("a@x.test", "1", &msg("r1", 0, "hi\r\n"), Some(t)),
+            l.ingest("a@x.test", "1", &msg("r1", 0, "hi\r\n"), Timing::Exact(t)),
             Ingested::AlreadySeen
         );
         // Line endings changed by the store: still intact.
         let lf = String::from_utf8(msg("r1", 0, "hi\r\n"))
             .unwrap()
             .replace("\r\n", "\n");
-        l.ingest("B@x.test", "2", lf.as_bytes(), None);
-        l.ingest("b@x.test", "3", lf.as_bytes(), None);
+        l.ingest("B@x.test", "2", lf.as_bytes(), Timing::Unknown);
+        l.ingest("b@x.test", "3", lf.as_bytes(), Timing::Unknown);
         let mut bad = msg("r1", 1, "hi\r\n");
         *bad.last_mut().unwrap() = b'X';
-        l.ingest("a@x.test", "4", &bad, None);
+        l.ingest("a@x.test", "4", &bad, Timing::Unknown);
         assert_eq!(
-            l.ingest("a@x.test", "5", &msg("other", 0, "x"), None),
+            l.ingest("a@x.test", "5", &msg("other", 0, "x"), Timing::Unknown),
             Ingested::Traced
         );
         assert_eq!(
-            l.ingest("a@x.test", "6", b"Subject: hi\r\n\r\nx", None),
+            l.ingest("a@x.test", "6", b"Subject: hi\r\n\r\nx", Timing::Unknown),
             Ingested::Foreign
         );
         let r = l.report(&log());
@@ -576,9 +626,9 @@ mod tests {
         )
         .unwrap();
         let mut l = Ledger::new(rules);
-        l.ingest("a@x.test", "1", &msg("r1", 0, "a"), None);
-        l.ingest("b@x.test", "1", &msg("r1", 0, "a"), None);
-        l.ingest("a@x.test", "2", &msg("r1", 1, "a"), None);
+        l.ingest("a@x.test", "1", &msg("r1", 0, "a"), Timing::Unknown);
+        l.ingest("b@x.test", "1", &msg("r1", 0, "a"), Timing::Unknown);
+        l.ingest("a@x.test", "2", &msg("r1", 1, "a"), Timing::Unknown);
         let r = l.report(&log());
         assert_eq!((r.expected, r.delivered), (3, 3));
         assert_eq!((r.rules[0].expected, r.rules[0].found), (1, 0));
@@ -588,15 +638,15 @@ mod tests {
             "Subject: Undelivered Mail\r\n\r\nReporting-MTA: dns; x\r\n\r\nFinal-Recipient: rfc822; ghost@x.test\r\nAction: failed\r\n\r\n{orig}"
         );
         assert_eq!(
-            l.ingest("s@x.test", "b1", dsn.as_bytes(), None),
+            l.ingest("s@x.test", "b1", dsn.as_bytes(), Timing::Unknown),
             Ingested::Derived
         );
         let r = l.report(&log());
         assert_eq!((r.rules[0].found, r.rules[0].extra), (1, 0));
         assert!(r.ok(), "{:?}", r.rules);
         // A second bounce for the same recipient is extra; one in the wrong box misplaced.
-        l.ingest("s@x.test", "b2", dsn.as_bytes(), None);
-        l.ingest("a@x.test", "b3", dsn.as_bytes(), None);
+        l.ingest("s@x.test", "b2", dsn.as_bytes(), Timing::Unknown);
+        l.ingest("a@x.test", "b3", dsn.as_bytes(), Timing::Unknown);
         let r = l.report(&log());
         assert_eq!(
             (r.rules[0].found, r.rules[0].extra, r.rules[0].misplaced),
@@ -619,12 +669,17 @@ mod tests {
                 "Subject: Accepted {seq}\r\nIn-Reply-To: <{seq}.r1@spate.invalid>\r\n\r\nok"
             );
             assert_eq!(
-                l.ingest("s@x.test", &format!("n{seq}"), n.as_bytes(), None),
+                l.ingest(
+                    "s@x.test",
+                    &format!("n{seq}"),
+                    n.as_bytes(),
+                    Timing::Unknown
+                ),
                 Ingested::Derived
             );
         }
         let rc = "Subject: Receipt\r\nX-Receipt-For: <1.r1@spate.invalid>\r\n\r\nok";
-        l.ingest("s@x.test", "r1", rc.as_bytes(), None);
+        l.ingest("s@x.test", "r1", rc.as_bytes(), Timing::Unknown);
         let r = l.report(&log());
         assert_eq!(
             (r.rules[0].expected, r.rules[0].found, r.rules[0].ok),
@@ -634,5 +689,41 @@ mod tests {
             (r.rules[1].expected, r.rules[1].found, r.rules[1].ok),
             (3, 1, false)
         );
+    }
+
+    /// Latencies from arrival times that cannot resolve them are not reported as zeros.
+    #[test]
+    fn latency_is_not_measurable_from_coarse_or_early_times() {
+        use std::time::{Duration, UNIX_EPOCH};
+        // The log accepts seq 0 at 00:00:00 (to a and b) and seq 1 at 00:00:01 (to a).
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_767_225_600);
+        let feed = |timing: &dyn Fn(u64) -> Timing| {
+            let mut l = Ledger::new(Vec::new());
+            l.ingest("a@x.test", "1", &msg("r1", 0, "a"), timing(0));
+            l.ingest("b@x.test", "2", &msg("r1", 0, "a"), timing(0));
+            l.ingest("a@x.test", "3", &msg("r1", 1, "a"), timing(1));
+            l.report(&log())
+        };
+        // To the second, and under a second after acceptance: not measurable.
+        let r = feed(&|seq| Timing::Seconds(t0 + Duration::from_secs(seq)));
+        assert_eq!(r.not_measurable, Some("arrival times to the second"));
+        assert!(r.latency.is_empty());
+        assert_eq!(r.arrivals.len(), 3, "the timeline keeps them");
+        // To the second, but five seconds late: that resolution can tell.
+        let r = feed(&|seq| Timing::Seconds(t0 + Duration::from_secs(seq + 5)));
+        assert_eq!(r.not_measurable, None);
+        assert_eq!(r.latency.len(), 3);
+        // Recorded before the server's reply (stored, then 250).
+        let r =
+            feed(&|seq| Timing::Exact(t0 + Duration::from_secs(seq) - Duration::from_millis(1)));
+        assert!(r
+            .not_measurable
+            .unwrap()
+            .contains("before the server's reply"));
+        // Exact and after: measured.
+        let r =
+            feed(&|seq| Timing::Exact(t0 + Duration::from_secs(seq) + Duration::from_millis(40)));
+        assert_eq!(r.not_measurable, None);
+        assert!((39_000..=41_000).contains(&r.latency.value_at_quantile(0.5)));
     }
 }

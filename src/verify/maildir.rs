@@ -3,8 +3,8 @@
 //! precision) is the arrival time: the server wrote it then and moving it from new/ to cur/
 //! keeps it.
 
+use super::ledger::Timing;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
 
 use super::ledger::Ledger;
 
@@ -63,8 +63,10 @@ impl Maildir {
                     let Ok(raw) = std::fs::read(&path) else {
                         continue;
                     };
-                    let arrived: Option<SystemTime> =
-                        std::fs::metadata(&path).and_then(|m| m.modified()).ok();
+                    let arrived = match std::fs::metadata(&path).and_then(|m| m.modified()) {
+                        Ok(t) => Timing::Exact(t),
+                        Err(_) => Timing::Unknown,
+                    };
                     ledger.ingest(&mailbox, id, &raw, arrived);
                     pass.ingested += 1;
                 }

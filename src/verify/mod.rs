@@ -18,7 +18,7 @@ pub mod rules;
 mod sentlog;
 
 pub use args::{Common, InlineArgs, RemoteOptions, Source, RULES_HELP};
-pub use ledger::{Ingested, Ledger, Report, RuleResult};
+pub use ledger::{Ingested, Ledger, Report, RuleResult, Timing};
 pub use maildir::Maildir;
 pub use remote::{Passwords, Remote};
 pub use sentlog::{SentLog, SentLogError};

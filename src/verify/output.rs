@@ -56,7 +56,10 @@ pub fn write_files(r: &Report, out: &Path, source: &str) -> io::Result<()> {
         bump(&mut injected, second(r.start_us, us), n);
     }
     for a in &r.arrivals {
-        bump(&mut delivered, second(r.start_us, a.arrived_us), 1);
+        // Never before its acceptance: a source that records a message before the
+        // server's reply would otherwise draw deliveries ahead of injection.
+        let at = a.arrived_us.max(a.arrived_us - a.latency_us);
+        bump(&mut delivered, second(r.start_us, at), 1);
     }
     let mut csv = BufWriter::new(std::fs::File::create(out.join("deliveries.csv"))?);
     writeln!(csv, "t_s,time,injected,delivered")?;
@@ -72,7 +75,12 @@ pub fn write_files(r: &Report, out: &Path, source: &str) -> io::Result<()> {
     }
     csv.flush()?;
 
-    // Latency by arrival second, one interval histogram each.
+    // Latency by arrival second, one interval histogram each; none when the source's
+    // times cannot give latencies (a stale one from an earlier check goes).
+    if r.not_measurable.is_some() {
+        let _ = std::fs::remove_file(out.join("delivery.hlog"));
+        return Ok(());
+    }
     let mut hlog = HlogFile::create(
         &out.join("delivery.hlog"),
         "delivery latency",
@@ -81,7 +89,7 @@ pub fn write_files(r: &Report, out: &Path, source: &str) -> io::Result<()> {
     let mut arrivals: Vec<(usize, u64)> = r
         .arrivals
         .iter()
-        .map(|a| (second(r.start_us, a.arrived_us), a.latency_us))
+        .map(|a| (second(r.start_us, a.arrived_us), a.latency_us.max(0) as u64))
         .collect();
     arrivals.sort_unstable();
     let mut h = Histogram::<u64>::new(3).expect("3 significant figures is valid");
@@ -113,6 +121,8 @@ fn json(r: &Report, source: &str) -> serde_json::Value {
         "unlogged": r.unlogged,
         "no_arrival_time": r.no_time,
         "latency": {
+            "measurable": r.not_measurable.is_none(),
+            "not_measurable": r.not_measurable,
             "count": l.len(),
             "p50_us": l.value_at_quantile(0.5),
             "p90_us": l.value_at_quantile(0.9),
@@ -203,7 +213,12 @@ pub fn render(r: &Report, source: &str, dir: &Path, show: usize) -> String {
         s.push('\n');
     }
     let l = &r.latency;
-    if l.is_empty() {
+    if let Some(why) = r.not_measurable {
+        let _ = writeln!(
+            s,
+            "  latency    not measurable from this source ({why}); for real delivery latency verify inline over IMAP IDLE: spate smtp ... --verify imap://HOST:PORT"
+        );
+    } else if l.is_empty() {
         let _ = writeln!(s, "  latency    no arrival times");
     } else {
         let _ = writeln!(

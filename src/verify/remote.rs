@@ -10,7 +10,7 @@ use crate::session::mailbox::fetch::{
     fetch_mailbox, parse_url, watch_mailbox, Account, Fetched, MailProto,
 };
 use crate::session::Endpoint;
-use crate::verify::{Ledger, SentLog};
+use crate::verify::{Ledger, SentLog, Timing};
 use crate::UsageError;
 
 /// Passwords for the mailboxes to read.
@@ -115,7 +115,9 @@ impl Remote {
                 let fetched = fetched.map_err(|e| anyhow::anyhow!("mailbox {address}: {e}"))?;
                 for m in fetched {
                     if !ledger.seen(&address, &m.id) {
-                        ledger.ingest(&address, &m.id, &m.raw, m.arrived);
+                        // INTERNALDATE has whole seconds.
+                        let arrived = m.arrived.map_or(Timing::Unknown, Timing::Seconds);
+                        ledger.ingest(&address, &m.id, &m.raw, arrived);
                     }
                 }
             }
@@ -164,7 +166,7 @@ impl Remote {
                     let now = std::time::SystemTime::now();
                     let mut l = ledger.lock().unwrap_or_else(|p| p.into_inner());
                     if !l.seen(&mailbox, &m.id) {
-                        l.ingest(&mailbox, &m.id, &m.raw, Some(now));
+                        l.ingest(&mailbox, &m.id, &m.raw, Timing::Exact(now));
                     }
                 };
                 // A watcher that fails (login refused, server gone) leaves the mailbox to
