@@ -525,3 +525,35 @@ async fn notice_rule_counts_replies_by_message_id() {
     assert!(String::from_utf8_lossy(&o.stdout)
         .contains("FAILED: rule notice: 14 of 15 found, 1 misplaced"));
 }
+
+/// A message of this run found in a mailbox it was not sent to is misdelivered (and
+/// missing where it belongs): the check fails and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_in_the_wrong_mailbox_is_misdelivered() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("mail");
+    let run = tmp.path().join("run");
+    let (server, o) = inject(&root, &run, 20, &[]).await;
+    assert!(o.status.success(), "{}", text(&o));
+    server.shutdown().await;
+    // Move one delivered file into a mailbox no message of the run went to.
+    let file = files(&root)[0].clone();
+    let stranger = root.join("stranger@example.test").join("new");
+    std::fs::create_dir_all(&stranger).unwrap();
+    std::fs::rename(&file, stranger.join(file.file_name().unwrap())).unwrap();
+    let (r, m) = (run.to_str().unwrap(), root.to_str().unwrap());
+    let o = spate(&["verify", r, "--maildir", m]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let v = verify_json(&run);
+    assert_eq!(
+        (v["misdelivered"].as_u64(), v["unlogged"].as_u64()),
+        (Some(1), Some(0)),
+        "{v}"
+    );
+    assert_eq!(v["missing"], 1);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("1 misdelivered"),
+        "{}",
+        text(&o)
+    );
+}

@@ -113,6 +113,8 @@ pub struct Report {
     /// This run's messages found but absent from the sent log (accepted by the server
     /// while the client saw a failure, or a recipient the log does not list).
     pub unlogged: u64,
+    /// This run's messages found in a mailbox that is none of the message's recipients.
+    pub misdelivered: u64,
     /// (seq, recipient, accepted at µs) of every missing delivery, by seq.
     pub missing: Vec<(u64, String, i64)>,
     pub latency: Histogram<u64>,
@@ -164,11 +166,12 @@ impl Report {
         self.missing.len() as u64
     }
 
-    /// Nothing missing, duplicated or corrupted, every rule met.
+    /// Nothing missing, duplicated, corrupted or misdelivered, every rule met.
     pub fn ok(&self) -> bool {
         self.missing.is_empty()
             && self.duplicated == 0
             && self.corrupted == 0
+            && self.misdelivered == 0
             && self.rules.iter().all(|r| r.ok)
     }
 
@@ -356,6 +359,7 @@ impl Ledger {
             corrupted: 0,
             foreign: self.foreign,
             unlogged: 0,
+            misdelivered: 0,
             missing: Vec::new(),
             latency: Histogram::new(3).expect("3 significant figures is valid"),
             not_measurable: None,
@@ -365,7 +369,7 @@ impl Ledger {
             rules: Vec::new(),
             start_us: log.start_us,
         };
-        let mut matched = 0u64;
+        let mut matched = HashSet::new();
         for m in &log.messages {
             let before = rep.expected;
             for &r in log.recipients(m) {
@@ -381,7 +385,9 @@ impl Ledger {
                         .push((m.seq, log.addrs.name(r).to_string(), m.accepted_us));
                     continue;
                 };
-                matched += 1;
+                if let (Some(run), Some(mbx)) = (run, mbx_of[r as usize]) {
+                    matched.insert((run, m.seq, mbx));
+                }
                 rep.delivered += 1;
                 rep.duplicated += (f.copies - 1) as u64;
                 rep.corrupted += f.corrupted as u64;
@@ -403,15 +409,42 @@ impl Ledger {
             }
         }
         rep.measure_latency();
-        let ours = run.map_or(0, |run| {
-            self.finds.keys().filter(|(r, _, _)| *r == run).count() as u64
-        });
-        rep.unlogged = ours - matched;
+        self.strays(log, run, &mbx_of, &matched, &mut rep);
         for (i, rule) in self.rules.iter().enumerate() {
             rep.rules
                 .push(self.rule_result(i as u16, rule, run, log, &mut rep.foreign));
         }
         rep
+    }
+
+    /// This run's messages found where no delivery was expected: in a mailbox that is
+    /// none of the message's recipients (misdelivered), or of a message the sent log does
+    /// not list or at a recipient it expected not to reach (unlogged).
+    fn strays(
+        &self,
+        log: &SentLog,
+        run: Option<u32>,
+        mbx_of: &[Option<u32>],
+        matched: &HashSet<(u32, u64, u32)>,
+        rep: &mut Report,
+    ) {
+        let Some(run) = run else { return };
+        let by_seq: HashMap<u64, &[u32]> = log
+            .messages
+            .iter()
+            .map(|m| (m.seq, log.recipients(m)))
+            .collect();
+        for key @ &(r, seq, mbx) in self.finds.keys() {
+            if r != run || matched.contains(key) {
+                continue;
+            }
+            match by_seq.get(&seq) {
+                Some(rcpts) if !rcpts.iter().any(|&i| mbx_of[i as usize] == Some(mbx)) => {
+                    rep.misdelivered += 1
+                }
+                _ => rep.unlogged += 1,
+            }
+        }
     }
 
     fn rule_result(

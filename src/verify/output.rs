@@ -119,6 +119,7 @@ fn json(r: &Report, source: &str) -> serde_json::Value {
         "corrupted": r.corrupted,
         "foreign": r.foreign,
         "unlogged": r.unlogged,
+        "misdelivered": r.misdelivered,
         "no_arrival_time": r.no_time,
         "latency": {
             "measurable": r.not_measurable.is_none(),
@@ -153,6 +154,7 @@ pub fn verdict(r: &Report) -> String {
         (r.missing_count(), "missing"),
         (r.duplicated, "duplicated"),
         (r.corrupted, "corrupted"),
+        (r.misdelivered, "misdelivered"),
     ] {
         if n > 0 {
             why.push(format!("{n} {what}"));
@@ -188,7 +190,7 @@ pub fn render(r: &Report, source: &str, dir: &Path, show: usize) -> String {
         dir.display()
     );
     let us = |v: u64| fmt_duration(Duration::from_micros(v));
-    let rows: [(&str, u64, String); 7] = [
+    let rows: [(&str, u64, String); 8] = [
         (
             "expected",
             r.expected,
@@ -203,6 +205,11 @@ pub fn render(r: &Report, source: &str, dir: &Path, show: usize) -> String {
             "unlogged",
             r.unlogged,
             "this run's, absent from sent.log".into(),
+        ),
+        (
+            "misdelivered",
+            r.misdelivered,
+            "this run's, in a mailbox it was not sent to".into(),
         ),
     ];
     for (name, n, note) in rows {
