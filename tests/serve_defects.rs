@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{python, Raw};
 use spate::serve::{self, Config, Running, Users};
@@ -227,4 +227,107 @@ async fn imap_envelope_carries_the_addresses() {
     })
     .await;
     running.shutdown().await;
+}
+
+/// Logs in to POP3 as carol: the answer to PASS.
+fn pop_login(c: &mut Raw) -> String {
+    assert!(c.line().starts_with("+OK"));
+    c.send(b"USER carol\r\nPASS pw\r\n");
+    assert!(c.line().starts_with("+OK"));
+    c.line()
+}
+
+/// A multi-line POP3 answer after its status line: the octets it carries (unstuffed).
+fn pop_octets(c: &mut Raw) -> usize {
+    let mut n = 0;
+    for _ in 0..1000 {
+        // Raw::line trims the line end; the message has no trailing spaces to lose.
+        let l = c.line();
+        if l == "." {
+            return n;
+        }
+        n += l.strip_prefix('.').unwrap_or(&l).len() + 2;
+    }
+    panic!("no end to a multi-line answer");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pop3_top_reports_what_it_sends() {
+    let running = server(1, None).await;
+    let addr = running.addrs.pop3.unwrap();
+    blocking(move || {
+        let mut c = Raw::connect(addr);
+        assert!(pop_login(&mut c).starts_with("+OK 1 messages"));
+        for (cmd, lines) in [("TOP 1 0", 0), ("TOP 1 2", 2), ("RETR 1", 99)] {
+            c.send(format!("{cmd}\r\n").as_bytes());
+            let status = c.line();
+            let sent = pop_octets(&mut c);
+            let header = MAIL.find("\r\n\r\n").unwrap() + 4;
+            let want = MAIL[header..].split_inclusive("\r\n").take(lines);
+            assert_eq!(sent, header + want.map(str::len).sum::<usize>(), "{cmd}");
+            let said: usize = status
+                .split_whitespace()
+                .nth(1)
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(sent);
+            assert_eq!(said, sent, "{cmd}: {status}");
+        }
+    })
+    .await;
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pop3_maildrop_is_locked_per_session() {
+    let running = server(3, Some(Duration::from_secs(1))).await;
+    let addr = running.addrs.pop3.unwrap();
+    blocking(move || {
+        let mut a = Raw::connect(addr);
+        assert!(pop_login(&mut a).starts_with("+OK 3 messages"));
+        let mut b = Raw::connect(addr);
+        let refused = pop_login(&mut b);
+        assert!(refused.starts_with("-ERR [IN-USE]"), "{refused}");
+        a.send(b"DELE 1\r\nDELE 2\r\nDELE 3\r\nQUIT\r\n");
+        let got: Vec<String> = (0..4).map(|_| a.line()).collect();
+        assert_eq!(got[3], "+OK bye, 3 deleted", "{got:?}");
+        // Still in AUTHORIZATION: the same connection may try again once A is gone.
+        b.send(b"USER carol\r\nPASS pw\r\n");
+        assert!(b.line().starts_with("+OK"));
+        assert_eq!(b.line(), "+OK 0 messages");
+        b.send(b"QUIT\r\n");
+        assert_eq!(b.line(), "+OK bye, 0 deleted");
+        // Closing without QUIT releases the lock too ...
+        let mut c = Raw::connect(addr);
+        assert!(pop_login(&mut c).starts_with("+OK"));
+        drop(c);
+        assert!(
+            login_within(addr, Duration::from_secs(5)),
+            "lock kept after close"
+        );
+        // ... and so does the idle timeout (1 s here).
+        let mut d = Raw::connect(addr);
+        assert!(pop_login(&mut d).starts_with("+OK"));
+        std::thread::sleep(Duration::from_millis(1500));
+        assert!(
+            login_within(addr, Duration::from_secs(5)),
+            "lock kept after idle"
+        );
+    })
+    .await;
+    running.shutdown().await;
+}
+
+/// Does a POP3 login succeed (not -ERR [IN-USE]) before `limit`? The server notices a
+/// closed connection asynchronously, so a refusal is retried for a while.
+fn login_within(addr: std::net::SocketAddr, limit: Duration) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        let mut c = Raw::connect(addr);
+        if pop_login(&mut c).starts_with("+OK") {
+            c.send(b"QUIT\r\n");
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
 }
