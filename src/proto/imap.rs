@@ -103,6 +103,10 @@ pub enum Command {
         reference: String,
         pattern: String,
     },
+    Lsub {
+        reference: String,
+        pattern: String,
+    },
     Status {
         mailbox: String,
         items: Vec<String>,
@@ -458,6 +462,35 @@ pub fn parse(input: &[u8]) -> Result<Request, ParseError> {
     Ok(Request { tag, command })
 }
 
+/// The tag of a line that starts like a command (a tag, then a space), so that a line
+/// refused before parsing (too long) can still get its tagged answer.
+pub fn tag_of(line: &[u8]) -> Option<&str> {
+    let mut p = P { s: line, i: 0 };
+    // `*` is no tag character; `* BAD` is what such a line gets anyway.
+    let tag = p.atom_with(b"+*").ok()?;
+    p.eat(b' ').then_some(tag)
+}
+
+/// ` reference pattern` of LIST and LSUB.
+fn list_args(p: &mut P) -> R<(String, String)> {
+    p.sp()?;
+    let reference = p.astring()?;
+    p.sp()?;
+    let pattern = match p.peek() {
+        Some(b'"') => p.quoted()?,
+        Some(b'{') => p.literal()?,
+        _ => {
+            // list-wildcards are allowed in a pattern atom.
+            let start = p.i;
+            while p.peek().is_some_and(|b| b > b' ' && b < 0x7f && b != b'(') {
+                p.i += 1;
+            }
+            String::from_utf8_lossy(&p.s[start..p.i]).into_owned()
+        }
+    };
+    Ok((reference, pattern))
+}
+
 fn command(p: &mut P) -> R<Command> {
     p.sp()?;
     let mut name = p.atom()?.to_ascii_uppercase();
@@ -504,23 +537,13 @@ fn command(p: &mut P) -> R<Command> {
                 Command::Examine(mailbox)
             }
         }
-        (false, "LIST" | "LSUB") => {
-            p.sp()?;
-            let reference = p.astring()?;
-            p.sp()?;
-            let pattern = match p.peek() {
-                Some(b'"') => p.quoted()?,
-                Some(b'{') => p.literal()?,
-                _ => {
-                    // list-wildcards are allowed in a pattern atom.
-                    let start = p.i;
-                    while p.peek().is_some_and(|b| b > b' ' && b < 0x7f && b != b'(') {
-                        p.i += 1;
-                    }
-                    String::from_utf8_lossy(&p.s[start..p.i]).into_owned()
-                }
-            };
+        (false, "LIST") => {
+            let (reference, pattern) = list_args(p)?;
             Command::List { reference, pattern }
+        }
+        (false, "LSUB") => {
+            let (reference, pattern) = list_args(p)?;
+            Command::Lsub { reference, pattern }
         }
         (false, "STATUS") => {
             p.sp()?;
@@ -723,6 +746,16 @@ mod tests {
             }
         );
         assert_eq!(cmd("x select inbox"), Command::Select("inbox".into()));
+        assert_eq!(
+            cmd("x LSUB \"\" %"),
+            Command::Lsub {
+                reference: String::new(),
+                pattern: "%".into()
+            }
+        );
+        assert_eq!(tag_of(b"a1 NOOP xxx"), Some("a1"));
+        assert_eq!(tag_of(b"xxxxxxxx"), None);
+        assert_eq!(tag_of(b"* NOOP"), None);
     }
 
     #[test]

@@ -17,6 +17,8 @@ use tokio_rustls::TlsAcceptor;
 use crate::proto::smtp::data::DataDecoder;
 
 const READ_CHUNK: usize = 16 * 1024;
+/// How much of a discarded overlong line is kept: enough for an IMAP tag.
+const OVERLONG_HEAD: usize = 128;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConnError {
@@ -50,6 +52,7 @@ pub struct Conn {
     idle: Duration,
     shutdown: watch::Receiver<bool>,
     writes: u64,
+    overlong_head: Vec<u8>,
 }
 
 impl Conn {
@@ -62,6 +65,7 @@ impl Conn {
             idle,
             shutdown,
             writes: 0,
+            overlong_head: Vec::new(),
         }
     }
 
@@ -90,6 +94,7 @@ impl Conn {
             idle,
             shutdown,
             writes: 0,
+            overlong_head: Vec::new(),
         }
     }
 
@@ -213,6 +218,9 @@ impl Conn {
                     end -= 1;
                 }
                 if discarding || end - start > max {
+                    if !discarding {
+                        self.keep_overlong_head(start);
+                    }
                     self.compact();
                     return Err(ConnError::LineTooLong);
                 }
@@ -222,12 +230,25 @@ impl Conn {
             }
             let waiting_idle = avail.is_empty() && !discarding;
             if avail.len() > max + 1 {
+                if !discarding {
+                    self.keep_overlong_head(self.rpos);
+                }
                 discarding = true;
                 self.rpos = self.rbuf.len();
                 self.compact();
             }
             self.fill(waiting_idle).await?;
         }
+    }
+
+    fn keep_overlong_head(&mut self, start: usize) {
+        let end = self.rbuf.len().min(start + OVERLONG_HEAD);
+        self.overlong_head = self.rbuf[start..end].to_vec();
+    }
+
+    /// The start of the line last reported as `LineTooLong` (IMAP answers with its tag).
+    pub fn overlong_head(&self) -> &[u8] {
+        &self.overlong_head
     }
 
     /// Feeds the DATA decoder until the terminating dot.

@@ -13,6 +13,8 @@ use crate::proto::imap::{
 };
 use crate::proto::sasl;
 
+mod envelope;
+
 const MAX_LINE: usize = 8192;
 /// Literals are only used for logins and search strings here.
 const MAX_LITERAL: u64 = 64 * 1024;
@@ -44,16 +46,25 @@ enum Next {
     Logout,
 }
 
+/// A message set that names a sequence number the client has not been told exists.
+struct BadSet;
+
+impl BadSet {
+    const TEXT: &'static str = "Invalid messageset: message number above EXISTS";
+}
+
 pub(crate) async fn run(conn: &mut Conn, sh: &Shared) -> Result<(), ConnError> {
-    conn.queue(
-        b"* OK [CAPABILITY IMAP4rev1 LITERAL+ IDLE AUTH=PLAIN STARTTLS] spate IMAP ready\r\n",
-    );
     let mut s = Session {
         conn,
         sh,
         user: None,
         selected: None,
     };
+    let greeting = format!(
+        "* OK [CAPABILITY {}] spate IMAP ready\r\n",
+        s.capabilities()
+    );
+    s.conn.queue(greeting.as_bytes());
     let mut errors = 0;
     loop {
         let input = match s.read_command().await {
@@ -114,7 +125,15 @@ impl Session<'_> {
             let line = match self.conn.read_line(MAX_LINE).await {
                 Ok(l) => l,
                 Err(ConnError::LineTooLong) => {
-                    self.conn.queue(b"* BAD line too long\r\n");
+                    // RFC 3501 7.1.3: a readable tag gets its tagged BAD, or the client
+                    // would wait for the completion of that command forever.
+                    let head = if input.is_empty() {
+                        self.conn.overlong_head()
+                    } else {
+                        &input
+                    };
+                    let tag = imap::tag_of(head).unwrap_or("*").to_string();
+                    self.bad(&tag, "line too long");
                     return Ok(None);
                 }
                 Err(e) => return Err(e),
@@ -152,14 +171,23 @@ impl Session<'_> {
         self.conn.queue(format!("{tag} BAD {text}\r\n").as_bytes());
     }
 
+    /// What works in the current state: STARTTLS and AUTH only before login, and
+    /// STARTTLS only on a connection that is not TLS already.
+    fn capabilities(&self) -> String {
+        let mut caps = String::from("IMAP4rev1 LITERAL+ IDLE");
+        if self.user.is_none() {
+            caps.push_str(" AUTH=PLAIN");
+            if !self.conn.is_tls() {
+                caps.push_str(" STARTTLS");
+            }
+        }
+        caps
+    }
+
     async fn command(&mut self, tag: &str, cmd: Command) -> Result<Next, ConnError> {
         match cmd {
             Command::Capability => {
-                let mut caps = String::from("* CAPABILITY IMAP4rev1 LITERAL+ IDLE AUTH=PLAIN");
-                if !self.conn.is_tls() {
-                    caps.push_str(" STARTTLS");
-                }
-                caps.push_str("\r\n");
+                let caps = format!("* CAPABILITY {}\r\n", self.capabilities());
                 self.conn.queue(caps.as_bytes());
                 self.ok(tag, "CAPABILITY completed");
             }
@@ -209,16 +237,8 @@ impl Session<'_> {
             }
             Command::Select(_) => self.select(tag, false),
             Command::Examine(_) => self.select(tag, true),
-            Command::List { pattern, .. } => {
-                if pattern.is_empty() {
-                    self.conn.queue(b"* LIST (\\Noselect) \"/\" \"\"\r\n");
-                } else if matches!(pattern.as_str(), "*" | "%")
-                    || pattern.eq_ignore_ascii_case("INBOX")
-                {
-                    self.conn.queue(b"* LIST (\\HasNoChildren) \"/\" INBOX\r\n");
-                }
-                self.ok(tag, "LIST completed");
-            }
+            Command::List { pattern, .. } => self.list(tag, "LIST", &pattern),
+            Command::Lsub { pattern, .. } => self.list(tag, "LSUB", &pattern),
             Command::Status { mailbox, items } => self.status(tag, &mailbox, &items),
             _ if self.selected.is_none() => self.bad(tag, "select a mailbox first"),
             Command::Close => {
@@ -260,6 +280,18 @@ impl Session<'_> {
         } else {
             self.no(tag, "[AUTHENTICATIONFAILED] invalid credentials");
         }
+    }
+
+    /// LIST, or LSUB (which names INBOX as subscribed: the only mailbox there is).
+    fn list(&mut self, tag: &str, verb: &str, pattern: &str) {
+        if pattern.is_empty() {
+            let line = format!("* {verb} (\\Noselect) \"/\" \"\"\r\n");
+            self.conn.queue(line.as_bytes());
+        } else if matches!(pattern, "*" | "%") || pattern.eq_ignore_ascii_case("INBOX") {
+            let line = format!("* {verb} (\\HasNoChildren) \"/\" INBOX\r\n");
+            self.conn.queue(line.as_bytes());
+        }
+        self.ok(tag, &format!("{verb} completed"));
     }
 
     fn mailbox(&self) -> String {
@@ -366,10 +398,12 @@ impl Session<'_> {
         }
     }
 
-    /// Indexes (into the view) of the messages a set names.
-    fn resolve(&self, uid: bool, set: &SeqSet) -> Vec<usize> {
+    /// Indexes (into the view) of the messages a set names. A sequence number above
+    /// EXISTS is an error (RFC 3501 9, seq-number; Dovecot says BAD too), a missing UID
+    /// just names nothing.
+    fn resolve(&self, uid: bool, set: &SeqSet) -> Result<Vec<usize>, BadSet> {
         let Some(sel) = &self.selected else {
-            return Vec::new();
+            return Ok(Vec::new());
         };
         let view = &sel.view;
         let max = if uid {
@@ -395,20 +429,30 @@ impl Session<'_> {
                         .map(|(i, _)| i),
                 );
             } else {
-                let hi = hi.min(view.len() as u32);
-                out.extend((lo.max(1)..=hi).map(|n| n as usize - 1));
+                // A range with `*` stays lenient (`1:*` of an empty mailbox names
+                // nothing), as it always was here.
+                let starred = *a == SeqNum::Star || *b == SeqNum::Star;
+                if hi > max && !starred {
+                    return Err(BadSet);
+                }
+                out.extend((lo.max(1)..=hi.min(max)).map(|n| n as usize - 1));
             }
         }
         out.sort_unstable();
         out.dedup();
-        out
+        Ok(out)
     }
 
     /// Runs `f` on each named message still in the store, with its sequence number.
-    fn each(&self, uid: bool, set: &SeqSet, mut f: impl FnMut(u32, &mut StoredMessage)) {
-        let idx = self.resolve(uid, set);
+    fn each(
+        &self,
+        uid: bool,
+        set: &SeqSet,
+        mut f: impl FnMut(u32, &mut StoredMessage),
+    ) -> Result<(), BadSet> {
+        let idx = self.resolve(uid, set)?;
         let Some(sel) = &self.selected else {
-            return;
+            return Ok(());
         };
         let uids: Vec<(u32, u32)> = idx.iter().map(|&i| (i as u32 + 1, sel.view[i])).collect();
         self.sh.store.with_mailbox(&sel.mailbox, |mb| {
@@ -418,13 +462,14 @@ impl Session<'_> {
                 }
             }
         });
+        Ok(())
     }
 
     fn fetch(&mut self, tag: &str, uid: bool, set: &SeqSet, items: &[FetchItem]) {
         let read_only = self.selected.as_ref().is_some_and(|s| s.read_only);
         let mut out = Vec::new();
         let mut retrieved = 0;
-        self.each(uid, set, |seq, m| {
+        let done = self.each(uid, set, |seq, m| {
             let mut parts: Vec<Vec<u8>> = Vec::new();
             if uid && !items.contains(&FetchItem::Uid) {
                 parts.push(format!("UID {}", m.uid).into_bytes());
@@ -450,6 +495,9 @@ impl Session<'_> {
             out.extend_from_slice(&parts.join(&b' '));
             out.extend_from_slice(b")\r\n");
         });
+        if done.is_err() {
+            return self.bad(tag, BadSet::TEXT);
+        }
         for _ in 0..retrieved {
             self.sh.stats.retrieved();
         }
@@ -477,7 +525,7 @@ impl Session<'_> {
                 .unwrap_or(0)
         });
         let mut out = String::new();
-        self.each(uid, set, |seq, m| {
+        let done = self.each(uid, set, |seq, m| {
             m.flags = match mode {
                 StoreMode::Replace => bits,
                 StoreMode::Add => m.flags | bits,
@@ -496,6 +544,9 @@ impl Session<'_> {
                 );
             }
         });
+        if done.is_err() {
+            return self.bad(tag, BadSet::TEXT);
+        }
         self.conn.queue(out.as_bytes());
         self.ok(tag, "STORE completed");
     }
@@ -655,15 +706,7 @@ fn fetch_part(item: &FetchItem, m: &StoredMessage) -> Vec<u8> {
         FetchItem::InternalDate => {
             format!("INTERNALDATE \"{}\"", internal_date(m.received)).into_bytes()
         }
-        // Addresses are left NIL: enough for clients that list messages.
-        FetchItem::Envelope => format!(
-            "ENVELOPE ({} {} NIL NIL NIL NIL NIL NIL {} {})",
-            nstring(header_value(&m.data, "Date")),
-            nstring(header_value(&m.data, "Subject")),
-            nstring(header_value(&m.data, "In-Reply-To")),
-            nstring(header_value(&m.data, "Message-ID")),
-        )
-        .into_bytes(),
+        FetchItem::Envelope => envelope::envelope(&m.data).into_bytes(),
         FetchItem::Rfc822(section) => {
             let (name, bytes) = match section {
                 None => ("RFC822", m.data.to_vec()),

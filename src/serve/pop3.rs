@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::conn::{Conn, ConnError};
 use super::shared::Shared;
+use super::store::MaildropLock;
 use crate::proto::dot::stuff;
 use crate::proto::pop3::{self, Command};
 use crate::proto::sasl;
@@ -20,6 +21,8 @@ struct Message {
 }
 
 struct Maildrop {
+    /// Held for as long as the session is in the TRANSACTION state.
+    _lock: MaildropLock,
     mailbox: String,
     uid_validity: u32,
     messages: Vec<Message>,
@@ -239,11 +242,15 @@ fn retrieve(conn: &mut Conn, sh: &Shared, md: &Maildrop, n: u32, top: Option<u32
         return;
     };
     let m = &md.messages[i];
-    let body = match top {
-        Some(lines) => pop3::top(&m.data, lines),
-        None => &m.data[..],
+    // TOP announces the size of the part it sends, not of the whole message.
+    let (body, size) = match top {
+        Some(lines) => {
+            let part = pop3::top(&m.data, lines);
+            (part, part.len() as u64)
+        }
+        None => (&m.data[..], m.size),
     };
-    conn.queue(format!("+OK {} octets\r\n", m.size).as_bytes());
+    conn.queue(format!("+OK {size} octets\r\n").as_bytes());
     conn.queue(&stuff(body));
     if top.is_none() {
         sh.stats.retrieved();
@@ -286,8 +293,13 @@ fn login(conn: &mut Conn, sh: &Shared, user: &str, ok: bool) -> Option<Maildrop>
         conn.queue(b"-ERR [AUTH] invalid credentials\r\n");
         return None;
     }
-    sh.stats.login();
     let mailbox = sh.users.mailbox_for_login(user);
+    // Two sessions on one maildrop would each commit the other's deletions.
+    let Some(lock) = sh.store.lock_maildrop(&mailbox) else {
+        conn.queue(b"-ERR [IN-USE] maildrop already locked by another session\r\n");
+        return None;
+    };
+    sh.stats.login();
     let (uid_validity, messages) = sh.store.with_mailbox(&mailbox, |mb| {
         (
             mb.uid_validity,
@@ -304,6 +316,7 @@ fn login(conn: &mut Conn, sh: &Shared, user: &str, ok: bool) -> Option<Maildrop>
     });
     conn.queue(format!("+OK {} messages\r\n", messages.len()).as_bytes());
     Some(Maildrop {
+        _lock: lock,
         mailbox,
         uid_validity,
         messages,

@@ -5,7 +5,7 @@
 //! One mutex guards the mailbox map; every operation under it is short (a push, a scan of
 //! one mailbox), and bodies are shared `Arc<[u8]>`s so readers copy no message bytes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -122,6 +122,26 @@ pub struct Store {
     maildir_seq: AtomicU64,
     uid_validity: u32,
     leaked: Mutex<Vec<Box<[u8]>>>,
+    /// Mailboxes a POP3 session holds in the TRANSACTION state.
+    maildrop_locks: Mutex<HashSet<String>>,
+}
+
+/// The exclusive POP3 lock on one maildrop (RFC 1939 4), released when dropped, so that
+/// no way out of a session (QUIT, error, timeout, shutdown, a cancelled task) leaks it.
+#[derive(Debug)]
+pub struct MaildropLock {
+    store: Arc<Store>,
+    key: String,
+}
+
+impl Drop for MaildropLock {
+    fn drop(&mut self) {
+        self.store
+            .maildrop_locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.key);
+    }
 }
 
 /// Mailbox names are addresses, compared case-insensitively.
@@ -147,6 +167,7 @@ impl Store {
             maildir_seq: AtomicU64::new(0),
             uid_validity,
             leaked: Mutex::new(Vec::new()),
+            maildrop_locks: Mutex::new(HashSet::new()),
         })
     }
 
@@ -256,6 +277,19 @@ impl Store {
                 .fetch_sub(before - after, Ordering::Relaxed);
         }
         r
+    }
+
+    /// Locks the maildrop for one POP3 session; `None` while another session holds it.
+    pub fn lock_maildrop(self: &Arc<Self>, mailbox: &str) -> Option<MaildropLock> {
+        let key = mailbox_key(mailbox);
+        let mut locks = self
+            .maildrop_locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        locks.insert(key.clone()).then(|| MaildropLock {
+            store: self.clone(),
+            key,
+        })
     }
 
     /// A receiver that changes whenever the mailbox changes (delivery, expunge).
@@ -461,6 +495,16 @@ mod tests {
             store.deliver("a@x", b"12345"),
             Err(StoreError::Full(8))
         ));
+    }
+
+    #[test]
+    fn maildrop_lock_is_exclusive_until_dropped() {
+        let store = Store::new(StoreOptions::default());
+        let first = store.lock_maildrop("A@x.test").unwrap();
+        assert!(store.lock_maildrop("a@x.test").is_none());
+        assert!(store.lock_maildrop("b@x.test").is_some());
+        drop(first);
+        assert!(store.lock_maildrop("a@x.test").is_some());
     }
 
     #[test]
