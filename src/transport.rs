@@ -22,7 +22,7 @@ pub enum TransportError {
     Refused,
     #[error("connection closed by the server")]
     Closed,
-    #[error("timed out after {0:?}")]
+    #[error("timed out after {}", crate::units::fmt_duration(*.0))]
     Timeout(Duration),
     /// A TLS failure as rustls reported it (certificate checks, alerts from the server).
     #[error("TLS: {}", tls_words(.0))]

@@ -255,7 +255,8 @@ fn user_errors_are_one_line() {
         .args(["report", tmp.path().to_str().unwrap()])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(1));
+    // Bad input like a directory that does not exist: exit 2.
+    assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("no summary.json"));
     let o = Command::new(SPATE)
         .args(["compare", tmp.path().to_str().unwrap()])

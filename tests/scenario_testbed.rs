@@ -1,6 +1,8 @@
 //! `spate run scenarios/testbed-drain.toml` against the real Postfix + Dovecot test bed:
 //! delivery held, messages queued, released, the drain timed by `until_empty`, and every
-//! message found in the Maildirs. Skipped, saying so, without root or the packages.
+//! message found in the Maildirs. Needs root and the packages (see common::cannot_run).
+
+mod common;
 
 use std::path::Path;
 use std::process::Command;
@@ -47,8 +49,8 @@ fn drain_of_a_held_postfix_queue_is_measured() {
         .unwrap_or(false);
     if !root || !Path::new("/usr/sbin/postfix").exists() || !Path::new("/usr/sbin/dovecot").exists()
     {
-        eprintln!(
-            "SKIPPED: the Postfix+Dovecot test bed needs root and the postfix/dovecot packages"
+        common::cannot_run(
+            "the Postfix+Dovecot test bed needs root and the postfix/dovecot packages",
         );
         return;
     }

@@ -216,7 +216,7 @@ fn ldap_outage_mid_run_is_counted_per_interval_then_recovers() {
         return;
     };
     if !Path::new("/usr/sbin/slapd").exists() {
-        eprintln!("SKIPPED: slapd is not installed");
+        common::cannot_run("slapd is not installed");
         return;
     }
     let out = tmp.path().join("outage");

@@ -285,9 +285,9 @@ async fn inline_verify_after_smtp() {
 fn usage_errors_and_sources_without_passwords() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path().to_str().unwrap();
-    // No sent.log: an error, one line, exit 1.
+    // No sent.log: not the results of a run, bad input: one line, exit 2.
     let o = spate(&["verify", d, "--maildir", d]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         err.starts_with("spate: ") && err.contains("sent.log"),

@@ -22,9 +22,9 @@ pub struct Args {
     #[arg(required = true, num_args = 2.., value_name = "DIR")]
     pub dirs: Vec<PathBuf>,
 
-    /// Also write an HTML page with the charts overlaid (default file: ./compare.html).
-    /// Give the file with an equals sign: --html=FILE.
-    #[arg(long, num_args = 0..=1, require_equals = true, value_name = "FILE")]
+    /// Also write an HTML page with the charts overlaid (default file: ./compare.html);
+    /// --html FILE or --html=FILE.
+    #[arg(long, num_args = 0..=1, value_name = "FILE")]
     pub html: Option<Option<PathBuf>>,
 
     /// Print the comparison as JSON instead of a table.

@@ -46,6 +46,7 @@ impl Protocol {
 }
 
 #[derive(Debug, Clone, clap::Args, Serialize)]
+#[command(allow_negative_numbers = true)]
 #[command(
     after_long_help = "A unit of work is one mailbox visit: connect, (TLS), greeting, \
     log in, STAT/SELECT, act on up to --messages-per-connection messages (read whole or \
@@ -210,6 +211,20 @@ pub fn prepare(
     };
     if args.imap_target.is_some() && imap_percent == 0 {
         return usage("--imap-target needs --imap-percent");
+    }
+    let imap_only = [
+        (args.search.is_some(), "--search"),
+        (args.flag, "--flag"),
+        (args.idle.is_some(), "--idle"),
+    ];
+    if let Some((_, name)) = imap_only.iter().find(|(on, _)| *on && imap_percent == 0) {
+        return usage(format!(
+            "{name} is an IMAP option: use spate imap, or --imap-percent for a POP3/IMAP mix"
+        ));
+    }
+    let pop3_only = [(args.top != 0, "--top"), (args.listings, "--listings")];
+    if let Some((_, name)) = pop3_only.iter().find(|(on, _)| *on && imap_percent == 100) {
+        return usage(format!("{name} is a POP3 option (spate pop3)"));
     }
     let (pop3, imap) = endpoints(proto, &args, imap_percent)?;
     let workload = args.workload.resolve()?;

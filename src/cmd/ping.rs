@@ -21,6 +21,7 @@ use crate::units::{self, fmt_duration, Range};
 use crate::UsageError;
 
 #[derive(Debug, Clone, clap::Args)]
+#[command(allow_negative_numbers = true)]
 #[command(after_long_help = "EXAMPLES:\n  \
     spate ping smtp://127.0.0.1:2525 --to user@example.test -c 10 -w 0\n  \
     spate ping 127.0.0.1:587 --starttls --ca ca.pem --to me@example.test")]
@@ -254,6 +255,9 @@ fn factory(a: &Args, run_id: &str) -> anyhow::Result<Factory> {
 
 /// `spate ping`.
 pub async fn run(a: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
+    if a.count == 0 {
+        return crate::usage("-c/--count must be at least 1");
+    }
     let wait = if a.wait.chars().all(|c| c.is_ascii_digit()) {
         Duration::from_millis(a.wait.parse().unwrap_or(0))
     } else {

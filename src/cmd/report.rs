@@ -36,6 +36,16 @@ pub fn run(args: Args, _ctx: &Ctx) -> anyhow::Result<ExitCode> {
     if !args.dir.is_dir() {
         return crate::usage(format!("{}: no such directory", args.dir.display()));
     }
+    let a_run = args.dir.join("summary.json").is_file();
+    if !a_run
+        && !Sweep::is_sweep(&args.dir)
+        && crate::report::data::result_subdirs(&args.dir).is_empty()
+    {
+        return crate::usage(format!(
+            "{}: no summary.json: not the results directory of a run",
+            args.dir.display()
+        ));
+    }
     if args.text {
         let run = Run::read(&args.dir)?;
         print!("{}", crate::report::text::render(&run.summary));

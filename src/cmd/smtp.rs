@@ -20,6 +20,7 @@ use crate::units::{self, Range};
 use crate::{usage, UsageError};
 
 #[derive(Debug, Clone, clap::Args, Serialize)]
+#[command(allow_negative_numbers = true)]
 #[command(after_long_help = "EXAMPLES:\n  \
     spate smtp 127.0.0.1:2525 --users 50 --count 20000 --messages-per-connection 0\n  \
     spate smtp mx.test:25 --rate 5000/min --duration 10m --size 0..10k --rcpt 1..3\n  \

@@ -55,7 +55,13 @@ pub async fn run(args: Args, _ctx: &Ctx) -> anyhow::Result<ExitCode> {
         (None, None) => return crate::usage("give --maildir ROOT or --source SOURCE"),
     };
     if !args.dir.is_dir() {
-        anyhow::bail!("{}: not a results directory", args.dir.display());
+        return crate::usage(format!("{}: no such directory", args.dir.display()));
+    }
+    if !args.dir.join("sent.log").is_file() {
+        return crate::usage(format!(
+            "{}: not the results of a spate smtp run (no sent.log)",
+            args.dir.display()
+        ));
     }
     let rules = rules_of(args.common.rules.as_deref())?;
     let job = Job {

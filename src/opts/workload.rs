@@ -62,6 +62,11 @@ impl WorkloadArgs {
         if count == Some(0) {
             return usage("--count must be at least 1");
         }
+        if self.think.is_some() && (self.rate.is_some() || self.stages.is_some()) {
+            return usage(
+                "--think is for closed workloads (--users); an open workload (--rate, --stages) starts work on its schedule",
+            );
+        }
         let model = match (&self.rate, &self.stages) {
             (Some(rate), _) => {
                 let r = units::parse_rate(rate)?;

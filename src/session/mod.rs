@@ -128,6 +128,11 @@ pub fn resolve(target: &str, default_port: u16) -> anyhow::Result<(String, Socke
         .or_else(|| target.strip_prefix("lmtp://"))
         .unwrap_or(target)
         .trim_end_matches('/');
+    if let Some((scheme, _)) = t.split_once("://") {
+        return usage(format!(
+            "unsupported scheme '{scheme}://' in '{target}': this command takes smtp://, lmtp:// or HOST[:PORT]"
+        ));
+    }
     let (host, port) = if let Some(rest) = t.strip_prefix('[') {
         let (h, p) = rest
             .split_once(']')
@@ -137,6 +142,13 @@ pub fn resolve(target: &str, default_port: u16) -> anyhow::Result<(String, Socke
         let (h, p) = t.split_once(':').unwrap_or((t, ""));
         (h.to_string(), p)
     } else {
+        if let Some((ip, port)) = t.rsplit_once(':') {
+            if ip.parse::<std::net::Ipv6Addr>().is_ok() && port.parse::<u16>().is_ok() {
+                return usage(format!(
+                    "bad target '{target}': write an IPv6 address with a port in brackets, [{ip}]:{port}"
+                ));
+            }
+        }
         (t.to_string(), "")
     };
     let port: u16 = if port.is_empty() {
@@ -145,6 +157,11 @@ pub fn resolve(target: &str, default_port: u16) -> anyhow::Result<(String, Socke
         port.parse()
             .map_err(|_| UsageError(format!("bad port in target '{target}'")))?
     };
+    if port == 0 {
+        return usage(format!(
+            "bad target '{target}': port 0 is not a port a server listens on"
+        ));
+    }
     if host.is_empty() {
         return usage(format!("bad target '{target}': expected HOST[:PORT]"));
     }
@@ -160,16 +177,19 @@ pub fn resolve(target: &str, default_port: u16) -> anyhow::Result<(String, Socke
 /// cannot be reached is the user's problem to fix (one line, exit 1), not a run to record.
 pub async fn preflight(target: &str, ep: &Endpoint) -> anyhow::Result<()> {
     let addr = ep.addr;
-    Connection::connect(
-        addr,
-        ep.source(0, 0),
-        ep.timeout.min(Duration::from_secs(10)),
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("cannot connect to {target} ({addr}): {e}"))?
-    .shutdown()
-    .await;
-    Ok(())
+    let source = ep.source(0, 0);
+    match Connection::connect(addr, source, ep.timeout.min(Duration::from_secs(10))).await {
+        Ok(conn) => {
+            conn.shutdown().await;
+            Ok(())
+        }
+        Err(TransportError::Io(e)) if e.kind() == std::io::ErrorKind::AddrNotAvailable => {
+            let ip = source.map_or(String::new(), |ip| ip.to_string());
+            usage(format!("--bind {ip}: not an address of this machine ({e})"))
+        }
+        Err(e) if target == addr.to_string() => anyhow::bail!("cannot connect to {target}: {e}"),
+        Err(e) => anyhow::bail!("cannot connect to {target} ({addr}): {e}"),
+    }
 }
 
 /// The error class of a transport failure.
@@ -204,12 +224,17 @@ pub struct Failure {
 impl Failure {
     pub fn transport(phase: Phase, e: TransportError) -> Self {
         let sample = e.to_string();
+        // A deadline is the run's own setting, not a varying detail: keep its number.
+        let text = match e {
+            TransportError::Timeout(_) => sample.clone(),
+            _ => crate::proto::normalize(&sample),
+        };
         Failure {
             phase,
             kind: error_kind(&e),
             code: 0,
             detail: None,
-            text: crate::proto::normalize(&sample),
+            text,
             sample,
             fatal: true,
         }

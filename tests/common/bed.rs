@@ -28,7 +28,9 @@ impl Bed {
             || !Path::new("/usr/sbin/postfix").exists()
             || !Path::new("/usr/sbin/dovecot").exists()
         {
-            eprintln!("SKIPPED: the Postfix+Dovecot test bed needs root and the postfix/dovecot packages (bash .ci/run installs them)");
+            super::cannot_run(
+                "the Postfix+Dovecot test bed needs root and the postfix/dovecot packages",
+            );
             return None;
         }
         let d = dir.to_str().unwrap();

@@ -24,13 +24,35 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Is `tool` on the PATH? If not, say the test is skipped.
+/// A test that cannot run on this machine fails, unless the user allowed skipping with
+/// SPATE_ALLOW_SKIP=1; a skip is then written to SPATE_SKIP_LOG for `scripts/test` to
+/// count in its last line. A test never passes by returning early on its own.
+pub fn cannot_run(reason: &str) {
+    if std::env::var_os("SPATE_ALLOW_SKIP").is_some_and(|v| v == "1") {
+        eprintln!("SKIPPED: {reason}");
+        if let Some(log) = std::env::var_os("SPATE_SKIP_LOG") {
+            if let Ok(mut f) = std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(log)
+            {
+                let _ = writeln!(f, "{reason}");
+            }
+        }
+        return;
+    }
+    panic!(
+        "cannot run: {reason}. `scripts/test` installs what the tests need (as root, on Debian); SPATE_ALLOW_SKIP=1 skips such tests instead"
+    );
+}
+
+/// Is `tool` on the PATH? If not, the test cannot run (see [`cannot_run`]).
 pub fn have(tool: &str) -> bool {
     let found = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
         .unwrap_or(false);
     if !found {
-        eprintln!("SKIPPED: {tool} not installed");
+        cannot_run(&format!("{tool} is not installed"));
     }
     found
 }

@@ -1,0 +1,132 @@
+//! Every error a user can cause: one line, exit 2, nothing written; and the lines that a
+//! failing server produces say what a user can act on.
+
+mod common;
+
+use common::{spate, summary, Output};
+use spate::serve;
+
+fn one_line_exit_2(o: &Output, want: &str) {
+    assert_eq!(o.code, Some(2), "{}", o.stderr);
+    assert_eq!(o.stderr.trim_end().lines().count(), 1, "{}", o.stderr);
+    assert!(o.stderr.contains(want), "want {want:?} in {}", o.stderr);
+    assert!(!o.stderr.contains("-- -1"), "{}", o.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_one_line_and_exit_2() {
+    let server = serve::start(serve::Config::loopback()).await.unwrap();
+    let addr = server.addrs.smtp.unwrap().to_string();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("never");
+    let o_ = out.to_str().unwrap();
+    std::env::set_var("SPATE_PASSWORD", "pw");
+    let cases: &[(&[&str], &str)] = &[
+        (&["smtp", "127.0.0.1:0", "-o", o_], "port 0"),
+        (&["smtp", "::1:2525", "-o", o_], "[::1]:2525"),
+        (&["ping", "imap://127.0.0.1:1143"], "unsupported scheme"),
+        (&["ping", &addr, "-c", "0"], "at least 1"),
+        (&["smtp", &addr, "--size", "-1", "-o", o_], "size"),
+        (
+            &["smtp", &addr, "--rate", "10/s", "--think", "1s", "-o", o_],
+            "--think",
+        ),
+        (
+            &["smtp", &addr, "--bind", "192.0.2.7", "-n", "1", "-o", o_],
+            "--bind 192.0.2.7",
+        ),
+        (
+            &[
+                "pop3",
+                &addr,
+                "--user-pattern",
+                "u{0..1}@x",
+                "--flag",
+                "-o",
+                o_,
+            ],
+            "--flag",
+        ),
+        (
+            &[
+                "imap",
+                &addr,
+                "--user-pattern",
+                "u{0..1}@x",
+                "--top",
+                "3",
+                "-o",
+                o_,
+            ],
+            "--top",
+        ),
+        (
+            &["verify", "/nonexistent/spate-run", "--maildir", "/tmp"],
+            "no such directory",
+        ),
+        (
+            &["verify", tmp.path().to_str().unwrap(), "--maildir", "/tmp"],
+            "no sent.log",
+        ),
+    ];
+    for (args, want) in cases {
+        let o = spate(args).await;
+        one_line_exit_2(&o, want);
+        assert!(!out.exists(), "{args:?} wrote {o_}");
+    }
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_of_the_server_read_as_they_should() {
+    // Nothing listens: the address once, not twice.
+    let o = spate(&["smtp", "127.0.0.1:1", "-n", "1"]).await;
+    assert_eq!(o.code, Some(1));
+    assert_eq!(
+        o.stderr.trim_end(),
+        "spate: cannot connect to 127.0.0.1:1: connection refused"
+    );
+
+    // A server that never answers: the error table says the deadline that passed.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap().to_string();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("r");
+    let o = spate(&[
+        "smtp",
+        &addr,
+        "-n",
+        "1",
+        "--timeout",
+        "1s",
+        "-q",
+        "-o",
+        out.to_str().unwrap(),
+    ])
+    .await;
+    assert!(o.ok, "{}", o.stderr);
+    let s = summary(&out);
+    assert_eq!(s["errors"][0]["text"], "timed out after 1.00s", "{s}");
+    drop(silent);
+
+    // compare with --html FILE (a space, not only =FILE).
+    let server = serve::start(serve::Config::loopback()).await.unwrap();
+    let smtp = server.addrs.smtp.unwrap().to_string();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    for d in [&a, &b] {
+        let o = spate(&["smtp", &smtp, "-n", "20", "-q", "-o", d.to_str().unwrap()]).await;
+        assert!(o.ok, "{}", o.stderr);
+    }
+    let html = tmp.path().join("c.html");
+    let o = spate(&[
+        "compare",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        "--html",
+        html.to_str().unwrap(),
+    ])
+    .await;
+    assert!(o.ok, "{}", o.stderr);
+    assert!(html.is_file());
+    server.shutdown().await;
+}
