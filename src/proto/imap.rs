@@ -509,25 +509,7 @@ fn command(p: &mut P) -> R<Command> {
         (false, "CLOSE") => Command::Close,
         (false, "EXPUNGE") => Command::Expunge,
         (false, "IDLE") => Command::Idle,
-        (false, "LOGIN") => {
-            p.sp()?;
-            let user = p.astring()?;
-            p.sp()?;
-            Command::Login {
-                user,
-                pass: p.astring()?,
-            }
-        }
-        (false, "AUTHENTICATE") => {
-            p.sp()?;
-            let mechanism = p.atom()?.to_ascii_uppercase();
-            let initial = if p.eat(b' ') {
-                Some(p.atom_with(b"")?.to_string())
-            } else {
-                None
-            };
-            Command::Authenticate { mechanism, initial }
-        }
+        (false, "LOGIN" | "AUTHENTICATE") => login(p, &name)?,
         (false, "SELECT" | "EXAMINE") => {
             p.sp()?;
             let mailbox = p.astring()?;
@@ -565,81 +547,109 @@ fn command(p: &mut P) -> R<Command> {
                 items: fetch_items(p)?,
             }
         }
-        (_, "STORE") => {
-            p.sp()?;
-            let set = p.seq_set()?;
-            p.sp()?;
-            let what = p.atom()?.to_ascii_uppercase();
-            let (mode, rest) = match what.as_bytes().first() {
-                Some(b'+') => (StoreMode::Add, &what[1..]),
-                Some(b'-') => (StoreMode::Remove, &what[1..]),
-                _ => (StoreMode::Replace, &what[..]),
-            };
-            let silent = match rest {
-                "FLAGS" => false,
-                "FLAGS.SILENT" => true,
-                _ => return Err("expected FLAGS, +FLAGS or -FLAGS"),
-            };
-            p.sp()?;
-            let flags = if p.peek() == Some(b'(') {
-                let mut v = Vec::new();
-                p.i += 1;
-                while !p.eat(b')') {
-                    if !v.is_empty() {
-                        p.sp()?;
-                    }
-                    p.eat(b'\\');
-                    v.push(p.atom()?.to_ascii_uppercase());
-                    if v.len() > 50 {
-                        return Err("too many flags");
-                    }
-                }
-                v
-            } else {
-                let mut v = Vec::new();
-                loop {
-                    p.eat(b'\\');
-                    v.push(p.atom()?.to_ascii_uppercase());
-                    if !p.eat(b' ') || v.len() > 50 {
-                        break;
-                    }
-                }
-                v
-            };
-            Command::Store {
-                uid,
-                set,
-                mode,
-                silent,
-                flags,
-            }
-        }
-        (_, "SEARCH") => {
-            let mut criteria = Vec::new();
-            while p.eat(b' ') {
-                if criteria.is_empty()
-                    && p.s[p.i..].len() >= 7
-                    && p.s[p.i..p.i + 7].eq_ignore_ascii_case(b"CHARSET")
-                {
-                    p.atom()?;
-                    p.sp()?;
-                    p.astring()?;
-                    continue;
-                }
-                criteria.push(search_key(p, 0)?);
-                if criteria.len() > 50 {
-                    return Err("too many SEARCH keys");
-                }
-            }
-            if criteria.is_empty() {
-                return Err("SEARCH needs a key");
-            }
-            Command::Search { uid, criteria }
-        }
+        (_, "STORE") => store(p, uid)?,
+        (_, "SEARCH") => search(p, uid)?,
         _ => return Err("unknown command"),
     };
     p.end()?;
     Ok(c)
+}
+
+/// LOGIN user pass, or AUTHENTICATE mechanism [initial-response].
+fn login(p: &mut P, name: &str) -> R<Command> {
+    p.sp()?;
+    if name == "LOGIN" {
+        let user = p.astring()?;
+        p.sp()?;
+        return Ok(Command::Login {
+            user,
+            pass: p.astring()?,
+        });
+    }
+    let mechanism = p.atom()?.to_ascii_uppercase();
+    let initial = if p.eat(b' ') {
+        Some(p.atom_with(b"")?.to_string())
+    } else {
+        None
+    };
+    Ok(Command::Authenticate { mechanism, initial })
+}
+
+/// [UID] STORE set (+|-)FLAGS[.SILENT] flags.
+fn store(p: &mut P, uid: bool) -> R<Command> {
+    p.sp()?;
+    let set = p.seq_set()?;
+    p.sp()?;
+    let what = p.atom()?.to_ascii_uppercase();
+    let (mode, rest) = match what.as_bytes().first() {
+        Some(b'+') => (StoreMode::Add, &what[1..]),
+        Some(b'-') => (StoreMode::Remove, &what[1..]),
+        _ => (StoreMode::Replace, &what[..]),
+    };
+    let silent = match rest {
+        "FLAGS" => false,
+        "FLAGS.SILENT" => true,
+        _ => return Err("expected FLAGS, +FLAGS or -FLAGS"),
+    };
+    p.sp()?;
+    Ok(Command::Store {
+        uid,
+        set,
+        mode,
+        silent,
+        flags: flags(p)?,
+    })
+}
+
+/// A parenthesized flag list, or flags separated by spaces; at most 50.
+fn flags(p: &mut P) -> R<Vec<String>> {
+    let mut v = Vec::new();
+    if p.peek() == Some(b'(') {
+        p.i += 1;
+        while !p.eat(b')') {
+            if !v.is_empty() {
+                p.sp()?;
+            }
+            p.eat(b'\\');
+            v.push(p.atom()?.to_ascii_uppercase());
+            if v.len() > 50 {
+                return Err("too many flags");
+            }
+        }
+    } else {
+        loop {
+            p.eat(b'\\');
+            v.push(p.atom()?.to_ascii_uppercase());
+            if !p.eat(b' ') || v.len() > 50 {
+                break;
+            }
+        }
+    }
+    Ok(v)
+}
+
+/// [UID] SEARCH [CHARSET x] keys; at most 50 keys.
+fn search(p: &mut P, uid: bool) -> R<Command> {
+    let mut criteria = Vec::new();
+    while p.eat(b' ') {
+        if criteria.is_empty()
+            && p.s[p.i..].len() >= 7
+            && p.s[p.i..p.i + 7].eq_ignore_ascii_case(b"CHARSET")
+        {
+            p.atom()?;
+            p.sp()?;
+            p.astring()?;
+            continue;
+        }
+        criteria.push(search_key(p, 0)?);
+        if criteria.len() > 50 {
+            return Err("too many SEARCH keys");
+        }
+    }
+    if criteria.is_empty() {
+        return Err("SEARCH needs a key");
+    }
+    Ok(Command::Search { uid, criteria })
 }
 
 /// A quoted string for responses (falls back to a literal when it cannot be quoted).
@@ -660,138 +670,4 @@ pub fn quote(s: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn cmd(s: &str) -> Command {
-        parse(s.as_bytes()).unwrap().command
-    }
-
-    #[test]
-    fn known_answers() {
-        assert_eq!(parse(b"a1 CAPABILITY").unwrap().tag, "a1");
-        assert_eq!(
-            cmd("x LOGIN \"al ice\" {3}\r\np\"w"),
-            Command::Login {
-                user: "al ice".into(),
-                pass: "p\"w".into()
-            }
-        );
-        assert_eq!(
-            cmd("x UID FETCH 1:*,4 (UID BODY.PEEK[HEADER.FIELDS (Subject From)] BODY[]<0.10>)"),
-            Command::Fetch {
-                uid: true,
-                set: vec![
-                    (SeqNum::Num(1), SeqNum::Star),
-                    (SeqNum::Num(4), SeqNum::Num(4))
-                ],
-                items: vec![
-                    FetchItem::Uid,
-                    FetchItem::Body {
-                        peek: true,
-                        section: Section::HeaderFields {
-                            not: false,
-                            fields: vec!["SUBJECT".into(), "FROM".into()]
-                        },
-                        partial: None
-                    },
-                    FetchItem::Body {
-                        peek: false,
-                        section: Section::Full,
-                        partial: Some((0, 10))
-                    },
-                ]
-            }
-        );
-        assert_eq!(
-            cmd("x FETCH 2 FAST"),
-            Command::Fetch {
-                uid: false,
-                set: vec![(SeqNum::Num(2), SeqNum::Num(2))],
-                items: vec![
-                    FetchItem::Flags,
-                    FetchItem::InternalDate,
-                    FetchItem::Rfc822Size
-                ]
-            }
-        );
-        assert_eq!(
-            cmd("x STORE 1:3 +FLAGS.SILENT (\\Seen \\Deleted)"),
-            Command::Store {
-                uid: false,
-                set: vec![(SeqNum::Num(1), SeqNum::Num(3))],
-                mode: StoreMode::Add,
-                silent: true,
-                flags: vec!["SEEN".into(), "DELETED".into()]
-            }
-        );
-        assert_eq!(
-            cmd("x UID SEARCH CHARSET UTF-8 HEADER X-Spate-Id \"abc\" UNSEEN"),
-            Command::Search {
-                uid: true,
-                criteria: vec![
-                    Search::Header("X-Spate-Id".into(), "abc".into()),
-                    Search::Flag {
-                        flag: "SEEN".into(),
-                        set: false
-                    }
-                ]
-            }
-        );
-        assert_eq!(
-            cmd("x LIST \"\" *"),
-            Command::List {
-                reference: String::new(),
-                pattern: "*".into()
-            }
-        );
-        assert_eq!(cmd("x select inbox"), Command::Select("inbox".into()));
-        assert_eq!(
-            cmd("x LSUB \"\" %"),
-            Command::Lsub {
-                reference: String::new(),
-                pattern: "%".into()
-            }
-        );
-        assert_eq!(tag_of(b"a1 NOOP xxx"), Some("a1"));
-        assert_eq!(tag_of(b"xxxxxxxx"), None);
-        assert_eq!(tag_of(b"* NOOP"), None);
-    }
-
-    #[test]
-    fn errors() {
-        for bad in [
-            &b""[..],
-            b"x",
-            b"x FOO",
-            b"x FETCH 0 UID",
-            b"x FETCH 1 (UID",
-            b"x FETCH 1 BODY[1.2]",
-            b"x LOGIN {5}\r\nab",
-            b"x LOGIN \"unterminated",
-            b"x SEARCH",
-            b"x NOOP extra",
-            b"x LOGIN {99999999999999999999}\r\n",
-        ] {
-            assert!(parse(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
-        }
-        assert_eq!(parse(b"t9 FOO").unwrap_err().tag.as_deref(), Some("t9"));
-    }
-
-    #[test]
-    fn literal_framing() {
-        assert_eq!(literal_at_end(b"a LOGIN {5}"), Some((5, true)));
-        assert_eq!(literal_at_end(b"a LOGIN {5+}"), Some((5, false)));
-        assert_eq!(literal_at_end(b"a LOGIN {}"), None);
-        assert_eq!(literal_at_end(b"a LOGIN x}"), None);
-        assert_eq!(quote("a\"b"), "\"a\\\"b\"");
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
-            let _ = parse(&bytes);
-            let _ = literal_at_end(&bytes);
-        }
-    }
-}
+mod tests;
