@@ -179,18 +179,17 @@ pub async fn run<D: Driver>(
             o.start(dir, r.header.started)?;
         }
     }
-    let (give_up, give_up_rx) = tokio::sync::watch::channel(false);
     let shared = Arc::new(worker::Shared {
         clock: r.clock,
         recorder: r.recorder.clone(),
         stop: r.stop.clone(),
         on_unit: r.on_unit.take().map(Arc::new),
-        give_up: give_up_rx,
+        give_up: worker::GiveUp::default(),
     });
     let mut workers = JoinSet::new();
     let scheduler = worker::spawn(r.workload, r.seed, &shared, &mut workers, make);
     let mut agg = aggregate::Aggregator::new(r.header.clone(), r.writer.take())?;
-    let stopping = follow(&mut r, &mut workers, &mut agg, &give_up).await?;
+    let stopping = follow(&mut r, &mut workers, &mut agg, &shared.give_up).await?;
     if let Some(s) = scheduler {
         s.abort();
     }
@@ -220,7 +219,7 @@ async fn follow(
     r: &mut Setup<'_>,
     workers: &mut JoinSet<()>,
     agg: &mut aggregate::Aggregator,
-    give_up: &tokio::sync::watch::Sender<bool>,
+    give_up: &worker::GiveUp,
 ) -> anyhow::Result<Stopping> {
     let origin = tokio::time::Instant::from_std(r.clock.origin());
     let deadline = r
@@ -265,8 +264,8 @@ async fn follow(
 
 /// Work still in flight is given up: each session counts its unit as unfinished (with
 /// the phases it completed) and ends; one that does not within a second is aborted.
-async fn end_work_in_flight(workers: &mut JoinSet<()>, give_up: &tokio::sync::watch::Sender<bool>) {
-    let _ = give_up.send(true);
+async fn end_work_in_flight(workers: &mut JoinSet<()>, give_up: &worker::GiveUp) {
+    give_up.fire();
     let drained = tokio::time::timeout(Duration::from_secs(1), async {
         while workers.join_next().await.is_some() {}
     })
@@ -283,7 +282,7 @@ async fn interrupt(
     sig: Signal,
     workers: &mut JoinSet<()>,
     grace: Duration,
-    give_up: &tokio::sync::watch::Sender<bool>,
+    give_up: &worker::GiveUp,
 ) {
     if st.since.is_some() && st.interrupted {
         eprintln!("\nspate: second interrupt, stopping now");

@@ -162,7 +162,7 @@ pub struct Slot {
 }
 
 /// Runs one unit and commits it; `on_unit` sees the report first (`spate ping` prints it).
-/// When `give_up` turns true first (the run ended with the unit still running), the unit
+/// When `give_up` fires first (the run ended with the unit still running), the unit
 /// is committed as unfinished with the phases it completed, and false is returned: the
 /// session's connection is in an unknown state and it goes no further.
 pub(super) async fn run_unit<D: Driver>(
@@ -172,13 +172,13 @@ pub(super) async fn run_unit<D: Driver>(
     recorder: &Recorder,
     session: usize,
     on_unit: Option<&UnitHook>,
-    give_up: &mut tokio::sync::watch::Receiver<bool>,
+    give_up: &mut tokio::sync::oneshot::Receiver<()>,
 ) -> bool {
     report.reset();
     let lag = report.started_us.saturating_sub(slot.scheduled_us);
     let outcome = tokio::select! {
         o = driver.run_one(slot.seq, report) => o,
-        _ = give_up.wait_for(|g| *g) => {
+        _ = give_up => {
             report.unfinished();
             if slot.open {
                 report.record(Phase::Lag, lag);

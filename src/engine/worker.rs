@@ -67,8 +67,38 @@ pub(super) struct Shared {
     pub recorder: Arc<Recorder>,
     pub stop: Arc<AtomicBool>,
     pub on_unit: Option<Arc<UnitHook>>,
-    /// Turns true when work in flight is to be given up (grace over, second interrupt).
-    pub give_up: tokio::sync::watch::Receiver<bool>,
+    /// Fires when work in flight is to be given up (grace over, second interrupt).
+    pub give_up: GiveUp,
+}
+
+/// The engine's word to give up work in flight: a oneshot per session, which a unit polls
+/// beside its driver at the cost of an atomic check (no lock, nothing allocated per unit).
+#[derive(Default)]
+pub(super) struct GiveUp {
+    senders: std::sync::Mutex<Vec<tokio::sync::oneshot::Sender<()>>>,
+}
+
+impl GiveUp {
+    fn listener(&self) -> tokio::sync::oneshot::Receiver<()> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.senders
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(tx);
+        rx
+    }
+
+    /// Every session's unit in flight ends now.
+    pub fn fire(&self) {
+        for tx in self
+            .senders
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+        {
+            let _ = tx.send(());
+        }
+    }
 }
 
 /// Starts the sessions of `workload` (and, for an open model, the scheduler that feeds
@@ -119,7 +149,7 @@ async fn session<D: Driver>(id: usize, mut driver: D, mut slots: Slots, shared: 
     driver.setup(&mut report).await;
     commit_step(rec, id, &mut report);
     let mut first = true;
-    let mut give_up = shared.give_up.clone();
+    let mut give_up = shared.give_up.listener();
     while let Some(slot) = slots.next(shared.clock, first).await {
         first = false;
         rec.session_started();
