@@ -203,6 +203,11 @@ async fn values_sweep_runs_the_hook_repeats_and_warms_up() {
     assert!(t["min"].as_f64().unwrap() <= t["max"].as_f64().unwrap());
     assert!(t["sd"].as_f64().is_some());
     assert!(o.stdout.contains('±'), "{}", o.stdout);
+    // The sweep page is written at the end, like every run's report, and says what the
+    // steps were and what its CPU chart measured.
+    let page = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(page.contains("4 steps (2 values × 2 repeats)"), "{page}");
+    assert!(page.contains("Host CPU"));
 
     // A failing hook stops the sweep with one line.
     let o = spate(&[

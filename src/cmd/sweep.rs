@@ -398,6 +398,11 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         serde_json::to_string_pretty(&json)?.as_bytes(),
     )?;
     print!("{}", table::render(&analysis, &rows));
+    // The sweep page, like every run's report.html; failing to write it fails nothing.
+    match crate::report::write_report(&dir) {
+        Ok(page) => println!("report: {}", page.display()),
+        Err(e) => eprintln!("spate: warning: no HTML report: {e:#}"),
+    }
     println!("results: {}", dir.display());
     Ok(match by {
         Some(sig) if interrupted => ExitCode::from(sig.exit_code()),

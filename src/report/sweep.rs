@@ -32,11 +32,25 @@ pub fn render_sweep(sw: &Sweep) -> String {
     let param = sw.param();
     let title = format!("spate sweep over {param}");
     let mut b = String::new();
+    // Values from the table itself: a sweep's rows are its values times its repeats.
+    let mut values: Vec<u64> = sw
+        .table
+        .col("value")
+        .unwrap_or_default()
+        .into_iter()
+        .map(|v| v as u64)
+        .collect();
+    values.sort_unstable();
+    values.dedup();
+    let values = values.len().max(1);
+    let repeats = (sw.table.rows.len() as f64 / values as f64).ceil() as u64;
     let _ = writeln!(
         b,
-        "<h1>{}</h1><div class=\"sub\">{} steps × repeats in {}</div>",
+        "<h1>{}</h1><div class=\"sub\">{} steps ({} values × {} repeats) in {}</div>",
         esc(&title),
         sw.table.rows.len(),
+        values,
+        repeats,
         esc(&sw.dir.display().to_string())
     );
     let knee = f(&sw.meta, "knee_value");
@@ -109,6 +123,15 @@ fn saturation(
     }
 }
 
+/// What the CPU column measured: the server's processes, or the whole host when none
+/// were followed (--monitor-process/--monitor-pid after `--`).
+fn cpu_title(sw: &Sweep) -> String {
+    match sw.meta.get("cpu_basis").and_then(|b| b.as_str()) {
+        Some(basis) if basis != "host" => format!("Server CPU ({basis})"),
+        _ => "Host CPU (the whole machine: no server process was followed)".to_string(),
+    }
+}
+
 fn metric_charts(
     sw: &Sweep,
     param: &str,
@@ -139,7 +162,7 @@ fn metric_charts(
             ],
         ),
         vs("Errors", "errors", &[("errors", "errors")]),
-        vs("Server CPU", "percent (%)", &[("cpu_pct", "cpu")]),
+        vs(&cpu_title(sw), "percent (%)", &[("cpu_pct", "cpu")]),
         vs(
             "Network and disk",
             "KB per second",
