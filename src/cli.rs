@@ -13,7 +13,7 @@ use crate::ctx::{CommandFuture, Ctx, Runner};
 #[derive(Debug, Parser)]
 #[command(
     name = "spate",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("SPATE_COMMIT"), ")"),
     about = "Load generator and measuring instrument for mail servers",
     long_about = "spate generates SMTP/LMTP load (closed users or open arrival rates), times \
                   every protocol phase in HDR histograms, classifies every error, records \

@@ -130,3 +130,20 @@ async fn failures_of_the_server_read_as_they_should() {
     assert!(html.is_file());
     server.shutdown().await;
 }
+
+/// `--version` names the commit the binary was built from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_names_the_commit() {
+    let o = spate(&["--version"]).await;
+    assert!(o.ok, "{}", o.stderr);
+    let line = o.stdout.trim();
+    let commit = line
+        .strip_prefix(concat!("spate ", env!("CARGO_PKG_VERSION"), " ("))
+        .and_then(|r| r.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("{line}"));
+    let hash = commit.trim_end_matches("+dirty");
+    assert!(
+        hash == "unknown" || (hash.len() == 12 && hash.bytes().all(|b| b.is_ascii_hexdigit())),
+        "{line}"
+    );
+}

@@ -46,19 +46,26 @@ pub struct Args {
     /// Use PIPELINING (off by default so every command has its own time, as in smtpping).
     #[arg(long)]
     pub pipelining: bool,
+    /// Speak LMTP (LHLO; port 24 by default).
     #[arg(long)]
     pub lmtp: bool,
+    /// Upgrade with STARTTLS before sending (its time is the starttls and tls columns).
     #[arg(long, conflicts_with = "tls")]
     pub starttls: bool,
+    /// Implicit TLS from the first byte (port 465 style).
     #[arg(long)]
     pub tls: bool,
+    /// Trust this CA (PEM), or the server's own self-signed certificate, besides the
+    /// system roots.
     #[arg(long)]
     pub ca: Option<String>,
+    /// Do not verify the server certificate.
     #[arg(long)]
     pub insecure: bool,
     /// Authenticate as USER, password from SPATE_PASSWORD.
     #[arg(long)]
     pub auth_user: Option<String>,
+    /// Deadline for connecting and for each reply.
     #[arg(long, default_value = "10s")]
     pub timeout: String,
     /// Also write the statistics as JSON to FILE (per phase and total, in ms; `spate

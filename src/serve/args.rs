@@ -44,106 +44,131 @@ STARTTLS is offered on smtp, submission, lmtp, pop3 (STLS) and imap.";
 pub struct Args {
     /// SMTP listener, ADDR:PORT or PORT (loopback) [default without any listener flag:
     /// 127.0.0.1:2525]
-    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr, help_heading = "Listeners")]
     pub smtp: Option<SocketAddr>,
     /// Submission listener (MAIL requires AUTH)
-    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr, help_heading = "Listeners")]
     pub submission: Option<SocketAddr>,
     /// SMTP with implicit TLS (like port 465)
-    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr, help_heading = "Listeners")]
     pub smtps: Option<SocketAddr>,
     /// LMTP listener (LHLO, one reply per recipient after the dot)
-    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr, help_heading = "Listeners")]
     pub lmtp: Option<SocketAddr>,
     /// POP3 listener (STLS offered)
-    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr, help_heading = "Listeners")]
     pub pop3: Option<SocketAddr>,
     /// POP3 with implicit TLS
-    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr, help_heading = "Listeners")]
     pub pop3s: Option<SocketAddr>,
     /// IMAP listener (STARTTLS offered)
-    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr, help_heading = "Listeners")]
     pub imap: Option<SocketAddr>,
     /// IMAP with implicit TLS
-    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr, help_heading = "Listeners")]
     pub imaps: Option<SocketAddr>,
 
     /// A domain served (repeatable) [default: example.test]
-    #[arg(long = "domain", value_name = "DOMAIN")]
+    #[arg(long = "domain", value_name = "DOMAIN", help_heading = "Mailboxes")]
     pub domains: Vec<String>,
     /// 'address password' lines: only these addresses exist and may log in. Without it,
     /// every address in the served domains exists and any password is accepted.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = "Mailboxes")]
     pub users: Option<PathBuf>,
     /// Also write every delivered message to DIR/<address>/new (Maildir)
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help_heading = "Mailboxes")]
     pub maildir: Option<PathBuf>,
     /// Keep counts and sizes only, not the messages: memory stays flat however long the
     /// server runs (benchmarks, soaks); mailboxes then read as empty over POP3/IMAP
-    #[arg(long)]
+    #[arg(long, help_heading = "Mailboxes")]
     pub discard: bool,
     /// Answer 452 4.3.1 once stored messages take this much memory (e.g. 1G)
-    #[arg(long, value_name = "SIZE", default_value = "1G")]
+    #[arg(
+        long,
+        value_name = "SIZE",
+        default_value = "1G",
+        help_heading = "Mailboxes"
+    )]
     pub memory_cap: String,
     /// Largest message accepted; larger ones get 552 5.3.4 (0 = no limit)
-    #[arg(long, value_name = "SIZE", default_value = "64M")]
+    #[arg(
+        long,
+        value_name = "SIZE",
+        default_value = "64M",
+        help_heading = "Limits"
+    )]
     pub max_size: String,
     /// Most recipients per message; more get 452 4.5.3
-    #[arg(long, value_name = "N", default_value_t = 100)]
+    #[arg(long, value_name = "N", default_value_t = 100, help_heading = "Limits")]
     pub max_rcpt: usize,
     /// Most simultaneous connections; more get 421 4.7.0 and are closed (0 = no cap)
-    #[arg(long, value_name = "N", default_value_t = 1000)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1000,
+        help_heading = "Limits"
+    )]
     pub max_connections: usize,
     /// Connections beyond --max-connections wait for a free slot instead of getting 421
     /// (like Postfix's process limit)
-    #[arg(long)]
+    #[arg(long, help_heading = "Limits")]
     pub queue_connections: bool,
     /// Keep this many bytes in memory per accepted message, forever: a deliberate leak,
     /// for testing soak runs' leak detection (e.g. 10k)
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE", help_heading = "Mailboxes")]
     pub leak_per_message: Option<String>,
     /// Close a session idle this long (421 4.4.2)
-    #[arg(long, value_name = "DURATION", default_value = "5m")]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "5m",
+        help_heading = "Limits"
+    )]
     pub idle_timeout: String,
     /// Name in the greeting
-    #[arg(long, value_name = "NAME", default_value = "spate.localhost")]
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "spate.localhost",
+        help_heading = "Limits"
+    )]
     pub hostname: String,
     /// Refuse messages with bare LF line ends (550 5.6.0) instead of normalizing them
-    #[arg(long)]
+    #[arg(long, help_heading = "Limits")]
     pub reject_bare_lf: bool,
 
     /// Server certificate chain (PEM); with --key. Default: a generated self-signed one
-    #[arg(long, value_name = "FILE", requires = "key")]
+    #[arg(long, value_name = "FILE", requires = "key", help_heading = "TLS")]
     pub cert: Option<PathBuf>,
     /// Server private key (PEM)
-    #[arg(long, value_name = "FILE", requires = "cert")]
+    #[arg(long, value_name = "FILE", requires = "cert", help_heading = "TLS")]
     pub key: Option<PathBuf>,
     /// Write the server certificate (PEM) here, for clients' --ca [default for a generated
     /// one: a file in the temporary directory, removed at exit]
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", help_heading = "TLS")]
     pub cert_out: Option<PathBuf>,
 
     /// Inject a failure: PHASE:CODE:PROB, e.g. rcpt:451:0.02 (repeatable)
-    #[arg(long, value_name = "PHASE:CODE:PROB")]
+    #[arg(long, value_name = "PHASE:CODE:PROB", help_heading = "Faults")]
     pub fail: Vec<String>,
     /// Delay a reply: PHASE:DUR or PHASE:MIN..MAX, e.g. data:5ms..20ms (repeatable)
-    #[arg(long, value_name = "PHASE:DUR")]
+    #[arg(long, value_name = "PHASE:DUR", help_heading = "Faults")]
     pub delay: Vec<String>,
     /// Close the connection without a reply: PHASE:PROB, e.g. dot:0.01 (repeatable)
-    #[arg(long, value_name = "PHASE:PROB")]
+    #[arg(long, value_name = "PHASE:PROB", help_heading = "Faults")]
     pub drop: Vec<String>,
     /// Wait this long before the greeting
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", help_heading = "Faults")]
     pub banner_delay: Option<String>,
     /// Wait this long before every reply
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", help_heading = "Faults")]
     pub tarpit: Option<String>,
     /// Seed for the fault draws (reproducible faults per connection number)
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = "Faults")]
     pub seed: Option<u64>,
 
     /// Rewrite this file with the server's counters (JSON) every second
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", help_heading = "Output")]
     pub stats_file: Option<PathBuf>,
 }
 
