@@ -76,6 +76,9 @@ pub struct RunInfo {
 pub struct Comparison {
     pub runs: Vec<RunInfo>,
     pub metrics: Vec<Metric>,
+    /// Said when the runs count different units (messages vs mailbox visits).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 fn letter(i: usize) -> String {
@@ -144,6 +147,43 @@ pub fn compare(runs: &[Run]) -> Comparison {
     Comparison {
         runs: run_infos(runs),
         metrics,
+        note: units_note(runs),
+    }
+}
+
+/// A warning when some runs count messages and others mailbox visits: their rates and
+/// latencies measure different work.
+fn units_note(runs: &[Run]) -> Option<String> {
+    let units: Vec<&str> = runs
+        .iter()
+        .map(|r| unit_of(&r.summary.protocol).0)
+        .collect();
+    if units.iter().all(|u| *u == units[0]) {
+        return None;
+    }
+    let each: Vec<String> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            format!(
+                "{} {} ({})",
+                letter(i),
+                r.summary.protocol,
+                unit_of(&r.summary.protocol).0
+            )
+        })
+        .collect();
+    Some(format!(
+        "these runs count different units — {}: their rates and latencies measure different work",
+        each.join(", ")
+    ))
+}
+
+/// What one unit of work of a protocol is called, and what its bytes are: (unit, bytes).
+pub fn unit_of(protocol: &str) -> (&'static str, &'static str) {
+    match protocol {
+        "pop3" | "imap" | "pop3+imap" => ("visits", "read"),
+        _ => ("messages", "sent"),
     }
 }
 
@@ -301,6 +341,9 @@ pub fn render_text(c: &Comparison) -> String {
         "Comparing {} runs (differences against A):",
         c.runs.len()
     );
+    if let Some(note) = &c.note {
+        let _ = writeln!(o, "  note: {note}");
+    }
     for r in &c.runs {
         let _ = writeln!(
             o,

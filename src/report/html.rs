@@ -177,15 +177,20 @@ pub fn render_run(run: &Run) -> String {
 
 fn headline(b: &mut String, run: &Run) {
     let s = &run.summary;
+    let (unit, bytes) = super::compare::unit_of(&s.protocol);
     b.push_str("<h2>Headline</h2><div class=\"cards\">");
-    card(b, &num(s.messages_per_s), "messages/s accepted");
+    card(b, &num(s.messages_per_s), &format!("{unit}/s accepted"));
     card(
         b,
         &format!("{}/s", fmt_bytes((s.kbytes_per_s * 1024.0) as u64)),
         "data rate",
     );
-    card(b, &s.totals.accepted.to_string(), "messages accepted");
-    card(b, &fmt_bytes(s.totals.bytes), "sent");
+    card(
+        b,
+        &s.totals.accepted.to_string(),
+        &format!("{unit} accepted"),
+    );
+    card(b, &fmt_bytes(s.totals.bytes), bytes);
     if let Some(p) = run.main_phase().and_then(|p| s.phase(&p.phase)) {
         card(b, &ms(p.p50_us as f64), &format!("{} p50", p.phase));
         card(b, &ms(p.p99_us as f64), &format!("{} p99", p.phase));
@@ -193,31 +198,39 @@ fn headline(b: &mut String, run: &Run) {
     }
     card(b, &s.totals.rejected.to_string(), "rejected");
     card(b, &s.totals.failed.to_string(), "failed");
+    let t = &s.totals;
+    if t.attempted > 0 {
+        let rate = (t.rejected + t.failed) as f64 / t.attempted as f64 * 100.0;
+        card(b, &format!("{rate:.2} %"), "error rate (rejected + failed)");
+    }
     card(b, &total_errors(run).to_string(), "error events");
     b.push_str("</div>\n");
 }
 
 fn throughput(b: &mut String, run: &Run) {
-    let mut rate = Chart::time("Throughput", "messages per second");
-    // Mailbox loads (pop3/imap) add retrieved and deleted columns.
-    for col in [
-        "attempted",
-        "accepted",
-        "rejected",
-        "failed",
-        "retrieved",
-        "deleted",
-    ] {
+    let (unit, bytes) = super::compare::unit_of(&run.summary.protocol);
+    let mut rate = Chart::time("Throughput", &format!("{unit} per second"));
+    for col in ["attempted", "accepted", "rejected", "failed"] {
         if let Some(pts) = run.rate(col) {
             if col == "attempted" || pts.iter().any(|p| p.1 > 0.0) {
                 rate.push(Series::line(col, pts));
             }
         }
     }
+    // Mailbox loads: what the visits did to messages, on a chart of its own (messages
+    // and visits are different units).
+    let mut messages = Chart::time("Messages read and deleted", "messages per second");
+    for col in ["retrieved", "deleted"] {
+        if let Some(pts) = run.rate(col) {
+            if pts.iter().any(|p| p.1 > 0.0) {
+                messages.push(Series::line(col, pts));
+            }
+        }
+    }
     let mut data = Chart::time("Data rate", "KiB per second");
     if let Some(pts) = run.rate("bytes") {
         data.push(Series::line(
-            "sent",
+            bytes,
             pts.into_iter().map(|(t, v)| (t, v / 1024.0)).collect(),
         ));
     }
@@ -237,7 +250,12 @@ fn throughput(b: &mut String, run: &Run) {
         return;
     }
     b.push_str("<h2>Throughput</h2>\n");
-    charts(b, &[rate, data, active, conns]);
+    let mut list = vec![rate];
+    if messages.has_data() {
+        list.push(messages);
+    }
+    list.extend([data, active, conns]);
+    charts(b, &list);
 }
 
 /// p50/p90/p99/max of one phase over time, in ms.
