@@ -50,18 +50,12 @@ pub fn body_digest(body: &[u8]) -> [u8; 16] {
 }
 
 pub fn hex(d: &[u8; 16]) -> String {
-    let mut v = Vec::with_capacity(32);
-    hex_into(d, &mut v);
-    String::from_utf8(v).unwrap_or_default()
+    String::from_utf8_lossy(&crate::results::hex(d)).into_owned()
 }
 
 /// Appends the lowercase hex of a digest, without formatting machinery.
 pub fn hex_into(d: &[u8; 16], out: &mut Vec<u8>) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    for b in d {
-        out.push(HEX[usize::from(b >> 4)]);
-        out.push(HEX[usize::from(b & 15)]);
-    }
+    out.extend_from_slice(&crate::results::hex(d));
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -334,15 +334,9 @@ fn write_sent(
 ) -> io::Result<()> {
     for r in &iv.sent {
         let t = start + Duration::from_micros(r.accepted_us);
-        write!(
-            sent,
-            "{}\t{}\t{}\t{}\t{}\t",
-            r.seq,
-            rfc3339(t),
-            Hex(&r.digest),
-            r.size,
-            book.sender(r.from)
-        )?;
+        write!(sent, "{}\t{}\t", r.seq, rfc3339(t))?;
+        sent.write_all(&hex(&r.digest))?;
+        write!(sent, "\t{}\t{}\t", r.size, book.sender(r.from))?;
         let rc = &iv.rcpts[r.rcpt_start as usize..][..r.rcpt_len as usize];
         for (i, idx) in rc.iter().enumerate() {
             if i > 0 {
@@ -355,18 +349,14 @@ fn write_sent(
     Ok(())
 }
 
-/// Lower-case hex of a digest, written without an allocation.
-struct Hex<'a>(&'a [u8]);
-
-impl std::fmt::Display for Hex<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
-        let mut out = [0u8; 64];
-        let n = self.0.len().min(32);
-        for (i, b) in self.0[..n].iter().enumerate() {
-            out[2 * i] = DIGITS[usize::from(b >> 4)];
-            out[2 * i + 1] = DIGITS[usize::from(b & 15)];
-        }
-        f.write_str(std::str::from_utf8(&out[..2 * n]).unwrap_or_default())
+/// The lowercase hex of a digest, on the stack: the one hex encoder (the sent log here,
+/// the tracking header in `message`).
+pub fn hex(d: &[u8; 16]) -> [u8; 32] {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = [0u8; 32];
+    for (i, b) in d.iter().enumerate() {
+        out[2 * i] = DIGITS[usize::from(b >> 4)];
+        out[2 * i + 1] = DIGITS[usize::from(b & 15)];
     }
+    out
 }

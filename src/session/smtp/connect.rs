@@ -136,10 +136,7 @@ impl Session {
                     let text = r.lines().next().unwrap_or_default();
                     String::from_utf8_lossy(text.trim_ascii()).into_owned()
                 };
-                // A challenge that is not base64 gets an empty digest, which the server
-                // refuses: counted as its refusal, like any wrong password.
-                let line = sasl::cram_md5(user, pass, &challenge)
-                    .unwrap_or_else(|_| sasl::cram_md5(user, pass, "").unwrap_or_default());
+                let line = sasl::cram_md5(user, pass, &challenge);
                 out.clear();
                 cmd::response(out, &line);
                 conn.send(out).await.map_err(tf)?;

@@ -272,12 +272,7 @@ impl Session {
         let f = self.builder.factory();
         let from = &f.from.addrs[self.built.from as usize];
         let size = self.caps.size.is_some().then_some(self.wire.len());
-        let notify = self
-            .s
-            .dsn_notify
-            .as_deref()
-            .filter(|_| self.caps.dsn)
-            .map(|n| n as &str);
+        let notify = self.s.dsn_notify.as_deref().filter(|_| self.caps.dsn);
         self.cmd.clear();
         cmd::mail(&mut self.cmd, from, size);
         let mail_len = self.cmd.len();
