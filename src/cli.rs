@@ -23,11 +23,6 @@ use crate::ctx::{CommandFuture, Ctx, Runner};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
-    // Declared for --help only: `main` handles it before parsing (scenario::dump).
-    /// Print the scenario file (TOML) equivalent to this command line instead of running
-    /// it; `spate run FILE` runs it.
-    #[arg(long, global = true)]
-    pub dump_scenario: bool,
 }
 
 // Parsed once per process: the size difference between variants does not matter.
@@ -37,9 +32,9 @@ pub enum Command {
     /// Inject SMTP or LMTP load and measure every phase.
     Smtp(cmd::smtp::Args),
     /// Load POP3 mailboxes: visits that log in, read and delete messages, log out.
-    Pop3(cmd::mailbox::Args),
+    Pop3(cmd::mailbox::Pop3Args),
     /// Load IMAP mailboxes: visits that log in, SELECT, FETCH, STORE, EXPUNGE, IDLE.
-    Imap(cmd::mailbox::Args),
+    Imap(cmd::mailbox::ImapArgs),
     /// Send a few probe messages and time every phase of each (smtpping's job).
     Ping(cmd::ping::Args),
     /// Run the embedded mail server (SMTP, submission, LMTP, POP3, IMAP) on loopback.
@@ -64,16 +59,49 @@ pub enum Command {
 }
 
 /// Every command's options, as clap defines them (scenario files are checked against it).
+/// Every command but `run` also lists `--dump-scenario`, which [`main`] handles before
+/// parsing (scenario::dump).
 pub fn commands() -> clap::Command {
-    Cli::command()
+    let dump = clap::Arg::new("dump_scenario")
+        .long("dump-scenario")
+        .action(clap::ArgAction::SetTrue)
+        .help(
+            "Print the scenario file (TOML) equivalent to this command line instead of \
+             running it; `spate run FILE` runs it",
+        );
+    let mut cli = Cli::command();
+    let names: Vec<String> = cli
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .filter(|n| n != "run")
+        .collect();
+    for name in names {
+        cli = cli.mut_subcommand(name, |c| c.arg(dump.clone()));
+    }
+    cli
+}
+
+/// Parses a command line against [`commands`] (so that `--help` shows what it defines).
+pub fn parse<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    use clap::FromArgMatches as _;
+    let m = commands().try_get_matches_from(args)?;
+    Cli::from_arg_matches(&m)
 }
 
 /// Runs one parsed command line.
 pub async fn dispatch(cli: Cli, ctx: Ctx) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Smtp(args) => cmd::smtp::run(args, &ctx).await,
-        Command::Pop3(args) => cmd::mailbox::run(cmd::mailbox::Protocol::Pop3, args, &ctx).await,
-        Command::Imap(args) => cmd::mailbox::run(cmd::mailbox::Protocol::Imap, args, &ctx).await,
+        Command::Pop3(args) => {
+            cmd::mailbox::run(cmd::mailbox::Protocol::Pop3, args.into(), &ctx).await
+        }
+        Command::Imap(args) => {
+            cmd::mailbox::run(cmd::mailbox::Protocol::Imap, args.into(), &ctx).await
+        }
         Command::Ping(args) => cmd::ping::run(args, &ctx).await,
         Command::Serve(args) => cmd::serve::run(args, &ctx).await,
         Command::Sweep(args) => cmd::sweep::run(args, &ctx).await,
@@ -85,14 +113,37 @@ pub async fn dispatch(cli: Cli, ctx: Ctx) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// A command-line error in one line; an option given to the wrong command names the
+/// commands that have it (`--top` is spate pop3's, not spate imap's).
+fn parse_error(e: &clap::Error) -> String {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let line = crate::scenario::doc::clap_line(e);
+    let arg = match (e.kind(), e.get(ContextKind::InvalidArg)) {
+        (ErrorKind::UnknownArgument, Some(ContextValue::String(a))) => a.clone(),
+        _ => return line,
+    };
+    let long = arg.trim_start_matches('-');
+    let long = long.split('=').next().unwrap_or(long);
+    let owners: Vec<String> = commands()
+        .get_subcommands()
+        .filter(|c| c.get_arguments().any(|a| a.get_long() == Some(long)))
+        .map(|c| format!("spate {}", c.get_name()))
+        .collect();
+    if owners.is_empty() || !arg.starts_with("--") {
+        format!("{line} (--help lists the options)")
+    } else {
+        format!("{line}: it is an option of {}", owners.join(", "))
+    }
+}
+
 /// Runs command lines in-process through [`dispatch`].
 struct InProcess;
 
 impl Runner for InProcess {
     fn run(&self, argv: Vec<String>) -> CommandFuture {
         Box::pin(async move {
-            let cli = Cli::try_parse_from(&argv)
-                .map_err(|e| crate::UsageError(crate::scenario::doc::clap_line(&e)))?;
+            let cli =
+                parse(&argv).map_err(|e| crate::UsageError(crate::scenario::doc::clap_line(&e)))?;
             dispatch(cli, context(argv)).await
         })
     }
@@ -118,12 +169,16 @@ where
     if let Some(code) = crate::scenario::dump::intercept(&args, commands) {
         return code;
     }
-    let cli = match Cli::try_parse_from(&args) {
+    let cli = match parse(&args) {
         Ok(cli) => cli,
+        Err(e) if e.use_stderr() => {
+            eprintln!("spate: {}", parse_error(&e));
+            return ExitCode::from(2);
+        }
         Err(e) => {
-            let code = if e.use_stderr() { 2 } else { 0 };
+            // --help and --version.
             let _ = e.print();
-            return ExitCode::from(code);
+            return ExitCode::SUCCESS;
         }
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -49,7 +49,7 @@ async fn every_interval_log_of_a_run_is_declared_in_its_plan() {
         &smtp,
         "-n",
         "40",
-        "-u",
+        "--max-in-flight",
         "4",
         "--rate",
         "200/s",
@@ -61,6 +61,8 @@ async fn every_interval_log_of_a_run_is_declared_in_its_plan() {
     ])
     .await;
     assert!(o.ok, "{}", o.stderr);
+    // A generator alone in its process: its CPU is the process's.
+    assert_eq!(common::summary(&inject)["generator_cpu_basis"], "process");
     let (decl, logs) = (declared(&inject), written(&inject));
     assert!(
         logs.contains("envelope.hlog") && logs.contains("lag.hlog"),

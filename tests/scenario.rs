@@ -252,6 +252,11 @@ fn parallel_workloads_run_at_once_with_the_rate_split_by_weight() {
         )
         .unwrap();
         let t = |k: &str| chrono::DateTime::parse_from_rfc3339(s[k].as_str().unwrap()).unwrap();
+        // The embedded server's threads are not the generator's; the process is shared.
+        assert_eq!(
+            s["generator_cpu_basis"],
+            "process less the embedded server's threads, shared with workloads running in parallel"
+        );
         (
             t("started_at"),
             t("ended_at"),

@@ -96,7 +96,7 @@ async fn start_server(users: &str) -> anyhow::Result<serve::Running> {
         .delays
         .push(faults::parse_delay("data:0ms..2ms")?);
     config.faults.seed = Some(7);
-    serve::start(config).await
+    serve::start_apart(config).await
 }
 
 /// `spate demo`.
@@ -199,7 +199,7 @@ impl Tour<'_> {
                     "--rate=100/s",
                     &format!("--duration={}ms", second.as_millis()),
                     "--starttls",
-                    &format!("--auth-file={}", self.users_path.display()),
+                    &format!("--users-file={}", self.users_path.display()),
                     "--max-in-flight=5",
                     "--messages-per-connection=20",
                 ][..],

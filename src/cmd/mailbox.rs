@@ -45,20 +45,28 @@ impl Protocol {
     }
 }
 
+const VISIT: &str = "A unit of work is one mailbox visit: connect, (TLS), greeting, log in, \
+    STAT/SELECT, act on up to --messages-per-connection messages (read whole or headers only, \
+    flag, delete), EXPUNGE, (IDLE), QUIT/LOGOUT. Percentages are spread evenly over the \
+    messages a session touches, not drawn at random, so the mailbox counts a run leaves \
+    behind are predictable.";
+
+const POP3_EXAMPLES: &str = "EXAMPLES:
+  SPATE_PASSWORD=pw spate pop3 127.0.0.1:1110 \\
+      --user-pattern 'user{0..99}@example.test' --users 20 --duration 1m
+  spate pop3 127.0.0.1:1110 --users-file users.txt --delete 100 --listings
+  spate pop3 127.0.0.1:1110 --users-file users.txt \\
+      --imap-percent 30 --imap-target 127.0.0.1:1143 --flag";
+
+const IMAP_EXAMPLES: &str = "EXAMPLES:
+  spate imap 127.0.0.1:1143 --users-file users.txt --rate 600/min --duration 5m --delete 50
+  spate imap 127.0.0.1:993 --tls --ca ca.pem --users-file users.txt \\
+      --download 20 --flag --idle 2s";
+
+/// What `spate pop3` and `spate imap` share: the server, the load, the accounts, what a
+/// visit does to each message, and the transport, output and monitoring options.
 #[derive(Debug, Clone, clap::Args, Serialize)]
-#[command(allow_negative_numbers = true)]
-#[command(
-    after_long_help = "A unit of work is one mailbox visit: connect, (TLS), greeting, \
-    log in, STAT/SELECT, act on up to --messages-per-connection messages (read whole or \
-    headers only, flag, delete), EXPUNGE, (IDLE), QUIT/LOGOUT. Percentages are spread \
-    evenly over the messages a session touches, not drawn at random, so the mailbox counts \
-    a run leaves behind are predictable.\n\nEXAMPLES:\n  \
-    SPATE_PASSWORD=pw spate pop3 127.0.0.1:1110 --user-pattern 'user{0..99}@example.test' --users 20 --duration 1m\n  \
-    spate imap 127.0.0.1:1143 --users-file users.txt --rate 600/min --duration 5m --delete 50\n  \
-    spate pop3 127.0.0.1:1110 --users-file users.txt --imap-percent 30 --imap-target 127.0.0.1:1143\n  \
-    spate imap 127.0.0.1:993 --tls --ca ca.pem --users-file users.txt --download 20 --flag --idle 2s"
-)]
-pub struct Args {
+pub struct Common {
     /// Server to load, HOST[:PORT] (110 POP3, 143 IMAP; 995/993 with --tls).
     pub target: String,
 
@@ -67,7 +75,7 @@ pub struct Args {
 
     // ---- accounts
     /// Accounts from FILE, 'address password' per line (the test bed's users file).
-    #[arg(long, help_heading = "Accounts")]
+    #[arg(long, value_name = "FILE", help_heading = "Accounts")]
     pub users_file: Option<PathBuf>,
     /// Accounts from a pattern like 'user{0..99}@example.test', all with the password
     /// from the environment variable SPATE_PASSWORD (never from the command line).
@@ -92,27 +100,6 @@ pub struct Args {
     /// Percentage of touched messages deleted (DELE; \Deleted then EXPUNGE).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=100), help_heading = "Visit")]
     pub delete: u8,
-    /// POP3: body lines TOP asks for with the header of messages not downloaded.
-    #[arg(long, default_value_t = 0, help_heading = "Visit")]
-    pub top: u32,
-    /// POP3: also ask for UIDL and LIST listings each visit.
-    #[arg(long, help_heading = "Visit")]
-    pub listings: bool,
-    /// IMAP: run SEARCH with these criteria after SELECT (e.g. UNSEEN, ALL).
-    #[arg(long, help_heading = "Visit")]
-    pub search: Option<String>,
-    /// IMAP: mark each touched message \Seen with STORE.
-    #[arg(long, help_heading = "Visit")]
-    pub flag: bool,
-    /// IMAP: IDLE this long at the end of each visit (e.g. 2s).
-    #[arg(long, help_heading = "Visit")]
-    pub idle: Option<String>,
-    /// POP3 runs only: make this percentage of visits IMAP ones (a mixed run).
-    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=100), help_heading = "Visit")]
-    pub imap_percent: Option<u8>,
-    /// IMAP server for --imap-percent (default: the target host, port 143 or 993).
-    #[arg(long, help_heading = "Visit")]
-    pub imap_target: Option<String>,
 
     #[command(flatten)]
     #[serde(flatten)]
@@ -123,6 +110,91 @@ pub struct Args {
 
     #[command(flatten)]
     pub monitor: MonitorArgs,
+}
+
+/// What only a POP3 visit does, and the IMAP share of a mixed run.
+#[derive(Debug, Clone, Default, clap::Args, Serialize)]
+pub struct Pop3Options {
+    /// Body lines TOP asks for with the header of messages not downloaded.
+    #[arg(long, default_value_t = 0, help_heading = "Visit")]
+    pub top: u32,
+    /// Also ask for UIDL and LIST listings each visit.
+    #[arg(long, help_heading = "Visit")]
+    pub listings: bool,
+    /// Make this percentage of visits IMAP ones (a mixed run; the IMAP options below
+    /// apply to those).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=100), help_heading = "Mixed run")]
+    pub imap_percent: Option<u8>,
+    /// IMAP server for --imap-percent (default: the target host, port 143 or 993).
+    #[arg(long, help_heading = "Mixed run")]
+    pub imap_target: Option<String>,
+}
+
+/// What only an IMAP visit does.
+#[derive(Debug, Clone, Default, clap::Args, Serialize)]
+pub struct ImapOptions {
+    /// Run SEARCH with these criteria after SELECT (e.g. UNSEEN, ALL).
+    #[arg(long)]
+    pub search: Option<String>,
+    /// Mark each touched message \Seen with STORE.
+    #[arg(long)]
+    pub flag: bool,
+    /// IDLE this long at the end of each visit (e.g. 2s).
+    #[arg(long)]
+    pub idle: Option<String>,
+}
+
+/// `spate pop3`: the shared options, POP3's own, and IMAP's for a mixed run.
+#[derive(Debug, Clone, clap::Args)]
+#[command(allow_negative_numbers = true, after_long_help = format!("{VISIT}\n\n{POP3_EXAMPLES}"))]
+pub struct Pop3Args {
+    #[command(flatten)]
+    pub common: Common,
+    #[command(flatten)]
+    pub pop3: Pop3Options,
+    #[command(flatten, next_help_heading = "Mixed run: the IMAP visits")]
+    pub imap: ImapOptions,
+}
+
+/// `spate imap`: the shared options and IMAP's own.
+#[derive(Debug, Clone, clap::Args)]
+#[command(allow_negative_numbers = true, after_long_help = format!("{VISIT}\n\n{IMAP_EXAMPLES}"))]
+pub struct ImapArgs {
+    #[command(flatten)]
+    pub common: Common,
+    #[command(flatten, next_help_heading = "Visit")]
+    pub imap: ImapOptions,
+}
+
+/// Either command's options, as plan.json records them.
+#[derive(Debug, Clone, Serialize)]
+pub struct Args {
+    #[serde(flatten)]
+    pub common: Common,
+    #[serde(flatten)]
+    pub pop3: Pop3Options,
+    #[serde(flatten)]
+    pub imap: ImapOptions,
+}
+
+impl From<Pop3Args> for Args {
+    fn from(a: Pop3Args) -> Args {
+        Args {
+            common: a.common,
+            pop3: a.pop3,
+            imap: a.imap,
+        }
+    }
+}
+
+impl From<ImapArgs> for Args {
+    fn from(a: ImapArgs) -> Args {
+        Args {
+            common: a.common,
+            pop3: Pop3Options::default(),
+            imap: a.imap,
+        }
+    }
 }
 
 /// Everything resolved: what plan.json records.
@@ -145,12 +217,12 @@ pub struct Plan {
     pub args: Args,
 }
 
-crate::plan_info!(Plan);
+crate::plan_info!(Plan, args.common.output);
 
 fn accounts(args: &Args) -> anyhow::Result<Vec<Account>> {
-    let creds = if let Some(path) = &args.users_file {
+    let creds = if let Some(path) = &args.common.users_file {
         accounts::read_credentials(path)?
-    } else if let Some(pattern) = &args.user_pattern {
+    } else if let Some(pattern) = &args.common.user_pattern {
         let pass = std::env::var("SPATE_PASSWORD").map_err(|_| {
             UsageError(
                 "--user-pattern needs the password in the environment variable SPATE_PASSWORD"
@@ -177,15 +249,15 @@ fn endpoints(
     args: &Args,
     imap_percent: u8,
 ) -> anyhow::Result<(Option<Endpoint>, Option<Endpoint>)> {
-    let t = &args.transport;
+    let t = &args.common.transport;
     let endpoint =
         |target: &str, p: Protocol| t.endpoint(strip_scheme(target), p.port(t.tls), false);
-    let main = endpoint(&args.target, proto)?;
+    let main = endpoint(&args.common.target, proto)?;
     Ok(match proto {
         Protocol::Imap => (None, Some(main)),
         Protocol::Pop3 => {
             let imap = if imap_percent > 0 {
-                let target = match &args.imap_target {
+                let target = match &args.pop3.imap_target {
                     Some(t) => t.clone(),
                     None => format!("[{}]", main.addr.ip()),
                 };
@@ -204,37 +276,41 @@ pub fn prepare(
     args: Args,
     command: Vec<String>,
 ) -> anyhow::Result<(Plan, Settings)> {
-    let imap_percent = match (proto, args.imap_percent) {
+    let imap_percent = match (proto, args.pop3.imap_percent) {
         (Protocol::Imap, Some(_)) => return usage("--imap-percent is for `spate pop3`"),
         (Protocol::Imap, None) => 100,
         (Protocol::Pop3, p) => p.unwrap_or(0),
     };
-    if args.imap_target.is_some() && imap_percent == 0 {
+    if args.pop3.imap_target.is_some() && imap_percent == 0 {
         return usage("--imap-target needs --imap-percent");
     }
     let imap_only = [
-        (args.search.is_some(), "--search"),
-        (args.flag, "--flag"),
-        (args.idle.is_some(), "--idle"),
+        (args.imap.search.is_some(), "--search"),
+        (args.imap.flag, "--flag"),
+        (args.imap.idle.is_some(), "--idle"),
     ];
     if let Some((_, name)) = imap_only.iter().find(|(on, _)| *on && imap_percent == 0) {
         return usage(format!(
             "{name} is an IMAP option: use spate imap, or --imap-percent for a POP3/IMAP mix"
         ));
     }
-    let pop3_only = [(args.top != 0, "--top"), (args.listings, "--listings")];
+    let pop3_only = [
+        (args.pop3.top != 0, "--top"),
+        (args.pop3.listings, "--listings"),
+    ];
     if let Some((_, name)) = pop3_only.iter().find(|(on, _)| *on && imap_percent == 100) {
         return usage(format!("{name} is a POP3 option (spate pop3)"));
     }
     let (pop3, imap) = endpoints(proto, &args, imap_percent)?;
-    let workload = args.workload.resolve()?;
+    let workload = args.common.workload.resolve()?;
     let accounts = accounts(&args)?;
     let idle = args
+        .imap
         .idle
         .as_deref()
         .map(units::parse_duration)
         .transpose()?;
-    let seed = args.output.seed.unwrap_or_else(rand::random);
+    let seed = args.common.output.seed.unwrap_or_else(rand::random);
     let main = pop3
         .as_ref()
         .or(imap.as_ref())
@@ -246,15 +322,15 @@ pub fn prepare(
         _ => "pop3+imap",
     };
     let plan = Plan {
-        head: PlanHead::new::<Visitor>(command, protocol, &args.target),
+        head: PlanHead::new::<Visitor>(command, protocol, &args.common.target),
         address: main.addr,
         imap_address: imap.as_ref().map(|e| e.addr),
         imap_percent,
         workload,
         accounts: accounts.len(),
-        messages_per_connection: args.messages_per_connection,
-        download_pct: args.download,
-        delete_pct: args.delete,
+        messages_per_connection: args.common.messages_per_connection,
+        download_pct: args.common.download,
+        delete_pct: args.common.delete,
         tls: main.tls,
         timeout_s: main.timeout.as_secs_f64(),
         seed,
@@ -265,15 +341,15 @@ pub fn prepare(
         imap,
         imap_percent,
         accounts,
-        round_robin: args.pick == PickArg::RoundRobin,
-        login: args.auth,
-        messages_per_connection: args.messages_per_connection,
-        download: args.download,
-        delete: args.delete,
-        top: args.top,
-        listings: args.listings,
-        search: args.search,
-        flag: args.flag,
+        round_robin: args.common.pick == PickArg::RoundRobin,
+        login: args.common.auth,
+        messages_per_connection: args.common.messages_per_connection,
+        download: args.common.download,
+        delete: args.common.delete,
+        top: args.pop3.top,
+        listings: args.pop3.listings,
+        search: args.imap.search,
+        flag: args.imap.flag,
         idle,
         next_account: AtomicU64::new(0),
     };
@@ -300,10 +376,14 @@ pub async fn run_load(
 
 /// `spate pop3` and `spate imap`.
 pub async fn run(proto: Protocol, args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
-    let progress = args.output.progress_enabled();
+    let progress = args.common.output.progress_enabled();
     let name = proto.name();
-    let (output, monitor) = (args.output.clone(), args.monitor.clone());
-    let title = format!("spate — {} load on {}", name.to_uppercase(), args.target);
+    let (output, monitor) = (args.common.output.clone(), args.common.monitor.clone());
+    let title = format!(
+        "spate — {} load on {}",
+        name.to_uppercase(),
+        args.common.target
+    );
     let (plan, settings) = prepare(proto, args, ctx.command_line.clone())?;
     let stop = Arc::new(AtomicBool::new(false));
     let observers = observers(&output, &monitor, progress, title, "visit", &stop)?;

@@ -34,10 +34,11 @@ pub struct Args {
     /// Sender (smtpping's default is the null sender; ours is a real address).
     #[arg(long, short = 'f', default_value = "spate-ping@example.test")]
     pub from: String,
-    /// Number of messages.
-    #[arg(short = 'c', long = "count", default_value_t = 10)]
+    /// Number of messages (`-c` as in smtpping and ping also works).
+    #[arg(short = 'n', short_alias = 'c', long = "count", default_value_t = 10)]
     pub count: u32,
-    /// Wait between messages (smtpping -w, in ms when a bare number).
+    /// Wait between messages, with a unit: 500ms, 1s (smtpping's -w took bare
+    /// milliseconds; in spate a bare number is seconds, so only 0 may be bare here).
     #[arg(short = 'w', long = "wait", default_value = "1s")]
     pub wait: String,
     /// Message body size (smtpping's default is 10 KiB).
@@ -79,6 +80,7 @@ const COLUMNS: &[(Phase, &str)] = &[
     (Phase::Tls, "tls"),
     (Phase::Banner, "banner"),
     (Phase::Ehlo, "helo"),
+    (Phase::Lhlo, "lhlo"),
     (Phase::Auth, "auth"),
     (Phase::Mail, "mailfrom"),
     (Phase::Rcpt, "rcptto"),
@@ -263,10 +265,16 @@ fn factory(a: &Args, run_id: &str) -> anyhow::Result<Factory> {
 /// `spate ping`.
 pub async fn run(a: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     if a.count == 0 {
-        return crate::usage("-c/--count must be at least 1");
+        return crate::usage("-n/--count must be at least 1");
     }
-    let wait = if a.wait.chars().all(|c| c.is_ascii_digit()) {
-        Duration::from_millis(a.wait.parse().unwrap_or(0))
+    let bare = !a.wait.is_empty() && a.wait.chars().all(|c| c.is_ascii_digit());
+    let wait = if bare && a.wait.parse::<u64>() != Ok(0) {
+        return crate::usage(format!(
+            "-w {0}: give a unit ({0}ms or {0}s); smtpping's bare milliseconds would be seconds elsewhere in spate",
+            a.wait
+        ));
+    } else if bare {
+        Duration::ZERO
     } else {
         units::parse_duration(&a.wait)?
     };

@@ -22,9 +22,9 @@ pub struct Args {
     /// like the demo's, gets a report in each).
     pub dir: PathBuf,
 
-    /// Where to write the HTML (default: DIR/report.html).
-    #[arg(long, short = 'o')]
-    pub out: Option<PathBuf>,
+    /// Where to write the HTML (default: DIR/report.html), like `compare --html FILE`.
+    #[arg(long, value_name = "FILE", alias = "out", short_alias = 'o')]
+    pub html: Option<PathBuf>,
 
     /// Print the text summary instead of writing HTML.
     #[arg(long)]
@@ -53,7 +53,7 @@ pub fn run(args: Args, _ctx: &Ctx) -> anyhow::Result<ExitCode> {
     }
     // A directory of runs (the demo's parts): one report in each.
     let subs = crate::report::data::result_subdirs(&args.dir);
-    if args.out.is_none()
+    if args.html.is_none()
         && !args.dir.join("summary.json").exists()
         && !Sweep::is_sweep(&args.dir)
         && !subs.is_empty()
@@ -63,7 +63,7 @@ pub fn run(args: Args, _ctx: &Ctx) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let out = args.out.unwrap_or_else(|| args.dir.join("report.html"));
+    let out = args.html.unwrap_or_else(|| args.dir.join("report.html"));
     render_to(&args.dir, &out)?;
     println!("{}", out.display());
     Ok(ExitCode::SUCCESS)

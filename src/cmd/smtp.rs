@@ -84,16 +84,22 @@ pub struct Args {
     /// Upgrade this percentage of connections with STARTTLS (postal -s style).
     #[arg(long, value_parser = clap::value_parser!(u8).range(0..=100), help_heading = "Transport")]
     pub tls_percent: Option<u8>,
-    /// Authenticate with credentials from FILE ('address password' per line, round-robin).
-    #[arg(long, help_heading = "Transport")]
-    pub auth_file: Option<PathBuf>,
+    /// Authenticate with accounts from FILE ('address password' per line, round-robin;
+    /// the test bed's users file).
+    #[arg(
+        long,
+        value_name = "FILE",
+        alias = "auth-file",
+        help_heading = "Transport"
+    )]
+    pub users_file: Option<PathBuf>,
     /// Authenticate as USER; the password comes from the environment variable
     /// SPATE_PASSWORD (never from the command line).
     #[arg(long, help_heading = "Transport")]
     pub auth_user: Option<String>,
     /// SASL mechanism.
-    #[arg(long, value_enum, default_value_t = AuthMech::Auto, help_heading = "Transport")]
-    pub auth_mech: AuthMech,
+    #[arg(long, value_enum, alias = "auth-mech", default_value_t = AuthMech::Auto, help_heading = "Transport")]
+    pub auth: AuthMech,
     /// Do not use PIPELINING even when the server offers it.
     #[arg(long, help_heading = "Transport")]
     pub no_pipelining: bool,
@@ -159,9 +165,9 @@ crate::plan_info!(Plan);
 type Credentials = Option<(AuthMech, Vec<(String, String)>)>;
 
 fn credentials(args: &Args) -> anyhow::Result<Credentials> {
-    if let Some(path) = &args.auth_file {
+    if let Some(path) = &args.users_file {
         let creds = accounts::read_credentials(path)?;
-        return Ok(Some((args.auth_mech, creds)));
+        return Ok(Some((args.auth, creds)));
     }
     if let Some(user) = &args.auth_user {
         let pass = std::env::var("SPATE_PASSWORD").map_err(|_| {
@@ -169,7 +175,7 @@ fn credentials(args: &Args) -> anyhow::Result<Credentials> {
                 "--auth-user needs the password in the environment variable SPATE_PASSWORD".into(),
             )
         })?;
-        return Ok(Some((args.auth_mech, vec![(user.clone(), pass)])));
+        return Ok(Some((args.auth, vec![(user.clone(), pass)])));
     }
     Ok(None)
 }

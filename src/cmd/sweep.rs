@@ -104,7 +104,7 @@ impl Args {
         Ok(if let Some(t) = &self.users {
             (Param::Users, "users".into(), steps(t)?)
         } else if let Some(t) = &self.rate {
-            (Param::Rate, "rate".into(), steps(t)?)
+            (Param::Rate, "rate".into(), steps(&per_second(t))?)
         } else if let Some(t) = &self.messages_per_connection {
             (
                 Param::MessagesPerConnection,
@@ -128,6 +128,21 @@ impl Args {
     }
 }
 
+/// Sweep rates are per second: `100/s,200/s` is `100,200` (a range keeps its own step,
+/// `100..400/100`).
+fn per_second(steps: &str) -> String {
+    steps
+        .split(',')
+        .map(|p| {
+            let p = p.trim();
+            p.strip_suffix("/s")
+                .or_else(|| p.strip_suffix("/sec"))
+                .unwrap_or(p)
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// The step's `spate smtp` options: the user's, with the swept one set.
 fn step_args(
     base: &super::smtp::Args,
@@ -141,7 +156,12 @@ fn step_args(
             if v == 0 {
                 return crate::usage("--users: every step needs at least 1 user");
             }
-            a.workload.users = v as u32;
+            if base.workload.rate.is_some() || base.workload.stages.is_some() {
+                return crate::usage(
+                    "sweep --users sweeps a closed workload: drop --rate/--stages after --",
+                );
+            }
+            a.workload.users = Some(v as u32);
             a.workload.rate = None;
             a.workload.stages = None;
             if let Some(n) = count_per_user {
@@ -153,8 +173,15 @@ fn step_args(
             if v == 0 {
                 return crate::usage("--rate: every step needs a rate above 0");
             }
+            if base.workload.users.is_some() || base.workload.think.is_some() {
+                return crate::usage(
+                    "sweep --rate sweeps an open workload: drop --users/--think after -- (--max-in-flight bounds concurrency)",
+                );
+            }
             a.workload.rate = Some(format!("{v}/s"));
             a.workload.stages = None;
+            a.workload.users = None;
+            a.workload.think = None;
         }
         Param::Size => a.size = v.to_string(),
         Param::MessagesPerConnection => a.messages_per_connection = (v as u32).to_string(),
@@ -514,21 +541,19 @@ mod tests {
 
     #[test]
     fn each_parameter_sets_its_option() {
-        let base = super::super::smtp::Args::from_words([
-            "127.0.0.1:2525",
-            "--users",
-            "3",
-            "--rate",
-            "5/s",
-        ])
-        .unwrap();
+        let base = super::super::smtp::Args::from_words(["127.0.0.1:2525"]).unwrap();
+        let open = super::super::smtp::Args::from_words(["x", "--rate", "5/s"]).unwrap();
+        let closed = super::super::smtp::Args::from_words(["x", "--users", "3"]).unwrap();
         let s = sweep(&["--users", "1..3,10..30/10", "--", "x"]);
         let (p, name, v) = s.param().unwrap();
         assert_eq!((p, name.as_str()), (Param::Users, "users"));
         assert_eq!(v, vec![1, 2, 3, 10, 20, 30]);
         let a = step_args(&base, p, 20, None).unwrap();
-        assert_eq!(a.workload.users, 20);
+        assert_eq!(a.workload.users, Some(20));
         assert!(a.workload.rate.is_none() && a.monitor.monitor);
+        // Sweeping users of an open workload (or a rate of a closed one) is refused.
+        assert!(step_args(&open, p, 20, None).is_err());
+        assert!(step_args(&closed, Param::Rate, 20, None).is_err());
         let a = step_args(&base, p, 20, Some(100)).unwrap();
         assert_eq!((a.workload.count, a.workload.duration), (Some(2000), None));
 
@@ -539,6 +564,8 @@ mod tests {
 
         let s = sweep(&["--rate", "100,200", "--", "x"]);
         let (p, _, _) = s.param().unwrap();
+        let s = sweep(&["--rate", "100/s, 200/s,300..500/100", "--", "x"]);
+        assert_eq!(s.param().unwrap().2, vec![100, 200, 300, 400, 500]);
         assert_eq!(
             step_args(&base, p, 200, None)
                 .unwrap()

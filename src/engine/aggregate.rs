@@ -6,10 +6,10 @@
 
 use std::sync::mpsc;
 use std::thread::JoinHandle;
-use std::time::Duration;
 
+use super::cpu::RunCpu;
 use super::observe::{Observer, Snapshot};
-use super::summary::{cpu_time, SummaryHeader};
+use super::summary::SummaryHeader;
 use crate::metrics::{Recorder, Shard};
 use crate::results::{Summary, Writer};
 
@@ -86,7 +86,7 @@ pub(super) struct Aggregator {
     totals: Shard,
     writer: Option<WriterThread>,
     last_t: f64,
-    cpu0: Duration,
+    cpu: RunCpu,
 }
 
 impl Aggregator {
@@ -96,7 +96,7 @@ impl Aggregator {
             totals: Shard::default(),
             writer: writer.map(WriterThread::start).transpose()?,
             last_t: 0.0,
-            cpu0: cpu_time(),
+            cpu: RunCpu::start(),
         })
     }
 
@@ -143,7 +143,7 @@ impl Aggregator {
     }
 
     pub fn summary(&self, t: f64, complete: bool, interrupted: bool) -> Summary {
-        let cpu = cpu_time().saturating_sub(self.cpu0);
+        let cpu = (self.cpu.used(), self.cpu.basis());
         self.header
             .summary(&self.totals, t, complete, interrupted, cpu)
     }

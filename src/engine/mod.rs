@@ -10,6 +10,7 @@
 //! - [`summary`]: the summary of a run from its totals.
 
 mod aggregate;
+pub mod cpu;
 mod observe;
 pub mod schedule;
 pub mod signals;
@@ -31,10 +32,11 @@ use crate::metrics::{Clock, Recorder};
 use crate::results::{AddressBook, Summary, Writer};
 use crate::units;
 
+pub use cpu::cpu_time;
 pub use observe::{Observer, Snapshot};
 pub use schedule::{Model, Workload};
 pub use signals::{Signal, Signals};
-pub use summary::{cpu_time, SummaryHeader};
+pub use summary::SummaryHeader;
 pub use unit::{Driver, Outcome, UnitHook, UnitReport};
 
 /// What every plan.json starts with.
@@ -137,10 +139,13 @@ impl<'a> Setup<'a> {
 }
 
 /// Implements [`PlanInfo`] for a plan struct with the usual fields (`head`, `workload`,
-/// `seed`, `args.output.grace`).
+/// `seed`, and the output options at `args.output` or at the path given).
 #[macro_export]
 macro_rules! plan_info {
     ($t:ty) => {
+        $crate::plan_info!($t, args.output);
+    };
+    ($t:ty, $($output:ident).+) => {
         impl $crate::engine::PlanInfo for $t {
             fn head(&self) -> &$crate::engine::PlanHead {
                 &self.head
@@ -152,7 +157,7 @@ macro_rules! plan_info {
                 self.seed
             }
             fn grace(&self) -> &str {
-                &self.args.output.grace
+                &self.$($output).+.grace
             }
         }
     };

@@ -23,7 +23,7 @@ impl SummaryHeader {
         elapsed: f64,
         complete: bool,
         interrupted: bool,
-        cpu: Duration,
+        (cpu, cpu_basis): (Duration, &str),
     ) -> Summary {
         let c = totals.counters;
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -70,20 +70,10 @@ impl SummaryHeader {
             errors: Summary::errors_from(totals),
             generator_cpu_s: (cpu_s * 1000.0).round() / 1000.0,
             generator_cpu_pct: (cpu_pct * 10.0).round() / 10.0,
+            generator_cpu_basis: cpu_basis.to_string(),
             cores,
             warnings,
             extra: Default::default(),
         }
     }
-}
-
-/// CPU time (user + system) this process has used.
-pub fn cpu_time() -> Duration {
-    // SAFETY: getrusage only writes into the struct we pass.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
-        return Duration::ZERO;
-    }
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
 }

@@ -30,7 +30,9 @@ phases! {
     Connect => "connect", "TCP connect";
     Tls => "tls", "TLS handshake (implicit TLS or after STARTTLS)";
     Banner => "banner", "connect complete to greeting complete";
-    Ehlo => "ehlo", "EHLO/HELO/LHLO to its reply";
+    Greeting => "greeting", "POP3/IMAP: connect (or TLS) complete to greeting complete";
+    Ehlo => "ehlo", "EHLO to its reply";
+    Lhlo => "lhlo", "LMTP: LHLO to its reply";
     Starttls => "starttls", "STARTTLS to its 220 reply";
     Auth => "auth", "AUTH exchange, all round trips";
     Mail => "mail", "MAIL FROM to its reply (no pipelining)";
@@ -42,7 +44,6 @@ phases! {
     Transaction => "transaction", "first envelope command to final reply (service time)";
     Response => "response", "scheduled start to final reply, incl. waiting and connecting";
     Lag => "lag", "how late a message started against its schedule (generator lag)";
-    Greeting => "greeting", "POP3/IMAP: connect (or TLS) complete to greeting complete";
     Stat => "stat", "POP3 STAT to its reply";
     List => "list", "POP3 LIST to the end of its listing";
     Uidl => "uidl", "POP3 UIDL to the end of its listing";

@@ -5,7 +5,7 @@ use std::path::Path;
 use crate::UsageError;
 
 /// Reads `address password` lines (blank lines and `#` comments skipped): the users file
-/// of the test bed, `spate smtp --auth-file` and `spate pop3/imap --users-file`.
+/// of the test bed, `--users-file` of smtp, pop3, imap and serve.
 pub fn read_credentials(path: &Path) -> Result<Vec<(String, String)>, UsageError> {
     let bad = |e: String| UsageError(format!("{}: {e}", path.display()));
     let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;

@@ -11,9 +11,10 @@ use crate::usage;
 #[derive(Debug, Clone, clap::Args, Serialize)]
 pub struct WorkloadArgs {
     /// Concurrent sessions (closed workload: each does one unit of work, waits for the
-    /// reply, does the next).
-    #[arg(long, short = 'u', default_value_t = 1, help_heading = "Workload")]
-    pub users: u32,
+    /// reply, does the next) [default: 1]. An open workload (--rate, --stages) has no
+    /// fixed sessions: --max-in-flight bounds its concurrency instead.
+    #[arg(long, short = 'u', value_name = "N", help_heading = "Workload")]
+    pub users: Option<u32>,
     /// Stop after this many units of work in total (default 1000 when neither --duration
     /// nor --stages bounds the run).
     #[arg(long, short = 'n', help_heading = "Workload")]
@@ -62,9 +63,15 @@ impl WorkloadArgs {
         if count == Some(0) {
             return usage("--count must be at least 1");
         }
-        if self.think.is_some() && (self.rate.is_some() || self.stages.is_some()) {
+        let open = self.rate.is_some() || self.stages.is_some();
+        if self.think.is_some() && open {
             return usage(
                 "--think is for closed workloads (--users); an open workload (--rate, --stages) starts work on its schedule",
+            );
+        }
+        if self.users.is_some() && open {
+            return usage(
+                "--users is for closed workloads; an open workload (--rate, --stages) starts work on its schedule, with at most --max-in-flight at once",
             );
         }
         let model = match (&self.rate, &self.stages) {
@@ -88,7 +95,8 @@ impl WorkloadArgs {
                 max_in_flight: self.max_in_flight.max(1),
             },
             (None, None) => {
-                if self.users == 0 {
+                let users = self.users.unwrap_or(1);
+                if users == 0 {
                     return usage("--users must be at least 1");
                 }
                 let think = self
@@ -97,7 +105,7 @@ impl WorkloadArgs {
                     .map(units::parse_duration)
                     .transpose()?;
                 Model::Closed {
-                    users: self.users,
+                    users,
                     think_ms: think.map_or(0.0, |d| d.as_secs_f64() * 1000.0),
                 }
             }

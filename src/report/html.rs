@@ -141,8 +141,11 @@ pub fn render_run(run: &Run) -> String {
         (
             "generator",
             format!(
-                "{:.2} s CPU, {:.1}% of {} cores",
-                s.generator_cpu_s, s.generator_cpu_pct, s.cores
+                "{:.2} s CPU, {:.1}% of {} cores{}",
+                s.generator_cpu_s,
+                s.generator_cpu_pct,
+                s.cores,
+                esc(&super::text::cpu_basis(s))
             ),
         ),
     ];

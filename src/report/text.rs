@@ -142,12 +142,20 @@ fn errors(o: &mut String, s: &Summary) {
     }
 }
 
+/// What the generator CPU figure covers, when it is not simply the whole process.
+pub fn cpu_basis(s: &Summary) -> String {
+    match s.generator_cpu_basis.as_str() {
+        "" | "process" => String::new(),
+        b => format!(" [{b}]"),
+    }
+}
+
 /// The generator's own CPU cost, then the warnings.
 fn footer(o: &mut String, s: &Summary, retrieval: bool) {
     let c = &s.totals;
     let _ = writeln!(
         o,
-        "\n  generator CPU {:.2}s ({:.1}% of {} cores{})",
+        "\n  generator CPU {:.2}s ({:.1}% of {} cores{}){}",
         s.generator_cpu_s,
         s.generator_cpu_pct,
         s.cores,
@@ -159,7 +167,8 @@ fn footer(o: &mut String, s: &Summary, retrieval: bool) {
             )
         } else {
             String::new()
-        }
+        },
+        cpu_basis(s)
     );
     for w in &s.warnings {
         let _ = writeln!(o, "  warning: {w}");

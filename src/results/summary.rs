@@ -74,6 +74,10 @@ pub struct Summary {
     pub generator_cpu_s: f64,
     /// Generator CPU as a percentage of all the machine's cores.
     pub generator_cpu_pct: f64,
+    /// What the generator CPU covers: "process", "process less the embedded server's
+    /// threads", or either shared with parallel workloads (engine::cpu).
+    #[serde(default)]
+    pub generator_cpu_basis: String,
     pub cores: usize,
     pub warnings: Vec<String>,
     /// Sections added by observers and later steps (monitoring, verification), by name.

@@ -106,7 +106,7 @@ async fn start_server(
     }
     let Serve::Serve(args) = <Serve as clap::Parser>::try_parse_from(&argv)
         .map_err(|e| UsageError(format!("[server]: {}", doc::clap_line(&e))))?;
-    let running = crate::serve::start(args.config()?).await?;
+    let running = crate::serve::start_apart(args.config()?).await?;
     for kind in crate::serve::Listener::ALL {
         if let Some(a) = running.addrs.get(kind) {
             live.insert(format!("server.{}", kind.name()), a.to_string());

@@ -71,7 +71,13 @@ pub fn invocation(
     // Which key each clap argument came from, to point clap's errors at it.
     let mut origin: Vec<(String, Range<usize>)> = Vec::new();
     for e in &merged {
-        let Some((_, a)) = args.iter().find(|(k, _)| *k == e.key) else {
+        // An old spelling kept as a hidden alias works in a scenario as on the command line.
+        let named = |k: &str, a: &clap::Arg| {
+            k == e.key
+                || a.get_all_aliases()
+                    .is_some_and(|al| al.contains(&e.key.as_str()))
+        };
+        let Some((_, a)) = args.iter().find(|(k, a)| named(k, a)) else {
             let candidates = args
                 .iter()
                 .map(|(k, _)| k.as_str())

@@ -18,7 +18,7 @@ Examples:
   spate serve
       SMTP on 127.0.0.1:2525, any address @example.test is a mailbox, any login works.
   spate serve --smtp 127.0.0.1:2525 --submission 127.0.0.1:2587 --imap 127.0.0.1:2143 \\
-              --pop3 127.0.0.1:2110 --users users.txt --cert-out /tmp/spate.pem
+              --pop3 127.0.0.1:2110 --users-file users.txt --cert-out /tmp/spate.pem
       A small mail system: submission needs AUTH, mail is read back over IMAP/POP3.
       users.txt holds 'address password' lines.
   spate serve --fail rcpt:451:0.02 --fail dot:554:0.001 --delay data:5ms..20ms --seed 1
@@ -73,8 +73,8 @@ pub struct Args {
     pub domains: Vec<String>,
     /// 'address password' lines: only these addresses exist and may log in. Without it,
     /// every address in the served domains exists and any password is accepted.
-    #[arg(long, value_name = "FILE", help_heading = "Mailboxes")]
-    pub users: Option<PathBuf>,
+    #[arg(long, value_name = "FILE", alias = "users", help_heading = "Mailboxes")]
+    pub users_file: Option<PathBuf>,
     /// Also write every delivered message to DIR/<address>/new (Maildir)
     #[arg(long, value_name = "DIR", help_heading = "Mailboxes")]
     pub maildir: Option<PathBuf>,
@@ -208,11 +208,11 @@ impl Args {
                 .map(|d| d.to_ascii_lowercase())
                 .collect();
         }
-        if let Some(path) = &self.users {
+        if let Some(path) = &self.users_file {
             let text = std::fs::read_to_string(path)
-                .map_err(|e| UsageError(format!("--users {}: {e}", path.display())))?;
+                .map_err(|e| UsageError(format!("--users-file {}: {e}", path.display())))?;
             c.users = Users::parse(&text)
-                .map_err(|e| UsageError(format!("--users {}: {e}", path.display())))?;
+                .map_err(|e| UsageError(format!("--users-file {}: {e}", path.display())))?;
         }
         c.store = StoreOptions {
             maildir: self.maildir.clone(),
@@ -273,7 +273,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             if !a.ip().is_loopback() {
                 eprintln!(
                     "spate serve: warning: {} listens on {a}, which is not loopback; this is \
-                     an open test server (any login works without --users)",
+                     an open test server (any login works without --users-file)",
                     kind.name()
                 );
             }

@@ -31,6 +31,6 @@ pub use args::{run, Args};
 pub use config::{Addrs, Config};
 pub use faults::Faults;
 pub use listener::Listener;
-pub use server::{start, Running};
+pub use server::{start, start_apart, Running};
 pub use stats::{Counts, Stats};
 pub use store::{Store, StoreOptions, Users};

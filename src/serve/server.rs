@@ -31,6 +31,17 @@ pub struct Running {
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     stats_file: Option<PathBuf>,
+    /// The runtime of a server started with [`start_apart`].
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            // Safe inside async code, unlike dropping a runtime.
+            rt.shutdown_background();
+        }
+    }
 }
 
 impl Running {
@@ -43,6 +54,34 @@ impl Running {
         }
         if let Some(p) = &self.stats_file {
             let _ = self.stats.snapshot().write_atomic(p);
+        }
+    }
+}
+
+/// Starts the server on a runtime of its own, whose threads are named
+/// [`crate::engine::cpu::SERVER_THREAD`]: a generator in the same process (the demo, a
+/// scenario's `[server]`) then reports its own CPU without the server's.
+pub async fn start_apart(config: Config) -> anyhow::Result<Running> {
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .thread_name(crate::engine::cpu::SERVER_THREAD)
+        .enable_all()
+        .build()
+        .context("starting the embedded server's runtime")?;
+    let started = rt.spawn(start(config)).await;
+    match started {
+        Ok(Ok(mut running)) => {
+            running.runtime = Some(rt);
+            Ok(running)
+        }
+        Ok(Err(e)) => {
+            rt.shutdown_background();
+            Err(e)
+        }
+        Err(e) => {
+            rt.shutdown_background();
+            Err(anyhow::anyhow!("the embedded server did not start: {e}"))
         }
     }
 }
@@ -135,6 +174,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         shutdown: tx,
         tasks,
         stats_file: config.stats_file,
+        runtime: None,
     })
 }
 

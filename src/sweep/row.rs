@@ -181,7 +181,7 @@ mod tests {
             2.0,
             true,
             false,
-            Duration::ZERO,
+            (Duration::ZERO, "process"),
         );
         s.extra.insert(
             "monitor".into(),

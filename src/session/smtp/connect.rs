@@ -71,20 +71,25 @@ impl Session {
     ) -> Result<Capabilities, Failure> {
         self.cmd.clear();
         cmd::hello(&mut self.cmd, self.s.lmtp, &self.s.helo);
-        let t = report.start(Phase::Ehlo);
-        let tf = |e| Failure::transport(Phase::Ehlo, e);
+        let phase = if self.s.lmtp {
+            Phase::Lhlo
+        } else {
+            Phase::Ehlo
+        };
+        let t = report.start(phase);
+        let tf = |e| Failure::transport(phase, e);
         conn.send(&self.cmd).await.map_err(tf)?;
         let caps = {
             let r = read_reply(conn).await.map_err(tf)?;
             if r.code != 250 {
                 return Err(Failure {
                     fatal: true,
-                    ..refusal(Phase::Ehlo, &r)
+                    ..refusal(phase, &r)
                 });
             }
             Capabilities::from_ehlo(&r)
         };
-        report.timed(Phase::Ehlo, t);
+        report.timed(phase, t);
         Ok(caps)
     }
 

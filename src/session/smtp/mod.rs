@@ -458,6 +458,7 @@ impl Driver for Session {
         Phase::Tls,
         Phase::Banner,
         Phase::Ehlo,
+        Phase::Lhlo,
         Phase::Starttls,
         Phase::Auth,
         Phase::Mail,
