@@ -60,6 +60,15 @@ async fn bad_input_is_one_line_and_exit_2() {
             ],
             "--top",
         ),
+        (&["ping", &addr, "-n", "2", "-w", "500"], "500ms"),
+        (
+            &["smtp", &addr, "--rate", "10/s", "--users", "3", "-o", o_],
+            "--max-in-flight",
+        ),
+        (
+            &["imap", &addr, "--imap-percent", "5", "-o", o_],
+            "it is an option of spate pop3",
+        ),
         (
             &["verify", "/nonexistent/spate-run", "--maildir", "/tmp"],
             "no such directory",

@@ -46,9 +46,9 @@ fn e4_scalability() {
     for line in [
         "test time [s]",
         "app latency [ms]",
-        "throughput [mails/s]",
-        "network [kB/s]",
-        "disk [kB/s]",
+        "throughput [msg/s]",
+        "network [KiB/s]",
+        "disk [KiB/s]",
         "disk latency [ms]",
         "CPU [%]",
         "ping latency [ms]",

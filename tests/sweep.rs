@@ -90,7 +90,7 @@ fn check(out: &std::path::Path, stdout: &str) -> Result<(), String> {
     for want in [
         "test time [s]",
         "app latency [ms]",
-        "throughput [mails/s]",
+        "throughput [msg/s]",
         "CPU [%]",
         "knee: from users = 8",
     ] {

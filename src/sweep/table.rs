@@ -150,9 +150,9 @@ pub fn render(a: &Analysis, _rows: &[Row]) -> String {
     let lines: [(&str, Get, usize); 7] = [
         ("test time [s]", |s| s.test_time_s, 1),
         ("app latency [ms]", |s| s.latency_mean_ms, 1),
-        ("throughput [mails/s]", |s| s.throughput_per_s, 1),
-        ("network [kB/s]", |s| s.net_kbps, 0),
-        ("disk [kB/s]", |s| s.disk_kbps, 0),
+        ("throughput [msg/s]", |s| s.throughput_per_s, 1),
+        ("network [KiB/s]", |s| s.net_kbps, 0),
+        ("disk [KiB/s]", |s| s.disk_kbps, 0),
         ("disk latency [ms]", |s| s.disk_ms, 2),
         ("CPU [%]", |s| s.cpu_pct, 0),
     ];
