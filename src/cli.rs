@@ -56,7 +56,14 @@ pub enum Command {
     Verify(cmd::verify::Args),
     /// Run a scenario file: steps in sequence, mixed workloads, hooks, thresholds.
     Run(cmd::run::Args),
+    /// Print shell completions (bash, zsh, fish, elvish, powershell).
+    Completions(cmd::completions::CompletionsArgs),
+    /// Print the manual page (or write one per command into a directory).
+    Man(cmd::completions::ManArgs),
 }
+
+/// Commands that are not load, checks or reports: no --dump-scenario, not scenario steps.
+pub const NOT_STEPS: &[&str] = &["run", "completions", "man", "help"];
 
 /// Every command's options, as clap defines them (scenario files are checked against it).
 /// Every command but `run` also lists `--dump-scenario`, which [`main`] handles before
@@ -73,7 +80,7 @@ pub fn commands() -> clap::Command {
     let names: Vec<String> = cli
         .get_subcommands()
         .map(|c| c.get_name().to_string())
-        .filter(|n| n != "run")
+        .filter(|n| !NOT_STEPS.contains(&n.as_str()))
         .collect();
     for name in names {
         cli = cli.mut_subcommand(name, |c| c.arg(dump.clone()));
@@ -110,6 +117,8 @@ pub async fn dispatch(cli: Cli, ctx: Ctx) -> anyhow::Result<ExitCode> {
         Command::Compare(args) => cmd::compare::run(args, &ctx),
         Command::Verify(args) => cmd::verify::run(args, &ctx).await,
         Command::Run(args) => cmd::run::run(args, &ctx).await,
+        Command::Completions(args) => cmd::completions::completions(args, &ctx),
+        Command::Man(args) => cmd::completions::man(args, &ctx),
     }
 }
 

@@ -2,6 +2,7 @@
 //! commands share at this level: their observers and the way a finished run is printed.
 
 pub mod compare;
+pub mod completions;
 pub mod demo;
 pub mod mailbox;
 pub mod ping;

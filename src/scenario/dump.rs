@@ -48,6 +48,11 @@ pub fn render(commands: &clap::Command, args: &[OsString]) -> Result<String, Str
     let mut def = cli;
     def.build();
     let def = def.find_subcommand(name).ok_or("unknown command")?;
+    if !super::options::is_step(def) {
+        return Err(format!(
+            "spate {name} cannot be a scenario step: --dump-scenario is for load, check and report commands"
+        ));
+    }
     let mut lines = Vec::new();
     for a in def.get_arguments() {
         let Some(key) = arg_key(a) else { continue };

@@ -12,15 +12,25 @@ type Res<T> = Result<T, UsageError>;
 /// The clap definition of a subcommand of `commands` (every command's options, built),
 /// `None` when there is no such subcommand.
 pub fn subcommand(commands: &clap::Command, name: &str) -> Option<clap::Command> {
-    commands.find_subcommand(name).cloned()
+    commands
+        .find_subcommand(name)
+        .filter(|c| is_step(c))
+        .cloned()
 }
 
+/// The commands a scenario step may run: those that list `--dump-scenario` (not run,
+/// completions, man or help).
 pub fn subcommand_names(commands: &clap::Command) -> Vec<String> {
     commands
         .get_subcommands()
+        .filter(|c| is_step(c))
         .map(|c| c.get_name().to_string())
-        .filter(|n| n != "run" && n != "help")
         .collect()
+}
+
+/// Whether a command can be a scenario step (and be dumped as one).
+pub fn is_step(c: &clap::Command) -> bool {
+    c.get_arguments().any(|a| a.get_id() == "dump_scenario")
 }
 
 /// The scenario key of a clap argument: its long name, or its id for a positional.
