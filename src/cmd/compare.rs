@@ -14,7 +14,7 @@ use crate::report::data::Run;
     after_help = "Differences are against the first run. A difference is called \
                   \"within noise\" when the runs' per-interval spreads (mean ± one standard \
                   deviation of the one-second values) overlap.\n\n\
-                  Examples:\n  spate compare before/ after/\n  \
+                  EXAMPLES:\n  spate compare before/ after/\n  \
                   spate compare physical/ virtual/ --html=compare.html"
 )]
 pub struct Args {

@@ -15,7 +15,7 @@ use crate::report::{render_to, write_report};
                   over time and as a percentile plot, errors by class, delivery and server \
                   resources when present. A sweep directory (with sweep.csv) gets the sweep \
                   page: every metric against the swept parameter, saturation marked.\n\n\
-                  Example: spate report spate-results/2026-11-22T10-00-00-smtp"
+                  EXAMPLES:\n  spate report spate-results/2026-11-22T10-00-00-smtp"
 )]
 pub struct Args {
     /// A results directory (of `spate smtp`, or a sweep directory; a directory of runs,

@@ -26,7 +26,8 @@ use crate::{usage, UsageError};
     spate smtp mx.test:25 --rate 5000/min --duration 10m --size 0..10k --rcpt 1..3\n  \
     spate smtp 127.0.0.1:2525 --stages 1m:100/s,5m:500/s,1m:0/s --arrival poisson\n  \
     spate smtp --lmtp 127.0.0.1:2424 --to-file users.txt --count 1000\n  \
-    SPATE_PASSWORD=secret spate smtp 127.0.0.1:587 --starttls --ca ca.pem --auth-user me@example.test")]
+    SPATE_PASSWORD=secret spate smtp 127.0.0.1:587 --starttls --ca ca.pem \\\n      \
+    --auth-user me@example.test")]
 pub struct Args {
     /// Server to load, HOST[:PORT] (port 25 by default; 24 with --lmtp).
     pub target: String,

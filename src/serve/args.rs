@@ -14,7 +14,7 @@ use crate::units::{fmt_bytes, parse_duration, parse_size};
 use crate::UsageError;
 
 const EXAMPLES: &str = "\
-Examples:
+EXAMPLES:
   spate serve
       SMTP on 127.0.0.1:2525, any address @example.test is a mailbox, any login works.
   spate serve --smtp 127.0.0.1:2525 --submission 127.0.0.1:2587 --imap 127.0.0.1:2143 \\
