@@ -230,6 +230,9 @@ fn compare_says_noise_or_winner_and_is_pinned() {
     assert_eq!(thr.verdict, vec!["base", "within noise", "better"]);
     let p50 = &cmp.metrics[2];
     assert_eq!(p50.verdict[2], "better", "{p50:?}");
+    // The same 40 errors in twice the messages: half the error rate, not "same".
+    let err = cmp.metrics.iter().find(|m| m.name == "error rate").unwrap();
+    assert_eq!(err.verdict[2], "better", "{err:?}");
     let norm = |s: String| s.replace(&tmp.path().display().to_string(), "TMP");
     snapshot("compare.txt", &norm(compare::render_text(&cmp)));
     snapshot(

@@ -84,6 +84,8 @@ pub struct Chart {
     pub y_label: String,
     pub series: Vec<Series>,
     pub markers: Vec<Marker>,
+    /// A logarithmic y axis (decades), for latencies whose max dwarfs p50/p90.
+    pub log_y: bool,
 }
 
 impl Chart {
@@ -95,7 +97,13 @@ impl Chart {
             y_label: y_label.to_string(),
             series: Vec::new(),
             markers: Vec::new(),
+            log_y: false,
         }
+    }
+    /// The same chart with a logarithmic y axis.
+    pub fn log_y(mut self) -> Self {
+        self.log_y = true;
+        self
     }
     pub fn time(title: impl Into<String>, y_label: &str) -> Self {
         Chart::new(title, XKind::Seconds, "elapsed time", y_label)
@@ -265,7 +273,7 @@ pub fn escape(s: &str) -> String {
     o
 }
 
-const W: f64 = 860.0;
+const W: f64 = 720.0;
 const H: f64 = 300.0;
 const LEFT: f64 = 72.0;
 const RIGHT: f64 = 24.0;
@@ -283,7 +291,8 @@ struct Frame {
     xticks: Vec<f64>,
     xstep: f64,
     yticks: Vec<f64>,
-    ystep: f64,
+    /// The label of each y tick (a log axis labels 10^t, not t).
+    ylabels: Vec<String>,
     top: f64,
     pw: f64,
     ph: f64,
@@ -307,7 +316,14 @@ pub fn render(c: &Chart) -> String {
         .series
         .iter()
         .enumerate()
-        .map(|(i, s)| (s.color.unwrap_or(i), s, downsample(&s.points, MAX_POINTS)))
+        .map(|(i, s)| {
+            let pts = downsample(&s.points, MAX_POINTS);
+            (
+                s.color.unwrap_or(i),
+                s,
+                if c.log_y { to_log(pts) } else { pts },
+            )
+        })
         .collect();
     let (legend, ly) = legend(&series);
     let f = frame(c, &series, ly + 14.0);
@@ -366,15 +382,21 @@ fn data_bounds(series: &[Drawn], markers: &[Marker]) -> (f64, f64, f64, f64) {
 
 /// Scales and ticks for a plot area starting at `top`.
 fn frame(c: &Chart, series: &[Drawn], top: f64) -> Frame {
-    let (mut x0, mut x1, y0, mut y1) = data_bounds(series, &c.markers);
-    // The axis ends on a labelled tick at or above the highest point.
-    let (mut yticks, ystep) = nice_ticks(y0, y1, 5);
-    if let Some(&last) = yticks.last() {
-        if last < y1 - ystep * 1e-9 {
-            yticks.push(last + ystep);
+    let (mut x0, mut x1, mut y0, mut y1) = data_bounds(series, &c.markers);
+    let (yticks, ylabels) = if c.log_y {
+        log_ticks(series, &mut y0, &mut y1)
+    } else {
+        // The axis ends on a labelled tick at or above the highest point.
+        let (mut yticks, ystep) = nice_ticks(y0, y1, 5);
+        if let Some(&last) = yticks.last() {
+            if last < y1 - ystep * 1e-9 {
+                yticks.push(last + ystep);
+            }
+            y1 = *yticks.last().unwrap();
         }
-        y1 = *yticks.last().unwrap();
-    }
+        let labels = yticks.iter().map(|&t| fmt_num(t, ystep)).collect();
+        (yticks, labels)
+    };
     if c.x_kind == XKind::Seconds {
         x0 = x0.min(0.0);
     }
@@ -387,7 +409,7 @@ fn frame(c: &Chart, series: &[Drawn], top: f64) -> Frame {
         xticks,
         xstep,
         yticks,
-        ystep,
+        ylabels,
         top,
         pw: W - LEFT - RIGHT,
         ph: H - top - BOTTOM,
@@ -435,10 +457,10 @@ fn legend(series: &[Drawn]) -> (String, f64) {
     let mut legend = String::new();
     let (mut lx, mut ly) = (LEFT, 40.0);
     for (i, s, _) in series {
-        let wlen = 30.0 + 7.0 * s.name.chars().count() as f64;
+        let wlen = 32.0 + 8.0 * s.name.chars().count() as f64;
         if lx + wlen > W - RIGHT && lx > LEFT {
             lx = LEFT;
-            ly += 16.0;
+            ly += 18.0;
         }
         let _ = write!(
             legend,
@@ -484,7 +506,7 @@ fn write_x_axis(o: &mut String, c: &Chart, f: &Frame) {
 
 fn write_y_axis(o: &mut String, c: &Chart, f: &Frame) {
     o.push_str(r#"<g class="axis y">"#);
-    for &t in &f.yticks {
+    for (&t, label) in f.yticks.iter().zip(&f.ylabels) {
         let _ = write!(
             o,
             r#"<line class="grid" x1="{LEFT}" y1="{y:.1}" x2="{r:.1}" y2="{y:.1}"/><text class="tick" x="{tx}" y="{ty:.1}" text-anchor="end">{label}</text>"#,
@@ -492,15 +514,67 @@ fn write_y_axis(o: &mut String, c: &Chart, f: &Frame) {
             r = LEFT + f.pw,
             tx = LEFT - 6.0,
             ty = f.sy(t) + 4.0,
-            label = fmt_num(t, f.ystep)
         );
     }
     let _ = write!(
         o,
         r#"<text class="axis-label" transform="translate(16 {y:.1}) rotate(-90)" text-anchor="middle">{l}</text></g>"#,
         y = f.top + f.ph / 2.0,
-        l = esc(&c.y_label)
+        l = esc(&if c.log_y {
+            format!("{}, log scale", c.y_label)
+        } else {
+            c.y_label.clone()
+        })
     );
+}
+
+/// Points on a log axis: y becomes log10(y); values at or below zero (nothing to show
+/// on a log scale) go to the axis floor, a thousandth of the smallest positive value.
+fn to_log(pts: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
+    let min_pos = pts
+        .iter()
+        .map(|p| p.1)
+        .filter(|y| *y > 0.0 && y.is_finite())
+        .fold(f64::INFINITY, f64::min);
+    let floor = if min_pos.is_finite() {
+        min_pos / 1000.0
+    } else {
+        1.0
+    };
+    pts.into_iter()
+        .map(|(x, y)| (x, if y > 0.0 { y.log10() } else { floor.log10() }))
+        .collect()
+}
+
+/// Decade ticks of a log axis spanning the (already log10) points; 2 and 5 between
+/// decades when there are few. Widens [y0, y1] to whole decades.
+fn log_ticks(series: &[Drawn], y0: &mut f64, y1: &mut f64) -> (Vec<f64>, Vec<String>) {
+    let ys = series.iter().flat_map(|s| s.2.iter().map(|p| p.1));
+    let (lo, hi) = ys
+        .filter(|y| y.is_finite())
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), y| {
+            (a.min(y), b.max(y))
+        });
+    let (lo, hi) = if lo.is_finite() { (lo, hi) } else { (0.0, 1.0) };
+    *y0 = lo.floor();
+    *y1 = hi.ceil().max(*y0 + 1.0);
+    let decades = (*y1 - *y0) as i64;
+    let mut ticks = Vec::new();
+    for d in 0..=decades {
+        let base = *y0 + d as f64;
+        ticks.push(base);
+        if decades <= 2 && d < decades {
+            ticks.extend([base + 2f64.log10(), base + 5f64.log10()]);
+        }
+    }
+    let labels = ticks
+        .iter()
+        .map(|&t| {
+            let v = 10f64.powf(t);
+            fmt_num(v, 10f64.powf(t.floor()))
+        })
+        .collect();
+    (ticks, labels)
 }
 
 fn write_markers(o: &mut String, markers: &[Marker], f: &Frame) {
@@ -560,12 +634,12 @@ fn write_series(o: &mut String, col: &str, s: &Series, pts: &[(f64, f64)], f: &F
 
 /// The style sheet the charts need, for pages that embed them.
 pub const CSS: &str =
-    "svg.chart{width:100%;max-width:860px;height:auto;font:11px sans-serif;background:#fff}\
-svg.chart .title{font-size:14px;font-weight:600}\
+    "svg.chart{width:100%;max-width:960px;height:auto;font:13px sans-serif;background:#fff}\
+svg.chart .title{font-size:16px;font-weight:600}\
 svg.chart .grid{stroke:#e4e4e4;stroke-width:1}\
 svg.chart .frame{fill:none;stroke:#999}\
 svg.chart .tick{fill:#444}\
-svg.chart .axis-label{fill:#222;font-size:12px}\
+svg.chart .axis-label{fill:#222;font-size:13px}\
 svg.chart path.series{fill:none;stroke-width:1.6;stroke-linejoin:round}\
 svg.chart .marker line{stroke:#c00;stroke-width:1.5;stroke-dasharray:4 3}\
 svg.chart .marker text{fill:#c00;font-weight:600}\
@@ -614,5 +688,31 @@ mod tests {
         assert!(svg.len() < 40_000, "{}", svg.len());
         assert!(svg.contains(">2h</text>"));
         assert!(svg.contains("messages/s"));
+    }
+
+    #[test]
+    fn a_log_axis_keeps_the_median_off_the_floor() {
+        let p50: Vec<(f64, f64)> = (1..=30)
+            .map(|t| (t as f64, 1.0 + (t % 3) as f64 * 0.2))
+            .collect();
+        let max: Vec<(f64, f64)> = (1..=30)
+            .map(|t| (t as f64, if t == 15 { 2000.0 } else { 5.0 }))
+            .collect();
+        let mut c = Chart::time("latency", "latency (ms)").log_y();
+        c.push(Series::line("p50", p50.clone()));
+        c.push(Series::line("max", max));
+        let svg = render(&c);
+        for tick in [">1<", ">10<", ">100<", ">1000<", ">10k<"] {
+            assert!(svg.contains(tick), "no tick {tick}");
+        }
+        assert!(svg.contains("latency (ms), log scale"));
+        // On a linear axis up to 2000, p50 (1-1.4 ms) would sit within a pixel of the
+        // floor; on the log one it is about a quarter of the way up (4 decades).
+        let (ys, _) = (to_log(p50), ());
+        let drawn = ys.iter().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max);
+        assert!(drawn > 0.1 && drawn < 0.2, "{drawn}");
+        let mut lin = Chart::time("latency", "latency (ms)");
+        lin.push(Series::line("p50", vec![(1.0, 1.0), (2.0, 1.0)]));
+        assert!(!render(&lin).contains("log scale"));
     }
 }

@@ -294,12 +294,17 @@ fn total_metrics(runs: &[Run]) -> Vec<Metric> {
             all(runs, &|r| r.summary.totals.accepted as f64),
             none.clone(),
         ),
+        // A rate, not a count: runs of different length compare fairly.
         metric(
-            "errors",
-            "events",
+            "error rate",
+            "%",
             Better::Lower,
             all(runs, &|r| {
-                r.summary.errors.iter().map(|e| e.count).sum::<u64>() as f64
+                let t = &r.summary.totals;
+                match t.attempted {
+                    0 => f64::NAN,
+                    n => (t.rejected + t.failed) as f64 / n as f64 * 100.0,
+                }
             }),
             none.clone(),
         ),

@@ -58,6 +58,37 @@ impl Table {
         Ok(read_text(path)?.map(|t| Table::parse(&t)))
     }
 
+    /// A per-second rate of an intervals.csv counter column: (end time, count / length).
+    pub fn rate(&self, col: &str) -> Option<Vec<(f64, f64)>> {
+        let t = self.col("t_s")?;
+        let v = self.col(col)?;
+        let mut prev = 0.0;
+        let mut out = Vec::with_capacity(t.len());
+        let mut lens = Vec::with_capacity(t.len());
+        for (t, v) in t.into_iter().zip(v) {
+            let len = t - prev;
+            prev = t;
+            // A sliver of an interval (the last one, cut by the end of the run) would
+            // draw a meaningless spike or dip.
+            if len >= 0.2 && v.is_finite() {
+                out.push((t, v / len));
+                lens.push(len);
+            }
+        }
+        // The last interval, cut short by the end of the run, mostly holds the tail
+        // (in-flight work finishing, nothing new started): drawn, it is a plunge that
+        // says nothing about the server. The totals still count it.
+        if out.len() > 2 {
+            let mut sorted = lens.clone();
+            sorted.sort_by(f64::total_cmp);
+            let typical = sorted[sorted.len() / 2];
+            if lens[lens.len() - 1] < 0.9 * typical {
+                out.pop();
+            }
+        }
+        Some(out)
+    }
+
     pub fn index(&self, name: &str) -> Option<usize> {
         self.cols.iter().position(|c| c == name)
     }
@@ -347,22 +378,9 @@ impl Run {
             .or(self.phases.first())
     }
 
-    /// A per-second rate of an intervals.csv counter column: (end time, count / length).
+    /// A per-second rate of an intervals.csv counter column (see [`Table::rate`]).
     pub fn rate(&self, col: &str) -> Option<Vec<(f64, f64)>> {
-        let t = self.intervals.col("t_s")?;
-        let v = self.intervals.col(col)?;
-        let mut prev = 0.0;
-        let mut out = Vec::with_capacity(t.len());
-        for (t, v) in t.into_iter().zip(v) {
-            let len = t - prev;
-            prev = t;
-            // A sliver of an interval (the last one, cut by the end of the run) would
-            // draw a meaningless spike or dip.
-            if len >= 0.2 && v.is_finite() {
-                out.push((t, v / len));
-            }
-        }
-        Some(out)
+        self.intervals.rate(col)
     }
 
     /// Per-interval accepted/s of the full intervals (the first and last are often partial
@@ -432,5 +450,21 @@ impl Sweep {
             return p.to_string();
         }
         "parameter".to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_leave_out_slivers_and_the_cut_last_interval() {
+        let t = Table::parse("t_s,accepted\n1.0,100\n2.0,110\n3.0,90\n3.5,20\n3.52,0\n");
+        let r = t.rate("accepted").unwrap();
+        assert_eq!(r, vec![(1.0, 100.0), (2.0, 110.0), (3.0, 90.0)]);
+        // A run of one short interval keeps it: there is nothing else to draw.
+        let t = Table::parse("t_s,accepted\n0.5,40\n");
+        assert_eq!(t.rate("accepted").unwrap(), vec![(0.5, 80.0)]);
+        assert!(t.rate("missing").is_none());
     }
 }

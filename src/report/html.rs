@@ -16,7 +16,7 @@ table{border-collapse:collapse;margin:6px 0;background:#fff}td,th{border:1px sol
 td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}\
 .cards{display:flex;flex-wrap:wrap;gap:10px;margin:8px 0}.card{background:#fff;border:1px solid #ddd;border-radius:6px;padding:8px 14px;min-width:120px}\
 .card .v{font-size:22px;font-weight:600}.card .k{color:#666;font-size:12px}\
-.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:12px}\
+.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(640px,1fr));gap:12px}\
 .wide{overflow-x:auto}.warn{color:#a40}.ok{color:#070}pre{background:#fff;border:1px solid #ddd;padding:8px;overflow:auto;max-height:400px}\
 code{font-size:12px}";
 
@@ -271,13 +271,27 @@ pub fn latency_chart(log: &PhaseLog, title: &str) -> Chart {
         ("p99", |p| p.p99, Style::Line),
         ("max", |p| p.max, Style::Dashed),
     ];
+    // The last interval, cut short by the end of the run, holds a few stragglers: their
+    // percentiles are noise, drawn as a cliff at the end.
+    let mut points = &log.points[..];
+    if let [.., last] = points {
+        let mut counts: Vec<u64> = points.iter().map(|p| p.count).collect();
+        counts.sort_unstable();
+        if points.len() > 2 && last.count * 4 < counts[counts.len() / 2] {
+            points = &points[..points.len() - 1];
+        }
+    }
     for (name, pick, style) in lines {
-        let pts = log
-            .points
+        let pts = points
             .iter()
             .map(|p| (p.t_s, pick(p) as f64 / 1000.0))
             .collect();
         c.push(Series::line(name, pts).styled(style));
+    }
+    // A max far above the median flattens p50/p90 into the axis: then a log scale.
+    let top = |pick: Pick| log.points.iter().map(pick).max().unwrap_or(0);
+    if top(|p| p.max) > 20 * top(|p| p.p50).max(1) {
+        c = c.log_y();
     }
     c
 }
@@ -524,5 +538,49 @@ fn monitor(b: &mut String, m: &Table) {
     if list.iter().any(|c| c.has_data()) {
         b.push_str("<h2>Server resources</h2>\n");
         charts(b, &list);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::data::LatencyPoint;
+    use super::*;
+
+    fn log(points: &[(f64, u64, u64, u64)]) -> PhaseLog {
+        PhaseLog {
+            phase: "body".into(),
+            points: points
+                .iter()
+                .map(|&(t_s, count, p50, max)| LatencyPoint {
+                    t_s,
+                    count,
+                    p50,
+                    p90: p50 * 2,
+                    p99: p50 * 3,
+                    max,
+                })
+                .collect(),
+            total: hdrhistogram::Histogram::new(3).unwrap(),
+        }
+    }
+
+    #[test]
+    fn latency_over_time_drops_the_straggler_interval_and_goes_log_for_spikes() {
+        let c = latency_chart(
+            &log(&[
+                (1.0, 900, 1000, 3000),
+                (2.0, 1000, 1100, 3500),
+                (2.05, 3, 90, 100),
+            ]),
+            "t",
+        );
+        assert!(!c.log_y);
+        assert_eq!(c.series[0].points, vec![(1.0, 1.0), (2.0, 1.1)]);
+        let c = latency_chart(
+            &log(&[(1.0, 900, 1000, 3000), (2.0, 1000, 1100, 900_000)]),
+            "t",
+        );
+        assert!(c.log_y, "a max 800x the median");
+        assert_eq!(c.series[0].points.len(), 2);
     }
 }
