@@ -107,14 +107,17 @@ async fn known_processes_queue_and_prometheus_read_right() {
     let dir = tempfile::tempdir().unwrap();
 
     // A process that holds 64 MB and burns half a core (10 ms busy, 10 ms asleep).
-    let burner = Kill(
+    // It says "ready" once the 64 MB are allocated.
+    let mut burner = Kill(
         Command::new("python3")
             .args([
                 "-c",
-                "import time\nb = b'x' * (64 << 20)\nend = time.time() + 20\n\
+                "import time\nb = b'x' * (64 << 20)\nprint('ready', flush=True)\n\
+                 end = time.time() + 20\n\
                  while time.time() < end:\n    t = time.time() + 0.01\n    \
                  while time.time() < t: pass\n    time.sleep(0.01)\n",
             ])
+            .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap(),
     );
@@ -142,7 +145,13 @@ async fn known_processes_queue_and_prometheus_read_right() {
     }
     let stop = Arc::new(AtomicBool::new(false));
     let (prom_port, scrapes) = prom_server(stop.clone());
-    std::thread::sleep(Duration::from_millis(500)); // python allocates its 64 MB
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(burner.0.stdout.take().unwrap()),
+        &mut ready,
+    )
+    .unwrap();
+    assert_eq!(ready.trim(), "ready");
 
     let out = dir.path().join("r");
     let pid = burner.0.id();

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::Value;
 use spate::message::{body_digest, hex, split_message};
 use spate::serve::{self, Config, Running, Users};
-use spate::session::mailbox::fetch::{self as retrieve, Account, MailProto};
+use spate::session::mailbox::fetch::{self as retrieve, Account, MailProto, Watched};
 use spate::session::Endpoint;
 
 const USERS: usize = 5;
@@ -466,24 +466,28 @@ async fn watch_mailbox_reports_messages_as_they_arrive() {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let watcher = tokio::spawn(async move {
-        retrieve::watch_mailbox(&ep, &acct, move |f| drop(tx.send(f)), stop_rx).await
+        retrieve::watch_mailbox(&ep, &acct, move |w| drop(tx.send(w)), stop_rx).await
     });
-    let first = tokio::time::timeout(Duration::from_secs(10), rx.recv())
-        .await
-        .unwrap()
-        .unwrap();
+    let recv = async |rx: &mut tokio::sync::mpsc::UnboundedReceiver<Watched>| {
+        tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("the watcher reported nothing in 10 s")
+            .expect("the watcher stopped")
+    };
+    let Watched::New(first) = recv(&mut rx).await else {
+        panic!("the message already there comes first")
+    };
     assert!(String::from_utf8_lossy(&first.raw).contains("message 0"));
-    // Delivered while the watcher idles: reported without polling.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Delivered once the watcher idles (its readiness signal): reported without polling.
+    assert!(matches!(recv(&mut rx).await, Watched::Idling));
     let t0 = std::time::Instant::now();
     b.server
         .store
         .deliver(&user(0), b"Subject: late\r\n\r\nlate arrival\r\n")
         .unwrap();
-    let late = tokio::time::timeout(Duration::from_secs(10), rx.recv())
-        .await
-        .unwrap()
-        .unwrap();
+    let Watched::New(late) = recv(&mut rx).await else {
+        panic!("a delivery during IDLE is reported next")
+    };
     assert!(t0.elapsed() < Duration::from_secs(2));
     assert_eq!(late.raw, b"Subject: late\r\n\r\nlate arrival\r\n");
     assert!(late.id.parse::<u32>().unwrap() > first.id.parse::<u32>().unwrap());
@@ -493,7 +497,10 @@ async fn watch_mailbox_reports_messages_as_they_arrive() {
         .unwrap()
         .unwrap();
     assert!(r.is_ok(), "{r:?}");
-    assert!(rx.try_recv().is_err());
+    // Nothing after the stop but IDLE restarts.
+    while let Ok(w) = rx.try_recv() {
+        assert!(matches!(w, Watched::Idling), "{w:?}");
+    }
     b.server.shutdown().await;
 }
 

@@ -1,5 +1,5 @@
 //! `spate pop3` / `spate imap` and the fetch API against the real Dovecot of the test bed
-//! (scripts/testbed, on its own port offset). Skipped, saying so, without root or the
+//! (scripts/testbed, on ports it picks free). Skipped, saying so, without root or the
 //! postfix/dovecot packages.
 
 mod common;
@@ -11,11 +11,10 @@ use std::time::Duration;
 use common::bed::Bed;
 use serde_json::Value;
 use spate::message::{body_digest, hex, split_message};
-use spate::session::mailbox::fetch::{self as retrieve, Account};
+use spate::session::mailbox::fetch::{self as retrieve, Account, Watched};
 
 const SPATE: &str = env!("CARGO_BIN_EXE_spate");
 /// Ports of this bed: 2525+370 etc., apart from tests/testbed.rs's.
-const PORT_OFFSET: &str = "370";
 
 /// Messages in a Maildir of the bed (new/ and cur/).
 fn messages(bed: &Bed, user: &str) -> usize {
@@ -52,7 +51,7 @@ fn dovecot_pop3_and_imap_loads_and_fetches() {
     let tmp = tempfile::tempdir().unwrap();
     let Some(bed) = Bed::up(
         &tmp.path().join("bed"),
-        &["--users", "10", "--port-offset", PORT_OFFSET],
+        &["--users", "10", "--port-offset", "auto"],
     ) else {
         return;
     };
@@ -200,9 +199,13 @@ fn dovecot_pop3_and_imap_loads_and_fetches() {
     let (tx, rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let watcher = rt.spawn(async move {
-        retrieve::watch_mailbox(&ep, &acct, move |f| drop(tx.send(f)), stop_rx).await
+        retrieve::watch_mailbox(&ep, &acct, move |w| drop(tx.send(w)), stop_rx).await
     });
-    std::thread::sleep(Duration::from_millis(500));
+    // The mailbox is empty: the first thing the watcher says is that Dovecot accepted IDLE.
+    let ready = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("IDLE started");
+    assert!(matches!(ready, Watched::Idling), "{ready:?}");
     let lmtp2 = o("lmtp2");
     let t0 = std::time::Instant::now();
     run(&[
@@ -217,9 +220,12 @@ fn dovecot_pop3_and_imap_loads_and_fetches() {
         &lmtp2,
         "-q",
     ]);
-    let f = rx
+    let Watched::New(f) = rx
         .recv_timeout(Duration::from_secs(20))
-        .expect("IDLE reported the delivery");
+        .expect("IDLE reported the delivery")
+    else {
+        panic!("a delivery during IDLE is reported next")
+    };
     eprintln!("IDLE reported a delivery after {:?}", t0.elapsed());
     assert!(String::from_utf8_lossy(&f.raw).contains("X-Spate-Trace:"));
     stop_tx.send(true).unwrap();

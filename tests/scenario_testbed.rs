@@ -58,7 +58,7 @@ fn drain_of_a_held_postfix_queue_is_measured() {
     let d = tempfile::tempdir().unwrap();
     let bed = d.path().join("bed");
     let o = Command::new(manifest.join("scripts/testbed"))
-        // An offset of its own: another bed (a developer's, another test's) may be up.
+        // Ports the bed picks free: another bed (a developer's, another test's) may be up.
         .args([
             "up",
             "--dir",
@@ -66,7 +66,7 @@ fn drain_of_a_held_postfix_queue_is_measured() {
             "--users",
             "100",
             "--port-offset",
-            "731",
+            "auto",
         ])
         .output()
         .unwrap();

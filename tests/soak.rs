@@ -152,9 +152,18 @@ async fn run_survives_a_server_restart() {
     .map(|s| s.to_string())
     .collect();
     let run = tokio::spawn(spate(args));
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Restart once the run is under way: 100 messages in (about 1 s at 100/s).
     let stats1 = first.stats.clone();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while stats1.messages() < 100 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run never got going"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     first.shutdown().await;
+    // The outage itself: one second with nothing listening (not a synchronisation).
     tokio::time::sleep(Duration::from_secs(1)).await;
     cfg.listen.smtp = Some(addr);
     let second = serve::start(cfg).await.expect("the same port again");

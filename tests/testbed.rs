@@ -212,7 +212,10 @@ fn postfix_dovecot_delivery_and_real_error_classes() {
 #[test]
 fn ldap_outage_mid_run_is_counted_per_interval_then_recovers() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(bed) = Bed::up(&tmp.path().join("bed"), &["--ldap", "--port-offset", "300"]) else {
+    let Some(bed) = Bed::up(
+        &tmp.path().join("bed"),
+        &["--ldap", "--port-offset", "auto"],
+    ) else {
         return;
     };
     if !Path::new("/usr/sbin/slapd").exists() {
@@ -341,7 +344,7 @@ fn ldap_outage_mid_run_is_counted_per_interval_then_recovers() {
 #[test]
 fn held_queue_drains_after_release_and_each_message_returns_a_receipt() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(bed) = Bed::up(&tmp.path().join("bed"), &["--port-offset", "310"]) else {
+    let Some(bed) = Bed::up(&tmp.path().join("bed"), &["--port-offset", "auto"]) else {
         return;
     };
     bed.script(&["hold"]);

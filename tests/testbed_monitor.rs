@@ -27,7 +27,7 @@ fn postfix_processes_and_queue_are_monitored() {
     let tmp = tempfile::tempdir().unwrap();
     let Some(bed) = Bed::up(
         &tmp.path().join("bed"),
-        &["--users", "20", "--port-offset", "380"],
+        &["--users", "20", "--port-offset", "auto"],
     ) else {
         return;
     };

@@ -340,7 +340,7 @@ fn postfix_dovecot_deliveries_and_bounces() {
     let tmp = tempfile::tempdir().unwrap();
     let Some(bed) = Bed::up(
         &tmp.path().join("bed"),
-        &["--users", "10", "--port-offset", "7100"],
+        &["--users", "10", "--port-offset", "auto"],
     ) else {
         return;
     };

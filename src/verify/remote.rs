@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::session::mailbox::fetch::{
-    fetch_mailbox, parse_url, watch_mailbox, Account, Fetched, MailProto,
+    fetch_mailbox, parse_url, watch_mailbox, Account, MailProto, Watched,
 };
 use crate::session::Endpoint;
 use crate::verify::{Ledger, SentLog, Timing};
@@ -162,7 +162,8 @@ impl Remote {
             let (ep, ledger, stop) = (self.endpoint.clone(), ledger.clone(), stop.clone());
             tasks.push(tokio::spawn(async move {
                 let mailbox = account.user.clone();
-                let on_new = |m: Fetched| {
+                let on_new = |w: Watched| {
+                    let Watched::New(m) = w else { return };
                     let now = std::time::SystemTime::now();
                     let mut l = ledger.lock().unwrap_or_else(|p| p.into_inner());
                     if !l.seen(&mailbox, &m.id) {

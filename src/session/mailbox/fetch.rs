@@ -180,7 +180,17 @@ async fn fetch_uids(m: &mut Imap, set: &str, after: u32) -> Result<Vec<Fetched>,
     Ok(out)
 }
 
-/// Watches INBOX over IMAP IDLE and hands every message to `on_new` as it arrives
+/// What a mailbox watch reports.
+#[derive(Debug)]
+pub enum Watched {
+    /// A message, fetched whole.
+    New(Fetched),
+    /// The server accepted IDLE: from now on a delivery is reported as it happens (sent
+    /// at every (re)start of IDLE; a readiness signal for whoever waits on the watch).
+    Idling,
+}
+
+/// Watches INBOX over IMAP IDLE and hands every message to `on_event` as it arrives
 /// (fetched whole), until `stop` turns true. Messages already there when the watch
 /// starts are handed over first, so nothing delivered while it was logging in is
 /// missed; callers tell old from new by content (the X-Spate-Trace run id). IDLE is
@@ -188,7 +198,7 @@ async fn fetch_uids(m: &mut Imap, set: &str, after: u32) -> Result<Vec<Fetched>,
 pub async fn watch_mailbox(
     ep: &Endpoint,
     acct: &Account,
-    mut on_new: impl FnMut(Fetched) + Send,
+    mut on_event: impl FnMut(Watched) + Send,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), FetchError> {
     let mut m = open_imap(ep, acct).await?;
@@ -201,7 +211,7 @@ pub async fn watch_mailbox(
             let set = format!("{}:*", last_uid + 1);
             for f in fetch_uids(&mut m, &set, last_uid).await? {
                 last_uid = last_uid.max(f.id.parse().unwrap_or(0));
-                on_new(f);
+                on_event(Watched::New(f));
             }
         }
         // A dropped sender counts as a stop: nobody can ask any more.
@@ -210,7 +220,10 @@ pub async fn watch_mailbox(
         }
         let until = {
             let stop = &mut stop;
+            let on_event = &mut on_event;
+            // First polled once the server has answered IDLE with its continuation.
             async move {
+                on_event(Watched::Idling);
                 tokio::select! {
                     _ = stop.wait_for(|v| *v) => {}
                     _ = tokio::time::sleep(refresh) => {}
