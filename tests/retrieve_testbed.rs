@@ -14,7 +14,6 @@ use spate::message::{body_digest, hex, split_message};
 use spate::session::mailbox::fetch::{self as retrieve, Account, Watched};
 
 const SPATE: &str = env!("CARGO_BIN_EXE_spate");
-/// Ports of this bed: 2525+370 etc., apart from tests/testbed.rs's.
 
 /// Messages in a Maildir of the bed (new/ and cur/).
 fn messages(bed: &Bed, user: &str) -> usize {
