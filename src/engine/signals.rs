@@ -35,15 +35,20 @@ impl Signal {
     }
 }
 
-/// Ctrl-C and SIGTERM as one stream.
+/// Ctrl-C and SIGTERM as one stream. Both are listened to from `new` on, so that a signal
+/// that arrives between two calls of [`Signals::recv`] (while the caller draws or writes an
+/// interval, say) is kept for the next call rather than lost.
 pub struct Signals {
+    int: Option<tokio::signal::unix::Signal>,
     term: Option<tokio::signal::unix::Signal>,
 }
 
 impl Signals {
     pub fn new() -> Self {
+        use tokio::signal::unix::{signal, SignalKind};
         Signals {
-            term: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok(),
+            int: signal(SignalKind::interrupt()).ok(),
+            term: signal(SignalKind::terminate()).ok(),
         }
     }
 
@@ -56,8 +61,20 @@ impl Signals {
                 None => std::future::pending::<()>().await,
             }
         };
+        let int = async {
+            match &mut self.int {
+                Some(s) => {
+                    s.recv().await;
+                }
+                // Could not listen from the start: listen now, as ctrl_c does (its error,
+                // if it cannot either, stops the run as an interrupt would).
+                None => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
+        };
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => Signal::Interrupt,
+            _ = int => Signal::Interrupt,
             _ = term => Signal::Terminate,
         }
     }
@@ -66,5 +83,28 @@ impl Signals {
 impl Default for Signals {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A Ctrl-C that arrives while nobody awaits `recv` (the engine drawing or writing an
+    /// interval) still stops the run at the next `recv`: a listener made per call would
+    /// miss it.
+    #[tokio::test]
+    async fn a_signal_between_two_recv_calls_is_kept() {
+        let mut s = Signals::new();
+        // A first wait that ends without a signal, as a loop's other branch would end it.
+        let quiet = tokio::time::timeout(Duration::from_millis(10), s.recv()).await;
+        assert!(quiet.is_err());
+        // SAFETY: kill with our own pid; SIGINT is handled by the listener made above.
+        unsafe { libc::kill(libc::getpid(), libc::SIGINT) };
+        // Let the runtime's driver take the signal in before anyone awaits it.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let got = tokio::time::timeout(Duration::from_secs(5), s.recv()).await;
+        assert_eq!(got.ok(), Some(Signal::Interrupt));
     }
 }

@@ -24,8 +24,9 @@ pub struct OutputArgs {
     /// Print progress even when stderr is not a terminal.
     #[arg(long, help_heading = "Output")]
     pub progress: bool,
-    /// Live dashboard instead of the progress line: throughput, latency per phase, errors;
-    /// q stops cleanly (results are still written).
+    /// Live dashboard instead of the progress line: progress, throughput, latency
+    /// percentiles and histogram per phase, errors and error rate. Keys: q stops cleanly
+    /// (results are still written), p pauses drawing, Tab/arrows switch phase, ? help.
     #[arg(long, help_heading = "Output")]
     pub tui: bool,
     /// After Ctrl-C or the end of the schedule, wait this long for work in flight.

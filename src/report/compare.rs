@@ -187,6 +187,15 @@ pub fn unit_of(protocol: &str) -> (&'static str, &'static str) {
     }
 }
 
+/// A protocol's throughput unit as the text summary and the live dashboard write it:
+/// "msg/s" for SMTP and LMTP, "visits/s" for POP3 and IMAP.
+pub fn rate_unit(protocol: &str) -> &'static str {
+    match unit_of(protocol).0 {
+        "visits" => "visits/s",
+        _ => "msg/s",
+    }
+}
+
 /// The phase whose latencies are compared: the first run's main phase.
 fn main_phase_name(r: &Run) -> String {
     r.main_phase()

@@ -3,6 +3,7 @@
 use std::fmt::Write;
 use std::time::Duration;
 
+use super::compare::rate_unit;
 use crate::results::Summary;
 use crate::units::{fmt_bytes, fmt_duration};
 
@@ -59,8 +60,9 @@ fn headline(o: &mut String, s: &Summary, retrieval: bool) {
     if retrieval {
         let _ = writeln!(
             o,
-            "  {:.1} visits/s  {:.1} KiB/s  retrieved {} messages ({})  deleted {}  connections {} ({} TLS, {} failed)",
+            "  {:.1} {}  {:.1} KiB/s  retrieved {} messages ({})  deleted {}  connections {} ({} TLS, {} failed)",
             s.messages_per_s,
+            rate_unit(&s.protocol),
             s.kbytes_per_s,
             c.retrieved,
             fmt_bytes(c.retrieved_bytes),
@@ -72,8 +74,9 @@ fn headline(o: &mut String, s: &Summary, retrieval: bool) {
     } else {
         let _ = writeln!(
             o,
-            "  {:.1} msg/s  {:.1} KiB/s  {} sent  recipients {} accepted / {} refused  connections {} ({} TLS, {} failed)",
+            "  {:.1} {}  {:.1} KiB/s  {} sent  recipients {} accepted / {} refused  connections {} ({} TLS, {} failed)",
             s.messages_per_s,
+            rate_unit(&s.protocol),
             s.kbytes_per_s,
             fmt_bytes(c.bytes),
             c.rcpt_accepted,
