@@ -370,7 +370,7 @@ fn postfix_dovecot_deliveries_and_bounces() {
     let root = bed.dir.join("mail");
     let o = spate(&[
         "smtp",
-        "127.0.0.1:9625",
+        bed.var("SPATE_SMTP"),
         "-n",
         "200",
         "-u",

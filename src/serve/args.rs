@@ -268,6 +268,9 @@ impl Args {
 /// `spate serve`: start, say where, wait for Ctrl-C/SIGTERM, stop gracefully, report.
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let config = args.config()?;
+    // Listening before the listeners are announced: a SIGTERM sent as soon as a client
+    // has seen the address stops the server gracefully, never by the default action.
+    let mut signals = crate::engine::Signals::new();
     for kind in Listener::ALL {
         if let Some(a) = config.listen.get(kind) {
             if !a.ip().is_loopback() {
@@ -315,7 +318,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     println!("spate serve: store: {store_note}; Ctrl-C stops");
-    wait_for_signal().await;
+    signals.recv().await;
     eprintln!("spate serve: shutting down");
     let stats = running.stats.clone();
     running.shutdown().await;
@@ -324,21 +327,6 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     eprintln!("{}", stats.snapshot().summary());
     Ok(ExitCode::SUCCESS)
-}
-
-async fn wait_for_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
 }
 
 #[cfg(test)]
