@@ -9,5 +9,6 @@ pub mod pop3_client;
 pub mod sasl;
 pub mod smtp;
 mod text;
+pub mod xmpp;
 
 pub use text::normalize;

@@ -1,11 +1,16 @@
-//! SASL mechanisms (RFC 4616 PLAIN, the LOGIN draft, RFC 2195 CRAM-MD5), both sides and no
-//! I/O: the server's decoding of client responses, and the client's responses
-//! ([`client`]). A mechanism with more steps (SCRAM) is a state machine of the same shape:
-//! a challenge in, the next response out.
+//! SASL mechanisms (RFC 4616 PLAIN, the LOGIN draft, RFC 2195 CRAM-MD5, RFC 5802/7677
+//! SCRAM), both sides and no I/O: the server's decoding of client responses, and the
+//! client's responses ([`client`]). SCRAM has more steps, so it is a pair of state
+//! machines ([`ScramClient`], [`ScramServer`]): a message in, the next message out.
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
+
+mod scram;
+pub use scram::{
+    client_first_user, SaltedPassword, ScramClient, ScramError, ScramHash, ScramServer,
+};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SaslError {
