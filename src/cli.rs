@@ -35,6 +35,9 @@ pub enum Command {
     Pop3(cmd::mailbox::Pop3Args),
     /// Load IMAP mailboxes: visits that log in, SELECT, FETCH, STORE, EXPUNGE, IDLE.
     Imap(cmd::mailbox::ImapArgs),
+    /// XMPP sessions that log in and stay logged in; messages between them timed at
+    /// every recipient.
+    Xmpp(cmd::xmpp::Args),
     /// Send a few probe messages and time every phase of each (smtpping's job).
     Ping(cmd::ping::Args),
     /// Run the embedded mail server (SMTP, submission, LMTP, POP3, IMAP) on loopback.
@@ -109,6 +112,7 @@ pub async fn dispatch(cli: Cli, ctx: Ctx) -> anyhow::Result<ExitCode> {
         Command::Imap(args) => {
             cmd::mailbox::run(cmd::mailbox::Protocol::Imap, args.into(), &ctx).await
         }
+        Command::Xmpp(args) => cmd::xmpp::run(args, &ctx).await,
         Command::Ping(args) => cmd::ping::run(args, &ctx).await,
         Command::Serve(args) => cmd::serve::run(args, &ctx).await,
         Command::Sweep(args) => cmd::sweep::run(args, &ctx).await,

@@ -12,6 +12,7 @@ pub mod serve;
 pub mod smtp;
 pub mod sweep;
 pub mod verify;
+pub mod xmpp;
 
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;

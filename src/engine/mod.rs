@@ -131,6 +131,17 @@ impl<'a> Setup<'a> {
         })
     }
 
+    /// The run's recorder, for a protocol whose sessions record events outside their
+    /// units (an XMPP recipient's deliveries).
+    pub fn recorder(&self) -> Arc<Recorder> {
+        self.recorder.clone()
+    }
+
+    /// The run's clock: the one time source of every phase.
+    pub fn clock(&self) -> Clock {
+        self.clock
+    }
+
     /// Shows every unit's report to `hook` before it is committed.
     pub fn on_unit(mut self, hook: UnitHook) -> Self {
         self.on_unit = Some(hook);

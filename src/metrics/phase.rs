@@ -58,6 +58,12 @@ phases! {
     Idle => "idle", "IMAP IDLE to its continuation plus DONE to its tagged reply";
     Logout => "logout", "POP3 QUIT (commits deletions) or IMAP LOGOUT to its reply";
     Session => "session", "POP3/IMAP: a whole mailbox visit, connect to logout";
+    Stream => "stream", "XMPP: stream header sent to the server's stream features (each (re)start)";
+    Bind => "bind", "XMPP: resource binding (and a legacy session IQ) to its result";
+    Roster => "roster", "XMPP: roster get to its result";
+    Presence => "presence", "XMPP: initial presence sent to the server's echo of it";
+    Send => "send", "XMPP: a stanza written (no server reply to wait for)";
+    Delivery => "delivery", "XMPP: a stanza's send to its arrival at a recipient (every recipient)";
 }
 
 impl std::fmt::Display for Phase {

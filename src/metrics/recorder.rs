@@ -56,6 +56,12 @@ pub struct Counters {
     /// POP3/IMAP: messages deleted (DELE before QUIT, \Deleted before EXPUNGE).
     #[serde(default)]
     pub deleted: u64,
+    /// XMPP: stamped stanzas of this run received by a recipient (each recipient counts),
+    /// and those received more than once.
+    #[serde(default)]
+    pub delivered: u64,
+    #[serde(default)]
+    pub duplicates: u64,
 }
 
 impl Counters {
@@ -76,6 +82,8 @@ impl Counters {
         self.retrieved += o.retrieved;
         self.retrieved_bytes += o.retrieved_bytes;
         self.deleted += o.deleted;
+        self.delivered += o.delivered;
+        self.duplicates += o.duplicates;
     }
 
     pub fn reconciles(&self) -> bool {

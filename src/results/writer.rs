@@ -135,7 +135,7 @@ impl Writer {
             "t_s,time,attempted,accepted,rejected,failed,rcpt_accepted,rcpt_rejected,bytes,\
              connections,tls_connections,connect_failures,late,dropped,active,errors,\
              response_p50_us,response_p99_us,transaction_p50_us,transaction_p99_us,transaction_max_us,\
-             retrieved,retrieved_bytes,deleted,unfinished"
+             retrieved,retrieved_bytes,deleted,unfinished,delivered,duplicates"
         )?;
         let mut postal = create(dir, "postal.csv")?;
         writeln!(
@@ -181,7 +181,7 @@ impl Writer {
         let errors: u64 = iv.errors.values().map(|e| e.count).sum();
         writeln!(
             self.intervals,
-            "{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             t0_s + len_s,
             rfc3339(wall),
             c.attempted,
@@ -207,6 +207,8 @@ impl Writer {
             c.retrieved_bytes,
             c.deleted,
             c.unfinished,
+            c.delivered,
+            c.duplicates,
         )?;
 
         for &phase in Phase::ALL {

@@ -6,6 +6,7 @@
 
 pub mod mailbox;
 pub mod smtp;
+pub mod xmpp;
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::Arc;

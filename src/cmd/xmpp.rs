@@ -1,0 +1,319 @@
+//! `spate xmpp`: XMPP sessions that log in and stay logged in, and stamped one-to-one
+//! messages between them whose delivery is timed at every recipient and accounted for in
+//! a ledger (expected, delivered, missing, duplicated).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+
+use super::{observers, print_outcome, Finished};
+use crate::ctx::Ctx;
+use crate::engine::{self, Observer, PlanHead, Workload};
+use crate::message::AddressPool;
+use crate::opts::{accounts, MonitorArgs, OutputArgs, PickArg, TransportArgs, WorkloadArgs};
+use crate::results::Summary;
+use crate::session::xmpp::ledger::Ledger;
+use crate::session::xmpp::{Account, Gate, Sasl, Session, Settings};
+use crate::session::TlsMode;
+use crate::{usage, UsageError};
+
+const EXAMPLES: &str = "A unit of work is one message from a session to another session of the \
+run, stamped with the run id, its sequence and its send time. Every session logs in first \
+(connect, TLS, stream, STARTTLS, SASL, bind, roster, initial presence: each a phase), and no \
+message goes out before every session has tried to log in. Each recipient times the arrival \
+(the delivery phase) and the ledger counts expected, delivered, missing and duplicated \
+deliveries; exit status 1 when some are missing.
+
+EXAMPLES:
+  SPATE_PASSWORD=pw spate xmpp 127.0.0.1:5222 --user-pattern 'user{0..99}@example.test' \\
+      --users 100 --think 1s --duration 1m --starttls --ca ca.pem
+  spate xmpp 127.0.0.1:5222 --users-file users.txt --users 300 --login-rate 50/s \\
+      --rate 200/s --duration 5m";
+
+/// Options of `spate xmpp`.
+#[derive(Debug, Clone, clap::Args, Serialize)]
+#[command(allow_negative_numbers = true, after_long_help = EXAMPLES)]
+pub struct Args {
+    /// Server to load, HOST[:PORT] (5222; 5223 with --tls). The certificate is checked
+    /// against the JIDs' domain, as XMPP requires.
+    pub target: String,
+
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+
+    /// Accounts from FILE, 'jid password' per line (the test bed's users file).
+    #[arg(long, value_name = "FILE", help_heading = "Accounts")]
+    pub users_file: Option<PathBuf>,
+    /// Accounts from a pattern like 'user{0..299}@example.test', all with the password
+    /// from the environment variable SPATE_PASSWORD (never from the command line).
+    #[arg(long, conflicts_with = "users_file", help_heading = "Accounts")]
+    pub user_pattern: Option<String>,
+    /// SASL mechanism (auto: the strongest offered of SCRAM-SHA-256, SCRAM-SHA-1, PLAIN).
+    #[arg(long, value_enum, default_value_t = Sasl::Auto, help_heading = "Accounts")]
+    pub sasl: Sasl,
+    /// Logins per second (200/s, 3000/min); default: all sessions at once.
+    #[arg(long, value_name = "RATE", help_heading = "Accounts")]
+    pub login_rate: Option<String>,
+    /// Ask for the roster after binding (a phase of its own).
+    #[arg(long, help_heading = "Accounts")]
+    pub roster: bool,
+
+    /// How each message picks its recipient among the other sessions.
+    #[arg(long, value_enum, default_value_t = PickArg::Random, help_heading = "Messages")]
+    pub pick: PickArg,
+    /// Body size of each message, in bytes.
+    #[arg(long, default_value = "100", help_heading = "Messages")]
+    pub size: String,
+
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub transport: TransportArgs,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+
+    #[command(flatten)]
+    pub monitor: MonitorArgs,
+}
+
+/// Everything resolved: what plan.json records.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    #[serde(flatten)]
+    pub head: PlanHead,
+    pub address: SocketAddr,
+    pub domain: String,
+    pub sessions: usize,
+    pub accounts: usize,
+    #[serde(flatten)]
+    pub workload: Workload,
+    pub tls: TlsMode,
+    pub seed: u64,
+    pub args: Args,
+}
+
+crate::plan_info!(Plan);
+
+fn accounts(args: &Args) -> anyhow::Result<Vec<Account>> {
+    let creds = if let Some(path) = &args.users_file {
+        accounts::read_credentials(path)?
+    } else if let Some(pattern) = &args.user_pattern {
+        let pass = std::env::var("SPATE_PASSWORD").map_err(|_| {
+            UsageError(
+                "--user-pattern needs the password in the environment variable SPATE_PASSWORD"
+                    .into(),
+            )
+        })?;
+        let pool = AddressPool::from_pattern(pattern).map_err(|e| UsageError(e.to_string()))?;
+        pool.addrs
+            .iter()
+            .map(|a| (a.to_string(), pass.clone()))
+            .collect()
+    } else {
+        return usage("say which accounts log in: --users-file FILE or --user-pattern PATTERN (password in SPATE_PASSWORD)");
+    };
+    creds
+        .into_iter()
+        .map(|(jid, password)| match jid.split_once('@') {
+            Some((l, d)) if !l.is_empty() && !d.is_empty() && !jid.contains('/') => {
+                Ok(Account { jid, password })
+            }
+            _ => usage(format!("{jid}: not a bare JID (local@domain)")),
+        })
+        .collect()
+}
+
+/// The workload: sessions are `--users`; `--rate`/`--stages` spread their messages.
+fn workload(args: &Args) -> anyhow::Result<(Workload, usize)> {
+    let mut w = args.workload.clone();
+    let sessions = w.users.unwrap_or(2) as usize;
+    if sessions < 2 {
+        return usage("--users: a message needs a recipient, so at least 2 sessions");
+    }
+    if w.rate.is_some() || w.stages.is_some() {
+        // In XMPP the sessions stay logged in: they carry the open workload's messages.
+        if w.max_in_flight != 1000 {
+            return usage("--max-in-flight: in spate xmpp the logged-in sessions (--users) carry the messages");
+        }
+        w.users = None;
+        w.max_in_flight = sessions as u32;
+    } else {
+        w.users = Some(sessions as u32);
+    }
+    Ok((w.resolve()?, sessions))
+}
+
+/// Builds the plan and the sessions' shared settings (no network I/O).
+fn prepare(args: &Args, command: Vec<String>) -> anyhow::Result<(Plan, Vec<Account>)> {
+    let accounts = accounts(args)?;
+    let domain = accounts[0]
+        .jid
+        .split_once('@')
+        .map_or("", |(_, d)| d)
+        .to_string();
+    if let Some(a) = accounts
+        .iter()
+        .find(|a| !a.jid.ends_with(&format!("@{domain}")))
+    {
+        return usage(format!(
+            "{}: every account must be on one domain ({domain}) for now",
+            a.jid
+        ));
+    }
+    let (workload, sessions) = workload(args)?;
+    if sessions > accounts.len() {
+        return usage(format!(
+            "--users {sessions}: only {} accounts (each session logs in as its own account)",
+            accounts.len()
+        ));
+    }
+    let port = if args.transport.tls { 5223 } else { 5222 };
+    let ep = args
+        .transport
+        .endpoint(strip_scheme(&args.target), port, false)?;
+    let plan = Plan {
+        head: PlanHead::new::<Session>(command, "xmpp", &args.target),
+        address: ep.addr,
+        domain,
+        sessions,
+        accounts: accounts.len(),
+        workload,
+        tls: ep.tls,
+        seed: args.output.seed.unwrap_or_else(rand::random),
+        args: args.clone(),
+    };
+    Ok((plan, accounts))
+}
+
+fn strip_scheme(t: &str) -> &str {
+    t.split_once("://").map_or(t, |(_, rest)| rest)
+}
+
+/// Puts the ledger's account into the summary (and a warning when deliveries are missing).
+struct LedgerReport(
+    Arc<Ledger>,
+    Arc<Mutex<Option<crate::session::xmpp::ledger::Account>>>,
+);
+
+impl Observer for LedgerReport {
+    fn start(
+        &mut self,
+        _dir: &std::path::Path,
+        _start: std::time::SystemTime,
+    ) -> anyhow::Result<()> {
+        Ok(())
+    }
+    fn interval(&mut self, _snap: &engine::Snapshot<'_>) -> anyhow::Result<()> {
+        Ok(())
+    }
+    fn finish(&mut self, summary: &mut Summary) {
+        let a = self.0.account();
+        let c = summary.totals;
+        if a.missing > 0 {
+            summary.warnings.push(format!(
+                "{} of {} deliveries never arrived (first: {:?}); see extra.xmpp.missing_sample in summary.json",
+                a.missing, a.expected, a.missing_sample.iter().take(5).collect::<Vec<_>>()
+            ));
+        }
+        if c.duplicates > 0 {
+            summary.warnings.push(format!(
+                "{} deliveries arrived more than once",
+                c.duplicates
+            ));
+        }
+        summary.extra.insert(
+            "xmpp".into(),
+            serde_json::json!({
+                "sent": a.sent, "expected": a.expected, "delivered": c.delivered,
+                "missing": a.missing, "duplicates": c.duplicates,
+                "missing_sample": a.missing_sample,
+            }),
+        );
+        *self.1.lock().unwrap_or_else(|p| p.into_inner()) = Some(a);
+    }
+}
+
+/// `spate xmpp`.
+pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
+    let login_rate = args
+        .login_rate
+        .as_deref()
+        .map(crate::units::parse_rate)
+        .transpose()?;
+    if login_rate == Some(0.0) {
+        return usage("--login-rate must be more than 0");
+    }
+    let body = crate::units::parse_size(&args.size)? as usize;
+    let (plan, accounts) = prepare(&args, ctx.command_line.clone())?;
+    let mut endpoint =
+        args.transport
+            .endpoint(strip_scheme(&args.target), plan.address.port(), false)?;
+    // RFC 6120 §13.7.2: the certificate names the XMPP domain, not the host connected to.
+    endpoint.server_name =
+        crate::tls::server_name(&plan.domain).map_err(|e| UsageError(e.to_string()))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let title = format!("spate — XMPP load on {}", args.target);
+    let mut obs = observers(
+        &args.output,
+        &args.monitor,
+        args.output.progress_enabled(),
+        title,
+        "msg",
+        &stop,
+    )?;
+    let ledger = Arc::new(Ledger::default());
+    let account = Arc::new(Mutex::new(None));
+    obs.push(Box::new(LedgerReport(ledger.clone(), account.clone())));
+    crate::session::preflight(&plan.head.target, &endpoint).await?;
+    let out = crate::opts::output::results_dir(
+        args.output.out.as_deref(),
+        args.output.overwrite,
+        "xmpp",
+    )?;
+    let run = engine::Setup::new(&plan, Some(&out), None, obs, stop)?;
+    let settings = Arc::new(Settings {
+        endpoint,
+        domain: plan.domain.clone(),
+        sessions: plan.sessions,
+        online: (0..plan.sessions).map(|_| AtomicBool::new(false)).collect(),
+        accounts,
+        sasl: args.sasl,
+        roster: args.roster,
+        login_rate,
+        round_robin: args.pick == PickArg::RoundRobin,
+        body,
+        run_id: plan.head.run_id.clone(),
+        gate: Gate::default(),
+        ledger,
+        recorder: run.recorder(),
+        clock: run.clock(),
+    });
+    let summary = engine::run(run, |id, rng| Session::new(id, settings.clone(), rng)).await?;
+    let finished = Finished { dir: out, summary };
+    print_outcome(&finished);
+    let missing = account
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .map_or(0, |a| a.missing);
+    if let Some(a) = account.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        println!(
+            "deliveries: expected {}  delivered {}  missing {}  duplicates {}",
+            a.expected,
+            finished.summary.totals.delivered,
+            a.missing,
+            finished.summary.totals.duplicates
+        );
+    }
+    println!("results: {}", finished.dir.display());
+    let ok = if missing > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    };
+    Ok(super::exit_code(&finished.summary, ok))
+}

@@ -1,0 +1,380 @@
+//! Logging an XMPP session in (RFC 6120): stream, STARTTLS, SASL (SCRAM-SHA-256,
+//! SCRAM-SHA-1 or PLAIN), resource binding, roster, initial presence; every step a phase.
+
+use rand::rngs::SmallRng;
+use rand::Rng;
+
+use super::{Settings, MAX_DEPTH, MAX_STANZA};
+use crate::engine::UnitReport;
+use crate::metrics::{ErrorKind, Phase};
+use crate::proto::sasl::{self, ScramClient, ScramHash};
+use crate::proto::xmpp::{self, Element, Frame, Framer};
+use crate::session::{Failure, TlsMode};
+use crate::transport::Connection;
+
+/// What the stream gave: its header, one element, or its end.
+pub(super) enum Got {
+    Open,
+    /// Keepalive whitespace between stanzas.
+    Whitespace,
+    Element(Element),
+    Close,
+}
+
+/// A failure the server stated (a SASL failure, an IQ error, a stream error): the
+/// condition is the error class, the stanza the sample.
+pub(super) fn stated(phase: Phase, kind: ErrorKind, condition: &str, sample: &Element) -> Failure {
+    let mut raw = String::new();
+    sample.write(&mut raw);
+    raw.truncate(300);
+    Failure {
+        phase,
+        kind,
+        code: 0,
+        detail: None,
+        text: condition.to_string(),
+        sample: raw,
+        fatal: true,
+    }
+}
+
+/// A protocol breach of the server's (unexpected element, bad SCRAM answer).
+pub(super) fn breach(phase: Phase, what: impl Into<String>) -> Failure {
+    let what = what.into();
+    Failure {
+        phase,
+        kind: ErrorKind::Protocol,
+        code: 0,
+        detail: None,
+        text: crate::proto::normalize(&what),
+        sample: what,
+        fatal: true,
+    }
+}
+
+/// The condition of an error element: its first child other than `text`.
+pub(super) fn condition(e: &Element) -> String {
+    e.children
+        .iter()
+        .map(|c| c.local_name())
+        .find(|n| *n != "text")
+        .unwrap_or("undefined-condition")
+        .to_string()
+}
+
+/// Reads the next frame as [`Got`]; a stream error is the failure it states.
+pub(super) async fn read(
+    conn: &mut Connection,
+    framer: &mut Framer,
+    phase: Phase,
+) -> Result<Got, Failure> {
+    let mut kind = None;
+    let bytes = conn
+        .read_frame(MAX_STANZA, |b| {
+            framer.frame(b).map(|f| {
+                f.map(|(k, n)| {
+                    kind = Some(k);
+                    n
+                })
+            })
+        })
+        .await
+        .map_err(|e| Failure::transport(phase, e))?;
+    match kind {
+        Some(Frame::Open) => Ok(Got::Open),
+        Some(Frame::Whitespace) => Ok(Got::Whitespace),
+        Some(Frame::Close) => Ok(Got::Close),
+        Some(Frame::Element) => {
+            let e = Element::parse(bytes).map_err(|e| breach(phase, e.to_string()))?;
+            if e.local_name() == "error" && e.name.contains(':') {
+                return Err(stated(phase, ErrorKind::Protocol, &condition(&e), &e));
+            }
+            Ok(Got::Element(e))
+        }
+        None => Err(breach(phase, "no frame")),
+    }
+}
+
+/// The next element; the stream's end is a failure of `phase`.
+pub(super) async fn element(
+    conn: &mut Connection,
+    framer: &mut Framer,
+    phase: Phase,
+) -> Result<Element, Failure> {
+    loop {
+        match read(conn, framer, phase).await? {
+            Got::Element(e) => return Ok(e),
+            Got::Open | Got::Whitespace => continue,
+            Got::Close => {
+                return Err(Failure {
+                    kind: ErrorKind::Closed,
+                    ..breach(phase, "the server closed the stream")
+                })
+            }
+        }
+    }
+}
+
+async fn send(conn: &mut Connection, phase: Phase, text: &str) -> Result<(), Failure> {
+    conn.send(text.as_bytes())
+        .await
+        .map_err(|e| Failure::transport(phase, e))
+}
+
+/// Opens (or reopens) the stream and reads the features, as the `stream` phase.
+async fn open_stream(
+    s: &Settings,
+    conn: &mut Connection,
+    framer: &mut Framer,
+    report: &mut UnitReport,
+) -> Result<Element, Failure> {
+    let t = report.start(Phase::Stream);
+    framer.restart();
+    send(conn, Phase::Stream, &xmpp::stream_open_client(&s.domain)).await?;
+    let features = element(conn, framer, Phase::Stream).await?;
+    if features.local_name() != "features" {
+        return Err(breach(
+            Phase::Stream,
+            format!("expected stream features, got <{}>", features.name),
+        ));
+    }
+    report.timed(Phase::Stream, t);
+    Ok(features)
+}
+
+/// STARTTLS when the plan says so; the features of the stream after it.
+async fn starttls(
+    s: &Settings,
+    conn: &mut Connection,
+    framer: &mut Framer,
+    features: Element,
+    report: &mut UnitReport,
+) -> Result<Element, Failure> {
+    if s.endpoint.tls != TlsMode::Starttls {
+        return Ok(features);
+    }
+    if features.child("starttls").is_none() {
+        return Err(breach(
+            Phase::Starttls,
+            "the server does not offer STARTTLS",
+        ));
+    }
+    let t = report.start(Phase::Starttls);
+    send(conn, Phase::Starttls, &xmpp::starttls()).await?;
+    let answer = element(conn, framer, Phase::Starttls).await?;
+    if answer.local_name() != "proceed" {
+        return Err(stated(
+            Phase::Starttls,
+            ErrorKind::Permanent,
+            answer.local_name(),
+            &answer,
+        ));
+    }
+    report.timed(Phase::Starttls, t);
+    s.endpoint.handshake(conn, report).await?;
+    open_stream(s, conn, framer, report).await
+}
+
+/// The mechanism to use: the one asked for, or the strongest offered.
+fn mechanism(s: &Settings, features: &Element) -> Result<Option<ScramHash>, Failure> {
+    let offered: Vec<&str> = features
+        .child("mechanisms")
+        .map(|m| {
+            m.children_named("mechanism")
+                .map(|c| c.text.trim())
+                .collect()
+        })
+        .unwrap_or_default();
+    let has = |m: &str| offered.iter().any(|o| o.eq_ignore_ascii_case(m));
+    let choice = match s.sasl {
+        super::Sasl::Auto => [ScramHash::Sha256, ScramHash::Sha1]
+            .into_iter()
+            .find(|h| has(h.mechanism()))
+            .map(Some)
+            .or_else(|| has("PLAIN").then_some(None)),
+        super::Sasl::ScramSha256 => has("SCRAM-SHA-256").then_some(Some(ScramHash::Sha256)),
+        super::Sasl::ScramSha1 => has("SCRAM-SHA-1").then_some(Some(ScramHash::Sha1)),
+        super::Sasl::Plain => has("PLAIN").then_some(None),
+    };
+    choice.ok_or_else(|| {
+        breach(
+            Phase::Auth,
+            format!(
+                "no usable SASL mechanism (--sasl {}; the server offers {})",
+                s.sasl.name(),
+                if offered.is_empty() {
+                    "none".to_string()
+                } else {
+                    offered.join(" ")
+                }
+            ),
+        )
+    })
+}
+
+/// A SASL exchange: PLAIN, or SCRAM with the server's signature checked.
+async fn authenticate(
+    s: &Settings,
+    account: &super::Account,
+    conn: &mut Connection,
+    framer: &mut Framer,
+    features: &Element,
+    rng: &mut SmallRng,
+    report: &mut UnitReport,
+) -> Result<(), Failure> {
+    let hash = mechanism(s, features)?;
+    let (user, _) = account.jid.split_once('@').unwrap_or((&account.jid, ""));
+    let t = report.start(Phase::Auth);
+    let mut scram = None;
+    let first = match hash {
+        Some(h) => {
+            let nonce: String = (0..24)
+                .map(|_| rng.sample(rand::distr::Alphanumeric) as char)
+                .collect();
+            let c = ScramClient::new(h, user, &account.password, &nonce);
+            let first = c.client_first();
+            scram = Some(c);
+            xmpp::auth(h.mechanism(), &sasl::encode(first.as_bytes()))
+        }
+        None => {
+            let plain = format!("\0{user}\0{}", account.password);
+            xmpp::auth("PLAIN", &sasl::encode(plain.as_bytes()))
+        }
+    };
+    send(conn, Phase::Auth, &first).await?;
+    loop {
+        let e = element(conn, framer, Phase::Auth).await?;
+        let data = sasl::decode(e.text.trim()).unwrap_or_default();
+        let data = String::from_utf8_lossy(&data).to_string();
+        match (e.local_name(), scram.as_mut()) {
+            ("challenge", Some(c)) => {
+                let fin = c
+                    .client_final(&data)
+                    .map_err(|x| breach(Phase::Auth, format!("SCRAM: {x}")))?;
+                send(
+                    conn,
+                    Phase::Auth,
+                    &xmpp::response(&sasl::encode(fin.as_bytes())),
+                )
+                .await?;
+            }
+            ("success", c) => {
+                if let Some(c) = c {
+                    c.verify_server_final(&data)
+                        .map_err(|x| breach(Phase::Auth, format!("SCRAM: {x}")))?;
+                }
+                report.timed(Phase::Auth, t);
+                return Ok(());
+            }
+            ("failure", _) => {
+                return Err(stated(
+                    Phase::Auth,
+                    ErrorKind::Permanent,
+                    &condition(&e),
+                    &e,
+                ))
+            }
+            (other, _) => return Err(breach(Phase::Auth, format!("unexpected <{other}> in SASL"))),
+        }
+    }
+}
+
+/// Waits for the result of IQ `id`; other stanzas that come first are skipped.
+pub(super) async fn iq_result(
+    conn: &mut Connection,
+    framer: &mut Framer,
+    phase: Phase,
+    id: &str,
+) -> Result<Element, Failure> {
+    loop {
+        let e = element(conn, framer, phase).await?;
+        if e.local_name() != "iq" || e.attr("id") != Some(id) {
+            continue;
+        }
+        return match e.attr("type") {
+            Some("result") => Ok(e),
+            _ => {
+                let cond = e.child("error").map(condition).unwrap_or_default();
+                Err(stated(phase, ErrorKind::Permanent, &cond, &e))
+            }
+        };
+    }
+}
+
+/// Binds a resource (and opens a legacy session when the server requires one); returns
+/// the full JID the server assigned.
+async fn bind(
+    conn: &mut Connection,
+    framer: &mut Framer,
+    features: &Element,
+    resource: &str,
+    report: &mut UnitReport,
+) -> Result<String, Failure> {
+    if features.child("bind").is_none() {
+        return Err(breach(Phase::Bind, "the server offers no resource binding"));
+    }
+    let t = report.start(Phase::Bind);
+    send(conn, Phase::Bind, &xmpp::bind("b1", resource)).await?;
+    let r = iq_result(conn, framer, Phase::Bind, "b1").await?;
+    let jid = r
+        .child("bind")
+        .and_then(|b| b.child("jid"))
+        .map(|j| j.text.trim().to_string())
+        .ok_or_else(|| breach(Phase::Bind, "bind result without a JID"))?;
+    let legacy = features
+        .child("session")
+        .is_some_and(|s| s.child("optional").is_none());
+    if legacy {
+        send(conn, Phase::Bind, &xmpp::session("s1")).await?;
+        iq_result(conn, framer, Phase::Bind, "s1").await?;
+    }
+    report.timed(Phase::Bind, t);
+    Ok(jid)
+}
+
+/// A logged-in session, ready to be split into its reader and writer.
+pub(super) struct LoggedIn {
+    pub conn: Connection,
+    pub framer: Framer,
+}
+
+/// The whole login of session `id` as phases of `report`.
+pub(super) async fn login(
+    s: &Settings,
+    id: usize,
+    rng: &mut SmallRng,
+    report: &mut UnitReport,
+) -> Result<LoggedIn, Failure> {
+    let account = &s.accounts[id % s.accounts.len()];
+    let mut conn = s.endpoint.open(id, 0, report).await?;
+    let mut framer = Framer::new(MAX_STANZA, MAX_DEPTH);
+    let features = open_stream(s, &mut conn, &mut framer, report).await?;
+    let features = starttls(s, &mut conn, &mut framer, features, report).await?;
+    authenticate(s, account, &mut conn, &mut framer, &features, rng, report).await?;
+    let features = open_stream(s, &mut conn, &mut framer, report).await?;
+    let jid = bind(
+        &mut conn,
+        &mut framer,
+        &features,
+        &format!("spate{id}"),
+        report,
+    )
+    .await?;
+    if s.roster {
+        let t = report.start(Phase::Roster);
+        send(&mut conn, Phase::Roster, &xmpp::roster_get("r1")).await?;
+        iq_result(&mut conn, &mut framer, Phase::Roster, "r1").await?;
+        report.timed(Phase::Roster, t);
+    }
+    // Initial presence; the server sends it back to this resource too (RFC 6121 §4.2.2).
+    let t = report.start(Phase::Presence);
+    send(&mut conn, Phase::Presence, "<presence/>").await?;
+    loop {
+        let e = element(&mut conn, &mut framer, Phase::Presence).await?;
+        if e.local_name() == "presence" && e.attr("from") == Some(jid.as_str()) {
+            break;
+        }
+    }
+    report.timed(Phase::Presence, t);
+    Ok(LoggedIn { conn, framer })
+}

@@ -1,0 +1,93 @@
+//! `spate xmpp` against real XMPP servers of the test bed (Prosody and ejabberd, private
+//! loopback instances from scripts/testbed): every session logs in over STARTTLS with the
+//! certificate verified and SCRAM, and every message is accounted for at its recipient.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::bed::Bed;
+
+const SPATE: &str = env!("CARGO_BIN_EXE_spate");
+
+fn load(bed: &Bed, out: &Path, extra: &[&str]) -> serde_json::Value {
+    let o = Command::new(SPATE)
+        .args([
+            "xmpp",
+            bed.var("SPATE_XMPP"),
+            "--users-file",
+            bed.var("SPATE_USERS_FILE"),
+            "--starttls",
+            "--ca",
+            bed.var("SPATE_CA"),
+            "--users",
+            "10",
+            "-n",
+            "300",
+            "--roster",
+            "-q",
+            "-o",
+            out.to_str().unwrap(),
+        ])
+        .args(extra)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(stdout.contains("missing 0"), "{stdout}");
+    common::summary(out)
+}
+
+fn check(s: &serde_json::Value, mechanism_phase: bool) {
+    let t = &s["totals"];
+    assert_eq!(t["accepted"], 300, "{t}");
+    assert_eq!(t["delivered"], 300, "{t}");
+    assert_eq!(t["duplicates"], 0, "{t}");
+    assert_eq!(s["extra"]["xmpp"]["missing"], 0, "{}", s["extra"]["xmpp"]);
+    let count = |name: &str| {
+        s["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["phase"] == name)
+            .map_or(0, |p| p["count"].as_u64().unwrap())
+    };
+    for p in ["connect", "starttls", "tls", "bind", "roster", "presence"] {
+        assert_eq!(count(p), 10, "{p}: {}", s["phases"]);
+    }
+    if mechanism_phase {
+        assert_eq!(count("auth"), 10);
+    }
+    // Stream opened three times per session: before STARTTLS, after it, after SASL.
+    assert_eq!(count("stream"), 30);
+    assert_eq!(count("delivery"), 300);
+}
+
+fn run_against(server: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = Bed::up(
+        &tmp.path().join("bed"),
+        &["--users", "20", "--port-offset", "auto", "--xmpp", server],
+    ) else {
+        return;
+    };
+    let s = load(&bed, &tmp.path().join("scram1"), &["--sasl", "scram-sha-1"]);
+    check(&s, true);
+    let s = load(&bed, &tmp.path().join("auto"), &["--pick", "round-robin"]);
+    check(&s, true);
+}
+
+#[test]
+fn prosody_delivers_every_message_to_its_recipient() {
+    run_against("prosody");
+}
+
+#[test]
+fn ejabberd_delivers_every_message_to_its_recipient() {
+    run_against("ejabberd");
+}
