@@ -65,7 +65,7 @@ fn check(s: &serde_json::Value, mechanism_phase: bool) {
     }
     // Stream opened three times per session: before STARTTLS, after it, after SASL.
     assert_eq!(count("stream"), 30);
-    assert_eq!(count("delivery"), 300);
+    assert_eq!(count("arrival"), 300);
 }
 
 fn run_against(server: &str) {

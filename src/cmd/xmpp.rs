@@ -25,7 +25,7 @@ const EXAMPLES: &str = "A unit of work is one message from a session to another 
 run, stamped with the run id, its sequence and its send time. Every session logs in first \
 (connect, TLS, stream, STARTTLS, SASL, bind, roster, initial presence: each a phase), and no \
 message goes out before every session has tried to log in. Each recipient times the arrival \
-(the delivery phase) and the ledger counts expected, delivered, missing and duplicated \
+(the arrival phase) and the ledger counts expected, delivered, missing and duplicated \
 deliveries; exit status 1 when some are missing.
 
 EXAMPLES:

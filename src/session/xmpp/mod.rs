@@ -5,7 +5,7 @@
 //! process, so there is no clock skew) and entered in the run's [`ledger::Ledger`].
 //!
 //! Outcome of a unit: accepted = the stanza was written (XMPP does not acknowledge a
-//! message; its arrival is what the delivery phase and the ledger measure); failed = the
+//! message; its arrival is what the arrival phase and the ledger measure); failed = the
 //! session is not logged in or its stream broke.
 
 pub mod ledger;
@@ -219,7 +219,7 @@ impl Driver for Session {
         Phase::Roster,
         Phase::Presence,
         Phase::Send,
-        Phase::Delivery,
+        Phase::Arrival,
     ];
 
     async fn setup(&mut self, report: &mut UnitReport) {
@@ -341,13 +341,13 @@ impl Reader {
                 .await;
             let bytes = match got {
                 Ok(b) => b,
-                Err(e) => break Some(Failure::transport(Phase::Delivery, e)),
+                Err(e) => break Some(Failure::transport(Phase::Arrival, e)),
             };
             match kind {
                 Some(Frame::Element) => {}
                 Some(Frame::Close) => {
                     break Some(failure(
-                        Phase::Delivery,
+                        Phase::Arrival,
                         ErrorKind::Closed,
                         "the server closed the stream",
                     ))
@@ -356,7 +356,7 @@ impl Reader {
             }
             let e = match Element::parse(bytes) {
                 Ok(e) => e,
-                Err(x) => break Some(login::breach(Phase::Delivery, x.to_string())),
+                Err(x) => break Some(login::breach(Phase::Arrival, x.to_string())),
             };
             if let Some(f) = self.stanza(&e).await {
                 break Some(f);
@@ -387,7 +387,7 @@ impl Reader {
             }
             "error" if e.name.contains(':') => {
                 return Some(login::stated(
-                    Phase::Delivery,
+                    Phase::Arrival,
                     ErrorKind::Protocol,
                     &login::condition(e),
                     e,
@@ -420,7 +420,7 @@ impl Reader {
         let arrival = self.s.ledger.received(seq);
         self.s.recorder.with(self.id, |sh| match arrival {
             Arrival::First => {
-                sh.record(Phase::Delivery, now.saturating_sub(t).max(1));
+                sh.record(Phase::Arrival, now.saturating_sub(t).max(1));
                 sh.counters.delivered += 1;
             }
             Arrival::Duplicate => sh.counters.duplicates += 1,
