@@ -80,6 +80,42 @@ fn run_against(server: &str) {
     check(&s, true);
     let s = load(&bed, &tmp.path().join("auto"), &["--pick", "round-robin"]);
     check(&s, true);
+    // Fan-outs: every copy of every multicast and every presence is accounted for, and
+    // each fan-out's last arrival is timed.
+    let service = bed.var("SPATE_XMPP_MULTICAST").to_string();
+    for traffic in ["multicast", "presence"] {
+        let out = tmp.path().join(traffic);
+        let s = load(
+            &bed,
+            &out,
+            &[
+                "--traffic",
+                traffic,
+                "--addresses",
+                "3..9",
+                "--multicast-service",
+                &service,
+            ],
+        );
+        let t = &s["totals"];
+        let x = &s["extra"]["xmpp"];
+        assert_eq!(t["accepted"], 300, "{t}");
+        assert_eq!(x["missing"], 0, "{x}");
+        assert_eq!(t["delivered"], x["expected"], "{t} {x}");
+        let want = if traffic == "presence" {
+            300 * 9
+        } else {
+            300 * 3
+        };
+        assert!(t["delivered"].as_u64().unwrap() >= want, "{t}");
+        let fanout = s["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["phase"] == "fanout")
+            .map_or(0, |p| p["count"].as_u64().unwrap());
+        assert_eq!(fanout, 300, "{traffic}");
+    }
 }
 
 #[test]

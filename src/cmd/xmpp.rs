@@ -17,7 +17,7 @@ use crate::message::AddressPool;
 use crate::opts::{accounts, MonitorArgs, OutputArgs, PickArg, TransportArgs, WorkloadArgs};
 use crate::results::Summary;
 use crate::session::xmpp::ledger::Ledger;
-use crate::session::xmpp::{Account, Gate, Sasl, Session, Settings};
+use crate::session::xmpp::{Account, Gate, Sasl, Session, Settings, Traffic};
 use crate::session::TlsMode;
 use crate::{usage, UsageError};
 
@@ -62,6 +62,22 @@ pub struct Args {
     #[arg(long, help_heading = "Accounts")]
     pub roster: bool,
 
+    /// What each unit of work sends: a chat message to one other session, a XEP-0033
+    /// multicast to --addresses sessions, or a presence change (broadcast by the server to
+    /// the sender's contacts: every logged-in session with a shared roster).
+    #[arg(long, value_enum, default_value_t = Traffic::Message, help_heading = "Messages")]
+    pub traffic: Traffic,
+    /// Multicast: recipients per message, N or MIN..MAX (distinct logged-in sessions).
+    #[arg(
+        long,
+        default_value = "10",
+        value_name = "N",
+        help_heading = "Messages"
+    )]
+    pub addresses: String,
+    /// Multicast: the XEP-0033 service's JID [default: multicast.DOMAIN].
+    #[arg(long, value_name = "JID", help_heading = "Messages")]
+    pub multicast_service: Option<String>,
     /// How each message picks its recipient among the other sessions.
     #[arg(long, value_enum, default_value_t = PickArg::Random, help_heading = "Messages")]
     pub pick: PickArg,
@@ -248,7 +264,19 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         return usage("--login-rate must be more than 0");
     }
     let body = crate::units::parse_size(&args.size)? as usize;
+    let addresses = crate::units::parse_count_range(&args.addresses)?;
+    if addresses.lo == 0 {
+        return usage("--addresses: a multicast needs at least 1 recipient");
+    }
     let (plan, accounts) = prepare(&args, ctx.command_line.clone())?;
+    if args.traffic == Traffic::Multicast && addresses.hi as usize >= plan.sessions {
+        return usage(format!(
+            "--addresses {}: a session can address at most the {} other sessions (--users {})",
+            args.addresses,
+            plan.sessions - 1,
+            plan.sessions
+        ));
+    }
     let mut endpoint =
         args.transport
             .endpoint(strip_scheme(&args.target), plan.address.port(), false)?;
@@ -286,6 +314,12 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         login_rate,
         round_robin: args.pick == PickArg::RoundRobin,
         body,
+        traffic: args.traffic,
+        addresses: (addresses.lo, addresses.hi),
+        multicast_service: args
+            .multicast_service
+            .clone()
+            .unwrap_or_else(|| format!("multicast.{}", plan.domain)),
         run_id: plan.head.run_id.clone(),
         gate: Gate::default(),
         ledger,

@@ -63,6 +63,7 @@ phases! {
     Roster => "roster", "XMPP: roster get to its result";
     Presence => "presence", "XMPP: initial presence sent to the server's echo of it";
     Send => "send", "XMPP: a stanza written (no server reply to wait for)";
+    Fanout => "fanout", "XMPP: a multicast's or presence's send to its arrival at the last of its recipients";
     Arrival => "arrival", "XMPP: a stanza's send to its arrival at a recipient (every recipient)";
 }
 

@@ -11,6 +11,8 @@ use std::sync::Mutex;
 pub enum Arrival {
     /// A recipient's first copy.
     First,
+    /// The copy that completes the set: every recipient has one now (a fan-out's last).
+    Last,
     /// A copy beyond the number of recipients it was sent to.
     Duplicate,
     /// Not a stanza this run sent (another run's, or a forged stamp).
@@ -82,8 +84,10 @@ impl Ledger {
         };
         if done {
             l.open.remove(&seq);
+            Arrival::Last
+        } else {
+            Arrival::First
         }
-        Arrival::First
     }
 
     /// Deliveries still awaited.
@@ -123,7 +127,7 @@ mod tests {
         l.sending(0, 1);
         l.sending(1, 3);
         l.sending(2, 2);
-        assert_eq!(l.received(0), Arrival::First);
+        assert_eq!(l.received(0), Arrival::Last);
         assert_eq!(l.received(0), Arrival::Duplicate);
         assert_eq!(l.received(1), Arrival::First);
         assert_eq!(l.received(1), Arrival::First);
@@ -134,7 +138,7 @@ mod tests {
         let a = l.account();
         assert_eq!((a.sent, a.expected, a.missing), (3, 6, 3));
         assert_eq!(a.missing_sample, vec![(1, 1), (2, 2)]);
-        assert_eq!(l.received(1), Arrival::First);
+        assert_eq!(l.received(1), Arrival::Last);
         assert_eq!(l.received(1), Arrival::Duplicate);
     }
 }

@@ -58,6 +58,18 @@ impl Sasl {
     }
 }
 
+/// What a unit of work sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Traffic {
+    /// A chat message to one other session.
+    Message,
+    /// One XEP-0033 message to the multicast service, addressed to --addresses sessions.
+    Multicast,
+    /// A presence change, which the server broadcasts to the sender's contacts.
+    Presence,
+}
+
 /// An account: a bare JID and its password.
 #[derive(Debug, Clone)]
 pub struct Account {
@@ -111,6 +123,10 @@ pub struct Settings {
     pub round_robin: bool,
     /// Size of a message body, in bytes.
     pub body: usize,
+    pub traffic: Traffic,
+    /// Multicast: recipients per message (drawn from the range), and the service's JID.
+    pub addresses: (u32, u32),
+    pub multicast_service: String,
     pub run_id: String,
     pub gate: Gate,
     /// Which sessions are logged in now.
@@ -180,19 +196,86 @@ impl Session {
         None
     }
 
-    /// The stamped message `seq` to `to`, sent at `t_us` on the run clock.
-    fn message(&mut self, seq: u64, to: &str, t_us: u64) {
+    /// The stamp every stanza carries: the run, the sequence, the sending session and the
+    /// send time on the run clock.
+    fn stamp(&mut self, seq: u64, t_us: u64) {
         use std::fmt::Write as _;
-        let st = &mut self.stanza;
-        st.clear();
-        st.push_str("<message type='chat' to='");
-        xmpp::escape(to, st);
         let _ = write!(
-            st,
-            "' id='{run}-{seq}'><body>{body}</body><stamp xmlns='{STAMP_NS}' run='{run}' seq='{seq}' t='{t_us}'/></message>",
-            run = self.s.run_id,
-            body = "x".repeat(self.s.body),
+            self.stanza,
+            "<stamp xmlns='{STAMP_NS}' run='{}' seq='{seq}' from='{}' t='{t_us}'/>",
+            self.s.run_id, self.id
         );
+    }
+
+    fn body(&mut self) {
+        self.stanza.push_str("<body>");
+        self.stanza.extend(std::iter::repeat_n('x', self.s.body));
+        self.stanza.push_str("</body>");
+    }
+
+    /// Builds unit `seq`'s stanza; returns how many recipients it is for (0: none can
+    /// get it, nobody else is logged in).
+    fn build(&mut self, seq: u64, t_us: u64) -> u32 {
+        self.stanza.clear();
+        match self.s.traffic {
+            Traffic::Message => {
+                let Some(to) = self.recipient() else { return 0 };
+                let s = self.s.clone();
+                let to = &s.accounts[to % s.accounts.len()].jid;
+                self.stanza.push_str("<message type='chat' to='");
+                xmpp::escape(to, &mut self.stanza);
+                self.stanza.push_str("'>");
+                self.body();
+                self.stamp(seq, t_us);
+                self.stanza.push_str("</message>");
+                1
+            }
+            Traffic::Multicast => self.multicast(seq, t_us),
+            Traffic::Presence => {
+                let others = (0..self.s.sessions)
+                    .filter(|&i| i != self.id && self.s.online[i].load(Ordering::Relaxed))
+                    .count() as u32;
+                self.stanza.push_str("<presence><status>spate</status>");
+                self.stamp(seq, t_us);
+                self.stanza.push_str("</presence>");
+                others
+            }
+        }
+    }
+
+    /// A XEP-0033 message to distinct logged-in sessions other than this one.
+    fn multicast(&mut self, seq: u64, t_us: u64) -> u32 {
+        let s = self.s.clone();
+        let (lo, hi) = s.addresses;
+        let want = if hi > lo {
+            self.rng.random_range(lo..=hi)
+        } else {
+            lo
+        } as usize;
+        let n = s.sessions;
+        let start = self.rng.random_range(0..n);
+        let picked: Vec<usize> = (0..n)
+            .map(|k| (start + k) % n)
+            .filter(|&i| i != self.id && s.online[i].load(Ordering::Relaxed))
+            .take(want)
+            .collect();
+        if picked.is_empty() {
+            return 0;
+        }
+        self.stanza.push_str("<message to='");
+        xmpp::escape(&s.multicast_service, &mut self.stanza);
+        self.stanza
+            .push_str("'><addresses xmlns='http://jabber.org/protocol/address'>");
+        for i in &picked {
+            self.stanza.push_str("<address type='to' jid='");
+            xmpp::escape(&s.accounts[i % s.accounts.len()].jid, &mut self.stanza);
+            self.stanza.push_str("'/>");
+        }
+        self.stanza.push_str("</addresses>");
+        self.body();
+        self.stamp(seq, t_us);
+        self.stanza.push_str("</message>");
+        picked.len() as u32
     }
 }
 
@@ -220,6 +303,7 @@ impl Driver for Session {
         Phase::Presence,
         Phase::Send,
         Phase::Arrival,
+        Phase::Fanout,
     ];
 
     async fn setup(&mut self, report: &mut UnitReport) {
@@ -264,7 +348,8 @@ impl Driver for Session {
             failure(Phase::Send, ErrorKind::Closed, text).record(report);
             return Outcome::Failed;
         };
-        let Some(to) = self.recipient() else {
+        let recipients = self.build(seq, report.started());
+        if recipients == 0 {
             failure(
                 Phase::Send,
                 ErrorKind::Protocol,
@@ -272,11 +357,9 @@ impl Driver for Session {
             )
             .record(report);
             return Outcome::Failed;
-        };
+        }
         let t = report.start(Phase::Send);
-        let to = self.s.accounts[to % self.s.accounts.len()].jid.clone();
-        self.message(seq, &to, report.started());
-        self.s.ledger.sending(seq, 1);
+        self.s.ledger.sending(seq, recipients);
         let sent = writer.lock().await.send(self.stanza.as_bytes()).await;
         if let Err(e) = sent {
             self.s.ledger.not_sent(seq);
@@ -373,7 +456,7 @@ impl Reader {
     /// Handles one incoming stanza; a stream error ends the session.
     async fn stanza(&self, e: &Element) -> Option<Failure> {
         match e.local_name() {
-            "message" => self.message(e),
+            "message" | "presence" => self.delivery(e),
             "iq" if matches!(e.attr("type"), Some("get" | "set")) => {
                 // A server's ping (XEP-0199) or any request: answer, or it may drop us.
                 let mut reply = String::from("<iq type='result' id='");
@@ -398,8 +481,9 @@ impl Reader {
         None
     }
 
-    /// A stamped message of this run is a delivery: timed and entered in the ledger.
-    fn message(&self, e: &Element) {
+    /// A stamped stanza of this run from another session is a delivery: timed and entered
+    /// in the ledger (the last copy of a fan-out also times the fan-out).
+    fn delivery(&self, e: &Element) {
         let now = self.s.clock.now_us();
         let Some(stamp) = e
             .children
@@ -408,7 +492,10 @@ impl Reader {
         else {
             return;
         };
-        if stamp.attr("run") != Some(self.s.run_id.as_str()) {
+        if stamp.attr("run") != Some(self.s.run_id.as_str())
+            || stamp.attr("from") == Some(self.id.to_string().as_str())
+        {
+            // Another run's, or this session's own presence coming back to it.
             return;
         }
         let (Some(seq), Some(t)) = (
@@ -419,9 +506,13 @@ impl Reader {
         };
         let arrival = self.s.ledger.received(seq);
         self.s.recorder.with(self.id, |sh| match arrival {
-            Arrival::First => {
-                sh.record(Phase::Arrival, now.saturating_sub(t).max(1));
+            Arrival::First | Arrival::Last => {
+                let took = now.saturating_sub(t).max(1);
+                sh.record(Phase::Arrival, took);
                 sh.counters.delivered += 1;
+                if arrival == Arrival::Last && self.s.traffic != Traffic::Message {
+                    sh.record(Phase::Fanout, took);
+                }
             }
             Arrival::Duplicate => sh.counters.duplicates += 1,
             Arrival::Unknown => {}
