@@ -344,7 +344,11 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         );
     }
     println!("results: {}", finished.dir.display());
-    let ok = if missing > 0 {
+    let nothing = finished.summary.totals.accepted == 0 && finished.summary.totals.attempted > 0;
+    if nothing {
+        println!("no stanza could be sent (no session logged in?): see the error table");
+    }
+    let ok = if missing > 0 || nothing {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
