@@ -115,3 +115,59 @@ fn e1_certified_mail() {
         "{main_cf}"
     );
 }
+
+/// E5: XMPP fan-out per address-list size on each real server of the bed: every presence
+/// and multicast copy accounted for, latency at the recipients, the server's CPU and memory.
+fn e5_xmpp_fanout(server: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = Bed::up(
+        &tmp.path().join("bed"),
+        &["--port-offset", "auto", "--users", "30", "--xmpp", server],
+    ) else {
+        return;
+    };
+    let out = tmp.path().join("e5");
+    let stdout = run(
+        &bed,
+        &[
+            "run",
+            &scenario("e5-xmpp-fanout.toml"),
+            "--set",
+            "sessions=20",
+            "--set",
+            "count=40",
+            "--set",
+            "rate=50/s",
+            "--set",
+            "addresses=5",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    let rows = csv(&out.join("matrix.csv"));
+    assert_eq!(rows.len(), 2, "{stdout}");
+    let v = |name: &str| -> f64 {
+        let cell = &rows[1][col(&rows, name)];
+        cell.parse()
+            .unwrap_or_else(|_| panic!("{name} = {cell:?}\n{stdout}"))
+    };
+    assert_eq!(v("addresses"), 5.0);
+    assert_eq!(v("multicasts"), 40.0);
+    assert_eq!(v("deliveries"), 200.0);
+    assert_eq!(v("missing"), 0.0);
+    // Every session's presence reached the 19 others.
+    assert_eq!(v("presence deliveries"), 20.0 * 19.0);
+    assert!(v("fanout p50 [ms]") > 0.0 && v("fanout p99 [ms]") >= v("fanout p50 [ms]"));
+    assert!(v("server CPU [s]") > 0.0, "{stdout}");
+    assert!(v("server RSS max [MB]") > 10.0, "{stdout}");
+}
+
+#[test]
+fn e5_xmpp_fanout_ejabberd() {
+    e5_xmpp_fanout("ejabberd");
+}
+
+#[test]
+fn e5_xmpp_fanout_prosody() {
+    e5_xmpp_fanout("prosody");
+}

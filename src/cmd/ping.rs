@@ -290,6 +290,7 @@ pub async fn run(a: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
             count: Some(u64::from(a.count.max(1))),
             duration_s: None,
             count_is_default: false,
+            after_setup: false,
         },
     };
     let factory = Arc::new(factory(&a, &plan.head.run_id)?);

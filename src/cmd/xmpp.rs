@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -78,6 +79,15 @@ pub struct Args {
     /// Multicast: the XEP-0033 service's JID [default: multicast.DOMAIN].
     #[arg(long, value_name = "JID", help_heading = "Messages")]
     pub multicast_service: Option<String>,
+    /// After the last stanza, how long sessions stay to receive what is still on its way
+    /// (what has not arrived by then is missing).
+    #[arg(
+        long,
+        default_value = "10s",
+        value_name = "DURATION",
+        help_heading = "Messages"
+    )]
+    pub wait: String,
     /// How each message picks its recipient among the other sessions.
     #[arg(long, value_enum, default_value_t = PickArg::Random, help_heading = "Messages")]
     pub pick: PickArg,
@@ -160,7 +170,10 @@ fn workload(args: &Args) -> anyhow::Result<(Workload, usize)> {
     } else {
         w.users = Some(sessions as u32);
     }
-    Ok((w.resolve()?, sessions))
+    let mut resolved = w.resolve()?;
+    // Traffic (open arrivals, --duration) starts once every session has logged in.
+    resolved.after_setup = true;
+    Ok((resolved, sessions))
 }
 
 /// Builds the plan and the sessions' shared settings (no network I/O).
@@ -268,6 +281,13 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     if addresses.lo == 0 {
         return usage("--addresses: a multicast needs at least 1 recipient");
     }
+    // The end of a run waits --wait for stanzas on their way: the grace for work in
+    // flight must cover it, or the engine would cut the sessions off first.
+    let mut args = args;
+    let wait = crate::units::parse_duration(&args.wait)?;
+    if crate::units::parse_duration(&args.output.grace)? < wait + Duration::from_secs(5) {
+        args.output.grace = format!("{}s", wait.as_secs() + 5);
+    }
     let (plan, accounts) = prepare(&args, ctx.command_line.clone())?;
     if args.traffic == Traffic::Multicast && addresses.hi as usize >= plan.sessions {
         return usage(format!(
@@ -315,6 +335,7 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         round_robin: args.pick == PickArg::RoundRobin,
         body,
         traffic: args.traffic,
+        wait,
         addresses: (addresses.lo, addresses.hi),
         multicast_service: args
             .multicast_service

@@ -201,11 +201,15 @@ pub async fn run<D: Driver>(
         stop: r.stop.clone(),
         on_unit: r.on_unit.take().map(Arc::new),
         give_up: worker::GiveUp::default(),
+        setup_done: worker::SetupDone::new(match &r.workload.model {
+            Model::Closed { users, .. } => *users as usize,
+            Model::Open { max_in_flight, .. } => *max_in_flight as usize,
+        }),
     });
     let mut workers = JoinSet::new();
     let scheduler = worker::spawn(r.workload, r.seed, &shared, &mut workers, make);
     let mut agg = aggregate::Aggregator::new(r.header.clone(), r.writer.take())?;
-    let stopping = follow(&mut r, &mut workers, &mut agg, &shared.give_up).await?;
+    let stopping = follow(&mut r, &mut workers, &mut agg, &shared).await?;
     if let Some(s) = scheduler {
         s.abort();
     }
@@ -235,13 +239,18 @@ async fn follow(
     r: &mut Setup<'_>,
     workers: &mut JoinSet<()>,
     agg: &mut aggregate::Aggregator,
-    give_up: &worker::GiveUp,
+    shared: &worker::Shared,
 ) -> anyhow::Result<Stopping> {
+    let give_up = &shared.give_up;
     let origin = tokio::time::Instant::from_std(r.clock.origin());
-    let deadline = r
-        .workload
-        .duration_s
-        .map(|d| r.clock.origin() + Duration::from_secs_f64(d));
+    // --duration counts from the start, or from the end of every session's setup.
+    let deadline = || {
+        let start = match r.workload.after_setup {
+            true => shared.setup_done.at()?,
+            false => r.clock.origin(),
+        };
+        Some(start + Duration::from_secs_f64(r.workload.duration_s?))
+    };
     let mut tick =
         tokio::time::interval_at(origin + Duration::from_secs(1), Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -261,7 +270,7 @@ async fn follow(
             }
         }
         let now = Instant::now();
-        let due = deadline.is_some_and(|d| now >= d) || r.stop.load(Ordering::Relaxed);
+        let due = deadline().is_some_and(|d| now >= d) || r.stop.load(Ordering::Relaxed);
         if (st.interrupted || due) && st.since.is_none() {
             r.stop.store(true, Ordering::Relaxed);
             st.since = Some(now);

@@ -34,6 +34,11 @@ pub struct Workload {
     /// it ends says so.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub count_is_default: bool,
+    /// The schedule (open arrivals, and --duration) starts once every session has done
+    /// its setup: XMPP sessions log in first, and traffic before that would be late
+    /// through no fault of the server's or the generator's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub after_setup: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]

@@ -61,6 +61,49 @@ impl Slots {
     }
 }
 
+/// Counts the sessions still in their setup; when none is left, says when that was.
+pub(super) struct SetupDone {
+    remaining: AtomicU64,
+    at: std::sync::OnceLock<std::time::Instant>,
+    notify: tokio::sync::Notify,
+}
+
+impl SetupDone {
+    pub fn new(sessions: usize) -> SetupDone {
+        let done = SetupDone {
+            remaining: AtomicU64::new(sessions as u64),
+            at: std::sync::OnceLock::new(),
+            notify: tokio::sync::Notify::new(),
+        };
+        if sessions == 0 {
+            let _ = done.at.set(std::time::Instant::now());
+        }
+        done
+    }
+
+    fn one_done(&self) {
+        if self.remaining.fetch_sub(1, Ordering::SeqCst) == 1 {
+            let _ = self.at.set(std::time::Instant::now());
+            self.notify.notify_waiters();
+        }
+    }
+
+    /// When every session had done its setup, if they all have.
+    pub fn at(&self) -> Option<std::time::Instant> {
+        self.at.get().copied()
+    }
+
+    async fn wait(&self) -> std::time::Instant {
+        loop {
+            let notified = self.notify.notified();
+            if let Some(t) = self.at() {
+                return t;
+            }
+            notified.await;
+        }
+    }
+}
+
 /// What every worker shares.
 pub(super) struct Shared {
     pub clock: Clock,
@@ -69,6 +112,7 @@ pub(super) struct Shared {
     pub on_unit: Option<Arc<UnitHook>>,
     /// Fires when work in flight is to be given up (grace over, second interrupt).
     pub give_up: GiveUp,
+    pub setup_done: SetupDone,
 }
 
 /// The engine's word to give up work in flight: a oneshot per session, which a unit polls
@@ -121,7 +165,13 @@ pub(super) fn spawn<D: Driver>(
             let (tx, rx) = async_channel::bounded::<(u64, u64)>(*max_in_flight as usize * 4);
             let arrivals = Arrivals::new(profile.clone(), *arrival, SmallRng::seed_from_u64(seed));
             let (count, limit) = (workload.count, workload.duration_s);
-            let task = tokio::spawn(schedule(arrivals, tx, count, limit, shared.clone()));
+            let after = workload.after_setup;
+            let task = tokio::spawn(schedule(
+                arrivals,
+                tx,
+                (count, limit, after),
+                shared.clone(),
+            ));
             (*max_in_flight as usize, Some(task), Some(rx))
         }
     };
@@ -148,6 +198,7 @@ async fn session<D: Driver>(id: usize, mut driver: D, mut slots: Slots, shared: 
     let mut report = UnitReport::new(shared.clock);
     driver.setup(&mut report).await;
     commit_step(rec, id, &mut report);
+    shared.setup_done.one_done();
     let mut first = true;
     let mut give_up = shared.give_up.listener();
     while let Some(slot) = slots.next(shared.clock, first).await {
@@ -170,11 +221,16 @@ async fn session<D: Driver>(id: usize, mut driver: D, mut slots: Slots, shared: 
 async fn schedule(
     arrivals: Arrivals<SmallRng>,
     tx: async_channel::Sender<(u64, u64)>,
-    count: Option<u64>,
-    limit: Option<f64>,
+    (count, limit, after_setup): (Option<u64>, Option<f64>, bool),
     shared: Arc<Shared>,
 ) {
-    let origin = tokio::time::Instant::from_std(shared.clock.origin());
+    // Arrival times count from the run's start, or from the end of every session's setup.
+    let start = match after_setup {
+        true => shared.setup_done.wait().await,
+        false => shared.clock.origin(),
+    };
+    let offset_s = start.duration_since(shared.clock.origin()).as_secs_f64();
+    let origin = tokio::time::Instant::from_std(start);
     for (seq, at) in arrivals.enumerate() {
         let seq = seq as u64;
         if shared.stop.load(Ordering::Relaxed)
@@ -184,7 +240,7 @@ async fn schedule(
             break;
         }
         tokio::time::sleep_until(origin + Duration::from_secs_f64(at)).await;
-        if tx.try_send((seq, (at * 1e6) as u64)).is_err() {
+        if tx.try_send((seq, ((offset_s + at) * 1e6) as u64)).is_err() {
             shared.recorder.with(0, |s| s.counters.dropped += 1);
         }
     }

@@ -122,6 +122,7 @@ impl WorkloadArgs {
             count,
             duration_s,
             count_is_default,
+            after_setup: false,
         })
     }
 }

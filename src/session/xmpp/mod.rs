@@ -124,6 +124,8 @@ pub struct Settings {
     /// Size of a message body, in bytes.
     pub body: usize,
     pub traffic: Traffic,
+    /// How long sessions keep reading after the last unit for deliveries still on the way.
+    pub wait: Duration,
     /// Multicast: recipients per message (drawn from the range), and the service's JID.
     pub addresses: (u32, u32),
     pub multicast_service: String,
@@ -373,9 +375,9 @@ impl Driver for Session {
     }
 
     async fn finish(&mut self, _report: &mut UnitReport) {
-        // Every session keeps reading until the run's messages have arrived (or a little
-        // while has passed), then closes its stream.
-        let until = tokio::time::Instant::now() + Duration::from_secs(3);
+        // Every session keeps reading until the run's stanzas have arrived (or --wait has
+        // passed), then closes its stream.
+        let until = tokio::time::Instant::now() + self.s.wait;
         while self.s.ledger.pending() > 0 && tokio::time::Instant::now() < until {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
