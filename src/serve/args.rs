@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use super::config::{Addrs, Config, Listener};
+use super::config::{Addrs, Config, Listener, XmppOptions};
 use super::faults::{self, Faults};
 use super::server::start;
 use super::store::{StoreOptions, Users};
@@ -27,14 +27,36 @@ EXAMPLES:
   spate serve --discard --max-connections 2000 --stats-file /tmp/serve.json
       A sink for pure injection benchmarks: counts and sizes only, counters as JSON
       every second.
+  spate serve --xmpp 127.0.0.1:5222 --xmpps 127.0.0.1:5223 --users-file users.txt \
+              --cert-out /tmp/spate.pem
+      Chat: log in with SCRAM-SHA-256/SCRAM-SHA-1/PLAIN (spate xmpp ... --ca
+      /tmp/spate.pem), presence, messages, multicast.example.test (XEP-0033).
 
 Fault phases: connect (or banner), ehlo, mail, rcpt, data (the reply to DATA), dot (the
-reply after the message). Every injected fault is counted (see --stats-file and the
-summary printed at exit), so a client's error counts can be checked against them.
+reply after the message); for XMPP connect (before the stream header; a fail is a stream
+error), xmpp-login (the answer to SASL auth; a fail is temporary-auth-failure for 4xx,
+not-authorized for 5xx) and xmpp-stanza (each stanza of a bound session; a fail is a
+stream error, resource-constraint for 4xx, internal-server-error for 5xx). Every
+injected fault is counted (see --stats-file and the summary printed at exit), so a
+client's error counts can be checked against them.
+
+XMPP: JIDs are the addresses of --users-file (then SCRAM-SHA-256, SCRAM-SHA-1 and PLAIN
+are offered); without it every JID of the served domains exists, any password works and
+only PLAIN is offered (SCRAM needs passwords the server knows). PLAIN is offered before
+STARTTLS too (a loopback test server). In-band registration (XEP-0077) adds accounts in
+memory, next to the users file's; conflict when the JID has a password already. The
+roster is every other account of the domain in one group 'spate', subscription both;
+presence goes to every available session of the domain and back to the sender. A message
+to a bare JID reaches every available resource; nobody online: service-unavailable. The
+multicast service multicast.DOMAIN delivers to the to/cc/bcc addresses that are online
+and says nothing about the others. Stanzas over 256 KiB or nested over 64 deep end the
+stream with policy-violation. The counters (sessions, stanzas routed, deliveries,
+multicasts, registrations) are in --stats-file under \"xmpp\".
 
 TLS: a self-signed certificate for localhost/127.0.0.1/::1 is generated at start unless
 --cert/--key are given; --cert-out writes it so clients can trust it (e.g. --ca PATH).
-STARTTLS is offered on smtp, submission, lmtp, pop3 (STLS) and imap.";
+STARTTLS is offered on smtp, submission, lmtp, pop3 (STLS), imap and xmpp. The generated
+certificate also names the served domains (XMPP checks the JID's domain).";
 
 /// Options of `spate serve`.
 #[derive(Debug, clap::Args)]
@@ -67,6 +89,12 @@ pub struct Args {
     /// IMAP with implicit TLS
     #[arg(long, value_name = "ADDR", value_parser = parse_addr, help_heading = "Listeners")]
     pub imaps: Option<SocketAddr>,
+    /// XMPP client listener (STARTTLS offered), e.g. 127.0.0.1:5222
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr, help_heading = "Listeners")]
+    pub xmpp: Option<SocketAddr>,
+    /// XMPP with direct TLS (like port 5223)
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr, help_heading = "Listeners")]
+    pub xmpps: Option<SocketAddr>,
 
     /// A domain served (repeatable) [default: example.test]
     #[arg(long = "domain", value_name = "DOMAIN", help_heading = "Mailboxes")]
@@ -137,6 +165,20 @@ pub struct Args {
     #[arg(long, help_heading = "Limits")]
     pub reject_bare_lf: bool,
 
+    /// Most addresses (to, cc, bcc) in one XEP-0033 multicast stanza to
+    /// multicast.DOMAIN; more get the sender not-acceptable
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 10_000,
+        help_heading = "XMPP"
+    )]
+    pub xmpp_multicast_limit: usize,
+    /// Stanzas queued to one XMPP session (also at most 8 MiB); a session that reads
+    /// too slowly to keep below it is closed with a policy-violation stream error
+    #[arg(long, value_name = "N", default_value_t = 4096, help_heading = "XMPP")]
+    pub xmpp_queue: usize,
+
     /// Server certificate chain (PEM); with --key. Default: a generated self-signed one
     #[arg(long, value_name = "FILE", requires = "key", help_heading = "TLS")]
     pub cert: Option<PathBuf>,
@@ -197,6 +239,8 @@ impl Args {
             pop3s: self.pop3s,
             imap: self.imap,
             imaps: self.imaps,
+            xmpp: self.xmpp,
+            xmpps: self.xmpps,
         };
         if c.listen.is_empty() {
             c.listen.smtp = Some(SocketAddr::from(([127, 0, 0, 1], 2525)));
@@ -235,6 +279,13 @@ impl Args {
         c.hostname = self.hostname.clone();
         c.reject_bare_lf = self.reject_bare_lf;
         c.stats_file = self.stats_file.clone();
+        if self.xmpp_queue == 0 {
+            return Err(UsageError("--xmpp-queue must be at least 1".into()));
+        }
+        c.xmpp = XmppOptions {
+            multicast_limit: self.xmpp_multicast_limit,
+            queue: self.xmpp_queue,
+        };
         if let (Some(cert), Some(key)) = (&self.cert, &self.key) {
             let id =
                 ServerIdentity::from_pem_files(&cert.to_string_lossy(), &key.to_string_lossy())
@@ -361,5 +412,11 @@ mod tests {
         assert!(cfg(&["--delay", "data:xyz"]).is_err());
         assert!(cfg(&["--tarpit", "fast"]).is_err());
         assert!(cfg(&["--max-size", "lots"]).is_err());
+        let c = cfg(&["--xmpp", "5222", "--xmpp-multicast-limit", "901"]).unwrap();
+        assert!(c.listen.smtp.is_none());
+        assert_eq!(c.listen.xmpp, Some("127.0.0.1:5222".parse().unwrap()));
+        assert_eq!(c.xmpp.multicast_limit, 901);
+        assert!(cfg(&["--xmpp", "5222", "--xmpp-queue", "0"]).is_err());
+        assert!(cfg(&["--delay", "xmpp-stanza:5ms"]).is_ok());
     }
 }

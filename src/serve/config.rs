@@ -24,6 +24,10 @@ pub struct Addrs {
     pub pop3s: Option<SocketAddr>,
     pub imap: Option<SocketAddr>,
     pub imaps: Option<SocketAddr>,
+    /// XMPP client connections (STARTTLS offered).
+    pub xmpp: Option<SocketAddr>,
+    /// XMPP with direct TLS.
+    pub xmpps: Option<SocketAddr>,
 }
 
 impl Addrs {
@@ -37,6 +41,8 @@ impl Addrs {
             Listener::Pop3s => self.pop3s,
             Listener::Imap => self.imap,
             Listener::Imaps => self.imaps,
+            Listener::Xmpp => self.xmpp,
+            Listener::Xmpps => self.xmpps,
         }
     }
 
@@ -50,6 +56,8 @@ impl Addrs {
             Listener::Pop3s => &mut self.pop3s,
             Listener::Imap => &mut self.imap,
             Listener::Imaps => &mut self.imaps,
+            Listener::Xmpp => &mut self.xmpp,
+            Listener::Xmpps => &mut self.xmpps,
         };
         *slot = Some(a);
     }
@@ -90,6 +98,28 @@ pub struct Config {
     pub stats_file: Option<PathBuf>,
     /// Refuse messages with bare LF line ends (550 5.6.0) instead of normalizing them.
     pub reject_bare_lf: bool,
+    pub xmpp: XmppOptions,
+}
+
+/// How the XMPP listeners behave beyond what the mail options already say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct XmppOptions {
+    /// Most to/cc/bcc addresses in one XEP-0033 multicast stanza; more get
+    /// `not-acceptable`.
+    pub multicast_limit: usize,
+    /// Stanzas waiting to be written to one session; a session whose queue is full is
+    /// too slow to read and is closed with a `policy-violation` stream error (its memory
+    /// stays bounded, and the loss is visible).
+    pub queue: usize,
+}
+
+impl Default for XmppOptions {
+    fn default() -> Self {
+        XmppOptions {
+            multicast_limit: 10_000,
+            queue: 4096,
+        }
+    }
 }
 
 impl std::fmt::Debug for Config {
@@ -104,6 +134,7 @@ impl std::fmt::Debug for Config {
             .field("max_message_size", &self.max_message_size)
             .field("idle_timeout", &self.idle_timeout)
             .field("hostname", &self.hostname)
+            .field("xmpp", &self.xmpp)
             .finish_non_exhaustive()
     }
 }
@@ -130,6 +161,7 @@ impl Config {
             hostname: "spate.localhost".to_string(),
             stats_file: None,
             reject_bare_lf: false,
+            xmpp: XmppOptions::default(),
         }
     }
 }

@@ -203,6 +203,67 @@ impl Conn {
         Ok(())
     }
 
+    /// The next frame already in the read buffer, as `frame` delimits it (a sans-I/O
+    /// framer: `Ok(Some(len))` when the buffer starts with a whole frame of `len` bytes,
+    /// `Ok(None)` when more bytes are needed). No I/O: the caller reads more with
+    /// [`Conn::read_more`] when this gives `None`. The framer caps what it waits for, so
+    /// the buffer stays bounded by its cap plus one read.
+    pub fn take_frame<E>(
+        &mut self,
+        frame: impl FnOnce(&[u8]) -> Result<Option<usize>, E>,
+    ) -> Result<Option<&[u8]>, E> {
+        let start = self.rpos;
+        let avail = &self.rbuf[start..];
+        let Some(n) = frame(avail)? else {
+            return Ok(None);
+        };
+        self.rpos += n.min(avail.len());
+        Ok(Some(&self.rbuf[start..self.rpos]))
+    }
+
+    /// Reads more bytes, without flushing first, until `deadline` (then `Idle`). While
+    /// nothing is buffered (between frames) the wait also ends on server shutdown.
+    /// Cancel-safe, so a session can wait for its peer and for its outbound queue at
+    /// once; flush before calling it (a cancelled flush would write bytes twice).
+    pub async fn read_more(&mut self, deadline: tokio::time::Instant) -> Result<(), ConnError> {
+        self.compact();
+        let between = self.rpos == self.rbuf.len();
+        self.rbuf.reserve(READ_CHUNK);
+        let Conn {
+            stream,
+            rbuf,
+            shutdown,
+            ..
+        } = self;
+        let read = async {
+            match stream {
+                Stream::Plain(s) => s.read_buf(rbuf).await,
+                Stream::Tls(s) => s.read_buf(rbuf).await,
+                Stream::Gone => Ok(0),
+            }
+        };
+        let read = tokio::time::timeout_at(deadline, read);
+        let result = if between {
+            tokio::select! {
+                r = read => r,
+                _ = shutdown.wait_for(|v| *v) => return Err(ConnError::Shutdown),
+            }
+        } else {
+            read.await
+        };
+        match result {
+            Ok(Ok(0)) => Err(ConnError::Closed),
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(e.into()),
+            Err(_) => Err(ConnError::Idle),
+        }
+    }
+
+    /// The idle limit this connection was made with.
+    pub fn idle(&self) -> Duration {
+        self.idle
+    }
+
     /// Reads one line (CRLF or bare LF stripped) of at most `max` bytes. A longer line is
     /// read to its end and thrown away, then reported as `LineTooLong`, so the session can
     /// answer and carry on without buffering it.
@@ -322,6 +383,39 @@ impl Conn {
         };
         let _ = tokio::time::timeout(Duration::from_secs(1), fut).await;
         self.stream = Stream::Gone;
+    }
+
+    /// Ends a connection the server gives up on while the client may still be sending
+    /// (a stream error after an oversized stanza): flushes, shuts the write side, then
+    /// reads and discards until the client closes, for at most `limit`. Closing with
+    /// unread input would make the kernel answer with a reset, which can destroy the
+    /// error the client has not read yet.
+    pub async fn linger(&mut self, limit: Duration) {
+        if self.flush().await.is_err() {
+            return;
+        }
+        let fut = async {
+            let shut = match &mut self.stream {
+                Stream::Plain(s) => s.shutdown().await,
+                Stream::Tls(s) => s.shutdown().await,
+                Stream::Gone => return,
+            };
+            if shut.is_err() {
+                return;
+            }
+            let mut sink = vec![0u8; READ_CHUNK];
+            loop {
+                let n = match &mut self.stream {
+                    Stream::Plain(s) => s.read(&mut sink).await,
+                    Stream::Tls(s) => s.read(&mut sink).await,
+                    Stream::Gone => Ok(0),
+                };
+                if !matches!(n, Ok(k) if k > 0) {
+                    return;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(limit, fut).await;
     }
 
     /// Waits until `d` has passed, flushing first so the delay is seen by the client.

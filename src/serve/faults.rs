@@ -1,8 +1,8 @@
-//! Fault injection for the embedded SMTP/LMTP server: failures with a chosen reply code,
-//! delays, dropped connections, a connection cap, a banner delay and a tarpit. Every
-//! injected fault is counted in [`Stats`] by (phase, kind), so a test can check that the
-//! client saw exactly what the server injected. With a seed, connection number N always
-//! draws the same faults.
+//! Fault injection for the embedded SMTP/LMTP and XMPP server: failures with a chosen
+//! reply code, delays, dropped connections, a connection cap, a banner delay and a
+//! tarpit. Every injected fault is counted in [`Stats`] by (phase, kind), so a test can
+//! check that the client saw exactly what the server injected. With a seed, connection
+//! number N always draws the same faults.
 
 use std::time::Duration;
 
@@ -49,7 +49,7 @@ fn phase(text: &str, whole: &str, flag: &str) -> Result<FaultPoint, UsageError> 
     FaultPoint::parse(text).ok_or_else(|| {
         UsageError(format!(
             "{flag} '{whole}': unknown phase '{text}' (expected connect, banner, ehlo, mail, \
-             rcpt, data or dot)"
+             rcpt, data, dot, xmpp-login or xmpp-stanza)"
         ))
     })
 }

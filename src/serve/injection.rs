@@ -1,7 +1,8 @@
-//! What an injected fault is: where in the SMTP dialogue it fires and what it does. The
-//! rules that draw faults are in `faults`; the counts of those injected in `stats`.
+//! What an injected fault is: where in the SMTP dialogue (or an XMPP stream) it fires and
+//! what it does. The rules that draw faults are in `faults`; the counts of those injected
+//! in `stats`.
 
-/// Where in the SMTP dialogue a fault applies.
+/// Where in the SMTP dialogue, or in an XMPP stream, a fault applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FaultPoint {
     /// The greeting (`banner` is accepted as a synonym).
@@ -13,16 +14,24 @@ pub enum FaultPoint {
     Data,
     /// The reply after the message has been received.
     Dot,
+    /// XMPP: the answer to SASL `<auth>` (fail: `temporary-auth-failure` for 4xx,
+    /// `not-authorized` for 5xx).
+    XmppLogin,
+    /// XMPP: each stanza a bound session sends (fail: a stream error,
+    /// `resource-constraint` for 4xx, `internal-server-error` for 5xx, then close).
+    XmppStanza,
 }
 
 impl FaultPoint {
-    pub const ALL: [FaultPoint; 6] = [
+    pub const ALL: [FaultPoint; 8] = [
         FaultPoint::Connect,
         FaultPoint::Ehlo,
         FaultPoint::Mail,
         FaultPoint::Rcpt,
         FaultPoint::Data,
         FaultPoint::Dot,
+        FaultPoint::XmppLogin,
+        FaultPoint::XmppStanza,
     ];
 
     pub fn name(self) -> &'static str {
@@ -33,6 +42,8 @@ impl FaultPoint {
             FaultPoint::Rcpt => "rcpt",
             FaultPoint::Data => "data",
             FaultPoint::Dot => "dot",
+            FaultPoint::XmppLogin => "xmpp-login",
+            FaultPoint::XmppStanza => "xmpp-stanza",
         }
     }
 
@@ -44,6 +55,8 @@ impl FaultPoint {
             "rcpt" => FaultPoint::Rcpt,
             "data" => FaultPoint::Data,
             "dot" => FaultPoint::Dot,
+            "xmpp-login" => FaultPoint::XmppLogin,
+            "xmpp-stanza" => FaultPoint::XmppStanza,
             _ => return None,
         })
     }

@@ -11,10 +11,14 @@ pub enum Listener {
     Pop3s,
     Imap,
     Imaps,
+    /// XMPP client-to-server (RFC 6120), STARTTLS offered.
+    Xmpp,
+    /// XMPP with direct TLS (XEP-0368, "port 5223" style).
+    Xmpps,
 }
 
 impl Listener {
-    pub const ALL: [Listener; 8] = [
+    pub const ALL: [Listener; 10] = [
         Listener::Smtp,
         Listener::Submission,
         Listener::Smtps,
@@ -23,6 +27,8 @@ impl Listener {
         Listener::Pop3s,
         Listener::Imap,
         Listener::Imaps,
+        Listener::Xmpp,
+        Listener::Xmpps,
     ];
 
     pub fn name(self) -> &'static str {
@@ -35,10 +41,15 @@ impl Listener {
             Listener::Pop3s => "pop3s",
             Listener::Imap => "imap",
             Listener::Imaps => "imaps",
+            Listener::Xmpp => "xmpp",
+            Listener::Xmpps => "xmpps",
         }
     }
 
     pub(super) fn implicit_tls(self) -> bool {
-        matches!(self, Listener::Smtps | Listener::Pop3s | Listener::Imaps)
+        matches!(
+            self,
+            Listener::Smtps | Listener::Pop3s | Listener::Imaps | Listener::Xmpps
+        )
     }
 }

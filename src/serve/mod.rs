@@ -1,5 +1,6 @@
-//! The embedded mail server (`spate serve`): SMTP, submission, SMTPS, LMTP, POP3(S) and
-//! IMAP(S) over one [`Store`], with fault injection and its own counters.
+//! The embedded server (`spate serve`): SMTP, submission, SMTPS, LMTP, POP3(S) and
+//! IMAP(S) over one [`Store`], and XMPP (plain with STARTTLS, and direct TLS) with
+//! presence, messages and XEP-0033 multicast; fault injection and its own counters.
 //!
 //! In-process use (the load engine, the demo and the tests):
 //! ```no_run
@@ -26,11 +27,12 @@ mod shared;
 mod smtp;
 pub mod stats;
 pub mod store;
+mod xmpp;
 
 pub use args::{run, Args};
-pub use config::{Addrs, Config};
+pub use config::{Addrs, Config, XmppOptions};
 pub use faults::Faults;
 pub use listener::Listener;
 pub use server::{start, start_apart, Running};
-pub use stats::{Counts, Stats};
+pub use stats::{Counts, Stats, XmppCounts};
 pub use store::{Store, StoreOptions, Users};

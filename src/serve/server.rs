@@ -17,6 +17,7 @@ use super::conn::Conn;
 use super::shared::Shared;
 use super::stats::Stats;
 use super::store::{Store, Users};
+use super::xmpp::{self, Hub};
 use super::{imap, pop3, smtp};
 
 use crate::tls::ServerIdentity;
@@ -91,7 +92,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let identity = match &config.identity {
         Some(i) => i.clone(),
         None => Arc::new(
-            ServerIdentity::self_signed(std::slice::from_ref(&config.hostname))
+            ServerIdentity::self_signed(&certificate_names(&config))
                 .context("generating the server certificate")?,
         ),
     };
@@ -115,6 +116,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         max_message_size: config.max_message_size,
         idle: config.idle_timeout,
         reject_bare_lf: config.reject_bare_lf,
+        xmpp: Hub::new(&config.domains, config.xmpp),
         queue_connections: config.queue_connections,
         conn_seq: AtomicU64::new(0),
         msg_seq: AtomicU64::new(1),
@@ -241,12 +243,15 @@ async fn accept_loop(
 }
 
 async fn refuse(tcp: TcpStream, kind: Listener, shared: &Shared) {
-    let line: &[u8] = match kind {
-        Listener::Pop3 | Listener::Pop3s => b"-ERR [SYS/TEMP] too many connections\r\n",
-        Listener::Imap | Listener::Imaps => b"* BYE [UNAVAILABLE] too many connections\r\n",
+    let line: Vec<u8> = match kind {
+        Listener::Pop3 | Listener::Pop3s => b"-ERR [SYS/TEMP] too many connections\r\n".to_vec(),
+        Listener::Imap | Listener::Imaps => {
+            b"* BYE [UNAVAILABLE] too many connections\r\n".to_vec()
+        }
+        Listener::Xmpp | Listener::Xmpps => xmpp::refusal().into_bytes(),
         _ => {
             shared.stats.reply(421);
-            b"421 4.7.0 Too many connections, try again later\r\n"
+            b"421 4.7.0 Too many connections, try again later\r\n".to_vec()
         }
     };
     let mut conn = if kind.implicit_tls() {
@@ -264,7 +269,7 @@ async fn refuse(tcp: TcpStream, kind: Listener, shared: &Shared) {
     } else {
         Conn::plain(tcp, Duration::from_secs(2), shared.shutdown.clone())
     };
-    conn.queue(line);
+    conn.queue(&line);
     conn.close().await;
 }
 
@@ -289,6 +294,25 @@ async fn handle(tcp: TcpStream, kind: Listener, shared: &Shared) {
         Listener::Lmtp => smtp::run(&mut conn, shared, smtp::Mode::Lmtp, conn_no).await,
         Listener::Pop3 | Listener::Pop3s => pop3::run(&mut conn, shared).await,
         Listener::Imap | Listener::Imaps => imap::run(&mut conn, shared).await,
+        Listener::Xmpp | Listener::Xmpps => {
+            xmpp::run(&mut conn, shared, conn_no).await;
+            Ok(())
+        }
     };
     conn.close().await;
+}
+
+/// The names a generated certificate carries: the host name, and the served domains
+/// (XMPP clients check the certificate against the JID's domain, RFC 6120 §13.7.2).
+fn certificate_names(config: &Config) -> Vec<String> {
+    let mut names = vec![config.hostname.clone()];
+    for d in &config.domains {
+        let plausible = !d.is_empty()
+            && d.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+        if plausible && !names.contains(d) {
+            names.push(d.clone());
+        }
+    }
+    names
 }

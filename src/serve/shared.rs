@@ -10,6 +10,7 @@ use tokio_rustls::TlsAcceptor;
 use super::faults::Faults;
 use super::stats::Stats;
 use super::store::{Store, Users};
+use super::xmpp::Hub;
 
 /// What every session shares.
 pub(crate) struct Shared {
@@ -23,6 +24,8 @@ pub(crate) struct Shared {
     pub max_message_size: u64,
     pub idle: Duration,
     pub reject_bare_lf: bool,
+    /// The XMPP listeners' accounts, sessions and routing.
+    pub xmpp: Hub,
     pub(super) queue_connections: bool,
     pub(super) conn_seq: AtomicU64,
     pub(super) msg_seq: AtomicU64,

@@ -26,6 +26,50 @@ pub struct Stats {
     faults: [[AtomicU64; FaultKind::ALL.len()]; FaultPoint::ALL.len()],
     logins: AtomicU64,
     retrieved: AtomicU64,
+    xmpp: XmppStats,
+}
+
+/// The XMPP listeners' counters (see [`XmppCounts`] for what each means).
+#[derive(Debug, Default)]
+struct XmppStats {
+    sessions: AtomicU64,
+    sessions_total: AtomicU64,
+    stanzas_received: AtomicU64,
+    stanzas_routed: AtomicU64,
+    message_deliveries: AtomicU64,
+    presence_deliveries: AtomicU64,
+    multicasts: AtomicU64,
+    bounces: AtomicU64,
+    registrations: AtomicU64,
+    queue_overflows: AtomicU64,
+    stream_errors: AtomicU64,
+}
+
+/// What the XMPP listeners did, so a load run can reconcile its ledger with the server.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct XmppCounts {
+    /// Sessions bound to a resource now, and ever.
+    pub sessions: u64,
+    pub sessions_total: u64,
+    /// Stanzas (message, presence, iq) read from bound sessions.
+    pub stanzas_received: u64,
+    /// Messages and presences the server routed (to any number of recipients, none
+    /// included); a multicast counts once.
+    pub stanzas_routed: u64,
+    /// Copies queued to a recipient session: messages, presences, and their sum.
+    pub message_deliveries: u64,
+    pub presence_deliveries: u64,
+    pub deliveries: u64,
+    /// XEP-0033 stanzas fanned out by the multicast service.
+    pub multicasts: u64,
+    /// Stanza errors returned to a sender (service-unavailable and the like).
+    pub bounces: u64,
+    /// Accounts created by in-band registration (XEP-0077).
+    pub registrations: u64,
+    /// Sessions closed because they read too slowly for their queue.
+    pub queue_overflows: u64,
+    /// Stream errors sent (not-well-formed, policy-violation, conflict, ...).
+    pub stream_errors: u64,
 }
 
 impl Default for Stats {
@@ -44,6 +88,7 @@ impl Default for Stats {
             faults: Default::default(),
             logins: AtomicU64::new(0),
             retrieved: AtomicU64::new(0),
+            xmpp: XmppStats::default(),
         }
     }
 }
@@ -75,6 +120,8 @@ pub struct Counts {
     /// POP3/IMAP logins and messages retrieved.
     pub mailbox_logins: u64,
     pub messages_retrieved: u64,
+    #[serde(default)]
+    pub xmpp: XmppCounts,
 }
 
 impl Stats {
@@ -142,6 +189,67 @@ impl Stats {
         get(&self.active)
     }
 
+    /// An XMPP session bound (`up`) or ended after binding.
+    pub(crate) fn xmpp_session(&self, up: bool) {
+        let x = &self.xmpp;
+        if up {
+            inc(&x.sessions);
+            inc(&x.sessions_total);
+        } else {
+            x.sessions.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+    pub(crate) fn xmpp_stanza_received(&self) {
+        inc(&self.xmpp.stanzas_received);
+    }
+    /// One stanza routed to `copies` recipients (`presence` or message).
+    pub(crate) fn xmpp_routed(&self, presence: bool, copies: u64) {
+        let x = &self.xmpp;
+        inc(&x.stanzas_routed);
+        let d = if presence {
+            &x.presence_deliveries
+        } else {
+            &x.message_deliveries
+        };
+        d.fetch_add(copies, Ordering::Relaxed);
+    }
+    /// One XEP-0033 fan-out (its stanza and copies are counted by `xmpp_routed`).
+    pub(crate) fn xmpp_multicast(&self) {
+        inc(&self.xmpp.multicasts);
+    }
+    pub(crate) fn xmpp_bounce(&self) {
+        inc(&self.xmpp.bounces);
+    }
+    pub(crate) fn xmpp_registration(&self) {
+        inc(&self.xmpp.registrations);
+    }
+    pub(crate) fn xmpp_queue_overflow(&self) {
+        inc(&self.xmpp.queue_overflows);
+    }
+    pub(crate) fn xmpp_stream_error(&self) {
+        inc(&self.xmpp.stream_errors);
+    }
+
+    /// The XMPP counters now.
+    pub fn xmpp(&self) -> XmppCounts {
+        let x = &self.xmpp;
+        let (m, p) = (get(&x.message_deliveries), get(&x.presence_deliveries));
+        XmppCounts {
+            sessions: get(&x.sessions),
+            sessions_total: get(&x.sessions_total),
+            stanzas_received: get(&x.stanzas_received),
+            stanzas_routed: get(&x.stanzas_routed),
+            message_deliveries: m,
+            presence_deliveries: p,
+            deliveries: m + p,
+            multicasts: get(&x.multicasts),
+            bounces: get(&x.bounces),
+            registrations: get(&x.registrations),
+            queue_overflows: get(&x.queue_overflows),
+            stream_errors: get(&x.stream_errors),
+        }
+    }
+
     pub fn snapshot(&self) -> Counts {
         let mut faults = BTreeMap::new();
         for p in FaultPoint::ALL {
@@ -175,6 +283,7 @@ impl Stats {
             faults,
             mailbox_logins: get(&self.logins),
             messages_retrieved: get(&self.retrieved),
+            xmpp: self.xmpp(),
         }
     }
 }
@@ -225,6 +334,30 @@ impl Counts {
             },
             self.mailbox_logins,
             self.messages_retrieved,
+        ) + &self.xmpp_summary()
+    }
+
+    /// The XMPP line of the summary (nothing when no XMPP session was bound).
+    fn xmpp_summary(&self) -> String {
+        let x = &self.xmpp;
+        if x.sessions_total == 0 && x.registrations == 0 && x.stream_errors == 0 {
+            return String::new();
+        }
+        format!(
+            "\nxmpp sessions {}, stanzas received {} routed {}, deliveries {} (messages {}, \
+             presences {}), multicasts {}, bounces {}, registrations {}, queue overflows {}, \
+             stream errors {}",
+            x.sessions_total,
+            x.stanzas_received,
+            x.stanzas_routed,
+            x.deliveries,
+            x.message_deliveries,
+            x.presence_deliveries,
+            x.multicasts,
+            x.bounces,
+            x.registrations,
+            x.queue_overflows,
+            x.stream_errors,
         )
     }
 

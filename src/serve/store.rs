@@ -442,6 +442,11 @@ impl Users {
     pub fn password(&self, user: &str) -> Option<&str> {
         self.passwords.get(&mailbox_key(user)).map(String::as_str)
     }
+
+    /// Every address of the users file (lowercased; none without one): the XMPP roster.
+    pub fn addresses(&self) -> impl Iterator<Item = &str> {
+        self.passwords.keys().map(String::as_str)
+    }
 }
 
 #[cfg(test)]

@@ -67,10 +67,21 @@ pub struct Output {
 
 /// Runs a program to completion (killed after `limit`), from a blocking thread.
 pub async fn run_tool(program: &str, args: Vec<String>, limit: Duration) -> Output {
+    run_tool_env(program, args, Vec::new(), limit).await
+}
+
+/// [`run_tool`] with these environment variables set for the program.
+pub async fn run_tool_env(
+    program: &str,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    limit: Duration,
+) -> Output {
     let program = program.to_string();
     tokio::task::spawn_blocking(move || {
         let mut child = Command::new(&program)
             .args(&args)
+            .envs(env)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -1,0 +1,108 @@
+//! The embedded server's XMPP listeners (RFC 6120/6121, client to server only): enough of
+//! a real server for load runs, probes and tests to log in, exchange presence and messages,
+//! register accounts and fan out XEP-0033 multicast, with every step counted in
+//! [`super::Stats`] so a client's ledger can be reconciled with what the server did.
+//!
+//! A connection goes through [`stream`] (framing, stream headers and errors), then
+//! [`negotiate`] (STARTTLS, SASL, in-band registration, resource binding) and, once bound,
+//! [`session`] (the stanza loop). Bound sessions meet in [`route::Routes`]: a registry of
+//! who is online, each with a bounded outbound queue; a stanza is serialised once and
+//! the same bytes are queued to every recipient.
+//!
+//! Decisions a user can rely on (also in `spate serve --help`):
+//! - Accounts: with `--users-file`, its `jid password` lines (SCRAM-SHA-256, SCRAM-SHA-1
+//!   and PLAIN offered); without one, every JID of the served domains exists and any
+//!   password works, so only PLAIN is offered (SCRAM needs a password the server knows).
+//!   PLAIN is offered before TLS too: this is a loopback test server.
+//! - In-band registration (XEP-0077) adds the account in memory, also next to a users
+//!   file (its accounts stay); `conflict` when the JID already has a password.
+//! - Roster: every other account of the domain (users file and registrations) in one
+//!   group `spate`, subscription `both`. Presence goes to every available session of the
+//!   domain and back to the sender; no presence probes are sent.
+//! - A message to a bare JID reaches every available resource (priority 0 or more).
+//! - A session reading too slowly for its queue is closed with `policy-violation`.
+//! - XEP-0033: addresses that are offline, unknown or on other domains get nothing and
+//!   the sender no error; more addresses than `--xmpp-multicast-limit` get
+//!   `not-acceptable`.
+
+mod accounts;
+mod iq;
+mod multicast;
+mod negotiate;
+mod route;
+mod sasl;
+mod session;
+mod stanza;
+mod stream;
+
+use super::config::XmppOptions;
+use super::conn::Conn;
+use super::shared::Shared;
+
+pub(crate) use accounts::Accounts;
+pub(crate) use route::Routes;
+
+/// The largest frame a client may send (a stanza, or a stream header), and the deepest
+/// nesting inside a stanza: beyond them the stream ends with `policy-violation` before
+/// anything more is buffered or parsed.
+pub(crate) const MAX_STANZA: usize = 256 * 1024;
+pub(crate) const MAX_DEPTH: usize = 64;
+/// Bytes queued to one session beyond which it counts as too slow (with the queue's
+/// stanza bound, [`XmppOptions::queue`]).
+const MAX_QUEUED_BYTES: usize = 8 * 1024 * 1024;
+
+/// What the XMPP listeners share: the served domains, accounts and the online sessions.
+pub(crate) struct Hub {
+    /// Lowercased; empty means every domain is served.
+    domains: Vec<String>,
+    options: XmppOptions,
+    pub(super) accounts: Accounts,
+    pub(super) routes: Routes,
+}
+
+impl Hub {
+    pub(crate) fn new(domains: &[String], options: XmppOptions) -> Hub {
+        Hub {
+            domains: domains.iter().map(|d| d.to_ascii_lowercase()).collect(),
+            options,
+            accounts: Accounts::default(),
+            routes: Routes::default(),
+        }
+    }
+
+    /// Is `domain` (lowercased) one of ours?
+    fn serves(&self, domain: &str) -> bool {
+        self.domains.is_empty() || self.domains.iter().any(|d| d == domain)
+    }
+
+    /// The domain whose multicast service `domain` is (`multicast.example.test`).
+    fn multicast_of<'a>(&self, domain: &'a str) -> Option<&'a str> {
+        domain
+            .strip_prefix("multicast.")
+            .filter(|d| !d.is_empty() && self.serves(d))
+    }
+
+    /// The domain a stream without `to` is for.
+    fn default_domain<'a>(&'a self, hostname: &'a str) -> &'a str {
+        self.domains.first().map_or(hostname, String::as_str)
+    }
+}
+
+/// Serves one XMPP connection (plain with STARTTLS, or direct TLS already handshaken).
+pub(super) async fn run(conn: &mut Conn, sh: &Shared, conn_no: u64) {
+    let mut st = stream::Stream::new(conn, sh, conn_no);
+    let end = negotiate::serve(&mut st).await;
+    st.finish(end);
+    if let stream::End::Error(_) = end {
+        // The client may still be sending (an oversized stanza): let it read the error.
+        conn.linger(std::time::Duration::from_secs(1)).await;
+    }
+}
+
+/// The stream error and close sent to a connection refused for the connection cap.
+pub(super) fn refusal() -> String {
+    let mut s = crate::proto::xmpp::stream_open_server("localhost", "refused");
+    s.push_str(&crate::proto::xmpp::stream_error("resource-constraint"));
+    s.push_str(crate::proto::xmpp::STREAM_CLOSE);
+    s
+}
