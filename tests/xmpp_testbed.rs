@@ -81,14 +81,20 @@ fn run_against(server: &str) {
     let s = load(&bed, &tmp.path().join("auto"), &["--pick", "round-robin"]);
     check(&s, true);
     // An open workload starts once every session has logged in (at 20/s: half a second),
-    // so no arrival is late for the logins' sake.
+    // so no arrival is late for the logins' sake: were the schedule to start with the
+    // logins, about 100 of them would be (200/s during half a second). A few may still be
+    // late on a loaded machine, for the generator's own sake.
     let s = load(
         &bed,
         &tmp.path().join("open"),
         &["--rate", "200/s", "--login-rate", "20/s"],
     );
     check(&s, true);
-    assert_eq!(s["totals"]["late"], 0, "{}", s["totals"]);
+    assert!(
+        s["totals"]["late"].as_u64().unwrap() < 30,
+        "{}",
+        s["totals"]
+    );
     // Fan-outs: every copy of every multicast and every presence is accounted for, and
     // each fan-out's last arrival is timed.
     let service = bed.var("SPATE_XMPP_MULTICAST").to_string();

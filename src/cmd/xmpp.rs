@@ -343,6 +343,7 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
             .unwrap_or_else(|| format!("multicast.{}", plan.domain)),
         run_id: plan.head.run_id.clone(),
         gate: Gate::default(),
+        finishing: Gate::default(),
         ledger,
         recorder: run.recorder(),
         clock: run.clock(),

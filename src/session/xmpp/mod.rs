@@ -131,6 +131,8 @@ pub struct Settings {
     pub multicast_service: String,
     pub run_id: String,
     pub gate: Gate,
+    /// Counts the sessions done sending.
+    pub finishing: Gate,
     /// Which sessions are logged in now.
     pub online: Vec<AtomicBool>,
     pub ledger: Arc<Ledger>,
@@ -375,6 +377,13 @@ impl Driver for Session {
     }
 
     async fn finish(&mut self, _report: &mut UnitReport) {
+        // Sessions whose units ran out first stay online (and keep reading) until every
+        // session is done sending: a late unit's recipients must still be there.
+        self.s.finishing.tried();
+        self.s
+            .finishing
+            .wait(self.s.sessions, self.s.wait + Duration::from_secs(10))
+            .await;
         // Every session keeps reading until the run's stanzas have arrived (or --wait has
         // passed), then closes its stream.
         let until = tokio::time::Instant::now() + self.s.wait;
