@@ -65,9 +65,14 @@ pub fn literal_at_end(line: &[u8]) -> Option<u64> {
     let l = line.strip_suffix(b"\n")?;
     let l = l.strip_suffix(b"\r").unwrap_or(l);
     let l = l.strip_suffix(b"}")?;
-    let l = l.strip_suffix(b"+").unwrap_or(l);
     let open = l.iter().rposition(|&b| b == b'{')?;
-    let digits = &l[open + 1..];
+    literal_size(&l[open + 1..])
+}
+
+/// What is between a literal's braces: 1 to 19 digits, then `+` if non-synchronizing.
+/// The one rule for the framer and the FETCH parser, so both see the same literals.
+fn literal_size(inner: &[u8]) -> Option<u64> {
+    let digits = inner.strip_suffix(b"+").unwrap_or(inner);
     if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
         return None;
     }
@@ -285,11 +290,7 @@ impl<'a> Cursor<'a> {
             }
             b'{' => {
                 let close = self.i + self.b[self.i..].iter().position(|&b| b == b'}')?;
-                let n: usize = std::str::from_utf8(&self.b[self.i + 1..close])
-                    .ok()?
-                    .trim_end_matches('+')
-                    .parse()
-                    .ok()?;
+                let n = usize::try_from(literal_size(&self.b[self.i + 1..close])?).ok()?;
                 let mut start = close + 1;
                 if self.b.get(start) == Some(&b'\r') {
                     start += 1;
@@ -298,7 +299,7 @@ impl<'a> Cursor<'a> {
                     return None;
                 }
                 start += 1;
-                let v = self.b.get(start..start + n)?;
+                let v = self.b.get(start..start.checked_add(n)?)?;
                 self.i = start + n;
                 Some(v)
             }
@@ -503,6 +504,29 @@ mod tests {
         );
         let mut f = Framer::new(10);
         assert_eq!(f.frame(&vec![b'a'; MAX_LINE + 2]), Err(Error::LineTooLong));
+    }
+
+    /// Found by fuzz/imap_client: a size of 20 digits (or with a sign) is no literal to
+    /// the framer, so the frame ended at its line, and the FETCH parser, which read it as
+    /// one, overflowed computing where it ends.
+    #[test]
+    fn literal_sizes_the_framer_refuses_are_no_literal_to_the_parser() {
+        for r in [
+            &b"* 1 FETCH (BODY[] {18446744073709551615}\r\n"[..],
+            b"* 1 FETCH (BODY[] {+18446744073709551615}\r\n",
+            b"* 1 FETCH (ENVELOPE ({18446744073709551615}\r\n",
+            b"* 1 FETCH (BODY[] {+0}\r\n)\r\n",
+            b"* 1 FETCH (BODY[] {0++}\r\n)\r\n",
+        ] {
+            let mut f = Framer::new(u64::MAX);
+            assert_eq!(
+                f.frame(r),
+                Ok(Some(r.iter().position(|&b| b == b'\n').unwrap() + 1))
+            );
+            assert!(parse(r).is_err(), "{:?}", String::from_utf8_lossy(r));
+        }
+        assert_eq!(literal_at_end(b"{+5}\r\n"), None);
+        assert_eq!(literal_at_end(b"{5+}\r\n"), Some(5));
     }
 
     proptest! {

@@ -223,26 +223,7 @@ fn strip_keyword<'a>(rest: &'a str, kw: &str) -> Option<&'a str> {
 /// parameter text.
 fn split_path(rest: &str, allow_null: bool) -> Result<(String, &str), CommandError> {
     let (path, params) = if let Some(inner) = rest.strip_prefix('<') {
-        // Find the closing bracket outside a quoted local part.
-        let mut quoted = false;
-        let mut escaped = false;
-        let mut end = None;
-        for (i, c) in inner.char_indices() {
-            if escaped {
-                escaped = false;
-                continue;
-            }
-            match c {
-                '\\' if quoted => escaped = true,
-                '"' => quoted = !quoted,
-                '>' if !quoted => {
-                    end = Some(i);
-                    break;
-                }
-                _ => {}
-            }
-        }
-        let end = end.ok_or(syntax("missing '>' after the address"))?;
+        let end = path_end(inner).ok_or(syntax("missing '>' after the address"))?;
         (&inner[..end], &inner[end + 1..])
     } else {
         // Lenient: a bare address up to the first space.
@@ -266,6 +247,12 @@ fn split_path(rest: &str, allow_null: bool) -> Result<(String, &str), CommandErr
             .ok_or(syntax("bad source route"))?,
         None => path,
     };
+    // The address must be what `<address>` holds, so that it reads back the same: no
+    // second source route, and no `>` or quote left open outside a quoted local part
+    // (a bare address, or a route cut through a quoted string).
+    if path.starts_with('@') || path_end(&format!("{path}>")) != Some(path.len()) {
+        return Err(syntax("malformed address"));
+    }
     if path
         .chars()
         .any(|c| c.is_control() || c == ' ' && !path.contains('"'))
@@ -279,6 +266,26 @@ fn split_path(rest: &str, allow_null: bool) -> Result<(String, &str), CommandErr
         return Err(syntax("address must be user@domain"));
     }
     Ok((path.to_string(), params.trim()))
+}
+
+/// Where the `>` closing a path is in `inner` (the text after `<`): the first one outside
+/// a quoted local part.
+fn path_end(inner: &str) -> Option<usize> {
+    let mut quoted = false;
+    let mut escaped = false;
+    for (i, c) in inner.char_indices() {
+        if escaped {
+            escaped = false;
+            continue;
+        }
+        match c {
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            '>' if !quoted => return Some(i),
+            _ => {}
+        }
+    }
+    None
 }
 
 fn params_iter(text: &str) -> impl Iterator<Item = (String, Option<&str>)> {
@@ -530,6 +537,35 @@ mod tests {
         assert_eq!(p("BDAT 1 FIRST").unwrap_err().code().0, 501);
         assert_eq!(parse(b"\xff\xfe").unwrap_err().code().0, 501);
         assert_eq!(p("AUTH PL/AIN").unwrap_err().code().0, 501);
+    }
+
+    /// Found by fuzz/smtp_server: an address was accepted that its canonical form `<...>`
+    /// does not give back: a bare one (no angle brackets) holding a `>` or an open quote,
+    /// a second source route (`@a:@b:`), a route cut through a quoted string.
+    #[test]
+    fn an_address_is_what_brackets_would_hold() {
+        for line in [
+            "MAIL FROM:u@d>x",
+            "MAIL FROM:a\"b@c",
+            "RCPT TO:x<a@b>",
+            "RCPT TO:@r:a>b@c",
+            "RCPT TO:@OT1:@OT1:",
+            "RCPT TO:<@a:@b:>",
+            "MAIL FROM:<@a\"b:c\"@d>",
+        ] {
+            assert_eq!(p(line).unwrap_err().code().0, 501, "{line}");
+        }
+        for line in [
+            "MAIL FROM:a@b SIZE=1",
+            "MAIL FROM:<@a,@b:c@d>",
+            "MAIL FROM:\"a>b\"@c",
+            "RCPT TO:a@b",
+            "RCPT TO:postmaster",
+        ] {
+            let c = p(line).unwrap();
+            let wire = c.encode();
+            assert_eq!(parse(&wire[..wire.len() - 2]), Ok(c), "{line}");
+        }
     }
 
     #[test]
