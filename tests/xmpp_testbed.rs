@@ -95,6 +95,44 @@ fn run_against(server: &str) {
         "{}",
         s["totals"]
     );
+    // In-band registration: ten accounts the bed does not have are created, then found.
+    for (i, (created, existed)) in [(10, 0), (0, 10)].into_iter().enumerate() {
+        let out = tmp.path().join(format!("register{i}"));
+        let o = Command::new(SPATE)
+            .env("SPATE_PASSWORD", "fresh-pw")
+            .args([
+                "xmpp",
+                bed.var("SPATE_XMPP"),
+                "--user-pattern",
+                "fresh{0..9}@example.test",
+            ])
+            .args(["--register", "--starttls", "--ca", bed.var("SPATE_CA")])
+            .args([
+                "--users",
+                "10",
+                "-n",
+                "50",
+                "-q",
+                "-o",
+                out.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let r = &common::summary(&out)["extra"]["xmpp"]["registered"];
+        assert_eq!(
+            (r["created"].as_u64(), r["existed"].as_u64()),
+            (Some(created), Some(existed)),
+            "{r}"
+        );
+        assert_eq!(r["refused"], 0, "{r}");
+        assert!(stdout.contains("missing 0"), "{stdout}");
+    }
     // Fan-outs: every copy of every multicast and every presence is accounted for, and
     // each fan-out's last arrival is timed.
     let service = bed.var("SPATE_XMPP_MULTICAST").to_string();

@@ -59,6 +59,10 @@ pub struct Args {
     /// Logins per second (200/s, 3000/min); default: all sessions at once.
     #[arg(long, value_name = "RATE", help_heading = "Accounts")]
     pub login_rate: Option<String>,
+    /// Create each account first by in-band registration (XEP-0077), paced by
+    /// --login-rate; the summary counts accounts created, already there and refused.
+    #[arg(long, help_heading = "Accounts")]
+    pub register: bool,
     /// Ask for the roster after binding (a phase of its own).
     #[arg(long, help_heading = "Accounts")]
     pub roster: bool,
@@ -254,14 +258,17 @@ impl Observer for LedgerReport {
                 c.duplicates
             ));
         }
-        summary.extra.insert(
-            "xmpp".into(),
-            serde_json::json!({
-                "sent": a.sent, "expected": a.expected, "delivered": c.delivered,
-                "missing": a.missing, "duplicates": c.duplicates,
-                "missing_sample": a.missing_sample,
-            }),
-        );
+        let reg = |i: usize| self.0.registered[i].load(std::sync::atomic::Ordering::Relaxed);
+        let mut x = serde_json::json!({
+            "sent": a.sent, "expected": a.expected, "delivered": c.delivered,
+            "missing": a.missing, "duplicates": c.duplicates,
+            "missing_sample": a.missing_sample,
+        });
+        if reg(0) + reg(1) + reg(2) > 0 {
+            x["registered"] =
+                serde_json::json!({"created": reg(0), "existed": reg(1), "refused": reg(2)});
+        }
+        summary.extra.insert("xmpp".into(), x);
         *self.1.lock().unwrap_or_else(|p| p.into_inner()) = Some(a);
     }
 }
@@ -331,6 +338,7 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         accounts,
         sasl: args.sasl,
         roster: args.roster,
+        register: args.register,
         login_rate,
         round_robin: args.pick == PickArg::RoundRobin,
         body,
@@ -363,6 +371,16 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
             finished.summary.totals.delivered,
             a.missing,
             finished.summary.totals.duplicates
+        );
+    }
+    if args.register {
+        let reg =
+            |i: usize| settings.ledger.registered[i].load(std::sync::atomic::Ordering::Relaxed);
+        println!(
+            "registrations: created {}  already there {}  refused {}",
+            reg(0),
+            reg(1),
+            reg(2)
         );
     }
     println!("results: {}", finished.dir.display());

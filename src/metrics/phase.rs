@@ -59,6 +59,7 @@ phases! {
     Logout => "logout", "POP3 QUIT (commits deletions) or IMAP LOGOUT to its reply";
     Session => "session", "POP3/IMAP: a whole mailbox visit, connect to logout";
     Stream => "stream", "XMPP: stream header sent to the server's stream features (each (re)start)";
+    Register => "register", "XMPP: in-band registration (XEP-0077) to its result";
     Bind => "bind", "XMPP: resource binding (and a legacy session IQ) to its result";
     Roster => "roster", "XMPP: roster get to its result";
     Presence => "presence", "XMPP: initial presence sent to the server's echo of it";

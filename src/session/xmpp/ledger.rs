@@ -33,6 +33,8 @@ struct Inner {
 #[derive(Default)]
 pub struct Ledger {
     inner: Mutex<Inner>,
+    /// In-band registrations (--register): accounts created, already there, refused.
+    pub registered: [std::sync::atomic::AtomicU64; 3],
 }
 
 /// The ledger's account at the end of a run.

@@ -279,6 +279,42 @@ async fn authenticate(
     }
 }
 
+/// Creates the account by in-band registration (XEP-0077) before logging in: created,
+/// already there (`conflict`) or refused, counted in the ledger; only a refusal fails.
+async fn register(
+    s: &Settings,
+    account: &super::Account,
+    conn: &mut Connection,
+    framer: &mut Framer,
+    report: &mut UnitReport,
+) -> Result<(), Failure> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (user, _) = account.jid.split_once('@').unwrap_or((&account.jid, ""));
+    let mut iq =
+        String::from("<iq type='set' id='reg1'><query xmlns='jabber:iq:register'><username>");
+    xmpp::escape(user, &mut iq);
+    iq.push_str("</username><password>");
+    xmpp::escape(&account.password, &mut iq);
+    iq.push_str("</password></query></iq>");
+    let t = report.start(Phase::Register);
+    send(conn, Phase::Register, &iq).await?;
+    let counts = &s.ledger.registered;
+    match iq_result(conn, framer, Phase::Register, "reg1").await {
+        Ok(_) => {
+            counts[0].fetch_add(1, Relaxed);
+        }
+        Err(f) if f.text == "conflict" => {
+            counts[1].fetch_add(1, Relaxed);
+        }
+        Err(f) => {
+            counts[2].fetch_add(1, Relaxed);
+            return Err(f);
+        }
+    }
+    report.timed(Phase::Register, t);
+    Ok(())
+}
+
 /// Waits for the result of IQ `id`; other stanzas that come first are skipped.
 pub(super) async fn iq_result(
     conn: &mut Connection,
@@ -350,6 +386,9 @@ pub(super) async fn login(
     let mut framer = Framer::new(MAX_STANZA, MAX_DEPTH);
     let features = open_stream(s, &mut conn, &mut framer, report).await?;
     let features = starttls(s, &mut conn, &mut framer, features, report).await?;
+    if s.register {
+        register(s, account, &mut conn, &mut framer, report).await?;
+    }
     authenticate(s, account, &mut conn, &mut framer, &features, rng, report).await?;
     let features = open_stream(s, &mut conn, &mut framer, report).await?;
     let jid = bind(

@@ -117,6 +117,8 @@ pub struct Settings {
     pub sasl: Sasl,
     /// Ask for the roster after binding.
     pub roster: bool,
+    /// Create each account by in-band registration before logging in.
+    pub register: bool,
     /// Logins per second over the run's sessions (none: all at once).
     pub login_rate: Option<f64>,
     /// Recipients in turn (the next session's) rather than at random.
@@ -301,6 +303,7 @@ impl Driver for Session {
         Phase::Tls,
         Phase::Stream,
         Phase::Starttls,
+        Phase::Register,
         Phase::Auth,
         Phase::Bind,
         Phase::Roster,
