@@ -177,7 +177,12 @@ impl Writer {
     pub fn interval(&mut self, iv: &Shard, t0_s: f64, len_s: f64, active: i64) -> io::Result<()> {
         let wall = self.start + Duration::from_secs_f64(t0_s + len_s);
         let c = iv.counters;
-        let q = |p: Phase, q: f64| iv.hist(p).map_or(0, |h| h.value_at_quantile(q));
+        // An interval without samples of a phase has no percentile: an empty cell, not 0.
+        let q = |p: Phase, q: f64| {
+            iv.hist(p)
+                .filter(|h| !h.is_empty())
+                .map_or(String::new(), |h| h.value_at_quantile(q).to_string())
+        };
         let errors: u64 = iv.errors.values().map(|e| e.count).sum();
         writeln!(
             self.intervals,
@@ -202,7 +207,9 @@ impl Writer {
             q(Phase::Response, 0.99),
             q(Phase::Transaction, 0.5),
             q(Phase::Transaction, 0.99),
-            iv.hist(Phase::Transaction).map_or(0, |h| h.max()),
+            iv.hist(Phase::Transaction)
+                .filter(|h| !h.is_empty())
+                .map_or(String::new(), |h| h.max().to_string()),
             c.retrieved,
             c.retrieved_bytes,
             c.deleted,
