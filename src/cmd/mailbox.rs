@@ -2,7 +2,6 @@
 //! mailbox visits (`session::mailbox`) driven by the engine.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
@@ -12,13 +11,13 @@ use serde::Serialize;
 use super::{observers, print_outcome, Finished};
 use crate::ctx::Ctx;
 use crate::engine::{self, PlanHead, Workload};
-use crate::message::AddressPool;
-use crate::opts::{accounts, MonitorArgs, OutputArgs, PickArg, TransportArgs, WorkloadArgs};
+use crate::opts::accounts::AccountsArgs;
+use crate::opts::{MonitorArgs, OutputArgs, PickArg, TransportArgs, WorkloadArgs};
 use crate::session::mailbox::fetch::Account;
 use crate::session::mailbox::{Login, Settings, Visitor};
 use crate::session::{Endpoint, TlsMode};
 use crate::units;
-use crate::{usage, UsageError};
+use crate::usage;
 
 /// Which mailbox protocol a command loads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,14 +72,9 @@ pub struct Common {
     #[command(flatten)]
     pub workload: WorkloadArgs,
 
-    // ---- accounts
-    /// Accounts from FILE, 'address password' per line (the test bed's users file).
-    #[arg(long, value_name = "FILE", help_heading = "Accounts")]
-    pub users_file: Option<PathBuf>,
-    /// Accounts from a pattern like 'user{0..99}@example.test', all with the password
-    /// from the environment variable SPATE_PASSWORD (never from the command line).
-    #[arg(long, conflicts_with = "users_file", help_heading = "Accounts")]
-    pub user_pattern: Option<String>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub accounts: AccountsArgs,
     /// How each visit picks its account (round-robin keeps concurrent visits apart).
     #[arg(long, value_enum, default_value_t = PickArg::RoundRobin, help_heading = "Accounts")]
     pub pick: PickArg,
@@ -220,24 +214,10 @@ pub struct Plan {
 crate::plan_info!(Plan, args.common.output);
 
 fn accounts(args: &Args) -> anyhow::Result<Vec<Account>> {
-    let creds = if let Some(path) = &args.common.users_file {
-        accounts::read_credentials(path)?
-    } else if let Some(pattern) = &args.common.user_pattern {
-        let pass = std::env::var("SPATE_PASSWORD").map_err(|_| {
-            UsageError(
-                "--user-pattern needs the password in the environment variable SPATE_PASSWORD"
-                    .into(),
-            )
-        })?;
-        let pool = AddressPool::from_pattern(pattern).map_err(|e| UsageError(e.to_string()))?;
-        pool.addrs
-            .iter()
-            .map(|a| (a.to_string(), pass.clone()))
-            .collect()
-    } else {
-        return usage("say which accounts to visit: --users-file FILE or --user-pattern PATTERN (password in SPATE_PASSWORD)");
-    };
-    Ok(creds
+    Ok(args
+        .common
+        .accounts
+        .credentials("to visit")?
         .into_iter()
         .map(|(user, password)| Account { user, password })
         .collect())

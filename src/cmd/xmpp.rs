@@ -3,10 +3,9 @@
 //! a ledger (expected, delivered, missing, duplicated).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -14,8 +13,8 @@ use serde::Serialize;
 use super::{observers, print_outcome, Finished};
 use crate::ctx::Ctx;
 use crate::engine::{self, Observer, PlanHead, Workload};
-use crate::message::AddressPool;
-use crate::opts::{accounts, MonitorArgs, OutputArgs, PickArg, TransportArgs, WorkloadArgs};
+use crate::opts::accounts::AccountsArgs;
+use crate::opts::{MonitorArgs, OutputArgs, PickArg, TransportArgs, WorkloadArgs};
 use crate::results::Summary;
 use crate::session::xmpp::ledger::Ledger;
 use crate::session::xmpp::{Account, Gate, Sasl, Session, Settings, Traffic};
@@ -46,13 +45,9 @@ pub struct Args {
     #[command(flatten)]
     pub workload: WorkloadArgs,
 
-    /// Accounts from FILE, 'jid password' per line (the test bed's users file).
-    #[arg(long, value_name = "FILE", help_heading = "Accounts")]
-    pub users_file: Option<PathBuf>,
-    /// Accounts from a pattern like 'user{0..299}@example.test', all with the password
-    /// from the environment variable SPATE_PASSWORD (never from the command line).
-    #[arg(long, conflicts_with = "users_file", help_heading = "Accounts")]
-    pub user_pattern: Option<String>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub accounts: AccountsArgs,
     /// SASL mechanism (auto: the strongest offered of SCRAM-SHA-256, SCRAM-SHA-1, PLAIN).
     #[arg(long, value_enum, default_value_t = Sasl::Auto, help_heading = "Accounts")]
     pub sasl: Sasl,
@@ -129,23 +124,7 @@ pub struct Plan {
 crate::plan_info!(Plan);
 
 fn accounts(args: &Args) -> anyhow::Result<Vec<Account>> {
-    let creds = if let Some(path) = &args.users_file {
-        accounts::read_credentials(path)?
-    } else if let Some(pattern) = &args.user_pattern {
-        let pass = std::env::var("SPATE_PASSWORD").map_err(|_| {
-            UsageError(
-                "--user-pattern needs the password in the environment variable SPATE_PASSWORD"
-                    .into(),
-            )
-        })?;
-        let pool = AddressPool::from_pattern(pattern).map_err(|e| UsageError(e.to_string()))?;
-        pool.addrs
-            .iter()
-            .map(|a| (a.to_string(), pass.clone()))
-            .collect()
-    } else {
-        return usage("say which accounts log in: --users-file FILE or --user-pattern PATTERN (password in SPATE_PASSWORD)");
-    };
+    let creds = args.accounts.credentials("log in")?;
     creds
         .into_iter()
         .map(|(jid, password)| match jid.split_once('@') {
@@ -227,10 +206,7 @@ fn strip_scheme(t: &str) -> &str {
 }
 
 /// Puts the ledger's account into the summary (and a warning when deliveries are missing).
-struct LedgerReport(
-    Arc<Ledger>,
-    Arc<Mutex<Option<crate::session::xmpp::ledger::Account>>>,
-);
+struct LedgerReport(Arc<Ledger>);
 
 impl Observer for LedgerReport {
     fn start(
@@ -269,7 +245,6 @@ impl Observer for LedgerReport {
                 serde_json::json!({"created": reg(0), "existed": reg(1), "refused": reg(2)});
         }
         summary.extra.insert("xmpp".into(), x);
-        *self.1.lock().unwrap_or_else(|p| p.into_inner()) = Some(a);
     }
 }
 
@@ -321,8 +296,7 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         &stop,
     )?;
     let ledger = Arc::new(Ledger::default());
-    let account = Arc::new(Mutex::new(None));
-    obs.push(Box::new(LedgerReport(ledger.clone(), account.clone())));
+    obs.push(Box::new(LedgerReport(ledger.clone())));
     crate::session::preflight(&plan.head.target, &endpoint).await?;
     let out = crate::opts::output::results_dir(
         args.output.out.as_deref(),
@@ -359,20 +333,16 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     let summary = engine::run(run, |id, rng| Session::new(id, settings.clone(), rng)).await?;
     let finished = Finished { dir: out, summary };
     print_outcome(&finished);
-    let missing = account
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .as_ref()
-        .map_or(0, |a| a.missing);
-    if let Some(a) = account.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-        println!(
-            "deliveries: expected {}  delivered {}  missing {}  duplicates {}",
-            a.expected,
-            finished.summary.totals.delivered,
-            a.missing,
-            finished.summary.totals.duplicates
-        );
-    }
+    // The sessions are gone: the ledger holds what the summary's observer saw.
+    let a = settings.ledger.account();
+    let missing = a.missing;
+    println!(
+        "deliveries: expected {}  delivered {}  missing {}  duplicates {}",
+        a.expected,
+        finished.summary.totals.delivered,
+        a.missing,
+        finished.summary.totals.duplicates
+    );
     if args.register {
         let reg =
             |i: usize| settings.ledger.registered[i].load(std::sync::atomic::Ordering::Relaxed);

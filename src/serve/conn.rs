@@ -154,13 +154,23 @@ impl Conn {
     /// Cancel-safe once the flush is done: bytes are appended only when read.
     async fn fill(&mut self, idle_wait: bool) -> Result<(), ConnError> {
         self.flush().await?;
+        let deadline = tokio::time::Instant::now() + self.idle;
+        self.read_until(deadline, idle_wait).await
+    }
+
+    /// Reads more bytes until `deadline` (then `Idle`); with `watch_shutdown` the wait
+    /// also ends on server shutdown. Cancel-safe: bytes are appended only when read.
+    async fn read_until(
+        &mut self,
+        deadline: tokio::time::Instant,
+        watch_shutdown: bool,
+    ) -> Result<(), ConnError> {
         self.compact();
         self.rbuf.reserve(READ_CHUNK);
         let Conn {
             stream,
             rbuf,
             shutdown,
-            idle,
             ..
         } = self;
         let read = async {
@@ -170,8 +180,8 @@ impl Conn {
                 Stream::Gone => Ok(0),
             }
         };
-        let read = tokio::time::timeout(*idle, read);
-        let result = if idle_wait {
+        let read = tokio::time::timeout_at(deadline, read);
+        let result = if watch_shutdown {
             tokio::select! {
                 r = read => r,
                 _ = shutdown.wait_for(|v| *v) => return Err(ConnError::Shutdown),
@@ -228,35 +238,7 @@ impl Conn {
     pub async fn read_more(&mut self, deadline: tokio::time::Instant) -> Result<(), ConnError> {
         self.compact();
         let between = self.rpos == self.rbuf.len();
-        self.rbuf.reserve(READ_CHUNK);
-        let Conn {
-            stream,
-            rbuf,
-            shutdown,
-            ..
-        } = self;
-        let read = async {
-            match stream {
-                Stream::Plain(s) => s.read_buf(rbuf).await,
-                Stream::Tls(s) => s.read_buf(rbuf).await,
-                Stream::Gone => Ok(0),
-            }
-        };
-        let read = tokio::time::timeout_at(deadline, read);
-        let result = if between {
-            tokio::select! {
-                r = read => r,
-                _ = shutdown.wait_for(|v| *v) => return Err(ConnError::Shutdown),
-            }
-        } else {
-            read.await
-        };
-        match result {
-            Ok(Ok(0)) => Err(ConnError::Closed),
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(e.into()),
-            Err(_) => Err(ConnError::Idle),
-        }
+        self.read_until(deadline, between).await
     }
 
     /// The idle limit this connection was made with.

@@ -70,14 +70,7 @@ pub(super) async fn read(
 ) -> Result<Got, Failure> {
     let mut kind = None;
     let bytes = conn
-        .read_frame(MAX_STANZA, |b| {
-            framer.frame(b).map(|f| {
-                f.map(|(k, n)| {
-                    kind = Some(k);
-                    n
-                })
-            })
-        })
+        .read_frame(MAX_STANZA, super::framing(framer, &mut kind))
         .await
         .map_err(|e| Failure::transport(phase, e))?;
     match kind {

@@ -285,6 +285,22 @@ impl Session {
     }
 }
 
+/// The transport's frame callback over an XMPP framer: the frame's length, with its kind
+/// left in `kind` (login and the reader both read this way).
+pub(super) fn framing<'a>(
+    framer: &'a mut Framer,
+    kind: &'a mut Option<Frame>,
+) -> impl FnMut(&[u8]) -> Result<Option<usize>, xmpp::FrameError> + 'a {
+    move |b| {
+        framer.frame(b).map(|f| {
+            f.map(|(k, n)| {
+                *kind = Some(k);
+                n
+            })
+        })
+    }
+}
+
 fn failure(phase: Phase, kind: ErrorKind, text: &str) -> Failure {
     Failure {
         phase,
@@ -427,14 +443,7 @@ impl Reader {
         let end = loop {
             let mut kind = None;
             let got = rd
-                .read_frame(MAX_STANZA, |b| {
-                    framer.frame(b).map(|f| {
-                        f.map(|(k, n)| {
-                            kind = Some(k);
-                            n
-                        })
-                    })
-                })
+                .read_frame(MAX_STANZA, framing(&mut framer, &mut kind))
                 .await;
             let bytes = match got {
                 Ok(b) => b,
@@ -507,7 +516,7 @@ impl Reader {
             return;
         };
         if stamp.attr("run") != Some(self.s.run_id.as_str())
-            || stamp.attr("from") == Some(self.id.to_string().as_str())
+            || stamp.attr("from").and_then(|f| f.parse::<usize>().ok()) == Some(self.id)
         {
             // Another run's, or this session's own presence coming back to it.
             return;
