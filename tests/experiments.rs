@@ -140,6 +140,8 @@ fn e5_xmpp_fanout(server: &str) {
             "rate=50/s",
             "--set",
             "addresses=5",
+            "--set",
+            "presence_every=2s",
             "--out",
             out.to_str().unwrap(),
         ],
@@ -157,8 +159,9 @@ fn e5_xmpp_fanout(server: &str) {
     assert_eq!(v("missing"), 0.0);
     // Every session's presence reached the 19 others.
     assert_eq!(v("presence deliveries"), 20.0 * 19.0);
-    assert!(v("fanout p50 [ms]") > 0.0 && v("fanout p99 [ms]") >= v("fanout p50 [ms]"));
-    assert!(v("server CPU [s]") > 0.0, "{stdout}");
+    assert!(v("last copy p50 [us]") > 0.0 && v("last copy p99 [us]") >= v("last copy p50 [us]"));
+    assert!(v("server CPU per delivery [us]") > 0.0, "{stdout}");
+    assert!(v("server CPU [%]") > 0.0, "{stdout}");
     assert!(v("server RSS max [MB]") > 10.0, "{stdout}");
 }
 
@@ -170,4 +173,110 @@ fn e5_xmpp_fanout_ejabberd() {
 #[test]
 fn e5_xmpp_fanout_prosody() {
     e5_xmpp_fanout("prosody");
+}
+
+/// `spate serve` in a process of its own, stopped by PID when dropped.
+struct Served(std::process::Child);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// E5's short variant against the embedded server (no real XMPP server needed): a matrix
+/// of three address-list sizes, every copy accounted for, the server's CPU per multicast
+/// and per delivery from its monitored PID, and the slope per address.
+#[test]
+fn e5_xmpp_fanout_embedded() {
+    use std::io::BufRead as _;
+    let tmp = tempfile::tempdir().unwrap();
+    let users = tmp.path().join("users.txt");
+    let lines: String = (0..12)
+        .map(|i| format!("user{i}@example.test pw{i}\n"))
+        .collect();
+    std::fs::write(&users, lines).unwrap();
+    let ca = tmp.path().join("ca.pem");
+    let mut child = Command::new(SPATE)
+        .args(["serve", "--xmpp", "127.0.0.1:0", "--users-file"])
+        .arg(&users)
+        .arg("--cert-out")
+        .arg(&ca)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let server = Served(child);
+    let addr = first
+        .strip_prefix("spate serve: xmpp")
+        .unwrap_or_else(|| panic!("{first}"))
+        .trim()
+        .to_string();
+    let out = tmp.path().join("e5");
+    let o = Command::new(SPATE)
+        .args(["run", &scenario("e5-xmpp-fanout.toml")])
+        .args([
+            "--set",
+            "sessions=12",
+            "--set",
+            "count=30",
+            "--set",
+            "rate=30/s",
+        ])
+        .args(["--set", "presence_every=1s", "--set", "login_rate=100/s"])
+        .args([
+            "--set",
+            "addresses=[2,5,11]",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .env("SPATE_XMPP", &addr)
+        .env("SPATE_XMPP_PID", server.0.id().to_string())
+        .env("SPATE_USERS_FILE", &users)
+        .env("SPATE_CA", &ca)
+        .env("SPATE_XMPP_MULTICAST", "multicast.example.test")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        o.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let rows = csv(&out.join("matrix.csv"));
+    assert_eq!(rows.len(), 4, "{stdout}");
+    let v = |row: usize, name: &str| -> f64 {
+        let cell = &rows[row][col(&rows, name)];
+        cell.parse()
+            .unwrap_or_else(|_| panic!("{name} = {cell:?}\n{stdout}"))
+    };
+    for (row, n) in [(1, 2.0), (2, 5.0), (3, 11.0)] {
+        assert_eq!(v(row, "addresses"), n);
+        assert_eq!(v(row, "multicasts"), 30.0, "{stdout}");
+        assert_eq!(v(row, "deliveries"), 30.0 * n, "{stdout}");
+        assert_eq!(v(row, "missing"), 0.0);
+        // Every session's presence reached the 11 others.
+        assert_eq!(v(row, "presence deliveries"), 12.0 * 11.0);
+        assert!(v(row, "last copy p99 [us]") >= v(row, "last copy p50 [us]"));
+        assert!(v(row, "server CPU per multicast [us]") > 0.0, "{stdout}");
+        assert!(v(row, "server CPU per delivery [us]") > 0.0, "{stdout}");
+        assert!(v(row, "server RSS max [MB]") > 1.0, "{stdout}");
+    }
+    // The slope of every column per address, in matrix.json and on stdout.
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("matrix.json")).unwrap()).unwrap();
+    assert_eq!(m["slopes"]["per"], "addresses", "{m}");
+    // Deliveries grow by exactly 30 per address.
+    let d = m["slopes"]["columns"]["deliveries"].as_f64().unwrap();
+    assert!((d - 30.0).abs() < 1e-6, "{d}");
+    assert!(
+        m["slopes"]["columns"]["server CPU per multicast [us]"].is_number(),
+        "{m}"
+    );
+    assert!(stdout.contains("slope per addresses"), "{stdout}");
 }

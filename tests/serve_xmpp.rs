@@ -152,6 +152,79 @@ async fn spate_xmpp_logs_in_with_each_mechanism_and_reconciles_exactly() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_traffic_mix_sends_each_kind_at_its_share_and_reconciles_per_kind() {
+    let users: String = (0..10)
+        .map(|i| format!("user{i}@{DOMAIN} s3cret\n"))
+        .collect();
+    let running = start(Some(&users), &[DOMAIN]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = write_ca(&running, dir.path());
+    let addr = running.addrs.xmpp.unwrap().to_string();
+    let before = running.stats.xmpp();
+    let out = dir.path().join("mix");
+    // 100 + 20 + 10 sessions / 0.5 s = 140 stanzas a second: of 280, 200 messages, 40
+    // multicasts to 3 sessions each and 40 presence changes.
+    let s = load(
+        &[
+            &addr,
+            "--user-pattern",
+            "user{0..9}@example.test",
+            "--users",
+            "10",
+            "-n",
+            "280",
+            "--starttls",
+            "--ca",
+            &ca,
+            "--message-rate",
+            "100/s",
+            "--multicast-rate",
+            "20/s",
+            "--addresses",
+            "3",
+            "--presence-every",
+            "500ms",
+        ],
+        "s3cret",
+        &out,
+    )
+    .await;
+    let x = &s["extra"]["xmpp"];
+    let kind = |k: &str| {
+        let c = &x[k];
+        [
+            &c["sent"],
+            &c["expected"],
+            &c["delivered"],
+            &c["missing"],
+            &c["duplicates"],
+        ]
+        .map(|v| v.as_u64().unwrap())
+    };
+    assert_eq!(kind("message"), [200, 200, 200, 0, 0], "{x}");
+    assert_eq!(kind("multicast"), [40, 120, 120, 0, 0], "{x}");
+    // A presence change reaches the 9 other sessions (and comes back to its sender,
+    // which is not a delivery).
+    assert_eq!(kind("presence"), [40, 360, 360, 0, 0], "{x}");
+    assert_eq!(x["delivered"], 680, "{x}");
+    for (phase, n) in [
+        ("arrival", 200),
+        ("multicast", 120),
+        ("multicast_last", 40),
+        ("broadcast", 360),
+        ("broadcast_last", 40),
+    ] {
+        assert_eq!(phase_count(&s, phase), n, "{phase}");
+    }
+    let after = settled(&running).await;
+    // The server's own count: 200 + 120 message copies; 40 changes to all 10 available
+    // resources (the sender's own included), 55 initial and 45 final presences.
+    let d = delta(&after, &before);
+    assert_eq!((d[0], d[1]), (320, 400 + 55 + 45), "{after:?}");
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_server_over_direct_tls_logs_anyone_in_with_plain() {
     let running = start(None, &[DOMAIN]).await;
     let dir = tempfile::tempdir().unwrap();

@@ -191,6 +191,47 @@ async fn bad_input_is_one_line_and_exit_2() {
             ][..],
             "md5",
         ),
+        (
+            &[
+                "xmpp",
+                "127.0.0.1:5222",
+                "--user-pattern",
+                "u{0..9}@x",
+                "--users",
+                "4",
+                "--presence-every",
+                "60s",
+                "--rate",
+                "10/s",
+            ][..],
+            "--rate: a traffic mix",
+        ),
+        (
+            &[
+                "xmpp",
+                "127.0.0.1:5222",
+                "--user-pattern",
+                "u{0..9}@x",
+                "--users",
+                "4",
+                "--presence-every",
+                "0s",
+            ][..],
+            "--presence-every must be more than 0",
+        ),
+        (
+            &[
+                "xmpp",
+                "127.0.0.1:5222",
+                "--user-pattern",
+                "u{0..9}@x",
+                "--message-rate",
+                "10/s",
+                "--message-every",
+                "1s",
+            ][..],
+            "cannot be used with",
+        ),
     ] {
         let o = common::spate(args).await;
         assert_eq!(o.code, Some(2), "{args:?}: {}", o.stderr);

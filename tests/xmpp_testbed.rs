@@ -161,11 +161,16 @@ fn run_against(server: &str) {
             300 * 3
         };
         assert!(t["delivered"].as_u64().unwrap() >= want, "{t}");
+        let last = if traffic == "presence" {
+            "broadcast_last"
+        } else {
+            "multicast_last"
+        };
         let fanout = s["phases"]
             .as_array()
             .unwrap()
             .iter()
-            .find(|p| p["phase"] == "fanout")
+            .find(|p| p["phase"] == last)
             .map_or(0, |p| p["count"].as_u64().unwrap());
         assert_eq!(fanout, 300, "{traffic}");
     }

@@ -29,7 +29,8 @@ Format reference: scenarios/README.md.")]
 pub struct Args {
     /// The scenario file (TOML).
     pub file: PathBuf,
-    /// Override a variable of [vars], NAME=VALUE (repeatable).
+    /// Override a variable of [vars] or [matrix], NAME=VALUE (repeatable). A [matrix]
+    /// variable set to one value runs only that value; NAME=[a,b,c] runs those values.
     #[arg(long = "set", value_name = "NAME=VALUE")]
     pub set: Vec<String>,
     /// Results directory of the whole scenario; each step writes <OUT>/<NN>-<name>

@@ -17,7 +17,7 @@ use crate::opts::accounts::AccountsArgs;
 use crate::opts::{MonitorArgs, OutputArgs, PickArg, TransportArgs, WorkloadArgs};
 use crate::results::Summary;
 use crate::session::xmpp::ledger::Ledger;
-use crate::session::xmpp::{Account, Gate, Sasl, Session, Settings, Traffic};
+use crate::session::xmpp::{Account, Gate, Mix, Sasl, Session, Settings, Traffic};
 use crate::session::TlsMode;
 use crate::{usage, UsageError};
 
@@ -64,9 +64,47 @@ pub struct Args {
 
     /// What each unit of work sends: a chat message to one other session, a XEP-0033
     /// multicast to --addresses sessions, or a presence change (broadcast by the server to
-    /// the sender's contacts: every logged-in session with a shared roster).
-    #[arg(long, value_enum, default_value_t = Traffic::Message, help_heading = "Messages")]
-    pub traffic: Traffic,
+    /// the sender's contacts: every logged-in session with a shared roster). For several
+    /// kinds at once give each its rate instead (Traffic mix).
+    /// [default: message]
+    #[arg(long, value_enum, help_heading = "Messages")]
+    pub traffic: Option<Traffic>,
+    /// A mix, each kind at its own rate (all of them at once; instead of --traffic and
+    /// --rate): chat messages per second over all sessions, e.g. 200/s.
+    #[arg(
+        long,
+        value_name = "RATE",
+        help_heading = "Traffic mix",
+        conflicts_with = "message_every"
+    )]
+    pub message_rate: Option<String>,
+    /// Mix: every session sends a chat message this often (the rate is sessions / period).
+    #[arg(long, value_name = "DURATION", help_heading = "Traffic mix")]
+    pub message_every: Option<String>,
+    /// Mix: XEP-0033 multicasts per second over all sessions (each to --addresses).
+    #[arg(
+        long,
+        value_name = "RATE",
+        help_heading = "Traffic mix",
+        conflicts_with = "multicast_every"
+    )]
+    pub multicast_rate: Option<String>,
+    /// Mix: every session sends a multicast this often.
+    #[arg(long, value_name = "DURATION", help_heading = "Traffic mix")]
+    pub multicast_every: Option<String>,
+    /// Mix: presence changes per second over all sessions.
+    #[arg(
+        long,
+        value_name = "RATE",
+        help_heading = "Traffic mix",
+        conflicts_with = "presence_every"
+    )]
+    pub presence_rate: Option<String>,
+    /// Mix: every session changes its presence this often, e.g. 60s as in E5 (the server
+    /// broadcasts each change to the session's contacts).
+    #[arg(long, value_name = "DURATION", help_heading = "Traffic mix")]
+    pub presence_every: Option<String>,
+
     /// Multicast: recipients per message, N or MIN..MAX (distinct logged-in sessions).
     #[arg(
         long,
@@ -136,12 +174,73 @@ fn accounts(args: &Args) -> anyhow::Result<Vec<Account>> {
         .collect()
 }
 
-/// The workload: sessions are `--users`; `--rate`/`--stages` spread their messages.
+/// The traffic mix: each kind given a rate or a per-session period, with its rate in
+/// stanzas per second; empty when none is (then --traffic says what every unit sends).
+fn mix(args: &Args, sessions: usize) -> anyhow::Result<Vec<(Traffic, f64)>> {
+    let mut kinds = Vec::new();
+    let each = [
+        (
+            Traffic::Message,
+            &args.message_rate,
+            &args.message_every,
+            "message",
+        ),
+        (
+            Traffic::Multicast,
+            &args.multicast_rate,
+            &args.multicast_every,
+            "multicast",
+        ),
+        (
+            Traffic::Presence,
+            &args.presence_rate,
+            &args.presence_every,
+            "presence",
+        ),
+    ];
+    for (kind, rate, every, name) in each {
+        let r = match (rate, every) {
+            (Some(r), _) => crate::units::parse_rate(r)?,
+            (None, Some(p)) => {
+                let p = crate::units::parse_duration(p)?;
+                if p.is_zero() {
+                    return usage(format!("--{name}-every must be more than 0"));
+                }
+                sessions as f64 / p.as_secs_f64()
+            }
+            (None, None) => continue,
+        };
+        if r <= 0.0 {
+            return usage(format!("--{name}-rate must be more than 0"));
+        }
+        kinds.push((kind, r));
+    }
+    Ok(kinds)
+}
+
+/// The workload: sessions are `--users`; `--rate`/`--stages` spread their messages, or
+/// the mix's rates add up to the open rate.
 fn workload(args: &Args) -> anyhow::Result<(Workload, usize)> {
     let mut w = args.workload.clone();
     let sessions = w.users.unwrap_or(2) as usize;
     if sessions < 2 {
         return usage("--users: a message needs a recipient, so at least 2 sessions");
+    }
+    let kinds = mix(args, sessions)?;
+    if !kinds.is_empty() {
+        let clash = [
+            (w.rate.is_some(), "--rate"),
+            (w.stages.is_some(), "--stages"),
+            (w.think.is_some(), "--think"),
+            (args.traffic.is_some(), "--traffic"),
+        ];
+        if let Some((_, opt)) = clash.iter().find(|c| c.0) {
+            return usage(format!(
+                "{opt}: a traffic mix (--message-rate, --presence-every, ...) sets the rates of its kinds itself"
+            ));
+        }
+        let total: f64 = kinds.iter().map(|k| k.1).sum();
+        w.rate = Some(format!("{total}/s"));
     }
     if w.rate.is_some() || w.stages.is_some() {
         // In XMPP the sessions stay logged in: they carry the open workload's messages.
@@ -221,31 +320,61 @@ impl Observer for LedgerReport {
     }
     fn finish(&mut self, summary: &mut Summary) {
         let a = self.0.account();
-        let c = summary.totals;
-        if a.missing > 0 {
+        let t = a.total;
+        if t.missing > 0 {
+            let first: Vec<String> = a
+                .missing_sample
+                .iter()
+                .take(5)
+                .map(|m| format!("{} #{} ({} missing)", m.kind, m.seq, m.missing))
+                .collect();
             summary.warnings.push(format!(
-                "{} of {} deliveries never arrived (first: {:?}); see extra.xmpp.missing_sample in summary.json",
-                a.missing, a.expected, a.missing_sample.iter().take(5).collect::<Vec<_>>()
+                "{} of {} deliveries never arrived (first: {}); see extra.xmpp.missing_sample in summary.json",
+                t.missing,
+                t.expected,
+                first.join(", ")
             ));
         }
-        if c.duplicates > 0 {
+        if t.duplicates > 0 {
             summary.warnings.push(format!(
                 "{} deliveries arrived more than once",
-                c.duplicates
+                t.duplicates
             ));
         }
+        let mut x = serde_json::to_value(t).unwrap_or_default();
+        x["missing_sample"] = serde_json::to_value(&a.missing_sample).unwrap_or_default();
+        for (kind, c) in &a.kinds {
+            x[*kind] = serde_json::to_value(c).unwrap_or_default();
+        }
         let reg = |i: usize| self.0.registered[i].load(std::sync::atomic::Ordering::Relaxed);
-        let mut x = serde_json::json!({
-            "sent": a.sent, "expected": a.expected, "delivered": c.delivered,
-            "missing": a.missing, "duplicates": c.duplicates,
-            "missing_sample": a.missing_sample,
-        });
         if reg(0) + reg(1) + reg(2) > 0 {
             x["registered"] =
                 serde_json::json!({"created": reg(0), "existed": reg(1), "refused": reg(2)});
         }
+        if let Some(cpu) = server_cpu(summary) {
+            // E5's own number: what the server spent per delivery it made (its logins and
+            // everything else of the run included; a sweep's slope takes them out).
+            let per = (t.delivered > 0).then(|| (cpu * 1e6 / t.delivered as f64).round());
+            x["server"] = serde_json::json!({
+                "cpu_s": (cpu * 1000.0).round() / 1000.0,
+                "cpu_us_per_delivery": per,
+                "basis": "the monitored server processes (--monitor-pid, --monitor-process) over the whole run, logins included",
+            });
+        }
         summary.extra.insert("xmpp".into(), x);
     }
+}
+
+/// The CPU seconds the monitored server processes used during the run (none when no
+/// process was monitored).
+fn server_cpu(summary: &Summary) -> Option<f64> {
+    let mean = summary.extra.get("monitor")?.get("mean")?.as_object()?;
+    let pct: Vec<f64> = mean
+        .iter()
+        .filter(|(k, _)| k.starts_with("proc.") && k.ends_with(".cpu_pct"))
+        .filter_map(|(_, v)| v.as_f64())
+        .collect();
+    (!pct.is_empty()).then(|| pct.iter().sum::<f64>() * summary.elapsed_s / 100.0)
 }
 
 /// `spate xmpp`.
@@ -271,7 +400,13 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         args.output.grace = format!("{}s", wait.as_secs() + 5);
     }
     let (plan, accounts) = prepare(&args, ctx.command_line.clone())?;
-    if args.traffic == Traffic::Multicast && addresses.hi as usize >= plan.sessions {
+    let kinds = mix(&args, plan.sessions)?;
+    let mix = if kinds.is_empty() {
+        Mix::only(args.traffic.unwrap_or(Traffic::Message))
+    } else {
+        Mix::new(kinds)
+    };
+    if mix.has(Traffic::Multicast) && addresses.hi as usize >= plan.sessions {
         return usage(format!(
             "--addresses {}: a session can address at most the {} other sessions (--users {})",
             args.addresses,
@@ -316,7 +451,7 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         login_rate,
         round_robin: args.pick == PickArg::RoundRobin,
         body,
-        traffic: args.traffic,
+        mix,
         wait,
         addresses: (addresses.lo, addresses.hi),
         multicast_service: args
@@ -335,14 +470,23 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     print_outcome(&finished);
     // The sessions are gone: the ledger holds what the summary's observer saw.
     let a = settings.ledger.account();
-    let missing = a.missing;
-    println!(
-        "deliveries: expected {}  delivered {}  missing {}  duplicates {}",
-        a.expected,
-        finished.summary.totals.delivered,
-        a.missing,
-        finished.summary.totals.duplicates
-    );
+    let missing = a.total.missing;
+    let line = |c: &crate::session::xmpp::ledger::Counts| {
+        format!(
+            "expected {}  delivered {}  missing {}  duplicates {}",
+            c.expected, c.delivered, c.missing, c.duplicates
+        )
+    };
+    println!("deliveries: {}", line(&a.total));
+    if a.kinds.len() > 1 {
+        for (kind, c) in &a.kinds {
+            println!("  {kind:<10} sent {}  {}", c.sent, line(c));
+        }
+    }
+    let server = finished.summary.extra.get("xmpp").map(|x| &x["server"]);
+    if let Some(per) = server.and_then(|s| s["cpu_us_per_delivery"].as_f64()) {
+        println!("server CPU: {per:.0} µs per delivery (logins included)");
+    }
     if args.register {
         let reg =
             |i: usize| settings.ledger.registered[i].load(std::sync::atomic::Ordering::Relaxed);

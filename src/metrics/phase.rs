@@ -64,8 +64,11 @@ phases! {
     Roster => "roster", "XMPP: roster get to its result";
     Presence => "presence", "XMPP: initial presence sent to the server's echo of it";
     Send => "send", "XMPP: a stanza written (no server reply to wait for)";
-    Fanout => "fanout", "XMPP: a multicast's or presence's send to its arrival at the last of its recipients";
-    Arrival => "arrival", "XMPP: a stanza's send to its arrival at a recipient (every recipient)";
+    Arrival => "arrival", "XMPP: a chat message's send to its arrival at its recipient";
+    Multicast => "multicast", "XMPP: a XEP-0033 multicast's send to its arrival at each recipient";
+    MulticastLast => "multicast_last", "XMPP: a XEP-0033 multicast's send to its arrival at the last of its recipients";
+    Broadcast => "broadcast", "XMPP: a presence change's send to its arrival at each contact";
+    BroadcastLast => "broadcast_last", "XMPP: a presence change's send to its arrival at the last of its contacts";
 }
 
 impl std::fmt::Display for Phase {

@@ -88,8 +88,7 @@ fn summarise(
     worst: u8,
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(out)?;
-    let doc = json!({"file": sc.source.name, "runs": results, "exit": worst});
-    std::fs::write(out.join("matrix.json"), format!("{doc:#}\n"))?;
+    let mut doc = json!({"file": sc.source.name, "runs": results, "exit": worst});
     println!("\nmatrix {}:", sc.source.name);
     let mut header: Vec<String> = sc.matrix.iter().map(|(k, _)| k.clone()).collect();
     header.extend(sc.report.iter().map(|c| c.title.clone()));
@@ -115,5 +114,45 @@ fn summarise(
         })
         .collect();
     table::print_and_write(&header, &rows, Some(&out.join("matrix.csv")))?;
+    if let Some(sl) = slopes(sc, &header, &rows) {
+        doc["slopes"] = sl;
+    }
+    std::fs::write(out.join("matrix.json"), format!("{doc:#}\n"))?;
     Ok(())
+}
+
+/// With one numeric matrix variable, the least-squares slope of every report column
+/// against it (E5's cost per destination: a column in µs over `addresses` gives µs per
+/// address), printed and returned for matrix.json; none with fewer than 3 rows.
+fn slopes(sc: &Scenario, header: &[String], rows: &[Vec<String>]) -> Option<serde_json::Value> {
+    let [(var, _)] = sc.matrix.as_slice() else {
+        return None;
+    };
+    let xs: Vec<f64> = rows
+        .iter()
+        .map(|r| r[0].parse::<f64>().ok())
+        .collect::<Option<_>>()?;
+    let mut found = serde_json::Map::new();
+    for (i, title) in header.iter().enumerate().skip(1) {
+        if i + 1 == header.len() {
+            break; // the exit column
+        }
+        let pts: Vec<(f64, f64)> = xs
+            .iter()
+            .zip(rows)
+            .filter_map(|(&x, r)| r[i].parse::<f64>().ok().map(|y| (x, y)))
+            .collect();
+        if let Some(m) = crate::monitor::slope::slope(&pts) {
+            found.insert(title.clone(), json!(m));
+        }
+    }
+    if found.is_empty() {
+        return None;
+    }
+    println!("\nslope per {var} (least squares over the rows):");
+    let w = found.keys().map(|k| k.chars().count()).max().unwrap_or(0);
+    for (k, v) in &found {
+        println!("  {k:<w$}  {}", table::show(v.as_f64()));
+    }
+    Some(json!({"per": var, "columns": found}))
 }

@@ -107,8 +107,25 @@ fn matrix_vars(
             ));
         }
         vars.insert(e.key.clone(), values[0].clone());
-        if !overrides.iter().any(|(k, _)| k == &e.key) {
-            matrix.push((e.key.clone(), values));
+        // `--set NAME=[a,b,c]` runs other values; `--set NAME=v` runs that one only.
+        match overrides.iter().rev().find(|(k, _)| k == &e.key) {
+            None => matrix.push((e.key.clone(), values)),
+            Some((_, v)) => {
+                if let Some(list) = v.strip_prefix('[').and_then(|v| v.strip_suffix(']')) {
+                    let values: Vec<String> = list
+                        .split(',')
+                        .map(|x| x.trim().trim_matches(['"', '\'']).to_string())
+                        .filter(|x| !x.is_empty())
+                        .collect();
+                    if values.is_empty() {
+                        return Err(UsageError(format!(
+                            "--set {}=[]: an empty list runs nothing",
+                            e.key
+                        )));
+                    }
+                    matrix.push((e.key.clone(), values));
+                }
+            }
         }
     }
     Ok(matrix)

@@ -6,6 +6,8 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use super::Traffic;
+
 /// What a recipient's copy of a stanza is, for the ledger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Arrival {
@@ -19,14 +21,19 @@ pub enum Arrival {
     Unknown,
 }
 
+/// What kinds of stanza the ledger tells apart (the index of [`super::Traffic`]).
+pub const KINDS: usize = 3;
+
 #[derive(Default)]
 struct Inner {
-    /// seq → (recipients it was sent to, copies received so far).
-    open: HashMap<u64, (u32, u32)>,
+    /// seq → (recipients it was sent to, copies received so far, kind).
+    open: HashMap<u64, (u32, u32, u8)>,
     /// Every seq below this one that is not open was delivered in full.
     next: u64,
-    sent: u64,
-    expected: u64,
+    sent: [u64; KINDS],
+    expected: [u64; KINDS],
+    delivered: [u64; KINDS],
+    duplicates: [u64; KINDS],
 }
 
 /// Shared by every session of a run.
@@ -37,15 +44,35 @@ pub struct Ledger {
     pub registered: [std::sync::atomic::AtomicU64; 3],
 }
 
-/// The ledger's account at the end of a run.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct Account {
+/// One kind's account (or all kinds').
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Counts {
     /// Stamped stanzas sent, and the deliveries they called for (one per recipient).
     pub sent: u64,
     pub expected: u64,
-    /// Deliveries still missing, and the first stanzas that lack some (seq, missing).
+    /// First copies received, copies beyond the first, and deliveries still missing.
+    pub delivered: u64,
+    pub duplicates: u64,
     pub missing: u64,
-    pub missing_sample: Vec<(u64, u32)>,
+}
+
+/// A stanza some recipients never got.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Missing {
+    pub seq: u64,
+    pub kind: &'static str,
+    pub missing: u32,
+}
+
+/// The ledger's account at the end of a run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Account {
+    #[serde(flatten)]
+    pub total: Counts,
+    /// Per kind of traffic sent (message, multicast, presence), kinds not sent left out.
+    pub kinds: Vec<(&'static str, Counts)>,
+    /// The first stanzas that lack some deliveries.
+    pub missing_sample: Vec<Missing>,
 }
 
 impl Ledger {
@@ -53,37 +80,44 @@ impl Ledger {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Stanza `seq` is about to go to `recipients` recipients (call before writing it, so
-    /// that a fast recipient never finds it unknown).
-    pub fn sending(&self, seq: u64, recipients: u32) {
+    /// Stanza `seq` of `kind` is about to go to `recipients` recipients (call before
+    /// writing it, so that a fast recipient never finds it unknown).
+    pub fn sending(&self, seq: u64, kind: Traffic, recipients: u32) {
         let mut l = self.lock();
-        l.open.insert(seq, (recipients, 0));
+        let k = kind as usize;
+        l.open.insert(seq, (recipients, 0, k as u8));
         l.next = l.next.max(seq + 1);
-        l.sent += 1;
-        l.expected += u64::from(recipients);
+        l.sent[k] += 1;
+        l.expected[k] += u64::from(recipients);
     }
 
     /// Stanza `seq` was not written after all (the stream broke): nobody can receive it.
     pub fn not_sent(&self, seq: u64) {
         let mut l = self.lock();
-        if let Some((n, _)) = l.open.remove(&seq) {
-            l.sent -= 1;
-            l.expected -= u64::from(n);
+        if let Some((n, _, k)) = l.open.remove(&seq) {
+            l.sent[k as usize] -= 1;
+            l.expected[k as usize] -= u64::from(n);
         }
     }
 
-    /// A recipient received stanza `seq`.
-    pub fn received(&self, seq: u64) -> Arrival {
+    /// A recipient received stanza `seq`, of `kind` as its stamp says.
+    pub fn received(&self, seq: u64, kind: Traffic) -> Arrival {
         let mut l = self.lock();
         let next = l.next;
         let done = match l.open.get_mut(&seq) {
-            Some((want, got)) => {
+            Some((want, got, _)) => {
                 *got += 1;
                 *got >= *want
             }
-            None if seq < next => return Arrival::Duplicate,
+            None if seq < next => {
+                l.duplicates[kind as usize] += 1;
+                return Arrival::Duplicate;
+            }
             None => return Arrival::Unknown,
         };
+        // The kind the sender entered, not the one a forged stamp claims.
+        let k = l.open[&seq].2 as usize;
+        l.delivered[k] += 1;
         if done {
             l.open.remove(&seq);
             Arrival::Last
@@ -97,24 +131,52 @@ impl Ledger {
         self.lock()
             .open
             .values()
-            .map(|(want, got)| u64::from(want.saturating_sub(*got)))
+            .map(|(want, got, _)| u64::from(want.saturating_sub(*got)))
             .sum()
     }
 
     /// The account so far (at the end of a run: the missing deliveries).
     pub fn account(&self) -> Account {
         let l = self.lock();
-        let mut open: Vec<(u64, u32)> = l
+        let mut open: Vec<Missing> = l
             .open
             .iter()
-            .map(|(seq, (want, got))| (*seq, want.saturating_sub(*got)))
+            .map(|(seq, (want, got, k))| Missing {
+                seq: *seq,
+                kind: Traffic::ALL[*k as usize].name(),
+                missing: want.saturating_sub(*got),
+            })
             .collect();
-        open.sort_unstable();
+        open.sort_unstable_by_key(|m| m.seq);
+        let mut missing = [0u64; KINDS];
+        for m in &open {
+            missing[Traffic::from_name(m.kind) as usize] += u64::from(m.missing);
+        }
+        let counts = |k: usize| Counts {
+            sent: l.sent[k],
+            expected: l.expected[k],
+            delivered: l.delivered[k],
+            duplicates: l.duplicates[k],
+            missing: missing[k],
+        };
+        let mut total = Counts::default();
+        let mut kinds = Vec::new();
+        for k in 0..KINDS {
+            let c = counts(k);
+            total.sent += c.sent;
+            total.expected += c.expected;
+            total.delivered += c.delivered;
+            total.duplicates += c.duplicates;
+            total.missing += c.missing;
+            if c.sent > 0 || c.duplicates > 0 {
+                kinds.push((Traffic::ALL[k].name(), c));
+            }
+        }
+        open.truncate(20);
         Account {
-            sent: l.sent,
-            expected: l.expected,
-            missing: open.iter().map(|o| u64::from(o.1)).sum(),
-            missing_sample: open.into_iter().take(20).collect(),
+            total,
+            kinds,
+            missing_sample: open,
         }
     }
 }
@@ -122,25 +184,86 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use Traffic::{Message as M, Multicast as C, Presence as P};
 
     #[test]
     fn first_copies_duplicates_unknown_and_missing() {
         let l = Ledger::default();
-        l.sending(0, 1);
-        l.sending(1, 3);
-        l.sending(2, 2);
-        assert_eq!(l.received(0), Arrival::Last);
-        assert_eq!(l.received(0), Arrival::Duplicate);
-        assert_eq!(l.received(1), Arrival::First);
-        assert_eq!(l.received(1), Arrival::First);
-        assert_eq!(l.received(9), Arrival::Unknown);
+        l.sending(0, M, 1);
+        l.sending(1, C, 3);
+        l.sending(2, P, 2);
+        assert_eq!(l.received(0, M), Arrival::Last);
+        assert_eq!(l.received(0, M), Arrival::Duplicate);
+        assert_eq!(l.received(1, C), Arrival::First);
+        // A forged kind counts under the kind the sender entered.
+        assert_eq!(l.received(1, M), Arrival::First);
+        assert_eq!(l.received(9, M), Arrival::Unknown);
         assert_eq!(l.pending(), 3);
-        l.sending(3, 1);
+        l.sending(3, M, 1);
         l.not_sent(3);
         let a = l.account();
-        assert_eq!((a.sent, a.expected, a.missing), (3, 6, 3));
-        assert_eq!(a.missing_sample, vec![(1, 1), (2, 2)]);
-        assert_eq!(l.received(1), Arrival::Last);
-        assert_eq!(l.received(1), Arrival::Duplicate);
+        let t = a.total;
+        assert_eq!(
+            (t.sent, t.expected, t.delivered, t.missing, t.duplicates),
+            (3, 6, 3, 3, 1)
+        );
+        assert_eq!(
+            a.missing_sample,
+            vec![
+                Missing {
+                    seq: 1,
+                    kind: "multicast",
+                    missing: 1
+                },
+                Missing {
+                    seq: 2,
+                    kind: "presence",
+                    missing: 2
+                }
+            ]
+        );
+        let kind = |n: &str| a.kinds.iter().find(|k| k.0 == n).unwrap().1;
+        assert_eq!(
+            kind("message"),
+            Counts {
+                sent: 1,
+                expected: 1,
+                delivered: 1,
+                duplicates: 1,
+                missing: 0
+            }
+        );
+        assert_eq!(
+            kind("multicast"),
+            Counts {
+                sent: 1,
+                expected: 3,
+                delivered: 2,
+                duplicates: 0,
+                missing: 1
+            }
+        );
+        assert_eq!(
+            kind("presence"),
+            Counts {
+                sent: 1,
+                expected: 2,
+                delivered: 0,
+                duplicates: 0,
+                missing: 2
+            }
+        );
+        assert_eq!(l.received(1, C), Arrival::Last);
+        assert_eq!(l.received(1, C), Arrival::Duplicate);
+        assert_eq!(
+            l.account()
+                .kinds
+                .iter()
+                .find(|k| k.0 == "multicast")
+                .unwrap()
+                .1
+                .duplicates,
+            1
+        );
     }
 }

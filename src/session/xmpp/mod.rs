@@ -70,6 +70,87 @@ pub enum Traffic {
     Presence,
 }
 
+impl Traffic {
+    pub const ALL: [Traffic; 3] = [Traffic::Message, Traffic::Multicast, Traffic::Presence];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Traffic::Message => "message",
+            Traffic::Multicast => "multicast",
+            Traffic::Presence => "presence",
+        }
+    }
+
+    /// The kind a name or a stamp's `k` letter stands for (a chat message when unknown).
+    pub fn from_name(name: &str) -> Traffic {
+        match name {
+            "multicast" | "c" => Traffic::Multicast,
+            "presence" | "p" => Traffic::Presence,
+            _ => Traffic::Message,
+        }
+    }
+
+    /// The letter a stamp carries.
+    fn letter(self) -> char {
+        match self {
+            Traffic::Message => 'm',
+            Traffic::Multicast => 'c',
+            Traffic::Presence => 'p',
+        }
+    }
+
+    /// The phases that time its arrival at each recipient, and at the last one.
+    fn phases(self) -> (Phase, Option<Phase>) {
+        match self {
+            Traffic::Message => (Phase::Arrival, None),
+            Traffic::Multicast => (Phase::Multicast, Some(Phase::MulticastLast)),
+            Traffic::Presence => (Phase::Broadcast, Some(Phase::BroadcastLast)),
+        }
+    }
+}
+
+/// The kinds of stanza a run sends and their shares: each unit of work takes the kind
+/// that is furthest behind its share (smooth weighted round robin), so every kind keeps
+/// its own rate within one unit, in any mix.
+pub struct Mix {
+    kinds: Vec<(Traffic, f64)>,
+    credit: std::sync::Mutex<Vec<f64>>,
+}
+
+impl Mix {
+    /// `kinds`: each kind with its weight (its rate); weights need not add up to 1.
+    pub fn new(kinds: Vec<(Traffic, f64)>) -> Mix {
+        let credit = std::sync::Mutex::new(vec![0.0; kinds.len()]);
+        Mix { kinds, credit }
+    }
+
+    pub fn only(kind: Traffic) -> Mix {
+        Mix::new(vec![(kind, 1.0)])
+    }
+
+    pub fn has(&self, kind: Traffic) -> bool {
+        self.kinds.iter().any(|k| k.0 == kind)
+    }
+
+    /// The kind of the next unit.
+    pub fn next(&self) -> Traffic {
+        if self.kinds.len() == 1 {
+            return self.kinds[0].0;
+        }
+        let mut c = self.credit.lock().unwrap_or_else(|p| p.into_inner());
+        let total: f64 = self.kinds.iter().map(|k| k.1).sum();
+        let mut best = 0;
+        for (i, (_, w)) in self.kinds.iter().enumerate() {
+            c[i] += w;
+            if c[i] > c[best] {
+                best = i;
+            }
+        }
+        c[best] -= total;
+        self.kinds[best].0
+    }
+}
+
 /// An account: a bare JID and its password.
 #[derive(Debug, Clone)]
 pub struct Account {
@@ -125,7 +206,8 @@ pub struct Settings {
     pub round_robin: bool,
     /// Size of a message body, in bytes.
     pub body: usize,
-    pub traffic: Traffic,
+    /// What the units send.
+    pub mix: Mix,
     /// How long sessions keep reading after the last unit for deliveries still on the way.
     pub wait: Duration,
     /// Multicast: recipients per message (drawn from the range), and the service's JID.
@@ -204,12 +286,14 @@ impl Session {
 
     /// The stamp every stanza carries: the run, the sequence, the sending session and the
     /// send time on the run clock.
-    fn stamp(&mut self, seq: u64, t_us: u64) {
+    fn stamp(&mut self, kind: Traffic, seq: u64, t_us: u64) {
         use std::fmt::Write as _;
         let _ = write!(
             self.stanza,
-            "<stamp xmlns='{STAMP_NS}' run='{}' seq='{seq}' from='{}' t='{t_us}'/>",
-            self.s.run_id, self.id
+            "<stamp xmlns='{STAMP_NS}' run='{}' seq='{seq}' k='{}' from='{}' t='{t_us}'/>",
+            self.s.run_id,
+            kind.letter(),
+            self.id
         );
     }
 
@@ -221,9 +305,9 @@ impl Session {
 
     /// Builds unit `seq`'s stanza; returns how many recipients it is for (0: none can
     /// get it, nobody else is logged in).
-    fn build(&mut self, seq: u64, t_us: u64) -> u32 {
+    fn build(&mut self, kind: Traffic, seq: u64, t_us: u64) -> u32 {
         self.stanza.clear();
-        match self.s.traffic {
+        match kind {
             Traffic::Message => {
                 let Some(to) = self.recipient() else { return 0 };
                 let s = self.s.clone();
@@ -232,7 +316,7 @@ impl Session {
                 xmpp::escape(to, &mut self.stanza);
                 self.stanza.push_str("'>");
                 self.body();
-                self.stamp(seq, t_us);
+                self.stamp(kind, seq, t_us);
                 self.stanza.push_str("</message>");
                 1
             }
@@ -242,7 +326,7 @@ impl Session {
                     .filter(|&i| i != self.id && self.s.online[i].load(Ordering::Relaxed))
                     .count() as u32;
                 self.stanza.push_str("<presence><status>spate</status>");
-                self.stamp(seq, t_us);
+                self.stamp(kind, seq, t_us);
                 self.stanza.push_str("</presence>");
                 others
             }
@@ -279,7 +363,7 @@ impl Session {
         }
         self.stanza.push_str("</addresses>");
         self.body();
-        self.stamp(seq, t_us);
+        self.stamp(Traffic::Multicast, seq, t_us);
         self.stanza.push_str("</message>");
         picked.len() as u32
     }
@@ -326,7 +410,10 @@ impl Driver for Session {
         Phase::Presence,
         Phase::Send,
         Phase::Arrival,
-        Phase::Fanout,
+        Phase::Multicast,
+        Phase::MulticastLast,
+        Phase::Broadcast,
+        Phase::BroadcastLast,
     ];
 
     async fn setup(&mut self, report: &mut UnitReport) {
@@ -371,7 +458,8 @@ impl Driver for Session {
             failure(Phase::Send, ErrorKind::Closed, text).record(report);
             return Outcome::Failed;
         };
-        let recipients = self.build(seq, report.started());
+        let kind = self.s.mix.next();
+        let recipients = self.build(kind, seq, report.started());
         if recipients == 0 {
             failure(
                 Phase::Send,
@@ -382,7 +470,7 @@ impl Driver for Session {
             return Outcome::Failed;
         }
         let t = report.start(Phase::Send);
-        self.s.ledger.sending(seq, recipients);
+        self.s.ledger.sending(seq, kind, recipients);
         let sent = writer.lock().await.send(self.stanza.as_bytes()).await;
         if let Err(e) = sent {
             self.s.ledger.not_sent(seq);
@@ -527,14 +615,16 @@ impl Reader {
         ) else {
             return;
         };
-        let arrival = self.s.ledger.received(seq);
+        let kind = Traffic::from_name(stamp.attr("k").unwrap_or("m"));
+        let arrival = self.s.ledger.received(seq, kind);
+        let (each, last) = kind.phases();
         self.s.recorder.with(self.id, |sh| match arrival {
             Arrival::First | Arrival::Last => {
                 let took = now.saturating_sub(t).max(1);
-                sh.record(Phase::Arrival, took);
+                sh.record(each, took);
                 sh.counters.delivered += 1;
-                if arrival == Arrival::Last && self.s.traffic != Traffic::Message {
-                    sh.record(Phase::Fanout, took);
+                if let Some(last) = last.filter(|_| arrival == Arrival::Last) {
+                    sh.record(last, took);
                 }
             }
             Arrival::Duplicate => sh.counters.duplicates += 1,
