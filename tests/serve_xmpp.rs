@@ -184,6 +184,8 @@ async fn a_traffic_mix_sends_each_kind_at_its_share_and_reconciles_per_kind() {
             "3",
             "--presence-every",
             "500ms",
+            "--roster",
+            "all",
         ],
         "s3cret",
         &out,
@@ -207,6 +209,9 @@ async fn a_traffic_mix_sends_each_kind_at_its_share_and_reconciles_per_kind() {
     // which is not a delivery).
     assert_eq!(kind("presence"), [40, 360, 360, 0, 0], "{x}");
     assert_eq!(x["delivered"], 680, "{x}");
+    // The embedded server's roster is shared: nothing to subscribe to.
+    assert_eq!(x["roster"]["full_already"], 10, "{x}");
+    assert_eq!(x["roster"]["subscriptions_made"], 0, "{x}");
     for (phase, n) in [
         ("arrival", 200),
         ("multicast", 120),

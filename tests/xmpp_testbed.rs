@@ -185,3 +185,98 @@ fn prosody_delivers_every_message_to_its_recipient() {
 fn ejabberd_delivers_every_message_to_its_recipient() {
     run_against("ejabberd");
 }
+
+/// `--roster all` on a server without a shared roster: presence reaches nobody before (the
+/// ledger says so, exit 1), every pair subscribes and approves on the first run, and the
+/// second run finds every roster full; presence then reaches every contact.
+fn roster_all(server: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = Bed::up(
+        &tmp.path().join("bed"),
+        &[
+            "--port-offset",
+            "auto",
+            "--no-mail",
+            "--users",
+            "20",
+            "--xmpp",
+            server,
+            "--xmpp-roster",
+            "none",
+        ],
+    ) else {
+        return;
+    };
+    let spate = |out: &str, extra: &[&str]| {
+        let o = Command::new(SPATE)
+            .args(["xmpp", bed.var("SPATE_XMPP"), "--users-file"])
+            .args([
+                bed.var("SPATE_USERS_FILE"),
+                "--starttls",
+                "--ca",
+                bed.var("SPATE_CA"),
+            ])
+            .args([
+                "--users",
+                "8",
+                "-n",
+                "16",
+                "--traffic",
+                "presence",
+                "--wait",
+                "3s",
+            ])
+            .args(["-q", "-o", tmp.path().join(out).to_str().unwrap()])
+            .args(extra)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&o.stdout).to_string();
+        (
+            o.status.code(),
+            stdout,
+            common::summary(&tmp.path().join(out)),
+        )
+    };
+    // No roster: a presence change has no contacts to reach.
+    let (code, stdout, s) = spate("none", &[]);
+    assert_eq!(code, Some(1), "{stdout}");
+    assert_eq!(s["extra"]["xmpp"]["missing"], 16 * 7, "{stdout}");
+    let (code, stdout, s) = spate("first", &["--roster", "all"]);
+    assert_eq!(code, Some(0), "{stdout}");
+    let r = &s["extra"]["xmpp"]["roster"];
+    assert_eq!(r["subscriptions_made"], 8 * 7, "{r}");
+    assert_eq!(r["subscriptions_refused"], 0, "{r}");
+    assert_eq!(r["full_already"], 0, "{r}");
+    assert!(r["how"].as_str().unwrap().starts_with("pairwise"), "{r}");
+    assert_eq!(s["extra"]["xmpp"]["presence"]["delivered"], 16 * 7, "{s}");
+    let subscribe = s["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["phase"] == "subscribe")
+        .map_or(0, |p| p["count"].as_u64().unwrap());
+    assert_eq!(subscribe, 8, "{stdout}");
+    let (code, stdout, s) = spate("second", &["--roster", "all"]);
+    assert_eq!(code, Some(0), "{stdout}");
+    let r = &s["extra"]["xmpp"]["roster"];
+    assert_eq!(
+        (r["subscriptions_made"].as_u64(), r["full_already"].as_u64()),
+        (Some(0), Some(8)),
+        "{r}"
+    );
+    assert!(
+        stdout.contains("8 sessions had every other already"),
+        "{stdout}"
+    );
+    assert_eq!(s["extra"]["xmpp"]["delivered"], 16 * 7, "{s}");
+}
+
+#[test]
+fn prosody_roster_all_subscribes_every_pair_once() {
+    roster_all("prosody");
+}
+
+#[test]
+fn ejabberd_roster_all_subscribes_every_pair_once() {
+    roster_all("ejabberd");
+}

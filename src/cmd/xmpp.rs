@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +17,7 @@ use crate::opts::accounts::AccountsArgs;
 use crate::opts::{MonitorArgs, OutputArgs, PickArg, TransportArgs, WorkloadArgs};
 use crate::results::Summary;
 use crate::session::xmpp::ledger::Ledger;
-use crate::session::xmpp::{Account, Gate, Mix, Sasl, Session, Settings, Traffic};
+use crate::session::xmpp::{Account, Gate, Mix, RosterMode, Sasl, Session, Settings, Traffic};
 use crate::session::TlsMode;
 use crate::{usage, UsageError};
 
@@ -58,9 +58,21 @@ pub struct Args {
     /// --login-rate; the summary counts accounts created, already there and refused.
     #[arg(long, help_heading = "Accounts")]
     pub register: bool,
-    /// Ask for the roster after binding (a phase of its own).
-    #[arg(long, help_heading = "Accounts")]
-    pub roster: bool,
+    /// After binding: `get` asks for the roster (a phase of its own; `--roster` alone);
+    /// `all` also subscribes every session to every other one not yet in its roster with
+    /// subscription both, each approving the others' requests (the subscribe phase), so
+    /// presence reaches every session without a shared roster on the server. The summary
+    /// says which the server had: every roster full already (a shared roster, or an
+    /// earlier run's subscriptions) or subscriptions made.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "get|all",
+        num_args = 0..=1,
+        default_missing_value = "get",
+        help_heading = "Accounts"
+    )]
+    pub roster: Option<RosterMode>,
 
     /// What each unit of work sends: a chat message to one other session, a XEP-0033
     /// multicast to --addresses sessions, or a presence change (broadcast by the server to
@@ -305,7 +317,7 @@ fn strip_scheme(t: &str) -> &str {
 }
 
 /// Puts the ledger's account into the summary (and a warning when deliveries are missing).
-struct LedgerReport(Arc<Ledger>);
+struct LedgerReport(Arc<Ledger>, Option<RosterMode>);
 
 impl Observer for LedgerReport {
     fn start(
@@ -350,6 +362,25 @@ impl Observer for LedgerReport {
         if reg(0) + reg(1) + reg(2) > 0 {
             x["registered"] =
                 serde_json::json!({"created": reg(0), "existed": reg(1), "refused": reg(2)});
+        }
+        if self.1 == Some(RosterMode::All) {
+            let r = |i: usize| self.0.roster[i].load(std::sync::atomic::Ordering::Relaxed);
+            let logged_in = summary.phase("bind").map_or(0, |p| p.count);
+            let how = if r(0) + r(1) == 0 && r(2) > 0 {
+                "every roster held every other session already (the server's shared roster, or an earlier run's subscriptions)"
+            } else {
+                "pairwise subscriptions (presence subscribe / subscribed)"
+            };
+            x["roster"] = serde_json::json!({
+                "mode": "all", "how": how, "full_already": r(2), "sessions": logged_in,
+                "subscriptions_made": r(0), "subscriptions_refused": r(1),
+            });
+            if r(1) > 0 {
+                summary.warnings.push(format!(
+                    "--roster all: {} subscription requests were refused",
+                    r(1)
+                ));
+            }
         }
         if let Some(cpu) = server_cpu(summary) {
             // E5's own number: what the server spent per delivery it made (its logins and
@@ -431,7 +462,7 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         &stop,
     )?;
     let ledger = Arc::new(Ledger::default());
-    obs.push(Box::new(LedgerReport(ledger.clone())));
+    obs.push(Box::new(LedgerReport(ledger.clone(), args.roster)));
     crate::session::preflight(&plan.head.target, &endpoint).await?;
     let out = crate::opts::output::results_dir(
         args.output.out.as_deref(),
@@ -446,7 +477,8 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         online: (0..plan.sessions).map(|_| AtomicBool::new(false)).collect(),
         accounts,
         sasl: args.sasl,
-        roster: args.roster,
+        roster: args.roster.unwrap_or(RosterMode::Off),
+        subs_pending: AtomicUsize::new(0),
         register: args.register,
         login_rate,
         round_robin: args.pick == PickArg::RoundRobin,
@@ -495,6 +527,18 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
             reg(0),
             reg(1),
             reg(2)
+        );
+    }
+    if let Some(r) = finished
+        .summary
+        .extra
+        .get("xmpp")
+        .map(|x| &x["roster"])
+        .filter(|r| r.is_object())
+    {
+        println!(
+            "roster all: {} subscriptions made, {} refused; {} sessions had every other already ({})",
+            r["subscriptions_made"], r["subscriptions_refused"], r["full_already"], r["how"].as_str().unwrap_or("")
         );
     }
     println!("results: {}", finished.dir.display());

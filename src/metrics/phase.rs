@@ -62,6 +62,7 @@ phases! {
     Register => "register", "XMPP: in-band registration (XEP-0077) to its result";
     Bind => "bind", "XMPP: resource binding (and a legacy session IQ) to its result";
     Roster => "roster", "XMPP: roster get to its result";
+    Subscribe => "subscribe", "XMPP: --roster all: a session's subscription requests to its contacts' last approval";
     Presence => "presence", "XMPP: initial presence sent to the server's echo of it";
     Send => "send", "XMPP: a stanza written (no server reply to wait for)";
     Arrival => "arrival", "XMPP: a chat message's send to its arrival at its recipient";

@@ -42,6 +42,9 @@ pub struct Ledger {
     inner: Mutex<Inner>,
     /// In-band registrations (--register): accounts created, already there, refused.
     pub registered: [std::sync::atomic::AtomicU64; 3],
+    /// --roster all: subscriptions approved, refused, and the sessions whose roster held
+    /// every other session already.
+    pub roster: [std::sync::atomic::AtomicU64; 3],
 }
 
 /// One kind's account (or all kinds').

@@ -4,7 +4,7 @@
 use rand::rngs::SmallRng;
 use rand::Rng;
 
-use super::{Settings, MAX_DEPTH, MAX_STANZA};
+use super::{RosterMode, Settings, MAX_DEPTH, MAX_STANZA};
 use crate::engine::UnitReport;
 use crate::metrics::{ErrorKind, Phase};
 use crate::proto::sasl::{self, ScramClient, ScramHash};
@@ -365,6 +365,9 @@ async fn bind(
 pub(super) struct LoggedIn {
     pub conn: Connection,
     pub framer: Framer,
+    /// --roster all: the sessions to subscribe to (not in the roster with subscription
+    /// both).
+    pub missing: Vec<usize>,
 }
 
 /// The whole login of session `id` as phases of `report`.
@@ -392,11 +395,15 @@ pub(super) async fn login(
         report,
     )
     .await?;
-    if s.roster {
+    let mut missing = Vec::new();
+    if s.roster != RosterMode::Off {
         let t = report.start(Phase::Roster);
         send(&mut conn, Phase::Roster, &xmpp::roster_get("r1")).await?;
-        iq_result(&mut conn, &mut framer, Phase::Roster, "r1").await?;
+        let r = iq_result(&mut conn, &mut framer, Phase::Roster, "r1").await?;
         report.timed(Phase::Roster, t);
+        if s.roster == RosterMode::All {
+            missing = not_in_roster(s, id, &r);
+        }
     }
     // Initial presence; the server sends it back to this resource too (RFC 6121 §4.2.2).
     let t = report.start(Phase::Presence);
@@ -408,5 +415,29 @@ pub(super) async fn login(
         }
     }
     report.timed(Phase::Presence, t);
-    Ok(LoggedIn { conn, framer })
+    Ok(LoggedIn {
+        conn,
+        framer,
+        missing,
+    })
+}
+
+/// The sessions of the run (other than `id`) that a roster result lacks, or holds with a
+/// subscription short of both.
+fn not_in_roster(s: &Settings, id: usize, result: &Element) -> Vec<usize> {
+    let both: std::collections::HashSet<String> = result
+        .child("query")
+        .map(|q| {
+            q.children
+                .iter()
+                .filter(|i| i.local_name() == "item" && i.attr("subscription") == Some("both"))
+                .filter_map(|i| i.attr("jid"))
+                .map(str::to_ascii_lowercase)
+                .collect()
+        })
+        .unwrap_or_default();
+    (0..s.sessions)
+        .filter(|&j| j != id)
+        .filter(|&j| !both.contains(&s.accounts[j % s.accounts.len()].jid.to_ascii_lowercase()))
+        .collect()
 }

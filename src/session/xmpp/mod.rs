@@ -151,6 +151,20 @@ impl Mix {
     }
 }
 
+/// What a session does with its roster after binding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RosterMode {
+    /// Nothing.
+    #[value(skip)]
+    Off,
+    /// Ask for the roster (a phase of its own).
+    Get,
+    /// Ask for it, then subscribe to every session of the run not yet in it with
+    /// subscription both (each approves the others' requests), so presence reaches all.
+    All,
+}
+
 /// An account: a bare JID and its password.
 #[derive(Debug, Clone)]
 pub struct Account {
@@ -196,8 +210,11 @@ pub struct Settings {
     /// Sessions of the run (each logs in as accounts[id]).
     pub sessions: usize,
     pub sasl: Sasl,
-    /// Ask for the roster after binding.
-    pub roster: bool,
+    /// What to do with the roster after binding.
+    pub roster: RosterMode,
+    /// --roster all: subscriptions asked for and not answered yet, over the run (the
+    /// ledger counts the answers).
+    pub subs_pending: AtomicUsize,
     /// Create each account by in-band registration before logging in.
     pub register: bool,
     /// Logins per second over the run's sessions (none: all at once).
@@ -237,6 +254,8 @@ pub struct Session {
     closing: Arc<AtomicBool>,
     next_rr: usize,
     stanza: String,
+    /// --roster all: the bare JIDs (lowercase) asked for a subscription and not answered.
+    asked: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 impl Session {
@@ -251,6 +270,7 @@ impl Session {
             closing: Arc::new(AtomicBool::new(false)),
             next_rr: id + 1,
             stanza: String::with_capacity(512),
+            asked: Arc::default(),
         }
     }
 
@@ -369,6 +389,43 @@ impl Session {
     }
 }
 
+impl Session {
+    /// --roster all: asks every contact in `jids` for a subscription (one write) and waits
+    /// for their approvals (the subscribe phase); the contacts' readers approve.
+    async fn subscribe(&mut self, jids: &[String], report: &mut UnitReport) {
+        let Some(writer) = self.writer.clone() else {
+            return;
+        };
+        let mut out = String::with_capacity(jids.len() * 64);
+        for j in jids {
+            out.push_str("<presence type='subscribe' to='");
+            xmpp::escape(j, &mut out);
+            out.push_str("'/>");
+        }
+        let t = report.start(Phase::Subscribe);
+        if let Err(e) = writer.lock().await.send(out.as_bytes()).await {
+            Failure::transport(Phase::Subscribe, e).record(report);
+            return;
+        }
+        let until = tokio::time::Instant::now() + self.s.endpoint.timeout * 4;
+        let left = || self.asked.lock().map_or(0, |a| a.len());
+        while left() > 0 && tokio::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        match left() {
+            0 => report.timed(Phase::Subscribe, t),
+            n => {
+                let text = format!(
+                    "{n} of {} subscription requests unanswered after {:.0?}",
+                    jids.len(),
+                    self.s.endpoint.timeout * 4
+                );
+                failure(Phase::Subscribe, ErrorKind::Timeout, &text).record(report);
+            }
+        }
+    }
+}
+
 /// The transport's frame callback over an XMPP framer: the frame's length, with its kind
 /// left in `kind` (login and the reader both read this way).
 pub(super) fn framing<'a>(
@@ -408,6 +465,7 @@ impl Driver for Session {
         Phase::Bind,
         Phase::Roster,
         Phase::Presence,
+        Phase::Subscribe,
         Phase::Send,
         Phase::Arrival,
         Phase::Multicast,
@@ -418,8 +476,27 @@ impl Driver for Session {
 
     async fn setup(&mut self, report: &mut UnitReport) {
         self.pace().await;
+        let mut subscribe = Vec::new();
         match login::login(&self.s, self.id, &mut self.rng, report).await {
             Ok(l) => {
+                if self.s.roster == RosterMode::All {
+                    // Counted before the gate opens, so that no session finds the run's
+                    // subscriptions all answered while another has not asked yet.
+                    let s = &self.s;
+                    if l.missing.is_empty() {
+                        s.ledger.roster[2].fetch_add(1, Ordering::SeqCst);
+                    }
+                    s.subs_pending.fetch_add(l.missing.len(), Ordering::SeqCst);
+                    subscribe = l
+                        .missing
+                        .iter()
+                        .map(|&j| s.accounts[j % s.accounts.len()].jid.to_ascii_lowercase())
+                        .collect();
+                    self.asked
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .extend(subscribe.iter().cloned());
+                }
                 let (rd, wr) = l.conn.split();
                 let writer = Arc::new(Mutex::new(wr));
                 self.alive.store(true, Ordering::SeqCst);
@@ -430,6 +507,7 @@ impl Driver for Session {
                     writer: writer.clone(),
                     alive: self.alive.clone(),
                     closing: self.closing.clone(),
+                    asked: self.asked.clone(),
                 };
                 self.reader = Some(tokio::spawn(reader.run(rd, l.framer)));
                 self.writer = Some(writer);
@@ -443,6 +521,18 @@ impl Driver for Session {
             .gate
             .wait(self.s.sessions, Duration::from_secs(600))
             .await;
+        if !subscribe.is_empty() {
+            self.subscribe(&subscribe, report).await;
+        }
+        if self.s.roster == RosterMode::All {
+            // Traffic starts once every roster is complete (or the wait gave up).
+            let until = tokio::time::Instant::now() + self.s.endpoint.timeout * 4;
+            while self.s.subs_pending.load(Ordering::SeqCst) > 0
+                && tokio::time::Instant::now() < until
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
     }
 
     async fn run_one(&mut self, seq: u64, report: &mut UnitReport) -> Outcome {
@@ -522,6 +612,7 @@ struct Reader {
     writer: Arc<Mutex<WriteHalf>>,
     alive: Arc<AtomicBool>,
     closing: Arc<AtomicBool>,
+    asked: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 impl Reader {
@@ -567,6 +658,7 @@ impl Reader {
     /// Handles one incoming stanza; a stream error ends the session.
     async fn stanza(&self, e: &Element) -> Option<Failure> {
         match e.local_name() {
+            "presence" if e.attr("type").is_some() => self.subscription(e).await,
             "message" | "presence" => self.delivery(e),
             "iq" if matches!(e.attr("type"), Some("get" | "set")) => {
                 // A server's ping (XEP-0199) or any request: answer, or it may drop us.
@@ -590,6 +682,37 @@ impl Reader {
             _ => {}
         }
         None
+    }
+
+    /// --roster all: approves a run session's subscription request, and counts the
+    /// approvals (or errors) of this session's own requests.
+    async fn subscription(&self, e: &Element) {
+        if self.s.roster != RosterMode::All {
+            return;
+        }
+        let Some(from) = e.attr("from") else { return };
+        let bare = from.split('/').next().unwrap_or(from).to_ascii_lowercase();
+        match e.attr("type") {
+            Some("subscribe") => {
+                let mut reply = String::from("<presence type='subscribed' to='");
+                xmpp::escape(&bare, &mut reply);
+                reply.push_str("'/>");
+                let _ = self.writer.lock().await.send(reply.as_bytes()).await;
+            }
+            Some(t @ ("subscribed" | "error")) => {
+                let was = self
+                    .asked
+                    .lock()
+                    .map(|mut a| a.remove(&bare))
+                    .unwrap_or(false);
+                if was {
+                    self.s.subs_pending.fetch_sub(1, Ordering::SeqCst);
+                    let i = usize::from(t == "error");
+                    self.s.ledger.roster[i].fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            _ => {}
+        }
     }
 
     /// A stamped stanza of this run from another session is a delivery: timed and entered
