@@ -96,4 +96,20 @@ async fn demo_runs_all_parts_verifies_delivery_and_reconciles_with_the_server() 
     assert!(s["totals"]["retrieved"].as_u64().unwrap() > 0, "{s}");
     assert_eq!(s["totals"]["failed"], 0, "{s}");
     assert!(o.stdout.contains("report.html"), "{}", o.stdout);
+    // Chat: every copy of every kind arrived, and the server delivered the message copies
+    // spate received.
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("5-chat/summary.json")).unwrap())
+            .unwrap();
+    let x = &s["extra"]["xmpp"];
+    assert_eq!(x["missing"], 0, "{x}");
+    for kind in ["message", "multicast", "presence"] {
+        assert!(x[kind]["delivered"].as_u64().unwrap() > 0, "{kind}: {x}");
+    }
+    assert!(
+        o.stdout.contains("chat: spate received") && !o.stdout.contains("DISAGREE"),
+        "{}",
+        o.stdout
+    );
+    assert!(out.join("5-chat/report.html").is_file());
 }

@@ -1,8 +1,10 @@
 //! `spate demo`: the embedded server on free loopback ports, and a canned workload
 //! against it — plain injection with a few injected 4xx so the error table is not empty,
 //! then submission with STARTTLS and AUTH, then a delivery check of every accepted message
-//! over IMAP and mailbox load over POP3/IMAP — with live progress, the summaries, a
-//! reconciliation of spate's counts with the server's own, and the HTML reports.
+//! over IMAP and mailbox load over POP3/IMAP, then chat over XMPP (messages, XEP-0033
+//! multicasts and presence changes at once, each copy timed at its recipient) — with live
+//! progress, the summaries, a reconciliation of spate's counts with the server's own, and
+//! the HTML reports.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -84,6 +86,7 @@ async fn start_server(users: &str) -> anyhow::Result<serve::Running> {
         submission: Some(lo),
         pop3s: Some(lo),
         imaps: Some(lo),
+        xmpp: Some(lo),
         ..Addrs::default()
     };
     config.users = Users::parse(users).map_err(anyhow::Error::msg)?;
@@ -117,8 +120,9 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         a.submission.expect("configured"),
     );
     let (pop3s, imaps) = (a.pop3s.expect("configured"), a.imaps.expect("configured"));
+    let xmpp = a.xmpp.expect("configured");
     println!("spate demo — embedded server on {smtp} (SMTP), {submission} (submission, STARTTLS + AUTH),");
-    println!("             {pop3s} (POP3S), {imaps} (IMAPS)");
+    println!("             {pop3s} (POP3S), {imaps} (IMAPS), {xmpp} (XMPP, STARTTLS)");
     println!("             faults injected: 1% of RCPTs get 451, DATA replies delayed 0–2 ms\n");
     let tour = Tour {
         ctx,
@@ -134,26 +138,38 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     let theirs = tour.server.stats.messages();
     tour.deliveries();
     let retrieved = tour.mailboxes(total.mul_f64(0.15)).await?;
+    let (chat_ok, chat_ours) = tour.chat(total.mul_f64(0.1)).await?;
+    // Every copy the server queued to a session is in (the sessions have closed).
+    let chat_theirs = tour.server.stats.xmpp().message_deliveries;
     let out = tour.out.clone();
     tour.server.shutdown().await;
-    println!(
-        "reconciliation: spate counted {ours} accepted messages, the server {theirs}: {}",
-        if ours == theirs {
+    let agree = |a: u64, b: u64| {
+        if a == b {
             "they agree"
         } else {
             "THEY DISAGREE"
         }
+    };
+    println!(
+        "reconciliation: spate counted {ours} accepted messages, the server {theirs}: {}",
+        agree(ours, theirs)
+    );
+    println!(
+        "                chat: spate received {chat_ours} message copies (one-to-one and multicast), the server delivered {chat_theirs}: {}",
+        agree(chat_ours, chat_theirs)
     );
     println!("results: {}  (each part has summary.json, intervals.csv, *.hlog, errors.jsonl; the injections sent.log and verify.json)", out.display());
     println!(
-        "reports: {}/{{1-smtp,2-submission,4-mailbox}}/report.html — open in a browser, no network needed",
+        "reports: {}/{{1-smtp,2-submission,4-mailbox,5-chat}}/report.html — open in a browser, no network needed",
         out.display()
     );
-    Ok(if ours == theirs && delivered && retrieved {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(
+        if ours == theirs && delivered && retrieved && chat_ok && chat_ours == chat_theirs {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        },
+    )
 }
 
 impl Tour<'_> {
@@ -171,7 +187,7 @@ impl Tour<'_> {
             "--verify-wait=10s".to_string(),
         ];
         let verify: Vec<&str> = verify.iter().map(String::as_str).collect();
-        println!("1/4 SMTP injection: 20 sessions, 10 messages per connection, 1 KiB .. 10 KiB, 1–3 recipients, {}s", first.as_secs());
+        println!("1/5 SMTP injection: 20 sessions, 10 messages per connection, 1 KiB .. 10 KiB, 1–3 recipients, {}s", first.as_secs());
         let (r1, ok1) = smtp_part(
             self.ctx,
             addrs.smtp.expect("configured").to_string(),
@@ -190,7 +206,7 @@ impl Tour<'_> {
             self.progress,
         )
         .await?;
-        println!("2/4 submission: 5 sessions, STARTTLS (certificate verified), AUTH PLAIN, open rate 100/s, {}s", second.as_secs());
+        println!("2/5 submission: 5 sessions, STARTTLS (certificate verified), AUTH PLAIN, open rate 100/s, {}s", second.as_secs());
         let (r2, ok2) = smtp_part(
             self.ctx,
             addrs.submission.expect("configured").to_string(),
@@ -215,7 +231,7 @@ impl Tour<'_> {
 
     /// Part 3: what the delivery checks of parts 1 and 2 found.
     fn deliveries(&self) {
-        println!("3/4 delivery: every accepted message followed into its mailbox over IMAPS IDLE while it ran (certificate verified), digest compared");
+        println!("3/5 delivery: every accepted message followed into its mailbox over IMAPS IDLE while it ran (certificate verified), digest compared");
         for part in ["1-smtp", "2-submission"] {
             let v: serde_json::Value =
                 std::fs::read_to_string(self.out.join(part).join("verify.json"))
@@ -241,7 +257,7 @@ impl Tour<'_> {
 
     /// Part 4: mailbox load over POP3S and IMAPS.
     async fn mailboxes(&self, length: Duration) -> anyhow::Result<bool> {
-        println!("4/4 mailbox load: 5 sessions over POP3S (70 %) and IMAPS (30 %), 5 messages a visit, half read whole, {}s", length.as_secs());
+        println!("4/5 mailbox load: 5 sessions over POP3S (70 %) and IMAPS (30 %), 5 messages a visit, half read whole, {}s", length.as_secs());
         let addrs = &self.server.addrs;
         let dir = self.out.join("4-mailbox");
         let argv = [
@@ -269,6 +285,52 @@ impl Tour<'_> {
         }
         println!();
         Ok(retrieved)
+    }
+}
+
+impl Tour<'_> {
+    /// Part 5: chat. 50 sessions log in over STARTTLS with SCRAM and stay; one-to-one
+    /// messages, multicasts and presence changes go at once, every copy timed at its
+    /// recipient. Whether nothing was missing, and the message copies spate received.
+    async fn chat(&self, length: Duration) -> anyhow::Result<(bool, u64)> {
+        let length = length.max(Duration::from_secs(2));
+        println!("5/5 chat: 50 XMPP sessions (STARTTLS, SCRAM-SHA-256, roster), at once: messages 100/s, multicasts to 10 sessions 5/s, a presence change from each session every 10s; {}s", length.as_secs());
+        let dir = self.out.join("5-chat");
+        let argv = [
+            "xmpp".to_string(),
+            self.server.addrs.xmpp.expect("configured").to_string(),
+            "--starttls".into(),
+            "--ca".into(),
+            self.ca_path.display().to_string(),
+            "--users-file".into(),
+            self.users_path.display().to_string(),
+            "--users=50".into(),
+            "--login-rate=200/s".into(),
+            "--roster".into(),
+            "--message-rate=100/s".into(),
+            "--multicast-rate=5/s".into(),
+            "--addresses=10".into(),
+            "--presence-every=10s".into(),
+            format!("--duration={}ms", length.as_millis()),
+            "--wait=5s".into(),
+            "--seed=42".into(),
+            "--quiet".into(),
+            "--out".into(),
+            dir.display().to_string(),
+        ];
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let ok = spate(self.ctx, &argv).await? == ExitCode::SUCCESS;
+        let s = Summary::read(&dir)?;
+        let x = s.extra.get("xmpp").cloned().unwrap_or_default();
+        let copies = ["message", "multicast"]
+            .iter()
+            .map(|k| x[*k]["delivered"].as_u64().unwrap_or(0))
+            .sum();
+        if let Err(e) = crate::report::write_report(&dir) {
+            eprintln!("spate: warning: no HTML report: {e:#}");
+        }
+        println!();
+        Ok((ok, copies))
     }
 }
 
