@@ -230,6 +230,61 @@ async fn a_traffic_mix_sends_each_kind_at_its_share_and_reconciles_per_kind() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_stanzas_are_filled_in_and_iqs_timed_to_their_reply() {
+    let users: String = (0..5).map(|i| format!("user{i}@{DOMAIN} pw\n")).collect();
+    let running = start(Some(&users), &[DOMAIN]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = write_ca(&running, dir.path());
+    let raw = dir.path().join("raw.txt");
+    std::fs::write(
+        &raw,
+        "# a ping, a roster get, a message, an IQ nobody serves\n\
+         <iq type='get' id='{id}' to='{domain}'><ping xmlns='urn:xmpp:ping'/></iq>\n\
+         <iq type='get' id='{id}'><query xmlns='jabber:iq:roster'/></iq>\n\
+         \n\
+         <message to='{to}' type='chat'><body>raw {seq} from {from}</body></message>\n\
+         <iq type='get' id='{id}' to='{domain}'><query xmlns='urn:x-unknown'/></iq>\n",
+    )
+    .unwrap();
+    let before = running.stats.xmpp();
+    let out = dir.path().join("raw");
+    let addr = running.addrs.xmpp.unwrap().to_string();
+    let args = [
+        addr.as_str(),
+        "--user-pattern",
+        "user{0..4}@example.test",
+        "--users",
+        "5",
+        "-n",
+        "40",
+        "--starttls",
+        "--ca",
+        &ca,
+        "--raw",
+        raw.to_str().unwrap(),
+    ];
+    let s = load(&args, "pw", &out).await;
+    let t = &s["totals"];
+    // 10 pings and 10 roster gets answered, 10 messages written, 10 IQs refused.
+    assert_eq!(
+        (t["accepted"].as_u64(), t["rejected"].as_u64()),
+        (Some(30), Some(10)),
+        "{t}"
+    );
+    assert_eq!(phase_count(&s, "reply"), 30);
+    let errors = s["errors"].to_string();
+    assert!(errors.contains("service-unavailable"), "{errors}");
+    let after = settled(&running).await;
+    // The server routed the 10 raw messages, each to its one recipient.
+    assert_eq!(
+        after.message_deliveries - before.message_deliveries,
+        10,
+        "{after:?}"
+    );
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_server_over_direct_tls_logs_anyone_in_with_plain() {
     let running = start(None, &[DOMAIN]).await;
     let dir = tempfile::tempdir().unwrap();

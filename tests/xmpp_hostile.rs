@@ -136,6 +136,8 @@ async fn bad_input_is_one_line_and_exit_2() {
     let users = tmp.path().join("users.txt");
     std::fs::write(&users, "not-a-jid secret\n").unwrap();
     let u = users.to_str().unwrap();
+    let bad_raw = tmp.path().join("raw.txt");
+    std::fs::write(&bad_raw, "<message to='{to}'/>\n<iq type='get' id='x'/>\n").unwrap();
     std::env::set_var("SPATE_PASSWORD", "pw");
     for (args, want) in [
         (
@@ -231,6 +233,28 @@ async fn bad_input_is_one_line_and_exit_2() {
                 "1s",
             ][..],
             "cannot be used with",
+        ),
+        (
+            &[
+                "xmpp",
+                "127.0.0.1:5222",
+                "--user-pattern",
+                "u{0..9}@x",
+                "--raw",
+                bad_raw.to_str().unwrap(),
+            ][..],
+            "raw.txt:2: an <iq> needs id='{id}'",
+        ),
+        (
+            &[
+                "xmpp",
+                "127.0.0.1:5222",
+                "--user-pattern",
+                "u{0..9}@x",
+                "--raw-rate",
+                "5/s",
+            ][..],
+            "raw traffic needs its stanzas: --raw FILE",
         ),
     ] {
         let o = common::spate(args).await;

@@ -117,6 +117,25 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", help_heading = "Traffic mix")]
     pub presence_every: Option<String>,
 
+    /// Mix: raw stanzas (--raw) per second over all sessions.
+    #[arg(
+        long,
+        value_name = "RATE",
+        help_heading = "Traffic mix",
+        conflicts_with = "raw_every"
+    )]
+    pub raw_rate: Option<String>,
+    /// Mix: every session sends a raw stanza this often.
+    #[arg(long, value_name = "DURATION", help_heading = "Traffic mix")]
+    pub raw_every: Option<String>,
+    /// Stanzas of your own (MUC, PubSub, IQ...): one per line ('#' comments), taken in
+    /// turn, with {to} (another session's JID), {from}, {domain}, {id} and {seq} filled
+    /// in. An <iq> must carry id='{id}': it is timed to its result (the reply phase; an
+    /// error reply is a rejection with its condition). Alone, --raw is what every unit
+    /// sends; in a mix give --raw-rate or --raw-every.
+    #[arg(long, value_name = "FILE", help_heading = "Messages")]
+    pub raw: Option<std::path::PathBuf>,
+
     /// Multicast: recipients per message, N or MIN..MAX (distinct logged-in sessions).
     #[arg(
         long,
@@ -209,6 +228,7 @@ fn mix(args: &Args, sessions: usize) -> anyhow::Result<Vec<(Traffic, f64)>> {
             &args.presence_every,
             "presence",
         ),
+        (Traffic::Raw, &args.raw_rate, &args.raw_every, "raw"),
     ];
     for (kind, rate, every, name) in each {
         let r = match (rate, every) {
@@ -408,6 +428,50 @@ fn server_cpu(summary: &Summary) -> Option<f64> {
     (!pct.is_empty()).then(|| pct.iter().sum::<f64>() * summary.elapsed_s / 100.0)
 }
 
+/// The stanza templates of --raw FILE, each checked: one element (message, presence or
+/// iq) once its placeholders are filled in, and an IQ's id is '{id}'.
+fn raw_templates(path: &std::path::Path) -> anyhow::Result<Vec<String>> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| UsageError(format!("--raw {}: {e}", path.display())))?;
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let t = line.trim();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        let at = format!("--raw {}:{}", path.display(), n + 1);
+        let mut filled = String::new();
+        crate::session::xmpp::fill_template(t, &mut filled, |k, o| {
+            o.push_str(if k == "id" {
+                "spate-0"
+            } else {
+                "x@example.test"
+            })
+        });
+        let e = crate::proto::xmpp::Element::parse(filled.as_bytes())
+            .map_err(|e| UsageError(format!("{at}: not one XML element: {e}")))?;
+        match e.local_name() {
+            "message" | "presence" => {}
+            "iq" if e.attr("id") == Some("spate-0") => {}
+            "iq" => {
+                return usage(format!(
+                    "{at}: an <iq> needs id='{{id}}' so that its reply can be matched"
+                ))
+            }
+            other => {
+                return usage(format!(
+                    "{at}: <{other}> is not a stanza (message, presence or iq)"
+                ))
+            }
+        }
+        out.push(t.to_string());
+    }
+    if out.is_empty() {
+        return usage(format!("--raw {}: no stanza in it", path.display()));
+    }
+    Ok(out)
+}
+
 /// `spate xmpp`.
 pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     let login_rate = args
@@ -432,10 +496,21 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     }
     let (plan, accounts) = prepare(&args, ctx.command_line.clone())?;
     let kinds = mix(&args, plan.sessions)?;
+    let alone = match (args.traffic, &args.raw) {
+        (Some(t), _) => t,
+        (None, Some(_)) => Traffic::Raw,
+        (None, None) => Traffic::Message,
+    };
     let mix = if kinds.is_empty() {
-        Mix::only(args.traffic.unwrap_or(Traffic::Message))
+        Mix::only(alone)
     } else {
         Mix::new(kinds)
+    };
+    let raw = match &args.raw {
+        Some(path) if mix.has(Traffic::Raw) => raw_templates(path)?,
+        Some(_) => return usage("--raw FILE: the traffic has no raw stanzas (--traffic raw, or --raw-rate/--raw-every in a mix)"),
+        None if mix.has(Traffic::Raw) => return usage("raw traffic needs its stanzas: --raw FILE"),
+        None => Vec::new(),
     };
     if mix.has(Traffic::Multicast) && addresses.hi as usize >= plan.sessions {
         return usage(format!(
@@ -484,6 +559,7 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         round_robin: args.pick == PickArg::RoundRobin,
         body,
         mix,
+        raw,
         wait,
         addresses: (addresses.lo, addresses.hi),
         multicast_service: args

@@ -65,6 +65,7 @@ phases! {
     Subscribe => "subscribe", "XMPP: --roster all: a session's subscription requests to its contacts' last approval";
     Presence => "presence", "XMPP: initial presence sent to the server's echo of it";
     Send => "send", "XMPP: a stanza written (no server reply to wait for)";
+    Reply => "reply", "XMPP: a --raw IQ written to its result or error";
     Arrival => "arrival", "XMPP: a chat message's send to its arrival at its recipient";
     Multicast => "multicast", "XMPP: a XEP-0033 multicast's send to its arrival at each recipient";
     MulticastLast => "multicast_last", "XMPP: a XEP-0033 multicast's send to its arrival at the last of its recipients";

@@ -22,7 +22,7 @@ pub enum Arrival {
 }
 
 /// What kinds of stanza the ledger tells apart (the index of [`super::Traffic`]).
-pub const KINDS: usize = 3;
+pub const KINDS: usize = 4;
 
 #[derive(Default)]
 struct Inner {

@@ -68,16 +68,24 @@ pub enum Traffic {
     Multicast,
     /// A presence change, which the server broadcasts to the sender's contacts.
     Presence,
+    /// The next stanza of --raw FILE (an IQ is timed to its reply).
+    Raw,
 }
 
 impl Traffic {
-    pub const ALL: [Traffic; 3] = [Traffic::Message, Traffic::Multicast, Traffic::Presence];
+    pub const ALL: [Traffic; 4] = [
+        Traffic::Message,
+        Traffic::Multicast,
+        Traffic::Presence,
+        Traffic::Raw,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Traffic::Message => "message",
             Traffic::Multicast => "multicast",
             Traffic::Presence => "presence",
+            Traffic::Raw => "raw",
         }
     }
 
@@ -86,6 +94,7 @@ impl Traffic {
         match name {
             "multicast" | "c" => Traffic::Multicast,
             "presence" | "p" => Traffic::Presence,
+            "raw" | "r" => Traffic::Raw,
             _ => Traffic::Message,
         }
     }
@@ -96,13 +105,14 @@ impl Traffic {
             Traffic::Message => 'm',
             Traffic::Multicast => 'c',
             Traffic::Presence => 'p',
+            Traffic::Raw => 'r',
         }
     }
 
     /// The phases that time its arrival at each recipient, and at the last one.
     fn phases(self) -> (Phase, Option<Phase>) {
         match self {
-            Traffic::Message => (Phase::Arrival, None),
+            Traffic::Message | Traffic::Raw => (Phase::Arrival, None),
             Traffic::Multicast => (Phase::Multicast, Some(Phase::MulticastLast)),
             Traffic::Presence => (Phase::Broadcast, Some(Phase::BroadcastLast)),
         }
@@ -225,6 +235,8 @@ pub struct Settings {
     pub body: usize,
     /// What the units send.
     pub mix: Mix,
+    /// --raw FILE: stanza templates, taken in turn.
+    pub raw: Vec<String>,
     /// How long sessions keep reading after the last unit for deliveries still on the way.
     pub wait: Duration,
     /// Multicast: recipients per message (drawn from the range), and the service's JID.
@@ -256,7 +268,13 @@ pub struct Session {
     stanza: String,
     /// --roster all: the bare JIDs (lowercase) asked for a subscription and not answered.
     asked: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    /// --raw IQs written and waiting for their reply, by id.
+    replies: Replies,
 }
+
+/// IQs waiting for their reply, by id: the reader hands each reply over.
+type Replies =
+    Arc<std::sync::Mutex<std::collections::HashMap<String, tokio::sync::oneshot::Sender<Element>>>>;
 
 impl Session {
     pub fn new(id: usize, s: Arc<Settings>, rng: SmallRng) -> Session {
@@ -271,6 +289,7 @@ impl Session {
             next_rr: id + 1,
             stanza: String::with_capacity(512),
             asked: Arc::default(),
+            replies: Arc::default(),
         }
     }
 
@@ -341,6 +360,29 @@ impl Session {
                 1
             }
             Traffic::Multicast => self.multicast(seq, t_us),
+            Traffic::Raw => {
+                let s = self.s.clone();
+                let template = &s.raw[seq as usize % s.raw.len()];
+                let to = if template.contains("{to}") {
+                    match self.recipient() {
+                        Some(i) => s.accounts[i % s.accounts.len()].jid.as_str(),
+                        None => return 0,
+                    }
+                } else {
+                    ""
+                };
+                let own = &s.accounts[self.id % s.accounts.len()].jid;
+                let fill = |k: &str, out: &mut String| match k {
+                    "to" => xmpp::escape(to, out),
+                    "from" => xmpp::escape(own, out),
+                    "domain" => xmpp::escape(&s.domain, out),
+                    "id" => out.push_str(&format!("spate-{seq}")),
+                    "seq" => out.push_str(&seq.to_string()),
+                    _ => {}
+                };
+                fill_template(template, &mut self.stanza, fill);
+                1
+            }
             Traffic::Presence => {
                 let others = (0..self.s.sessions)
                     .filter(|&i| i != self.id && self.s.online[i].load(Ordering::Relaxed))
@@ -389,7 +431,76 @@ impl Session {
     }
 }
 
+/// Copies `template` into `out`, each `{name}` replaced by what `fill` writes for it
+/// (an unknown name is kept as it is).
+pub fn fill_template(template: &str, out: &mut String, mut fill: impl FnMut(&str, &mut String)) {
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        match after.find('}') {
+            Some(close) if PLACEHOLDERS.contains(&&after[..close]) => {
+                fill(&after[..close], out);
+                rest = &after[close + 1..];
+            }
+            _ => {
+                out.push('{');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+}
+
+/// The placeholders of a --raw template.
+pub const PLACEHOLDERS: &[&str] = &["to", "from", "domain", "id", "seq"];
+
 impl Session {
+    /// A raw IQ's reply: a result is accepted, an error rejected with its condition;
+    /// none within --timeout fails the unit.
+    async fn reply(
+        &mut self,
+        rx: tokio::sync::oneshot::Receiver<Element>,
+        seq: u64,
+        t: u64,
+        report: &mut UnitReport,
+    ) -> Outcome {
+        match tokio::time::timeout(self.s.endpoint.timeout, rx).await {
+            Ok(Ok(e)) if e.attr("type") == Some("result") => {
+                report.timed(Phase::Reply, t);
+                report.done();
+                Outcome::Accepted
+            }
+            Ok(Ok(e)) => {
+                report.timed(Phase::Reply, t);
+                let cond = e.child("error").map(login::condition).unwrap_or_default();
+                let mut f = login::stated(Phase::Reply, ErrorKind::Permanent, &cond, &e);
+                f.fatal = false;
+                f.record(report);
+                Outcome::Rejected
+            }
+            Ok(Err(_)) => {
+                failure(
+                    Phase::Reply,
+                    ErrorKind::Closed,
+                    "the stream ended before the reply",
+                )
+                .record(report);
+                Outcome::Failed
+            }
+            Err(_) => {
+                if let Ok(mut r) = self.replies.lock() {
+                    r.remove(&format!("spate-{seq}"));
+                }
+                let text = format!("no reply within {:.0?}", self.s.endpoint.timeout);
+                let mut f = failure(Phase::Reply, ErrorKind::Timeout, &text);
+                f.fatal = false;
+                f.record(report);
+                Outcome::Failed
+            }
+        }
+    }
+
     /// --roster all: asks every contact in `jids` for a subscription (one write) and waits
     /// for their approvals (the subscribe phase); the contacts' readers approve.
     async fn subscribe(&mut self, jids: &[String], report: &mut UnitReport) {
@@ -467,6 +578,7 @@ impl Driver for Session {
         Phase::Presence,
         Phase::Subscribe,
         Phase::Send,
+        Phase::Reply,
         Phase::Arrival,
         Phase::Multicast,
         Phase::MulticastLast,
@@ -508,6 +620,7 @@ impl Driver for Session {
                     alive: self.alive.clone(),
                     closing: self.closing.clone(),
                     asked: self.asked.clone(),
+                    replies: self.replies.clone(),
                 };
                 self.reader = Some(tokio::spawn(reader.run(rd, l.framer)));
                 self.writer = Some(writer);
@@ -559,8 +672,20 @@ impl Driver for Session {
             .record(report);
             return Outcome::Failed;
         }
+        // A raw IQ waits for its reply (registered before the write, so the reader
+        // cannot miss it); any other raw stanza is done when written.
+        let reply = (kind == Traffic::Raw && self.stanza.starts_with("<iq")).then(|| {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let id = format!("spate-{seq}");
+            if let Ok(mut r) = self.replies.lock() {
+                r.insert(id, tx);
+            }
+            rx
+        });
         let t = report.start(Phase::Send);
-        self.s.ledger.sending(seq, kind, recipients);
+        if kind != Traffic::Raw {
+            self.s.ledger.sending(seq, kind, recipients);
+        }
         let sent = writer.lock().await.send(self.stanza.as_bytes()).await;
         if let Err(e) = sent {
             self.s.ledger.not_sent(seq);
@@ -569,6 +694,9 @@ impl Driver for Session {
         }
         report.timed(Phase::Send, t);
         report.counters.bytes += self.stanza.len() as u64;
+        if let Some(rx) = reply {
+            return self.reply(rx, seq, t, report).await;
+        }
         report.done();
         Outcome::Accepted
     }
@@ -613,6 +741,7 @@ struct Reader {
     alive: Arc<AtomicBool>,
     closing: Arc<AtomicBool>,
     asked: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    replies: Replies,
 }
 
 impl Reader {
@@ -660,6 +789,14 @@ impl Reader {
         match e.local_name() {
             "presence" if e.attr("type").is_some() => self.subscription(e).await,
             "message" | "presence" => self.delivery(e),
+            "iq" if matches!(e.attr("type"), Some("result" | "error")) => {
+                let waiting = e
+                    .attr("id")
+                    .and_then(|id| self.replies.lock().ok().and_then(|mut r| r.remove(id)));
+                if let Some(tx) = waiting {
+                    let _ = tx.send(e.clone());
+                }
+            }
             "iq" if matches!(e.attr("type"), Some("get" | "set")) => {
                 // A server's ping (XEP-0199) or any request: answer, or it may drop us.
                 let mut reply = String::from("<iq type='result' id='");
