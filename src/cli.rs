@@ -38,7 +38,8 @@ pub enum Command {
     /// XMPP sessions that log in and stay logged in; messages between them timed at
     /// every recipient.
     Xmpp(cmd::xmpp::Args),
-    /// Send a few probe messages and time every phase of each (smtpping's job).
+    /// Time a few probe messages phase by phase: SMTP (smtpping's job), or an XMPP login
+    /// and round trips to oneself.
     Ping(cmd::ping::Args),
     /// Run the embedded mail server (SMTP, submission, LMTP, POP3, IMAP) on loopback.
     ///

@@ -196,12 +196,7 @@ fn accounts(args: &Args) -> anyhow::Result<Vec<Account>> {
     let creds = args.accounts.credentials("log in")?;
     creds
         .into_iter()
-        .map(|(jid, password)| match jid.split_once('@') {
-            Some((l, d)) if !l.is_empty() && !d.is_empty() && !jid.contains('/') => {
-                Ok(Account { jid, password })
-            }
-            _ => usage(format!("{jid}: not a bare JID (local@domain)")),
-        })
+        .map(|(jid, password)| Ok(Account::bare(jid, password)?))
         .collect()
 }
 

@@ -362,12 +362,85 @@ async fn bind(
 }
 
 /// A logged-in session, ready to be split into its reader and writer.
-pub(super) struct LoggedIn {
+pub(crate) struct LoggedIn {
     pub conn: Connection,
     pub framer: Framer,
     /// --roster all: the sessions to subscribe to (not in the roster with subscription
     /// both).
     pub missing: Vec<usize>,
+    /// The full JID the server bound.
+    pub jid: String,
+}
+
+impl LoggedIn {
+    /// The next element on the stream: the stream's end, or a stream error with its
+    /// condition, is a failure of `phase`.
+    pub(crate) async fn element(&mut self, phase: Phase) -> Result<Element, Failure> {
+        element(&mut self.conn, &mut self.framer, phase).await
+    }
+
+    /// `spate ping`: writes `stanza`, a message with id `id` to this session's own JID,
+    /// and waits up to `within` for it to come back. Its round trip in µs, from before
+    /// the first byte written to the last byte read; None when it was not back in time
+    /// (the stream stays usable). A stanza error about it is a failure that is not fatal,
+    /// a broken stream or a stream error a fatal one. Other stanzas are skipped; an IQ
+    /// request (a server's XEP-0199 ping) is answered, or the server may end the stream.
+    pub(crate) async fn echo(
+        &mut self,
+        stanza: &str,
+        id: &str,
+        within: std::time::Duration,
+    ) -> Result<Option<u64>, Failure> {
+        let start = std::time::Instant::now();
+        send(&mut self.conn, Phase::Arrival, stanza).await?;
+        let timeout = self.conn.timeout();
+        let got = loop {
+            let left = within.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                break Ok(None);
+            }
+            self.conn.set_timeout(left);
+            let e = match self.element(Phase::Arrival).await {
+                Ok(e) => e,
+                Err(f) if f.kind == ErrorKind::Timeout => break Ok(None),
+                Err(f) => break Err(f),
+            };
+            match (e.local_name(), e.attr("type")) {
+                ("message", _) if e.attr("id") != Some(id) => {}
+                ("message", Some("error")) => {
+                    let cond = e.child("error").map(condition).unwrap_or_default();
+                    let f = stated(Phase::Arrival, ErrorKind::Permanent, &cond, &e);
+                    break Err(Failure { fatal: false, ..f });
+                }
+                ("message", _) => break Ok(Some(start.elapsed().as_micros() as u64)),
+                ("iq", Some("get" | "set")) => {
+                    let (iq, to) = (e.attr("id").unwrap_or(""), e.attr("from").unwrap_or(""));
+                    let answer = match e.children.first().and_then(|c| c.ns()) {
+                        Some("urn:xmpp:ping") => xmpp::iq_result(iq, to),
+                        _ => xmpp::iq_error(iq, to, "cancel", "service-unavailable"),
+                    };
+                    self.conn.set_timeout(timeout);
+                    send(&mut self.conn, Phase::Arrival, &answer).await?;
+                }
+                _ => {}
+            }
+        };
+        self.conn.set_timeout(timeout);
+        got
+    }
+}
+
+impl Settings {
+    /// [`login`] for callers outside `session::xmpp` (`spate ping`): this module is
+    /// private to it, an inherent method of its public `Settings` is not.
+    pub(crate) async fn login(
+        &self,
+        id: usize,
+        rng: &mut SmallRng,
+        report: &mut UnitReport,
+    ) -> Result<LoggedIn, Failure> {
+        login(self, id, rng, report).await
+    }
 }
 
 /// The whole login of session `id` as phases of `report`.
@@ -419,6 +492,7 @@ pub(super) async fn login(
         conn,
         framer,
         missing,
+        jid,
     })
 }
 

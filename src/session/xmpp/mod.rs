@@ -9,7 +9,7 @@
 //! session is not logged in or its stream broke.
 
 pub mod ledger;
-mod login;
+pub(crate) mod login;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -182,6 +182,20 @@ pub struct Account {
     pub password: String,
 }
 
+impl Account {
+    /// An account whose JID must be bare (local@domain, no resource).
+    pub fn bare(jid: String, password: String) -> Result<Account, crate::UsageError> {
+        match jid.split_once('@') {
+            Some((l, d)) if !l.is_empty() && !d.is_empty() && !jid.contains('/') => {
+                Ok(Account { jid, password })
+            }
+            _ => Err(crate::UsageError(format!(
+                "{jid}: not a bare JID (local@domain)"
+            ))),
+        }
+    }
+}
+
 /// Counts the logins of a run, so that no message goes out before every session has
 /// tried to log in (a message to a session still logging in would be lost, not slow).
 #[derive(Default)]
@@ -251,6 +265,38 @@ pub struct Settings {
     pub ledger: Arc<Ledger>,
     pub recorder: Arc<Recorder>,
     pub clock: Clock,
+}
+
+impl Settings {
+    /// One session's settings, for a probe that logs one account in by itself (`spate
+    /// ping`): no traffic, no roster, no registration.
+    pub fn single(endpoint: Endpoint, domain: String, account: Account, sasl: Sasl) -> Settings {
+        Settings {
+            endpoint,
+            domain,
+            accounts: vec![account],
+            sessions: 1,
+            sasl,
+            roster: RosterMode::Off,
+            register: false,
+            login_rate: None,
+            round_robin: false,
+            body: 0,
+            mix: Mix::only(Traffic::Message),
+            raw: Vec::new(),
+            wait: Duration::ZERO,
+            addresses: (1, 1),
+            multicast_service: String::new(),
+            run_id: String::new(),
+            gate: Gate::default(),
+            finishing: Gate::default(),
+            online: vec![AtomicBool::new(false)],
+            subs_pending: AtomicUsize::new(0),
+            ledger: Arc::new(Ledger::default()),
+            recorder: Arc::new(Recorder::new(1)),
+            clock: Clock::new(),
+        }
+    }
 }
 
 /// One XMPP session.
