@@ -156,3 +156,35 @@ async fn version_names_the_commit() {
         "{line}"
     );
 }
+
+/// `spate serve | head -1`, the reader gone before spate prints: spate ends quietly with
+/// 141 (as `cat` does on SIGPIPE), never with a panic's backtrace.
+#[test]
+fn a_closed_stdout_ends_spate_quietly() {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_spate"))
+        .args(["serve", "--xmpp", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::from(write))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t.elapsed() > std::time::Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("spate serve went on with its stdout closed");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(141), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

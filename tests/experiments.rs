@@ -208,9 +208,10 @@ fn e5_xmpp_fanout_embedded() {
         .spawn()
         .unwrap();
     let mut first = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap());
+    lines.read_line(&mut first).unwrap();
+    // The server goes on printing (its certificate, its store): its stdout stays read.
+    std::thread::spawn(move || std::io::copy(&mut lines, &mut std::io::sink()));
     let server = Served(child);
     let addr = first
         .strip_prefix("spate serve: xmpp")
