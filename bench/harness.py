@@ -96,9 +96,8 @@ def proc_cpu_seconds(pid, with_children=True):
     return total / TICK
 
 
-def tree_cpu_seconds(pid):
-    """CPU of a process plus its live descendants (for servers that fork)."""
-    total = 0.0
+def process_tree(pid):
+    """pid and its live descendants."""
     kids = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -109,14 +108,22 @@ def tree_cpu_seconds(pid):
             kids.setdefault(ppid, []).append(int(d))
         except (OSError, ValueError, IndexError):
             pass
-    todo = [pid]
+    out, todo = [], [pid]
     while todo:
         p = todo.pop()
+        out.append(p)
+        todo.extend(kids.get(p, []))
+    return out
+
+
+def tree_cpu_seconds(pid):
+    """CPU of a process plus its live descendants (for servers that fork)."""
+    total = 0.0
+    for p in process_tree(pid):
         try:
             total += proc_cpu_seconds(p)
         except OSError:
             pass
-        todo.extend(kids.get(p, []))
     return total
 
 

@@ -44,8 +44,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (REPO, RESULTS, TICK, fmt, free_port, loadavg, log, median,  # noqa: E402
-                     wait_listen, wait_quiet)
+from harness import (REPO, RESULTS, fmt, free_port, loadavg, log, median,  # noqa: E402
+                     proc_cpu_seconds, process_tree, wait_listen, wait_quiet)
 
 NOFILE = 20000  # most files one process may open (house rule)
 SAMPLE_S = 0.2  # part 1 sampling interval
@@ -59,38 +59,6 @@ def set_nofile():
         resource.setrlimit(resource.RLIMIT_NOFILE, (NOFILE, NOFILE))
     else:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(NOFILE, hard), min(NOFILE, hard)))
-
-
-def children_map():
-    kids = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            kids.setdefault(ppid, []).append(int(d))
-        except (OSError, ValueError, IndexError):
-            pass
-    return kids
-
-
-def tree(pid):
-    """pid and its live descendants."""
-    kids = children_map()
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(kids.get(p, []))
-    return out
-
-
-def proc_cpu(pid):
-    """utime+stime+cutime+cstime in seconds (waited-for children included)."""
-    with open(f"/proc/{pid}/stat") as f:
-        v = f.read().rsplit(")", 1)[1].split()
-    return sum(int(x) for x in v[11:15]) / TICK
 
 
 def proc_mem(pid):
@@ -108,9 +76,9 @@ def proc_mem(pid):
 def tree_stats(pid):
     """(CPU seconds, sum of VmRSS KiB, largest VmHWM KiB) over a live process tree."""
     cpu = rss = hwm = 0
-    for p in tree(pid):
+    for p in process_tree(pid):
         try:
-            cpu += proc_cpu(p)
+            cpu += proc_cpu_seconds(p)
             r, h = proc_mem(p)
             rss += r
             hwm = max(hwm, h)
@@ -122,7 +90,7 @@ def tree_stats(pid):
 def stop_tree(pid, name, secs=10):
     """SIGTERM every process of the tree (by PID, leaves first), wait bounded, SIGKILL."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        pids = tree(pid)
+        pids = process_tree(pid)
         if not pids:
             return
         for p in reversed(pids):
@@ -694,9 +662,9 @@ def mem_run(spate, mode, k, args, workdir, users_file):
             time.sleep(0.5)
             try:
                 grss, ghwm = proc_mem(gen.pid)
-                gcpu = proc_cpu(gen.pid)
+                gcpu = proc_cpu_seconds(gen.pid)
                 srss, _ = proc_mem(serve.pid)
-                scpu = proc_cpu(serve.pid)
+                scpu = proc_cpu_seconds(serve.pid)
             except (OSError, ValueError, IndexError):
                 break
             n = read_stats(stats).get("sessions", 0)

@@ -8,7 +8,6 @@ use common::{spate, summary};
 use std::path::Path;
 use std::time::Duration;
 
-use serde_json::Value;
 use spate::message::{body_digest, hex, split_message};
 use spate::serve::{self, Config, Running, Users};
 use spate::session::mailbox::fetch::{self as retrieve, Account, MailProto, Watched};
@@ -71,15 +70,6 @@ fn out(b: &Bed, name: &str) -> String {
     b.dir.path().join(name).to_string_lossy().into_owned()
 }
 
-fn phase_count(s: &Value, phase: &str) -> u64 {
-    s["phases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["phase"] == phase)
-        .map_or(0, |p| p["count"].as_u64().unwrap())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pop3_closed_load_with_deletes_leaves_the_predicted_counts() {
     let b = bed(20).await;
@@ -117,11 +107,11 @@ async fn pop3_closed_load_with_deletes_leaves_the_predicted_counts() {
     for p in [
         "connect", "greeting", "auth", "stat", "uidl", "list", "retr", "dele", "logout", "session",
     ] {
-        assert!(phase_count(&s, p) > 0, "no {p} phase: {s}");
+        assert!(common::phase_count(&s, p) > 0, "no {p} phase: {s}");
         assert!(Path::new(&o).join(format!("{p}.hlog")).exists(), "{p}.hlog");
     }
-    assert_eq!(phase_count(&s, "retr"), 100);
-    assert_eq!(phase_count(&s, "dele"), 50);
+    assert_eq!(common::phase_count(&s, "retr"), 100);
+    assert_eq!(common::phase_count(&s, "dele"), 50);
     assert!(!Path::new(&o).join("sent.log").exists());
     // intervals.csv carries the retrieval columns, and they add up.
     let iv = std::fs::read_to_string(Path::new(&o).join("intervals.csv")).unwrap();
@@ -182,12 +172,12 @@ async fn imap_open_load_reads_flags_expunges_and_idles() {
     // 4 messages a visit: 2 read whole, 1 deleted, exactly.
     assert_eq!(t["retrieved"], 20);
     assert_eq!(t["deleted"], 10);
-    assert_eq!(phase_count(&s, "fetch"), 40);
-    assert_eq!(phase_count(&s, "store"), 40 + 10);
+    assert_eq!(common::phase_count(&s, "fetch"), 40);
+    assert_eq!(common::phase_count(&s, "store"), 40 + 10);
     for p in [
         "select", "search", "expunge", "idle", "logout", "response", "lag", "session",
     ] {
-        assert!(phase_count(&s, p) > 0, "no {p} phase: {s}");
+        assert!(common::phase_count(&s, p) > 0, "no {p} phase: {s}");
     }
     assert_eq!(counts(&b.server).iter().sum::<usize>(), USERS * 20 - 10);
     // Every fetched message is now \Seen.
@@ -237,9 +227,9 @@ async fn tls_modes_and_a_pop3_imap_mix() {
     assert_eq!(s["protocol"], "pop3+imap");
     assert_eq!(s["totals"]["accepted"], 10, "{s}");
     assert_eq!(s["totals"]["tls_connections"], 10);
-    assert_eq!(phase_count(&s, "select"), 3);
-    assert_eq!(phase_count(&s, "stat"), 7);
-    assert_eq!(phase_count(&s, "starttls"), 10);
+    assert_eq!(common::phase_count(&s, "select"), 3);
+    assert_eq!(common::phase_count(&s, "stat"), 7);
+    assert_eq!(common::phase_count(&s, "starttls"), 10);
 
     let o = out(&b, "pop3s");
     let r = spate(&[
@@ -260,7 +250,7 @@ async fn tls_modes_and_a_pop3_imap_mix() {
     assert!(r.ok, "{}\n{}", r.stdout, r.stderr);
     let s = summary(Path::new(&o));
     assert_eq!(s["totals"]["accepted"], 3, "{s}");
-    assert_eq!(phase_count(&s, "tls"), 3);
+    assert_eq!(common::phase_count(&s, "tls"), 3);
     b.server.shutdown().await;
 }
 

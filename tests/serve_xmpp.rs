@@ -73,15 +73,6 @@ async fn load(args: &[&str], password: &str, out: &Path) -> serde_json::Value {
     common::summary(out)
 }
 
-fn phase_count(s: &serde_json::Value, name: &str) -> u64 {
-    s["phases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["phase"] == name)
-        .map_or(0, |p| p["count"].as_u64().unwrap())
-}
-
 fn delta(after: &XmppCounts, before: &XmppCounts) -> [u64; 5] {
     [
         after.message_deliveries - before.message_deliveries,
@@ -130,7 +121,7 @@ async fn spate_xmpp_logs_in_with_each_mechanism_and_reconciles_exactly() {
         assert_eq!(t["duplicates"], 0, "{sasl}: {t}");
         assert_eq!(s["extra"]["xmpp"]["missing"], 0, "{sasl}: {}", s["extra"]);
         for p in ["starttls", "auth", "bind", "roster", "presence"] {
-            assert_eq!(phase_count(&s, p), 10, "{sasl}: phase {p}");
+            assert_eq!(common::phase_count(&s, p), 10, "{sasl}: phase {p}");
         }
         let after = settled(&running).await;
         // 200 messages, one copy each. Presence: each initial presence reaches the
@@ -219,7 +210,7 @@ async fn a_traffic_mix_sends_each_kind_at_its_share_and_reconciles_per_kind() {
         ("broadcast", 360),
         ("broadcast_last", 40),
     ] {
-        assert_eq!(phase_count(&s, phase), n, "{phase}");
+        assert_eq!(common::phase_count(&s, phase), n, "{phase}");
     }
     let after = settled(&running).await;
     // The server's own count: 200 + 120 message copies; 40 changes to all 10 available
@@ -271,7 +262,7 @@ async fn raw_stanzas_are_filled_in_and_iqs_timed_to_their_reply() {
         (Some(30), Some(10)),
         "{t}"
     );
-    assert_eq!(phase_count(&s, "reply"), 30);
+    assert_eq!(common::phase_count(&s, "reply"), 30);
     let errors = s["errors"].to_string();
     assert!(errors.contains("service-unavailable"), "{errors}");
     let after = settled(&running).await;

@@ -49,14 +49,7 @@ fn check(s: &serde_json::Value, mechanism_phase: bool) {
     assert_eq!(t["delivered"], 300, "{t}");
     assert_eq!(t["duplicates"], 0, "{t}");
     assert_eq!(s["extra"]["xmpp"]["missing"], 0, "{}", s["extra"]["xmpp"]);
-    let count = |name: &str| {
-        s["phases"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["phase"] == name)
-            .map_or(0, |p| p["count"].as_u64().unwrap())
-    };
+    let count = |name: &str| common::phase_count(s, name);
     for p in ["connect", "starttls", "tls", "bind", "roster", "presence"] {
         assert_eq!(count(p), 10, "{p}: {}", s["phases"]);
     }
@@ -166,12 +159,7 @@ fn run_against(server: &str) {
         } else {
             "multicast_last"
         };
-        let fanout = s["phases"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["phase"] == last)
-            .map_or(0, |p| p["count"].as_u64().unwrap());
+        let fanout = common::phase_count(&s, last);
         assert_eq!(fanout, 300, "{traffic}");
     }
 }
@@ -249,13 +237,7 @@ fn roster_all(server: &str) {
     assert_eq!(r["full_already"], 0, "{r}");
     assert!(r["how"].as_str().unwrap().starts_with("pairwise"), "{r}");
     assert_eq!(s["extra"]["xmpp"]["presence"]["delivered"], 16 * 7, "{s}");
-    let subscribe = s["phases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["phase"] == "subscribe")
-        .map_or(0, |p| p["count"].as_u64().unwrap());
-    assert_eq!(subscribe, 8, "{stdout}");
+    assert_eq!(common::phase_count(&s, "subscribe"), 8, "{stdout}");
     let (code, stdout, s) = spate("second", &["--roster", "all"]);
     assert_eq!(code, Some(0), "{stdout}");
     let r = &s["extra"]["xmpp"]["roster"];

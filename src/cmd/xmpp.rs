@@ -477,7 +477,7 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     if login_rate == Some(0.0) {
         return usage("--login-rate must be more than 0");
     }
-    let body = crate::units::parse_size(&args.size)? as usize;
+    let body = crate::session::xmpp::body_element(crate::units::parse_size(&args.size)? as usize);
     let addresses = crate::units::parse_count_range(&args.addresses)?;
     if addresses.lo == 0 {
         return usage("--addresses: a multicast needs at least 1 recipient");

@@ -133,10 +133,8 @@ fn slopes(sc: &Scenario, header: &[String], rows: &[Vec<String>]) -> Option<serd
         .map(|r| r[0].parse::<f64>().ok())
         .collect::<Option<_>>()?;
     let mut found = serde_json::Map::new();
-    for (i, title) in header.iter().enumerate().skip(1) {
-        if i + 1 == header.len() {
-            break; // the exit column
-        }
+    // Every report column: not the variable's own (the first), nor the exit (the last).
+    for (i, title) in header.iter().enumerate().take(header.len() - 1).skip(1) {
         let pts: Vec<(f64, f64)> = xs
             .iter()
             .zip(rows)

@@ -13,6 +13,16 @@ pub async fn spate(args: &[&str]) -> Output {
     run_tool(SPATE, args, Duration::from_secs(120)).await
 }
 
+/// How many samples a summary's phase `name` has (0 when it has none).
+pub fn phase_count(s: &serde_json::Value, name: &str) -> u64 {
+    s["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["phase"] == name)
+        .map_or(0, |p| p["count"].as_u64().unwrap())
+}
+
 /// A results directory's summary.json.
 pub fn summary(dir: &std::path::Path) -> serde_json::Value {
     let text = std::fs::read_to_string(dir.join("summary.json")).expect("summary.json");

@@ -171,7 +171,7 @@ pub(super) async fn run(a: &Args, wait: Duration) -> anyhow::Result<ExitCode> {
     let mut report = UnitReport::new(s.clock);
     let t = report.now();
     let login = tokio::select! {
-        l = s.login(0, &mut rng, &mut report) => l,
+        l = crate::session::xmpp::login::login(&s, 0, &mut rng, &mut report) => l,
         sig = signals.recv() => return Ok(ExitCode::from(sig.exit_code())),
     };
     let took = Duration::from_micros(report.now().saturating_sub(t));

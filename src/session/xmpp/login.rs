@@ -430,21 +430,8 @@ impl LoggedIn {
     }
 }
 
-impl Settings {
-    /// [`login`] for callers outside `session::xmpp` (`spate ping`): this module is
-    /// private to it, an inherent method of its public `Settings` is not.
-    pub(crate) async fn login(
-        &self,
-        id: usize,
-        rng: &mut SmallRng,
-        report: &mut UnitReport,
-    ) -> Result<LoggedIn, Failure> {
-        login(self, id, rng, report).await
-    }
-}
-
 /// The whole login of session `id` as phases of `report`.
-pub(super) async fn login(
+pub(crate) async fn login(
     s: &Settings,
     id: usize,
     rng: &mut SmallRng,

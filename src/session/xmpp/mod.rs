@@ -245,8 +245,8 @@ pub struct Settings {
     pub login_rate: Option<f64>,
     /// Recipients in turn (the next session's) rather than at random.
     pub round_robin: bool,
-    /// Size of a message body, in bytes.
-    pub body: usize,
+    /// A message's `<body>` element (of --size bytes), built once.
+    pub body: String,
     /// What the units send.
     pub mix: Mix,
     /// --raw FILE: stanza templates, taken in turn.
@@ -281,7 +281,7 @@ impl Settings {
             register: false,
             login_rate: None,
             round_robin: false,
-            body: 0,
+            body: String::new(),
             mix: Mix::only(Traffic::Message),
             raw: Vec::new(),
             wait: Duration::ZERO,
@@ -382,10 +382,9 @@ impl Session {
         );
     }
 
-    fn body(&mut self) {
-        self.stanza.push_str("<body>");
-        self.stanza.extend(std::iter::repeat_n('x', self.s.body));
-        self.stanza.push_str("</body>");
+    /// The JID of session `i`.
+    fn jid(&self, i: usize) -> &str {
+        &self.s.accounts[i % self.s.accounts.len()].jid
     }
 
     /// Builds unit `seq`'s stanza; returns how many recipients it is for (0: none can
@@ -395,38 +394,38 @@ impl Session {
         match kind {
             Traffic::Message => {
                 let Some(to) = self.recipient() else { return 0 };
-                let s = self.s.clone();
-                let to = &s.accounts[to % s.accounts.len()].jid;
-                self.stanza.push_str("<message type='chat' to='");
-                xmpp::escape(to, &mut self.stanza);
-                self.stanza.push_str("'>");
-                self.body();
+                let s = &*self.s;
+                let out = &mut self.stanza;
+                out.push_str("<message type='chat' to='");
+                xmpp::escape(&s.accounts[to % s.accounts.len()].jid, out);
+                out.push_str("'>");
+                out.push_str(&s.body);
                 self.stamp(kind, seq, t_us);
                 self.stanza.push_str("</message>");
                 1
             }
             Traffic::Multicast => self.multicast(seq, t_us),
             Traffic::Raw => {
-                let s = self.s.clone();
-                let template = &s.raw[seq as usize % s.raw.len()];
-                let to = if template.contains("{to}") {
-                    match self.recipient() {
-                        Some(i) => s.accounts[i % s.accounts.len()].jid.as_str(),
-                        None => return 0,
-                    }
+                let template = seq as usize % self.s.raw.len();
+                let to = if self.s.raw[template].contains("{to}") {
+                    let Some(i) = self.recipient() else { return 0 };
+                    Some(i)
                 } else {
-                    ""
+                    None
                 };
-                let own = &s.accounts[self.id % s.accounts.len()].jid;
-                let fill = |k: &str, out: &mut String| match k {
-                    "to" => xmpp::escape(to, out),
-                    "from" => xmpp::escape(own, out),
-                    "domain" => xmpp::escape(&s.domain, out),
-                    "id" => out.push_str(&format!("spate-{seq}")),
-                    "seq" => out.push_str(&seq.to_string()),
+                let mut out = std::mem::take(&mut self.stanza);
+                fill_template(&self.s.raw[template], &mut out, |k, out| match k {
+                    "to" => xmpp::escape(to.map_or("", |i| self.jid(i)), out),
+                    "from" => xmpp::escape(self.jid(self.id), out),
+                    "domain" => xmpp::escape(&self.s.domain, out),
+                    "id" => out.push_str(&raw_id(seq)),
+                    "seq" => {
+                        use std::fmt::Write as _;
+                        let _ = write!(out, "{seq}");
+                    }
                     _ => {}
-                };
-                fill_template(template, &mut self.stanza, fill);
+                });
+                self.stanza = out;
                 1
             }
             Traffic::Presence => {
@@ -441,40 +440,57 @@ impl Session {
         }
     }
 
-    /// A XEP-0033 message to distinct logged-in sessions other than this one.
+    /// A XEP-0033 message to distinct logged-in sessions other than this one, addressed
+    /// as they are picked.
     fn multicast(&mut self, seq: u64, t_us: u64) -> u32 {
-        let s = self.s.clone();
-        let (lo, hi) = s.addresses;
+        let (lo, hi) = self.s.addresses;
         let want = if hi > lo {
             self.rng.random_range(lo..=hi)
         } else {
             lo
-        } as usize;
-        let n = s.sessions;
+        };
+        let n = self.s.sessions;
         let start = self.rng.random_range(0..n);
-        let picked: Vec<usize> = (0..n)
-            .map(|k| (start + k) % n)
-            .filter(|&i| i != self.id && s.online[i].load(Ordering::Relaxed))
-            .take(want)
-            .collect();
-        if picked.is_empty() {
+        let s = &*self.s;
+        let out = &mut self.stanza;
+        out.push_str("<message to='");
+        xmpp::escape(&s.multicast_service, out);
+        out.push_str("'><addresses xmlns='http://jabber.org/protocol/address'>");
+        let mut picked = 0;
+        for i in (0..n).map(|k| (start + k) % n) {
+            if picked == want {
+                break;
+            }
+            if i != self.id && s.online[i].load(Ordering::Relaxed) {
+                out.push_str("<address type='to' jid='");
+                xmpp::escape(&s.accounts[i % s.accounts.len()].jid, out);
+                out.push_str("'/>");
+                picked += 1;
+            }
+        }
+        if picked == 0 {
             return 0;
         }
-        self.stanza.push_str("<message to='");
-        xmpp::escape(&s.multicast_service, &mut self.stanza);
-        self.stanza
-            .push_str("'><addresses xmlns='http://jabber.org/protocol/address'>");
-        for i in &picked {
-            self.stanza.push_str("<address type='to' jid='");
-            xmpp::escape(&s.accounts[i % s.accounts.len()].jid, &mut self.stanza);
-            self.stanza.push_str("'/>");
-        }
-        self.stanza.push_str("</addresses>");
-        self.body();
+        out.push_str("</addresses>");
+        out.push_str(&s.body);
         self.stamp(Traffic::Multicast, seq, t_us);
         self.stanza.push_str("</message>");
-        picked.len() as u32
+        picked
     }
+}
+
+/// The id of raw stanza `seq` (its `{id}`, and the key its IQ reply is matched by).
+fn raw_id(seq: u64) -> String {
+    format!("spate-{seq}")
+}
+
+/// A message's `<body>` of `size` bytes, built once for the run.
+pub fn body_element(size: usize) -> String {
+    let mut b = String::with_capacity(size + 13);
+    b.push_str("<body>");
+    b.extend(std::iter::repeat_n('x', size));
+    b.push_str("</body>");
+    b
 }
 
 /// Copies `template` into `out`, each `{name}` replaced by what `fill` writes for it
@@ -536,7 +552,7 @@ impl Session {
             }
             Err(_) => {
                 if let Ok(mut r) = self.replies.lock() {
-                    r.remove(&format!("spate-{seq}"));
+                    r.remove(&raw_id(seq));
                 }
                 let text = format!("no reply within {:.0?}", self.s.endpoint.timeout);
                 let mut f = failure(Phase::Reply, ErrorKind::Timeout, &text);
@@ -722,7 +738,7 @@ impl Driver for Session {
         // cannot miss it); any other raw stanza is done when written.
         let reply = (kind == Traffic::Raw && self.stanza.starts_with("<iq")).then(|| {
             let (tx, rx) = tokio::sync::oneshot::channel();
-            let id = format!("spate-{seq}");
+            let id = raw_id(seq);
             if let Ok(mut r) = self.replies.lock() {
                 r.insert(id, tx);
             }
