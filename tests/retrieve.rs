@@ -114,19 +114,19 @@ async fn pop3_closed_load_with_deletes_leaves_the_predicted_counts() {
     assert_eq!(common::phase_count(&s, "dele"), 50);
     assert!(!Path::new(&o).join("sent.log").exists());
     // intervals.csv carries the retrieval columns, and they add up.
+    let sums = common::column_sums(Path::new(&o), &["retrieved", "deleted"]);
+    let (retrieved, deleted) = (sums[0], sums[1]);
+    // A visit has no SMTP transaction: no figure, rather than a 0 that reads as one.
     let iv = std::fs::read_to_string(Path::new(&o).join("intervals.csv")).unwrap();
-    let mut lines = iv.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
-    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
-    let (rc, dc) = (col("retrieved"), col("deleted"));
-    let tx = col("transaction_p50_us");
-    let (mut retrieved, mut deleted) = (0u64, 0u64);
-    for l in lines {
-        let f: Vec<&str> = l.split(',').collect();
-        retrieved += f[rc].parse::<u64>().unwrap();
-        deleted += f[dc].parse::<u64>().unwrap();
-        // A visit has no SMTP transaction: no figure, rather than a 0 that reads as one.
-        assert_eq!(f[tx], "", "{l}");
+    let tx = iv
+        .lines()
+        .next()
+        .unwrap()
+        .split(',')
+        .position(|h| h == "transaction_p50_us")
+        .unwrap();
+    for l in iv.lines().skip(1) {
+        assert_eq!(l.split(',').nth(tx), Some(""), "{l}");
     }
     assert_eq!((retrieved, deleted), (100, 50));
     b.server.shutdown().await;

@@ -891,3 +891,151 @@ async fn the_test_beds_python_probe_passes_against_the_embedded_server() {
     assert_eq!(running.stats.xmpp().multicasts, 1);
     running.shutdown().await;
 }
+
+/// A server that ends streams (a stream error on 3 % of stanzas): every session logs in
+/// again at its next unit, and the counts reconcile with the server's own: each stream
+/// error it sent is one spate saw, each reconnection one more connection and login, and
+/// intervals.csv's per-second columns add up to the totals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ended_streams_are_logged_in_again_and_every_stream_error_is_counted() {
+    use spate::serve::faults::{self, FaultKind, FaultPoint};
+    let running = start_with(None, &[DOMAIN], |c| {
+        c.faults
+            .fails
+            .push(faults::parse_fail("xmpp-stanza:500:0.03").unwrap());
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let addr = running.addrs.xmpp.unwrap().to_string();
+    let args: Vec<String> = [
+        "xmpp",
+        &addr,
+        "--user-pattern",
+        "user{0..4}@example.test",
+        "--users",
+        "5",
+        "-n",
+        "400",
+        "--rate",
+        "200/s",
+        "--wait",
+        "2s",
+        "-q",
+        "-o",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([out.to_string_lossy().into_owned()])
+    .collect();
+    let env = vec![("SPATE_PASSWORD".to_string(), "pw".to_string())];
+    let o = run_tool_env(SPATE, args, env, Duration::from_secs(120)).await;
+    // Messages on their way to a session the server just ended are missing: exit 1.
+    assert!(matches!(o.code, Some(0 | 1)), "{o:?}");
+    let x = settled(&running).await;
+    let s = common::summary(&out);
+    let t = &s["totals"];
+    let ended = running
+        .stats
+        .faults(FaultPoint::XmppStanza, FaultKind::Fail);
+    assert!(
+        ended >= 2,
+        "too few faults drawn to test anything: {ended}\n{}\n{o:?}",
+        s["totals"]
+    );
+    let stream_errors: u64 = s["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "stream-error")
+        .map(|e| e["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(stream_errors, ended, "{}", s["errors"]);
+    let reconnections = t["reconnections"].as_u64().unwrap();
+    assert!(reconnections >= 1, "{t}");
+    assert_eq!(
+        common::phase_count(&s, "connect"),
+        5 + reconnections,
+        "one connection per login"
+    );
+    // The server also saw the preflight's connection (is anything listening?).
+    assert_eq!(
+        running.stats.connections(spate::serve::Listener::Xmpp),
+        1 + 5 + reconnections
+    );
+    assert_eq!(x.sessions_total, common::phase_count(&s, "bind"));
+    // Sessions came back: far more than the units before the first fault went out.
+    assert_eq!(t["attempted"], 400, "{t}");
+    assert!(
+        t["accepted"].as_u64().unwrap() >= 350,
+        "{t}\n{}",
+        s["errors"]
+    );
+    assert_eq!(t["stanzas_out"], t["accepted"], "{t}");
+    assert!(
+        t["stanzas_in"].as_u64().unwrap() >= t["delivered"].as_u64().unwrap(),
+        "{t}"
+    );
+    let sums = common::column_sums(
+        &out,
+        &[
+            "stanzas_in",
+            "stanzas_out",
+            "reconnections",
+            "stream_errors",
+            "sasl_failures",
+        ],
+    );
+    assert_eq!(
+        sums,
+        [
+            t["stanzas_in"].as_u64().unwrap(),
+            t["stanzas_out"].as_u64().unwrap(),
+            reconnections,
+            ended,
+            0
+        ]
+    );
+    running.shutdown().await;
+}
+
+/// A wrong password: each session's SASL failure is counted by its condition, in the
+/// errors, intervals.csv's sasl_failures column and the text summary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sasl_failures_are_counted_by_condition() {
+    let users: String = (0..4)
+        .map(|i| format!("user{i}@{DOMAIN} right\n"))
+        .collect();
+    let running = start(Some(&users), &[DOMAIN]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let addr = running.addrs.xmpp.unwrap().to_string();
+    let args: Vec<String> = [
+        "xmpp",
+        &addr,
+        "--user-pattern",
+        "user{0..3}@example.test",
+        "--users",
+        "4",
+        "-n",
+        "8",
+        "--sasl",
+        "plain",
+        "-o",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([out.to_string_lossy().into_owned()])
+    .collect();
+    let env = vec![("SPATE_PASSWORD".to_string(), "wrong".to_string())];
+    let o = run_tool_env(SPATE, args, env, Duration::from_secs(60)).await;
+    assert_eq!(o.code, Some(1), "{o:?}");
+    assert!(
+        o.stdout.contains("SASL failures 4 (not-authorized 4)"),
+        "{}",
+        o.stdout
+    );
+    assert_eq!(common::column_sums(&out, &["sasl_failures"]), [4]);
+    assert_eq!(running.stats.snapshot().auth_failures, 4);
+    running.shutdown().await;
+}

@@ -62,6 +62,14 @@ pub struct Counters {
     pub delivered: u64,
     #[serde(default)]
     pub duplicates: u64,
+    /// XMPP: stanzas read and written once logged in (messages, presences, IQs; not the
+    /// login's negotiation), and logins made again after the server ended a live stream.
+    #[serde(default)]
+    pub stanzas_in: u64,
+    #[serde(default)]
+    pub stanzas_out: u64,
+    #[serde(default)]
+    pub reconnections: u64,
 }
 
 impl Counters {
@@ -84,6 +92,9 @@ impl Counters {
         self.deleted += o.deleted;
         self.delivered += o.delivered;
         self.duplicates += o.duplicates;
+        self.stanzas_in += o.stanzas_in;
+        self.stanzas_out += o.stanzas_out;
+        self.reconnections += o.reconnections;
     }
 
     pub fn reconciles(&self) -> bool {
@@ -121,6 +132,10 @@ pub enum ErrorKind {
     ClientCertificate,
     /// The unit was still running when the run ended.
     Unfinished,
+    /// XMPP: a SASL `<failure/>` (its condition is the error's text).
+    Sasl,
+    /// XMPP: a stream error (`<stream:error/>`), which ends the stream.
+    Stream,
 }
 
 impl ErrorKind {
@@ -139,6 +154,8 @@ impl ErrorKind {
             ErrorKind::Bad => "BAD",
             ErrorKind::ClientCertificate => "tls-client-cert",
             ErrorKind::Unfinished => "unfinished",
+            ErrorKind::Sasl => "sasl",
+            ErrorKind::Stream => "stream-error",
         }
     }
 }

@@ -230,6 +230,14 @@ fn throughput(b: &mut String, run: &Run) {
             }
         }
     }
+    let mut stanzas = Chart::time("Stanzas in and out", "stanzas per second");
+    for col in ["stanzas_in", "stanzas_out", "reconnections"] {
+        if let Some(pts) = run.rate(col) {
+            if pts.iter().any(|p| p.1 > 0.0) {
+                stanzas.push(Series::line(col, pts));
+            }
+        }
+    }
     let mut data = Chart::time("Data rate", "KiB per second");
     if let Some(pts) = run.rate("bytes") {
         data.push(Series::line(
@@ -254,8 +262,10 @@ fn throughput(b: &mut String, run: &Run) {
     }
     b.push_str("<h2>Throughput</h2>\n");
     let mut list = vec![rate];
-    if messages.has_data() {
-        list.push(messages);
+    for c in [messages, stanzas] {
+        if c.has_data() {
+            list.push(c);
+        }
     }
     list.extend([data, active, conns]);
     charts(b, &list);

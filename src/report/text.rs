@@ -86,6 +86,18 @@ fn headline(o: &mut String, s: &Summary, retrieval: bool) {
             c.tls_connections,
             c.connect_failures
         );
+        let per_s = |n: u64| n as f64 / s.elapsed_s.max(1e-3);
+        let _ = writeln!(
+            o,
+            "  stanzas in {} ({:.1}/s)  out {} ({:.1}/s)  reconnections {}{}{}",
+            c.stanzas_in,
+            per_s(c.stanzas_in),
+            c.stanzas_out,
+            per_s(c.stanzas_out),
+            c.reconnections,
+            by_condition(s, "sasl", "SASL failures"),
+            by_condition(s, "stream-error", "stream errors"),
+        );
     } else {
         let _ = writeln!(
             o,
@@ -101,6 +113,21 @@ fn headline(o: &mut String, s: &Summary, retrieval: bool) {
             c.connect_failures
         );
     }
+}
+
+/// `  LABEL N (condition n, ...)` for the errors of one kind, or nothing when there are none.
+fn by_condition(s: &Summary, kind: &str, label: &str) -> String {
+    // The same condition can end streams in several phases: one count per condition.
+    let mut by = std::collections::BTreeMap::<&str, u64>::new();
+    for e in s.errors.iter().filter(|e| e.kind == kind) {
+        *by.entry(e.text.as_str()).or_default() += e.count;
+    }
+    if by.is_empty() {
+        return String::new();
+    }
+    let total: u64 = by.values().sum();
+    let each: Vec<String> = by.iter().map(|(t, n)| format!("{t} {n}")).collect();
+    format!("  {label} {total} ({})", each.join(", "))
 }
 
 /// The latency table, one row per protocol phase.

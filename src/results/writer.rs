@@ -13,7 +13,7 @@ use hdrhistogram::serialization::{Serializer, V2DeflateSerializer};
 use hdrhistogram::Histogram;
 
 use super::summary::Summary;
-use crate::metrics::{Counters, Phase, Shard};
+use crate::metrics::{Counters, ErrorKind, Phase, Shard};
 
 /// What the sent log needs to name a message's addresses: the run's address pools.
 pub trait AddressBook: Send + Sync {
@@ -135,7 +135,8 @@ impl Writer {
             "t_s,time,attempted,accepted,rejected,failed,rcpt_accepted,rcpt_rejected,bytes,\
              connections,tls_connections,connect_failures,late,dropped,active,errors,\
              response_p50_us,response_p99_us,transaction_p50_us,transaction_p99_us,transaction_max_us,\
-             retrieved,retrieved_bytes,deleted,unfinished,delivered,duplicates"
+             retrieved,retrieved_bytes,deleted,unfinished,delivered,duplicates,\
+             stanzas_in,stanzas_out,reconnections,sasl_failures,stream_errors"
         )?;
         let mut postal = create(dir, "postal.csv")?;
         writeln!(
@@ -184,9 +185,16 @@ impl Writer {
                 .map_or(String::new(), |h| h.value_at_quantile(q).to_string())
         };
         let errors: u64 = iv.errors.values().map(|e| e.count).sum();
+        let of_kind = |kind: ErrorKind| -> u64 {
+            iv.errors
+                .iter()
+                .filter(|(k, _)| k.kind == kind)
+                .map(|(_, e)| e.count)
+                .sum()
+        };
         writeln!(
             self.intervals,
-            "{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             t0_s + len_s,
             rfc3339(wall),
             c.attempted,
@@ -216,6 +224,11 @@ impl Writer {
             c.unfinished,
             c.delivered,
             c.duplicates,
+            c.stanzas_in,
+            c.stanzas_out,
+            c.reconnections,
+            of_kind(ErrorKind::Sasl),
+            of_kind(ErrorKind::Stream),
         )?;
 
         for &phase in Phase::ALL {

@@ -29,6 +29,32 @@ pub fn summary(dir: &std::path::Path) -> serde_json::Value {
     serde_json::from_str(&text).expect("valid JSON")
 }
 
+/// The sums of counter columns of a results directory's intervals.csv, in the order asked.
+pub fn column_sums(dir: &std::path::Path, cols: &[&str]) -> Vec<u64> {
+    let text = std::fs::read_to_string(dir.join("intervals.csv")).expect("intervals.csv");
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().expect("a header").split(',').collect();
+    let at: Vec<usize> = cols
+        .iter()
+        .map(|c| {
+            header
+                .iter()
+                .position(|h| h == c)
+                .unwrap_or_else(|| panic!("no column {c}"))
+        })
+        .collect();
+    let mut sums = vec![0u64; cols.len()];
+    for l in lines {
+        let f: Vec<&str> = l.split(',').collect();
+        for (sum, &i) in sums.iter_mut().zip(&at) {
+            *sum += f[i]
+                .parse::<u64>()
+                .unwrap_or_else(|_| panic!("not a count in {l}"));
+        }
+    }
+    sums
+}
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
@@ -67,6 +93,7 @@ pub fn have(tool: &str) -> bool {
     found
 }
 
+#[derive(Debug)]
 pub struct Output {
     pub ok: bool,
     /// The exit code; None when killed (by a signal or the time limit).

@@ -80,7 +80,7 @@ pub(super) async fn read(
         Some(Frame::Element) => {
             let e = Element::parse(bytes).map_err(|e| breach(phase, e.to_string()))?;
             if e.local_name() == "error" && e.name.contains(':') {
-                return Err(stated(phase, ErrorKind::Protocol, &condition(&e), &e));
+                return Err(stated(phase, ErrorKind::Stream, &condition(&e), &e));
             }
             Ok(Got::Element(e))
         }
@@ -259,14 +259,7 @@ async fn authenticate(
                 report.timed(Phase::Auth, t);
                 return Ok(());
             }
-            ("failure", _) => {
-                return Err(stated(
-                    Phase::Auth,
-                    ErrorKind::Permanent,
-                    &condition(&e),
-                    &e,
-                ))
-            }
+            ("failure", _) => return Err(stated(Phase::Auth, ErrorKind::Sasl, &condition(&e), &e)),
             (other, _) => return Err(breach(Phase::Auth, format!("unexpected <{other}> in SASL"))),
         }
     }

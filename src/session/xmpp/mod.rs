@@ -316,6 +316,9 @@ pub struct Session {
     asked: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
     /// --raw IQs written and waiting for their reply, by id.
     replies: Replies,
+    /// After a failed login again: no new try before this time, and the back-off that
+    /// set it (see [`Session::reconnect`]).
+    retry: Option<(tokio::time::Instant, Duration)>,
 }
 
 /// IQs waiting for their reply, by id: the reader hands each reply over.
@@ -336,6 +339,60 @@ impl Session {
             stanza: String::with_capacity(512),
             asked: Arc::default(),
             replies: Arc::default(),
+            retry: None,
+        }
+    }
+
+    /// Puts a logged-in stream to work: its reader task, and its writer for the units.
+    fn online(&mut self, l: login::LoggedIn) {
+        let (rd, wr) = l.conn.split();
+        let writer = Arc::new(Mutex::new(wr));
+        self.alive.store(true, Ordering::SeqCst);
+        self.s.online[self.id].store(true, Ordering::SeqCst);
+        let reader = Reader {
+            id: self.id,
+            s: self.s.clone(),
+            writer: writer.clone(),
+            alive: self.alive.clone(),
+            closing: self.closing.clone(),
+            asked: self.asked.clone(),
+            replies: self.replies.clone(),
+        };
+        self.reader = Some(tokio::spawn(reader.run(rd, l.framer)));
+        self.writer = Some(writer);
+    }
+
+    /// The server ended this session's live stream: logs in again at once, as a client
+    /// would; after a failed login, only once a back-off has passed (100 ms, doubling up
+    /// to 30 s), so that a server refusing logins is not hammered with them. The login's
+    /// phases and errors are this unit's; a reconnection is counted when it is tried.
+    /// `None` when the back-off has not passed yet.
+    async fn reconnect(&mut self, report: &mut UnitReport) -> Option<bool> {
+        let now = tokio::time::Instant::now();
+        if self.retry.is_some_and(|(at, _)| now < at) {
+            return None;
+        }
+        if let Some(r) = self.reader.take() {
+            // Already ended (that is how the stream was found dead).
+            r.abort();
+        }
+        report.counters.reconnections += 1;
+        match login::login(&self.s, self.id, &mut self.rng, report).await {
+            Ok(l) => {
+                // The roster lives on the server: a --roster all run subscribed already.
+                self.online(l);
+                self.retry = None;
+                Some(true)
+            }
+            Err(f) => {
+                // The dead writer stays, so that a later unit tries again.
+                f.record(report);
+                let backoff = self.retry.map_or(Duration::from_millis(100), |(_, b)| {
+                    (b * 2).min(Duration::from_secs(30))
+                });
+                self.retry = Some((tokio::time::Instant::now() + backoff, backoff));
+                Some(false)
+            }
         }
     }
 
@@ -580,6 +637,7 @@ impl Session {
             Failure::transport(Phase::Subscribe, e).record(report);
             return;
         }
+        report.counters.stanzas_out += jids.len() as u64;
         let until = tokio::time::Instant::now() + self.s.endpoint.timeout * 4;
         let left = || self.asked.lock().map_or(0, |a| a.len());
         while left() > 0 && tokio::time::Instant::now() < until {
@@ -671,21 +729,7 @@ impl Driver for Session {
                         .unwrap_or_else(|p| p.into_inner())
                         .extend(subscribe.iter().cloned());
                 }
-                let (rd, wr) = l.conn.split();
-                let writer = Arc::new(Mutex::new(wr));
-                self.alive.store(true, Ordering::SeqCst);
-                self.s.online[self.id].store(true, Ordering::SeqCst);
-                let reader = Reader {
-                    id: self.id,
-                    s: self.s.clone(),
-                    writer: writer.clone(),
-                    alive: self.alive.clone(),
-                    closing: self.closing.clone(),
-                    asked: self.asked.clone(),
-                    replies: self.replies.clone(),
-                };
-                self.reader = Some(tokio::spawn(reader.run(rd, l.framer)));
-                self.writer = Some(writer);
+                self.online(l);
             }
             Err(f) => f.record(report),
         }
@@ -711,6 +755,11 @@ impl Driver for Session {
     }
 
     async fn run_one(&mut self, seq: u64, report: &mut UnitReport) -> Outcome {
+        let lost = self.writer.is_some() && !self.alive.load(Ordering::SeqCst);
+        if lost && self.reconnect(report).await == Some(false) {
+            // The login failed: its error is this unit's.
+            return Outcome::Failed;
+        }
         let Some(writer) = self
             .writer
             .clone()
@@ -756,6 +805,7 @@ impl Driver for Session {
         }
         report.timed(Phase::Send, t);
         report.counters.bytes += self.stanza.len() as u64;
+        report.counters.stanzas_out += 1;
         if let Some(rx) = reply {
             return self.reply(rx, seq, t, report).await;
         }
@@ -849,7 +899,10 @@ impl Reader {
     /// Handles one incoming stanza; a stream error ends the session.
     async fn stanza(&self, e: &Element) -> Option<Failure> {
         match e.local_name() {
-            "presence" if e.attr("type").is_some() => self.subscription(e).await,
+            "presence" if e.attr("type").is_some() => {
+                let replies = self.subscription(e).await;
+                self.tally(replies);
+            }
             "message" | "presence" => self.delivery(e),
             "iq" if matches!(e.attr("type"), Some("result" | "error")) => {
                 let waiting = e
@@ -858,6 +911,7 @@ impl Reader {
                 if let Some(tx) = waiting {
                     let _ = tx.send(e.clone());
                 }
+                self.tally(0);
             }
             "iq" if matches!(e.attr("type"), Some("get" | "set")) => {
                 // A server's ping (XEP-0199) or any request: answer, or it may drop us.
@@ -869,11 +923,13 @@ impl Reader {
                 }
                 reply.push_str("'/>");
                 let _ = self.writer.lock().await.send(reply.as_bytes()).await;
+                self.tally(1);
             }
+            "iq" => self.tally(0),
             "error" if e.name.contains(':') => {
                 return Some(login::stated(
                     Phase::Arrival,
-                    ErrorKind::Protocol,
+                    ErrorKind::Stream,
                     &login::condition(e),
                     e,
                 ))
@@ -884,12 +940,12 @@ impl Reader {
     }
 
     /// --roster all: approves a run session's subscription request, and counts the
-    /// approvals (or errors) of this session's own requests.
-    async fn subscription(&self, e: &Element) {
+    /// approvals (or errors) of this session's own requests. Returns the stanzas it wrote.
+    async fn subscription(&self, e: &Element) -> u64 {
         if self.s.roster != RosterMode::All {
-            return;
+            return 0;
         }
-        let Some(from) = e.attr("from") else { return };
+        let Some(from) = e.attr("from") else { return 0 };
         let bare = from.split('/').next().unwrap_or(from).to_ascii_lowercase();
         match e.attr("type") {
             Some("subscribe") => {
@@ -897,6 +953,7 @@ impl Reader {
                 xmpp::escape(&bare, &mut reply);
                 reply.push_str("'/>");
                 let _ = self.writer.lock().await.send(reply.as_bytes()).await;
+                return 1;
             }
             Some(t @ ("subscribed" | "error")) => {
                 let was = self
@@ -912,45 +969,56 @@ impl Reader {
             }
             _ => {}
         }
+        0
     }
 
     /// A stamped stanza of this run from another session is a delivery: timed and entered
-    /// in the ledger (the last copy of a fan-out also times the fan-out).
+    /// in the ledger (the last copy of a fan-out also times the fan-out). Every stanza is
+    /// counted in, with one lock of the recorder whatever it is.
     fn delivery(&self, e: &Element) {
         let now = self.s.clock.now_us();
-        let Some(stamp) = e
+        let arrival = self.stamped(e).map(|(seq, t, kind)| {
+            let took = now.saturating_sub(t).max(1);
+            (self.s.ledger.received(seq, kind), kind.phases(), took)
+        });
+        self.s.recorder.with(self.id, |sh| {
+            sh.counters.stanzas_in += 1;
+            match arrival {
+                Some((a @ (Arrival::First | Arrival::Last), (each, last), took)) => {
+                    sh.record(each, took);
+                    sh.counters.delivered += 1;
+                    if let Some(last) = last.filter(|_| a == Arrival::Last) {
+                        sh.record(last, took);
+                    }
+                }
+                Some((Arrival::Duplicate, ..)) => sh.counters.duplicates += 1,
+                Some((Arrival::Unknown, ..)) | None => {}
+            }
+        });
+    }
+
+    /// The sequence, scheduled time and kind of a stanza this run stamped, sent by another
+    /// session (not another run's, nor this session's own presence coming back to it).
+    fn stamped(&self, e: &Element) -> Option<(u64, u64, Traffic)> {
+        let stamp = e
             .children
             .iter()
-            .find(|c| c.local_name() == "stamp" && c.ns() == Some(STAMP_NS))
-        else {
-            return;
-        };
+            .find(|c| c.local_name() == "stamp" && c.ns() == Some(STAMP_NS))?;
         if stamp.attr("run") != Some(self.s.run_id.as_str())
             || stamp.attr("from").and_then(|f| f.parse::<usize>().ok()) == Some(self.id)
         {
-            // Another run's, or this session's own presence coming back to it.
-            return;
+            return None;
         }
-        let (Some(seq), Some(t)) = (
-            stamp.attr("seq").and_then(|v| v.parse::<u64>().ok()),
-            stamp.attr("t").and_then(|v| v.parse::<u64>().ok()),
-        ) else {
-            return;
-        };
-        let kind = Traffic::from_name(stamp.attr("k").unwrap_or("m"));
-        let arrival = self.s.ledger.received(seq, kind);
-        let (each, last) = kind.phases();
-        self.s.recorder.with(self.id, |sh| match arrival {
-            Arrival::First | Arrival::Last => {
-                let took = now.saturating_sub(t).max(1);
-                sh.record(each, took);
-                sh.counters.delivered += 1;
-                if let Some(last) = last.filter(|_| arrival == Arrival::Last) {
-                    sh.record(last, took);
-                }
-            }
-            Arrival::Duplicate => sh.counters.duplicates += 1,
-            Arrival::Unknown => {}
+        let seq = stamp.attr("seq")?.parse::<u64>().ok()?;
+        let t = stamp.attr("t")?.parse::<u64>().ok()?;
+        Some((seq, t, Traffic::from_name(stamp.attr("k").unwrap_or("m"))))
+    }
+
+    /// Counts a stanza that is not a delivery, and the replies it took.
+    fn tally(&self, replies: u64) {
+        self.s.recorder.with(self.id, |sh| {
+            sh.counters.stanzas_in += 1;
+            sh.counters.stanzas_out += replies;
         });
     }
 }

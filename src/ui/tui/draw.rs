@@ -127,6 +127,10 @@ fn header(f: &mut Frame, area: Rect, m: &Model) {
         parts.push(format!("{} {}", fmt_bytes(c.bytes), u.bytes));
     }
     parts.push(format!("{:.1} KiB/s", m.kbytes_per_s));
+    if u.chat {
+        let (i, o) = m.stanzas_now;
+        parts.push(format!("stanzas in {i:.0}/s out {o:.0}/s"));
+    }
     f.render_widget(Paragraph::new(fit(&parts, w)), rates);
     let mut parts = vec![
         format!("{}: attempted {}", u.unit, c.attempted),
@@ -136,6 +140,10 @@ fn header(f: &mut Frame, area: Rect, m: &Model) {
     ];
     if c.unfinished > 0 {
         parts.push(format!("unfinished {}", c.unfinished));
+    }
+    if u.chat {
+        parts.push(format!("delivered {}", c.delivered));
+        parts.push(format!("reconnections {}", c.reconnections));
     }
     f.render_widget(Paragraph::new(fit(&parts, w)), counts);
 }

@@ -30,6 +30,8 @@ pub struct Units {
     pub bytes: &'static str,
     /// A mailbox-access run, which also counts messages retrieved and deleted.
     pub retrieval: bool,
+    /// An XMPP run, which also counts stanzas in and out and reconnections.
+    pub chat: bool,
 }
 
 impl Units {
@@ -40,6 +42,7 @@ impl Units {
             rate: rate_unit(protocol),
             bytes,
             retrieval: unit == "visits",
+            chat: protocol == "xmpp",
         }
     }
 }
@@ -81,6 +84,8 @@ pub struct Model {
     pub rate_now: f64,
     pub rate_avg: f64,
     pub kbytes_per_s: f64,
+    /// XMPP: stanzas read and written per second in the last interval.
+    pub stanzas_now: (f64, f64),
     /// Accepted units per second, times 100 (a sparkline scales to its maximum anyway).
     pub throughput: History,
     pub active: i64,
@@ -110,6 +115,7 @@ impl Model {
             rate_now: 0.0,
             rate_avg: 0.0,
             kbytes_per_s: 0.0,
+            stanzas_now: (0.0, 0.0),
             throughput: History::default(),
             active: 0,
             active_hist: History::default(),
@@ -134,6 +140,9 @@ impl Model {
         self.rate_now = snap.interval.counters.accepted as f64 / snap.interval_s.max(1e-3);
         self.rate_avg = s.messages_per_s;
         self.kbytes_per_s = s.kbytes_per_s;
+        let c = &snap.interval.counters;
+        let len = snap.interval_s.max(1e-3);
+        self.stanzas_now = (c.stanzas_in as f64 / len, c.stanzas_out as f64 / len);
         self.throughput.push((self.rate_now * 100.0).round() as u64);
         self.active = snap.active;
         self.active_hist.push(snap.active.max(0) as u64);

@@ -291,3 +291,48 @@ fn fit_drops_whole_items() {
     assert_eq!(fit(&parts, 9), "aaaa");
     assert_eq!(fit(&parts, 2), "aaaa");
 }
+
+#[test]
+fn chat_runs_show_stanzas_reconnections_and_sasl_failures() {
+    let mut all = shard("xmpp");
+    let c = &mut all.counters;
+    c.stanzas_in = 36_000;
+    c.stanzas_out = 24_000;
+    c.reconnections = 17;
+    c.delivered = 35_000;
+    let sasl = |text: &str| ErrorKey {
+        phase: Phase::Auth,
+        kind: ErrorKind::Sasl,
+        code: 0,
+        detail: None,
+        text: text.into(),
+    };
+    for _ in 0..3 {
+        all.error(sasl("not-authorized"), String::new);
+    }
+    all.error(sasl("temporary-auth-failure"), String::new);
+    let sum = summary("xmpp", &all, 12.0);
+    let mut m = Model::new("spate — XMPP load on 127.0.0.1:5222".into());
+    m.update(
+        &Snapshot {
+            t_s: 12.0,
+            interval_s: 12.0,
+            interval: &all,
+            summary: &sum,
+            active: 50,
+            planned_s: Some(60.0),
+            planned_count: None,
+        },
+        10.0,
+    );
+    let rows = screen(120, 24, &m, &Ui::default());
+    // This interval's stanzas per second, and the run's counts.
+    row_with(&rows, "stanzas in 3000/s out 2000/s");
+    row_with(&rows, "reconnections 17");
+    let text = crate::report::text::render(&sum);
+    assert!(
+        text.contains("stanzas in 36000 (3000.0/s)  out 24000 (2000.0/s)  reconnections 17  SASL failures 4 (not-authorized 3, temporary-auth-failure 1)"),
+        "{text}"
+    );
+    assert!(!text.contains("stream errors"), "none happened: {text}");
+}
