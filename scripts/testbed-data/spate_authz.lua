@@ -16,7 +16,7 @@
 local lrucache = require "resty.lrucache"
 
 local ngx = ngx
-local sha1_bin, md5, say = ngx.sha1_bin, ngx.md5, ngx.say
+local sha1_bin, md5 = ngx.sha1_bin, ngx.md5
 local floor, fmt, srep, clock = math.floor, string.format, string.rep, os.clock
 
 local _M = {}
@@ -84,6 +84,12 @@ local function read_body()
     return body
 end
 
+local function reply(ctype, text) -- with a Content-Length: no chunked encoding to undo
+    ngx.header["Content-Type"] = ctype
+    ngx.header["Content-Length"] = #text
+    ngx.print(text)
+end
+
 function _M.authz()
     if ngx.req.get_method() ~= "POST" then
         ngx.header["Allow"] = "POST"
@@ -108,9 +114,8 @@ function _M.authz()
         leak[leak_n] = srep("L", cfg.leak_kb * 1024 - 12) .. fmt("%12d", leak_n)
         stats:incr("leaked_kb", cfg.leak_kb, 0)
     end
-    ngx.header["Content-Type"] = "text/plain"
     ngx.header["X-Cache"] = state
-    say("Permit subject=", ngx.var.ssl_client_s_dn or "-", " key=", key)
+    reply("text/plain", "Permit subject=" .. (ngx.var.ssl_client_s_dn or "-") .. " key=" .. key .. "\n")
 end
 
 local COUNTERS = { "requests", "hits", "misses", "leaked_kb" }
@@ -127,8 +132,7 @@ function _M.stats()
     parts[#parts + 1] = fmt('"iterations_per_ms":%d', floor(iters_per_ms))
     parts[#parts + 1] = fmt('"leak_kb":%d', cfg.leak_kb)
     parts[#parts + 1] = fmt('"worker_pid":%d', ngx.worker.pid())
-    ngx.header["Content-Type"] = "application/json"
-    say("{", table.concat(parts, ","), "}")
+    reply("application/json", "{" .. table.concat(parts, ",") .. "}\n")
 end
 
 function _M.reset()
@@ -138,8 +142,7 @@ function _M.reset()
     end
     for _, k in ipairs({ "requests", "hits", "misses" }) do stats:set(k, 0) end
     cache:flush_all()
-    ngx.header["Content-Type"] = "text/plain"
-    say("reset")
+    reply("text/plain", "reset\n")
 end
 
 return _M
