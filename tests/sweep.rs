@@ -240,3 +240,105 @@ async fn values_sweep_runs_the_hook_repeats_and_warms_up() {
     assert!(!o.ok && o.stderr.contains("before-step"), "{}", o.stderr);
     server.shutdown().await;
 }
+
+/// E5's sweep: `--param addresses` over `spate xmpp` multicasts against the embedded
+/// server (this test's process, monitored by PID): every step delivers exactly its
+/// address count per multicast, and the sweep reports the slope per address of the last
+/// copy's latency and of the server's CPU per multicast, in sweep.json, on stdout and on
+/// the sweep page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xmpp_sweep_over_addresses_reports_the_cost_per_destination() {
+    let mut c = serve::Config::loopback();
+    let lo: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    c.listen = serve::Addrs {
+        xmpp: Some(lo),
+        ..serve::Addrs::default()
+    };
+    c.domains = vec!["example.test".into()];
+    let server = serve::start(c).await.unwrap();
+    let addr = server.addrs.xmpp.unwrap().to_string();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("sweep");
+    let pid = std::process::id().to_string();
+    let o = common::run_tool_env(
+        common::SPATE,
+        [
+            "sweep",
+            "--param",
+            "addresses",
+            "--values",
+            "1,4,8",
+            "--cool-down",
+            "0s",
+            "-o",
+            out.to_str().unwrap(),
+            "--",
+            "xmpp",
+            &addr,
+            "--user-pattern",
+            "user{0..9}@example.test",
+            "--users",
+            "10",
+            "--multicast-rate",
+            "20/s",
+            "-n",
+            "30",
+            "--wait",
+            "2s",
+            "--monitor-pid",
+            &pid,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
+        vec![("SPATE_PASSWORD".into(), "pw".into())],
+        std::time::Duration::from_secs(180),
+    )
+    .await;
+    assert!(o.ok, "{o:?}");
+    let sweep: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("sweep.json")).unwrap()).unwrap();
+    let steps = sweep["rows"].as_array().unwrap();
+    assert_eq!(steps.len(), 3, "{sweep}");
+    for (row, n) in steps.iter().zip([1u64, 4, 8]) {
+        assert_eq!(row["value"], n);
+        assert_eq!(row["param"], "addresses");
+        assert_eq!(row["latency_phase"], "multicast_last");
+        assert!(row["cpu_us_per_unit"].as_f64().is_some(), "{row}");
+        let step = out.join(row["dir"].as_str().unwrap());
+        let s = common::summary(&step);
+        let plan: Value =
+            serde_json::from_str(&std::fs::read_to_string(step.join("plan.json")).unwrap())
+                .unwrap();
+        assert_eq!(
+            plan["args"]["addresses"],
+            n.to_string(),
+            "the step ran with its value"
+        );
+        let m = &s["extra"]["xmpp"]["multicast"];
+        assert_eq!(
+            (m["sent"].as_u64(), m["delivered"].as_u64()),
+            (Some(30), Some(30 * n)),
+            "{m}"
+        );
+        assert_eq!(m["missing"], 0);
+    }
+    let sl = &sweep["slopes"];
+    assert_eq!(sl["latency_phase"], "multicast_last", "{sweep}");
+    assert!(
+        sl["latency_p50_us"].is_number() && sl["cpu_us_per_unit"].is_number(),
+        "{sl}"
+    );
+    assert!(
+        o.stdout
+            .contains("slope per addresses: multicast_last latency p50 "),
+        "{}",
+        o.stdout
+    );
+    let page = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        page.contains("Cost per addresses"),
+        "no slopes on the sweep page"
+    );
+    server.shutdown().await;
+}

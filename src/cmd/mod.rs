@@ -28,6 +28,22 @@ pub struct Finished {
     pub summary: Summary,
 }
 
+/// Parses a command's words (target and options, without the program and command names),
+/// such as the command line after `spate sweep ... --`.
+pub fn args_from_words<A, I, S>(name: &'static str, words: I) -> anyhow::Result<A>
+where
+    A: clap::Args + clap::FromArgMatches,
+    I: IntoIterator<Item = S>,
+    S: Into<std::ffi::OsString> + Clone,
+{
+    let argv =
+        std::iter::once(std::ffi::OsString::from(name)).chain(words.into_iter().map(Into::into));
+    let cmd = A::augment_args(clap::Command::new(name));
+    cmd.try_get_matches_from(argv)
+        .and_then(|m| A::from_arg_matches(&m))
+        .map_err(|e| crate::UsageError(e.to_string().trim().to_string()).into())
+}
+
 /// The observers of a load run: monitoring when asked for, then the live dashboard
 /// (`--tui`, which may set `stop`) or the progress line.
 pub fn observers(

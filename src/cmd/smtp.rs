@@ -126,16 +126,7 @@ impl Args {
         I: IntoIterator<Item = S>,
         S: Into<std::ffi::OsString> + Clone,
     {
-        #[derive(clap::Parser)]
-        struct Wrap {
-            #[command(flatten)]
-            args: Args,
-        }
-        let argv = std::iter::once(std::ffi::OsString::from("smtp"))
-            .chain(words.into_iter().map(Into::into));
-        <Wrap as clap::Parser>::try_parse_from(argv)
-            .map(|w| w.args)
-            .map_err(|e| UsageError(e.to_string().trim().to_string()).into())
+        super::args_from_words("smtp", words)
     }
 }
 

@@ -1,5 +1,6 @@
-//! `spate sweep`: the same SMTP workload once per value of a parameter (users, rate, size,
-//! messages per connection, or a server setting changed by a hook), with warm-up,
+//! `spate sweep`: the same SMTP or XMPP workload once per value of a parameter (users,
+//! rate, size, messages per connection, any option of the step command, or a server
+//! setting changed by a hook), with warm-up,
 //! cool-down until the server is idle, and repetitions. Every step is a normal results
 //! directory; the sweep directory adds sweep.csv (one row per step and repetition),
 //! sweep.json (the values, a Universal Scalability Law fit, the knee) and the E4-style
@@ -29,9 +30,16 @@ const EXAMPLES: &str = "EXAMPLES:
       --until-idle --monitor-queue /var/spool/postfix -- 127.0.0.1:25 --users 32 --duration 1m
       E1: a server setting per step, waiting for the queue to drain between steps.
   spate sweep --rate 100,200,400 --warm-up 10s --repeat 3 -- 127.0.0.1:2525 --duration 1m
+  spate sweep --param addresses --values 1,10,100,299 -- xmpp 127.0.0.1:5222 \
+      --user-pattern 'user{0..299}@example.test' --users 300 --traffic multicast \
+      --rate 10/s --duration 60s --monitor-process beam.smp
+      E5: what one more destination of a multicast costs: the slope of the last copy's
+      latency and of the server's CPU per multicast, per address.
 
-Everything after -- is a `spate smtp` command line (target and options) used for every
-step; the swept option is set per step. Host monitoring is on for every step (add
+Everything after -- is a `spate smtp` command line (target and options), or `xmpp` and a
+`spate xmpp` command line, used for every step; the swept option is set per step.
+--param NAME --values V sets any option of that command line (--NAME V) per step, and
+the sweep reports the slope of each figure per unit of it. Host monitoring is on for every step (add
 --monitor-process/--monitor-pid after -- to report the server's own CPU).
 Knee: the first step whose mean latency grew more than its throughput did relative to the
 step before (L_i/L_{i-1} > X_i/X_{i-1}, and latency up at least 5 %): from there on, more
@@ -40,7 +48,7 @@ load mostly adds waiting.";
 #[derive(Debug, clap::Args)]
 #[command(
     after_long_help = EXAMPLES,
-    group(clap::ArgGroup::new("param").required(true).args(["users", "rate", "size", "messages_per_connection", "values"]))
+    group(clap::ArgGroup::new("swept").required(true).args(["users", "rate", "size", "messages_per_connection", "values"]))
 )]
 pub struct Args {
     /// Concurrent users per step: 1..10,20..100/10 or 1,2,4,8.
@@ -59,12 +67,18 @@ pub struct Args {
     /// Messages per connection per step: 1,10,100.
     #[arg(long, value_name = "STEPS")]
     pub messages_per_connection: Option<String>,
-    /// Values for --before-step only (a server setting): 1,2,4,8,16.
-    #[arg(long, value_name = "STEPS", requires = "before_step")]
+    /// Values of --param (an option of the step command) or of a --before-step hook (a
+    /// server setting): 1,2,4,8,16.
+    #[arg(long, value_name = "STEPS")]
     pub values: Option<String>,
-    /// What --values are called in tables and directory names.
-    #[arg(long, default_value = "value")]
-    pub param_name: String,
+    /// The option of the step command that --values sets, without its dashes:
+    /// `--param addresses` runs each step with `--addresses VALUE`.
+    #[arg(long, value_name = "OPTION", requires = "values")]
+    pub param: Option<String>,
+    /// What --values are called in tables and directory names (default: the --param
+    /// option, else "value").
+    #[arg(long)]
+    pub param_name: Option<String>,
     /// Shell command run before each step; {value} is replaced by the step's value. It
     /// gets SPATE (this spate), SPATE_STEP_DIR (the step's directory) and
     /// SPATE_SWEEP_VALUE; a probe there, `"$SPATE" ping HOST -c 10 -w 0 --json
@@ -93,8 +107,9 @@ pub struct Args {
     /// Write into --out even when it holds an earlier run (its files are replaced).
     #[arg(long)]
     pub overwrite: bool,
-    /// The `spate smtp` target and options for every step.
-    #[arg(last = true, required = true, value_name = "SMTP")]
+    /// The step command: the `spate smtp` target and options, or `xmpp` followed by the
+    /// `spate xmpp` target and options.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
     pub smtp: Vec<String>,
 }
 
@@ -118,7 +133,17 @@ impl Args {
                 .collect::<Result<Vec<_>, _>>()?;
             (Param::Size, "size".into(), v)
         } else if let Some(t) = &self.values {
-            let name = crate::monitor::proc::sanitize(&self.param_name);
+            if self.param.is_none() && self.before_step.is_none() {
+                return crate::usage(
+                    "--values: say what they set, --param OPTION (of the step command) or --before-step CMD (a server setting)",
+                );
+            }
+            let name = self
+                .param_name
+                .as_deref()
+                .or(self.param.as_deref())
+                .unwrap_or("value");
+            let name = crate::monitor::proc::sanitize(name);
             (Param::Value, name, steps(t)?)
         } else {
             return crate::usage(
@@ -143,54 +168,166 @@ fn per_second(steps: &str) -> String {
         .join(",")
 }
 
-/// The step's `spate smtp` options: the user's, with the swept one set.
+/// The command a sweep runs for each step.
+#[derive(Debug, Clone)]
+enum Base {
+    Smtp(super::smtp::Args),
+    Xmpp(super::xmpp::Args),
+}
+
+impl Base {
+    /// Parses the words after `--`: `spate smtp` words, or `xmpp` and `spate xmpp` words.
+    fn parse(words: &[String]) -> anyhow::Result<Base> {
+        let first = |e: anyhow::Error, what: &str| {
+            let text = e.to_string();
+            let first = text
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim_start_matches("error: ")
+                .to_string();
+            UsageError(format!("the spate {what} options after --: {first}"))
+        };
+        match words.first().map(String::as_str) {
+            Some("xmpp") => super::xmpp::Args::from_words(&words[1..])
+                .map(Base::Xmpp)
+                .map_err(|e| first(e, "xmpp").into()),
+            Some("smtp") => Base::parse(&words[1..]),
+            _ => super::smtp::Args::from_words(words)
+                .map(Base::Smtp)
+                .map_err(|e| first(e, "smtp").into()),
+        }
+    }
+
+    fn output(&self) -> &crate::opts::OutputArgs {
+        match self {
+            Base::Smtp(a) => &a.output,
+            Base::Xmpp(a) => &a.output,
+        }
+    }
+
+    fn monitor(&self) -> &crate::opts::MonitorArgs {
+        match self {
+            Base::Smtp(a) => &a.monitor,
+            Base::Xmpp(a) => &a.monitor,
+        }
+    }
+
+    fn workload_mut(&mut self) -> &mut crate::opts::WorkloadArgs {
+        match self {
+            Base::Smtp(a) => &mut a.workload,
+            Base::Xmpp(a) => &mut a.workload,
+        }
+    }
+}
+
+/// `words` with `--NAME VALUE` set: any earlier `--NAME V` or `--NAME=V` replaced.
+fn set_option(words: &[String], name: &str, value: &str) -> Vec<String> {
+    let flag = format!("--{name}");
+    let mut out = Vec::with_capacity(words.len() + 2);
+    let mut skip = false;
+    for w in words {
+        if std::mem::take(&mut skip) {
+            continue;
+        }
+        if *w == flag {
+            skip = true;
+            continue;
+        }
+        if w.strip_prefix(&flag).is_some_and(|r| r.starts_with('=')) {
+            continue;
+        }
+        out.push(w.clone());
+    }
+    out.extend([flag, value.to_string()]);
+    out
+}
+
+/// The step's command: the user's, with the swept option set.
 fn step_args(
-    base: &super::smtp::Args,
+    sw: &SweepBase,
     p: Param,
     v: u64,
     count_per_user: Option<u64>,
-) -> anyhow::Result<super::smtp::Args> {
-    let mut a = base.clone();
+) -> anyhow::Result<Base> {
+    let mut a = match &sw.option {
+        // Any option, by its words: the command's own parser checks the value.
+        Some(name) if p == Param::Value => {
+            Base::parse(&set_option(&sw.words, name, &v.to_string()))?
+        }
+        _ => sw.base.clone(),
+    };
+    // XMPP's --users is its sessions, which an open workload keeps.
+    let smtp = matches!(a, Base::Smtp(_));
+    let w = a.workload_mut();
     match p {
         Param::Users => {
             if v == 0 {
                 return crate::usage("--users: every step needs at least 1 user");
             }
-            if base.workload.rate.is_some() || base.workload.stages.is_some() {
+            if smtp && (w.rate.is_some() || w.stages.is_some()) {
                 return crate::usage(
                     "sweep --users sweeps a closed workload: drop --rate/--stages after --",
                 );
             }
-            a.workload.users = Some(v as u32);
-            a.workload.rate = None;
-            a.workload.stages = None;
+            w.users = Some(v as u32);
+            if smtp {
+                w.rate = None;
+                w.stages = None;
+            }
             if let Some(n) = count_per_user {
-                a.workload.count = Some(n.max(1) * v);
-                a.workload.duration = None;
+                w.count = Some(n.max(1) * v);
+                w.duration = None;
             }
         }
         Param::Rate => {
             if v == 0 {
                 return crate::usage("--rate: every step needs a rate above 0");
             }
-            if base.workload.users.is_some() || base.workload.think.is_some() {
+            if (w.users.is_some() && smtp) || w.think.is_some() {
                 return crate::usage(
                     "sweep --rate sweeps an open workload: drop --users/--think after -- (--max-in-flight bounds concurrency)",
                 );
             }
-            a.workload.rate = Some(format!("{v}/s"));
-            a.workload.stages = None;
-            a.workload.users = None;
-            a.workload.think = None;
+            w.rate = Some(format!("{v}/s"));
+            w.stages = None;
+            w.think = None;
+            if smtp {
+                w.users = None;
+            }
         }
-        Param::Size => a.size = v.to_string(),
-        Param::MessagesPerConnection => a.messages_per_connection = (v as u32).to_string(),
+        Param::Size => match &mut a {
+            Base::Smtp(s) => s.size = v.to_string(),
+            Base::Xmpp(x) => x.size = v.to_string(),
+        },
+        Param::MessagesPerConnection => match &mut a {
+            Base::Smtp(s) => s.messages_per_connection = (v as u32).to_string(),
+            Base::Xmpp(_) => {
+                return crate::usage("--messages-per-connection: an XMPP session keeps its stream")
+            }
+        },
         Param::Value => {}
     }
     // Host monitoring is part of every step's row.
-    a.monitor.monitor = true;
-    a.output.quiet = true;
+    match &mut a {
+        Base::Smtp(s) => {
+            s.monitor.monitor = true;
+            s.output.quiet = true;
+        }
+        Base::Xmpp(x) => {
+            x.monitor.monitor = true;
+            x.output.quiet = true;
+        }
+    }
     Ok(a)
+}
+
+/// What every step starts from: the parsed command, its words, and the option --param
+/// sets.
+struct SweepBase {
+    base: Base,
+    words: Vec<String>,
+    option: Option<String>,
 }
 
 /// Runs `cmd` (with {value} replaced) through sh; fails the sweep when it fails. The
@@ -278,15 +415,24 @@ async fn wait_idle(port: u16, queue: Option<&Path>, max: Duration) -> bool {
     }
 }
 
-/// One step: a `spate smtp` run into `out`, recorded under the sweep's command line.
+/// One step: a `spate smtp` or `spate xmpp` run into `out`, recorded under the sweep's
+/// command line.
 async fn run_step(
-    args: super::smtp::Args,
+    args: Base,
     out: PathBuf,
     progress: bool,
     ctx: &Ctx,
 ) -> anyhow::Result<(Summary, u16)> {
     let mut command = ctx.command_line.clone();
     command.push(format!("# step {}", out.display()));
+    let args = match args {
+        Base::Smtp(a) => a,
+        Base::Xmpp(mut a) => {
+            a.output.out = Some(out);
+            let l = super::xmpp::load(a, command, progress).await?;
+            return Ok((l.finished.summary, l.port));
+        }
+    };
     let title = format!("spate — SMTP load on {}", args.target);
     // A flag of its own: the engine sets it when the run ends. A signal during the step
     // stops it through the engine's own listener.
@@ -304,7 +450,7 @@ struct Sweep {
     param: Param,
     name: String,
     values: Vec<u64>,
-    base: super::smtp::Args,
+    base: SweepBase,
     cool: Duration,
     idle_max: Duration,
     warm: Option<Duration>,
@@ -317,28 +463,30 @@ impl Args {
         if self.repeat == 0 {
             return crate::usage("--repeat must be at least 1");
         }
-        let base = super::smtp::Args::from_words(&self.smtp).map_err(|e| {
-            let text = e.to_string();
-            let first = text
-                .lines()
-                .next()
-                .unwrap_or("")
-                .trim_start_matches("error: ");
-            UsageError(format!("the spate smtp options after --: {first}"))
-        })?;
-        if base.output.out.is_some() {
+        let base = SweepBase {
+            base: Base::parse(&self.smtp)?,
+            words: self.smtp.clone(),
+            option: self.param.clone(),
+        };
+        if base.base.output().out.is_some() {
             return crate::usage("give the sweep's directory with spate sweep -o DIR, before --");
         }
         // Every step's options, before the first one runs.
         for &v in &values {
-            let a = step_args(&base, param, v, self.count_per_user)?;
-            a.workload.resolve()?;
+            match step_args(&base, param, v, self.count_per_user)? {
+                Base::Smtp(a) => {
+                    a.workload.resolve()?;
+                }
+                Base::Xmpp(a) => {
+                    super::xmpp::workload(&a)?;
+                }
+            }
         }
         Ok(Sweep {
             param,
             name,
             values,
-            progress: base.output.progress_enabled(),
+            progress: base.base.output().progress_enabled(),
             base,
             cool: units::parse_duration(&self.cool_down)?,
             idle_max: units::parse_duration(&self.idle_max)?,
@@ -471,8 +619,8 @@ async fn steps(
             );
             if let Some(w) = sw.warm {
                 let mut wa = a.clone();
-                wa.workload.duration = Some(format!("{}ms", w.as_millis()));
-                wa.workload.count = None;
+                wa.workload_mut().duration = Some(format!("{}ms", w.as_millis()));
+                wa.workload_mut().count = None;
                 let warm_dir = dir.join("warmup").join(&step_name);
                 let (s, _) = run_step(wa, warm_dir, false, ctx).await?;
                 if s.interrupted || stopped() {
@@ -502,7 +650,7 @@ async fn steps(
 /// false when the sweep was stopped meanwhile.
 async fn pause(sw: &Sweep, args: &Args, port: u16, stop: &AtomicBool) -> bool {
     let pause = async {
-        let queue = sw.base.monitor.monitor_queue.as_deref();
+        let queue = sw.base.base.monitor().monitor_queue.as_deref();
         if args.until_idle && !wait_idle(port, queue, sw.idle_max).await {
             eprintln!(
                 "spate sweep: server still busy after {}, going on",
@@ -539,50 +687,73 @@ mod tests {
         T::try_parse_from(v).unwrap().a
     }
 
+    fn base(words: &[&str], option: Option<&str>) -> SweepBase {
+        let words: Vec<String> = words.iter().map(|s| s.to_string()).collect();
+        SweepBase {
+            base: Base::parse(&words).unwrap(),
+            words,
+            option: option.map(str::to_string),
+        }
+    }
+
+    fn smtp(b: Base) -> super::super::smtp::Args {
+        match b {
+            Base::Smtp(a) => a,
+            Base::Xmpp(_) => panic!("not smtp"),
+        }
+    }
+
+    fn xmpp(b: Base) -> super::super::xmpp::Args {
+        match b {
+            Base::Xmpp(a) => a,
+            Base::Smtp(_) => panic!("not xmpp"),
+        }
+    }
+
     #[test]
     fn each_parameter_sets_its_option() {
-        let base = super::super::smtp::Args::from_words(["127.0.0.1:2525"]).unwrap();
-        let open = super::super::smtp::Args::from_words(["x", "--rate", "5/s"]).unwrap();
-        let closed = super::super::smtp::Args::from_words(["x", "--users", "3"]).unwrap();
+        let plain = base(&["127.0.0.1:2525"], None);
+        let open = base(&["x", "--rate", "5/s"], None);
+        let closed = base(&["x", "--users", "3"], None);
         let s = sweep(&["--users", "1..3,10..30/10", "--", "x"]);
         let (p, name, v) = s.param().unwrap();
         assert_eq!((p, name.as_str()), (Param::Users, "users"));
         assert_eq!(v, vec![1, 2, 3, 10, 20, 30]);
-        let a = step_args(&base, p, 20, None).unwrap();
+        let a = smtp(step_args(&plain, p, 20, None).unwrap());
         assert_eq!(a.workload.users, Some(20));
         assert!(a.workload.rate.is_none() && a.monitor.monitor);
         // Sweeping users of an open workload (or a rate of a closed one) is refused.
         assert!(step_args(&open, p, 20, None).is_err());
         assert!(step_args(&closed, Param::Rate, 20, None).is_err());
-        let a = step_args(&base, p, 20, Some(100)).unwrap();
+        let a = smtp(step_args(&plain, p, 20, Some(100)).unwrap());
         assert_eq!((a.workload.count, a.workload.duration), (Some(2000), None));
 
         let s = sweep(&["--size", "1k, 10k", "--", "x"]);
         let (p, _, v) = s.param().unwrap();
         assert_eq!(v, vec![1024, 10240]);
-        assert_eq!(step_args(&base, p, 10240, None).unwrap().size, "10240");
+        assert_eq!(
+            smtp(step_args(&plain, p, 10240, None).unwrap()).size,
+            "10240"
+        );
 
         let s = sweep(&["--rate", "100,200", "--", "x"]);
         let (p, _, _) = s.param().unwrap();
         let s = sweep(&["--rate", "100/s, 200/s,300..500/100", "--", "x"]);
         assert_eq!(s.param().unwrap().2, vec![100, 200, 300, 400, 500]);
         assert_eq!(
-            step_args(&base, p, 200, None)
-                .unwrap()
+            smtp(step_args(&plain, p, 200, None).unwrap())
                 .workload
                 .rate
                 .as_deref(),
             Some("200/s")
         );
-        assert!(step_args(&base, p, 0, None).is_err());
+        assert!(step_args(&plain, p, 0, None).is_err());
 
         let s = sweep(&["--messages-per-connection", "1,10", "--", "x"]);
         let (p, name, _) = s.param().unwrap();
         assert_eq!(name, "messages_per_connection");
         assert_eq!(
-            step_args(&base, p, 10, None)
-                .unwrap()
-                .messages_per_connection,
+            smtp(step_args(&plain, p, 10, None).unwrap()).messages_per_connection,
             "10"
         );
 
@@ -598,5 +769,55 @@ mod tests {
         ]);
         let (p, name, _) = s.param().unwrap();
         assert_eq!((p, name.as_str()), (Param::Value, "process_limit"));
+        // --values alone sets nothing: refused.
+        assert!(sweep(&["--values", "1,2", "--", "x"]).param().is_err());
+    }
+
+    #[test]
+    fn param_sets_any_option_of_smtp_or_xmpp() {
+        let s = sweep(&["--param", "max-in-flight", "--values", "4,8", "--", "x"]);
+        let (p, name, _) = s.param().unwrap();
+        assert_eq!((p, name.as_str()), (Param::Value, "max-in-flight"));
+        let b = base(
+            &["x", "--rate", "5/s", "--max-in-flight=2"],
+            Some("max-in-flight"),
+        );
+        let a = smtp(step_args(&b, p, 8, None).unwrap());
+        assert_eq!(a.workload.max_in_flight, 8);
+        assert_eq!(a.workload.rate.as_deref(), Some("5/s"));
+
+        let words = [
+            "xmpp",
+            "127.0.0.1:5222",
+            "--user-pattern",
+            "u{0..9}@example.test",
+            "--users",
+            "10",
+            "--traffic",
+            "multicast",
+            "--addresses",
+            "1",
+            "--rate",
+            "10/s",
+        ];
+        let b = base(&words, Some("addresses"));
+        let a = xmpp(step_args(&b, Param::Value, 5, None).unwrap());
+        assert_eq!((a.addresses.as_str(), a.monitor.monitor), ("5", true));
+        // XMPP's sessions stay with a rate sweep, and a users sweep keeps the rate.
+        let b = base(&words, None);
+        let a = xmpp(step_args(&b, Param::Rate, 20, None).unwrap());
+        assert_eq!(
+            (a.workload.rate.as_deref(), a.workload.users),
+            (Some("20/s"), Some(10))
+        );
+        let a = xmpp(step_args(&b, Param::Users, 5, None).unwrap());
+        assert_eq!(
+            (a.workload.rate.as_deref(), a.workload.users),
+            (Some("10/s"), Some(5))
+        );
+        assert!(step_args(&b, Param::MessagesPerConnection, 5, None).is_err());
+        // A value the command refuses is the command's own error.
+        let b = base(&words, Some("no-such-option"));
+        assert!(step_args(&b, Param::Value, 5, None).is_err());
     }
 }

@@ -247,7 +247,7 @@ fn mix(args: &Args, sessions: usize) -> anyhow::Result<Vec<(Traffic, f64)>> {
 
 /// The workload: sessions are `--users`; `--rate`/`--stages` spread their messages, or
 /// the mix's rates add up to the open rate.
-fn workload(args: &Args) -> anyhow::Result<(Workload, usize)> {
+pub(crate) fn workload(args: &Args) -> anyhow::Result<(Workload, usize)> {
     let mut w = args.workload.clone();
     let sessions = w.users.unwrap_or(2) as usize;
     if sessions < 2 {
@@ -467,8 +467,28 @@ fn raw_templates(path: &std::path::Path) -> anyhow::Result<Vec<String>> {
     Ok(out)
 }
 
-/// `spate xmpp`.
-pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
+impl Args {
+    /// Parses `spate xmpp` words (target and options): a sweep's step command line.
+    pub fn from_words<I, S>(words: I) -> anyhow::Result<Args>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<std::ffi::OsString> + Clone,
+    {
+        super::args_from_words("xmpp", words)
+    }
+}
+
+/// A finished `spate xmpp` run, with the settings its sessions shared (the ledger).
+pub struct Loaded {
+    pub finished: Finished,
+    pub settings: Arc<Settings>,
+    /// The server's port (for a sweep's wait until idle).
+    pub port: u16,
+}
+
+/// The whole run of `spate xmpp` up to its summary, printing nothing (`progress`: the
+/// progress line where the output options allow it).
+pub async fn load(args: Args, command: Vec<String>, progress: bool) -> anyhow::Result<Loaded> {
     let login_rate = args
         .login_rate
         .as_deref()
@@ -489,7 +509,7 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     if crate::units::parse_duration(&args.output.grace)? < wait + Duration::from_secs(5) {
         args.output.grace = format!("{}s", wait.as_secs() + 5);
     }
-    let (plan, accounts) = prepare(&args, ctx.command_line.clone())?;
+    let (plan, accounts) = prepare(&args, command)?;
     let kinds = mix(&args, plan.sessions)?;
     let alone = match (args.traffic, &args.raw) {
         (Some(t), _) => t,
@@ -526,7 +546,7 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     let mut obs = observers(
         &args.output,
         &args.monitor,
-        args.output.progress_enabled(),
+        progress && args.output.progress_enabled(),
         title,
         "msg",
         &stop,
@@ -569,7 +589,19 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         clock: run.clock(),
     });
     let summary = engine::run(run, |id, rng| Session::new(id, settings.clone(), rng)).await?;
-    let finished = Finished { dir: out, summary };
+    Ok(Loaded {
+        finished: Finished { dir: out, summary },
+        settings,
+        port: plan.address.port(),
+    })
+}
+
+/// `spate xmpp`.
+pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
+    let register = args.register;
+    let Loaded {
+        finished, settings, ..
+    } = load(args, ctx.command_line.clone(), true).await?;
     print_outcome(&finished);
     // The sessions are gone: the ledger holds what the summary's observer saw.
     let a = settings.ledger.account();
@@ -590,7 +622,7 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     if let Some(per) = server.and_then(|s| s["cpu_us_per_delivery"].as_f64()) {
         println!("server CPU: {per:.0} µs per delivery (logins included)");
     }
-    if args.register {
+    if register {
         let reg =
             |i: usize| settings.ledger.registered[i].load(std::sync::atomic::Ordering::Relaxed);
         println!(

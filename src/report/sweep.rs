@@ -56,6 +56,7 @@ pub fn render_sweep(sw: &Sweep) -> String {
     let knee = f(&sw.meta, "knee_value");
     let usl = sw.meta.get("usl").filter(|u| !u.is_null());
     saturation(&mut b, sw, &param, knee, usl);
+    slopes(&mut b, sw, &param);
     b.push_str("<h2>Metrics against the parameter</h2>\n");
     charts(&mut b, &metric_charts(sw, &param, &markers(knee, usl), usl));
     steps_table(&mut b, sw);
@@ -121,6 +122,28 @@ fn saturation(
             let _ = writeln!(b, "<p class=\"sub\">{what}: {}</p>", esc(t));
         }
     }
+}
+
+/// The cost of one more unit of the swept option (sweep.json's slopes), as cards.
+fn slopes(b: &mut String, sw: &Sweep, param: &str) {
+    let Some(sl) = sw.meta.get("slopes").filter(|v| v.is_object()) else {
+        return;
+    };
+    let phase = sl["latency_phase"].as_str().unwrap_or("latency");
+    let _ = writeln!(b, "<h2>Cost per {}</h2><div class=\"cards\">", esc(param));
+    for (k, label) in [
+        ("latency_p50_us", format!("{phase} p50, µs per {param}")),
+        ("latency_p99_us", format!("{phase} p99, µs per {param}")),
+        (
+            "cpu_us_per_unit",
+            format!("server CPU per unit, µs per {param}"),
+        ),
+        ("throughput_per_s", format!("throughput, /s per {param}")),
+    ] {
+        let v = f(sl, k).map_or("not measurable".to_string(), |v| format!("{v:+.1}"));
+        card(b, &v, &label);
+    }
+    b.push_str("</div>\n<p class=\"sub\">least-squares slopes over every step and repeat</p>\n");
 }
 
 /// What the CPU column measured: the server's processes, or the whole host when none

@@ -37,6 +37,12 @@ pub struct Row {
     /// Resident memory of the monitored processes (or the host's memory in use), MB.
     /// In sweep.json only: sweep.csv keeps E4's columns.
     pub mem_mb: Option<f64>,
+    /// CPU of the monitored server processes per accepted unit (message, visit,
+    /// stanza), µs: None when no server process was followed. In sweep.json only.
+    pub cpu_us_per_unit: Option<f64>,
+    /// The phase the latency columns are of (XMPP: the last copy of a multicast, else a
+    /// message's arrival, ...).
+    pub latency_phase: String,
     /// Mean total time of the step's ping probe (ping.json written by a --before-step
     /// hook with `spate ping --json "$SPATE_STEP_DIR/ping.json"`), ms.
     pub ping_ms: Option<f64>,
@@ -79,7 +85,13 @@ impl Row {
         s: &Summary,
         dir: &Path,
     ) -> Row {
-        let lat = s.phase("response").or(s.phase("transaction"));
+        // XMPP has no response to a stanza: its latency is the time to the recipients.
+        let wanted: &[&str] = if s.protocol == "xmpp" {
+            &["multicast_last", "arrival", "broadcast_last", "reply"]
+        } else {
+            &["response", "transaction"]
+        };
+        let lat = wanted.iter().find_map(|p| s.phase(p));
         let ms = |us: f64| (us / 1000.0 * 1000.0).round() / 1000.0;
         let mon = s.extra.get("monitor");
         let mean = mon.and_then(|m| m.get("mean")).and_then(|m| m.as_object());
@@ -130,6 +142,9 @@ impl Row {
                 sum_of(&|k| r.iter().any(|g| g == k)),
             )
         };
+        let cpu_us_per_unit = cpu
+            .filter(|_| basis != "host" && s.totals.accepted > 0)
+            .map(|pct| (pct / 100.0 * s.elapsed_s * 1e6 / s.totals.accepted as f64).round());
         Row {
             step,
             param: param.to_string(),
@@ -145,6 +160,8 @@ impl Row {
             disk_kbps: disk,
             disk_ms,
             cpu_pct: cpu,
+            cpu_us_per_unit,
+            latency_phase: lat.map_or(String::new(), |p| p.phase.clone()),
             mem_mb: mem,
             ping_ms: ping_ms(dir),
             cpu_basis: basis,
@@ -200,6 +217,8 @@ mod tests {
         );
         let r = Row::from_summary(1, "users", 4, 1, &s, Path::new("/x/step-01-users-4"));
         assert_eq!(r.cpu_pct, Some(15.0));
+        // No unit was accepted: no cost per unit rather than a division by zero.
+        assert_eq!(r.cpu_us_per_unit, None);
         assert_eq!(r.mem_mb, Some(25.0));
         assert_eq!(r.disk_kbps, Some(10.0));
         assert_eq!(r.disk_ms, Some(2.0));

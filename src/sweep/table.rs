@@ -51,8 +51,22 @@ pub struct StepStats {
     pub disk_kbps: Option<Spread>,
     pub disk_ms: Option<Spread>,
     pub cpu_pct: Option<Spread>,
+    pub cpu_us_per_unit: Option<Spread>,
     pub mem_mb: Option<Spread>,
     pub ping_ms: Option<Spread>,
+}
+
+/// What one more unit of the swept option costs: least-squares slopes over every row
+/// (repeats included), for a sweep of an option or a size with at least 3 values.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Slopes {
+    /// The latency columns' phase.
+    pub latency_phase: String,
+    pub latency_p50_us: Option<f64>,
+    pub latency_p99_us: Option<f64>,
+    /// The monitored server's CPU per accepted unit (None without a followed process).
+    pub cpu_us_per_unit: Option<f64>,
+    pub throughput_per_s: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -67,6 +81,7 @@ pub struct Analysis {
     /// groups summed ("proc.smtpd+proc.cleanup", percent of one core).
     pub cpu_basis: String,
     pub steps: Vec<StepStats>,
+    pub slopes: Option<Slopes>,
 }
 
 pub const KNEE_RULE: &str = "first value whose mean latency grew by a larger factor than its throughput, relative to the value before (L_i/L_(i-1) > X_i/X_(i-1) and L_i/L_(i-1) > 1.05)";
@@ -108,6 +123,7 @@ pub fn analyse(param: Param, name: &str, values: &[u64], rows: &[Row]) -> Analys
             disk_kbps: of_opt(&|x| x.disk_kbps),
             disk_ms: of_opt(&|x| x.disk_ms),
             cpu_pct: of_opt(&|x| x.cpu_pct),
+            cpu_us_per_unit: of_opt(&|x| x.cpu_us_per_unit),
             mem_mb: of_opt(&|x| x.mem_mb),
             ping_ms: of_opt(&|x| x.ping_ms),
         });
@@ -131,6 +147,9 @@ pub fn analyse(param: Param, name: &str, values: &[u64], rows: &[Row]) -> Analys
         })
         .collect();
     let knee_value = knee(&pts).map(|i| steps[i].value);
+    let slopes = matches!(param, Param::Value | Param::Size)
+        .then(|| slopes(rows))
+        .filter(|s| s.latency_p50_us.is_some());
     Analysis {
         param: name.to_string(),
         values: values.to_vec(),
@@ -141,6 +160,26 @@ pub fn analyse(param: Param, name: &str, values: &[u64], rows: &[Row]) -> Analys
             .first()
             .map_or("host".to_string(), |r| r.cpu_basis.clone()),
         steps,
+        slopes,
+    }
+}
+
+fn slopes(rows: &[Row]) -> Slopes {
+    let of = |f: &dyn Fn(&Row) -> Option<f64>| {
+        let pts: Vec<(f64, f64)> = rows
+            .iter()
+            .filter_map(|r| f(r).map(|y| (r.value as f64, y)))
+            .collect();
+        crate::monitor::slope::slope(&pts).map(|v| (v * 1000.0).round() / 1000.0)
+    };
+    Slopes {
+        latency_phase: rows
+            .first()
+            .map_or(String::new(), |r| r.latency_phase.clone()),
+        latency_p50_us: of(&|r| Some(r.latency_p50_ms * 1000.0)),
+        latency_p99_us: of(&|r| Some(r.latency_p99_ms * 1000.0)),
+        cpu_us_per_unit: of(&|r| r.cpu_us_per_unit),
+        throughput_per_s: of(&|r| Some(r.throughput_per_s)),
     }
 }
 
@@ -212,6 +251,20 @@ pub fn render(a: &Analysis, _rows: &[Row]) -> String {
                 _ => out.push_str("linear scaling, no peak in sight\n"),
             }
         }
+    }
+    if let Some(sl) = &a.slopes {
+        let f = |v: Option<f64>, unit: &str| {
+            v.map_or("not measurable".to_string(), |v| format!("{v:+.1} {unit}"))
+        };
+        out.push_str(&format!(
+            "slope per {}: {} latency p50 {}, p99 {}; server CPU per unit {}; throughput {}\n",
+            a.param,
+            sl.latency_phase,
+            f(sl.latency_p50_us, "µs"),
+            f(sl.latency_p99_us, "µs"),
+            f(sl.cpu_us_per_unit, "µs"),
+            f(sl.throughput_per_s, "/s"),
+        ));
     }
     match a.knee_value {
         Some(v) => out.push_str(&format!(
