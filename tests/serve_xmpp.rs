@@ -1039,3 +1039,56 @@ async fn sasl_failures_are_counted_by_condition() {
     assert_eq!(running.stats.snapshot().auth_failures, 4);
     running.shutdown().await;
 }
+
+/// `spate serve --xmpp-roster subscriptions`: rosters are built from presence
+/// subscriptions, so the same sequence as against Prosody and ejabberd without a shared
+/// roster holds: nothing delivered without a roster, every pair subscribed once by
+/// `--roster all`, then every presence delivered; the server's roster says both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscription_rosters_are_built_by_roster_all() {
+    let running = start_with(None, &[DOMAIN], |c| c.xmpp.subscriptions = true).await;
+    let addr = running.addrs.xmpp.unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().to_path_buf();
+    let spate = move |out: &str, extra: &[&str]| {
+        let o = Command::new(SPATE)
+            .args(["xmpp", &addr, "--user-pattern", "user{0..7}@example.test"])
+            .args([
+                "--users",
+                "8",
+                "-n",
+                "16",
+                "--traffic",
+                "presence",
+                "--wait",
+                "3s",
+            ])
+            .args(["-q", "-o", base.join(out).to_str().unwrap()])
+            .args(extra)
+            .env("SPATE_PASSWORD", "pw")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&o.stdout).to_string();
+        (o.status.code(), stdout, common::summary(&base.join(out)))
+    };
+    tokio::task::spawn_blocking(move || common::roster_all_subscribes_every_pair_once(spate))
+        .await
+        .unwrap();
+    let addr = running.addrs.xmpp.unwrap();
+    let roster = tokio::task::spawn_blocking(move || {
+        let mut c = Client::bound(addr, "user0@example.test", "pw", "r");
+        c.iq("get", "r1", None, "<query xmlns='jabber:iq:roster'/>")
+    })
+    .await
+    .unwrap();
+    let items: Vec<(&str, &str)> = roster
+        .child("query")
+        .unwrap()
+        .children
+        .iter()
+        .map(|i| (i.attr("jid").unwrap(), i.attr("subscription").unwrap()))
+        .collect();
+    assert_eq!(items.len(), 7, "{roster:?}");
+    assert!(items.iter().all(|(_, s)| *s == "both"), "{items:?}");
+    running.shutdown().await;
+}

@@ -225,32 +225,7 @@ fn roster_all(server: &str) {
             common::summary(&tmp.path().join(out)),
         )
     };
-    // No roster: a presence change has no contacts to reach.
-    let (code, stdout, s) = spate("none", &[]);
-    assert_eq!(code, Some(1), "{stdout}");
-    assert_eq!(s["extra"]["xmpp"]["missing"], 16 * 7, "{stdout}");
-    let (code, stdout, s) = spate("first", &["--roster", "all"]);
-    assert_eq!(code, Some(0), "{stdout}");
-    let r = &s["extra"]["xmpp"]["roster"];
-    assert_eq!(r["subscriptions_made"], 8 * 7, "{r}");
-    assert_eq!(r["subscriptions_refused"], 0, "{r}");
-    assert_eq!(r["full_already"], 0, "{r}");
-    assert!(r["how"].as_str().unwrap().starts_with("pairwise"), "{r}");
-    assert_eq!(s["extra"]["xmpp"]["presence"]["delivered"], 16 * 7, "{s}");
-    assert_eq!(common::phase_count(&s, "subscribe"), 8, "{stdout}");
-    let (code, stdout, s) = spate("second", &["--roster", "all"]);
-    assert_eq!(code, Some(0), "{stdout}");
-    let r = &s["extra"]["xmpp"]["roster"];
-    assert_eq!(
-        (r["subscriptions_made"].as_u64(), r["full_already"].as_u64()),
-        (Some(0), Some(8)),
-        "{r}"
-    );
-    assert!(
-        stdout.contains("8 sessions had every other already"),
-        "{stdout}"
-    );
-    assert_eq!(s["extra"]["xmpp"]["delivered"], 16 * 7, "{s}");
+    common::roster_all_subscribes_every_pair_once(spate);
 }
 
 #[test]

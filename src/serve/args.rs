@@ -178,6 +178,12 @@ pub struct Args {
     /// too slowly to keep below it is closed with a policy-violation stream error
     #[arg(long, value_name = "N", default_value_t = 4096, help_heading = "XMPP")]
     pub xmpp_queue: usize,
+    /// XMPP rosters: shared (every account of the domain is everyone's contact, with
+    /// subscription both) or subscriptions (each roster is built from presence
+    /// subscribe/subscribed, and presence goes to the subscribers only, as on a real
+    /// server; `spate xmpp --roster all` builds them)
+    #[arg(long, value_name = "KIND", default_value = "shared", value_parser = ["shared", "subscriptions"], help_heading = "XMPP")]
+    pub xmpp_roster: String,
 
     /// Server certificate chain (PEM); with --key. Default: a generated self-signed one
     #[arg(long, value_name = "FILE", requires = "key", help_heading = "TLS")]
@@ -285,6 +291,7 @@ impl Args {
         c.xmpp = XmppOptions {
             multicast_limit: self.xmpp_multicast_limit,
             queue: self.xmpp_queue,
+            subscriptions: self.xmpp_roster == "subscriptions",
         };
         if let (Some(cert), Some(key)) = (&self.cert, &self.key) {
             let id =

@@ -111,6 +111,8 @@ pub struct XmppOptions {
     /// too slow to read and is closed with a `policy-violation` stream error (its memory
     /// stays bounded, and the loss is visible).
     pub queue: usize,
+    /// Rosters built from presence subscriptions instead of one shared roster.
+    pub subscriptions: bool,
 }
 
 impl Default for XmppOptions {
@@ -118,6 +120,7 @@ impl Default for XmppOptions {
         XmppOptions {
             multicast_limit: 10_000,
             queue: 4096,
+            subscriptions: false,
         }
     }
 }

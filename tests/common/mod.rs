@@ -55,6 +55,41 @@ pub fn column_sums(dir: &std::path::Path, cols: &[&str]) -> Vec<u64> {
     sums
 }
 
+/// `spate xmpp --users 8 -n 16 --traffic presence` three times on fresh accounts
+/// (`spate(dir, extra options)` runs one and gives its exit code, stdout and summary):
+/// without a roster nothing is delivered; `--roster all` subscribes every pair once and
+/// then every presence arrives; a second `--roster all` finds every roster full.
+pub fn roster_all_subscribes_every_pair_once(
+    spate: impl Fn(&str, &[&str]) -> (Option<i32>, String, serde_json::Value),
+) {
+    // No roster: a presence change has no contacts to reach.
+    let (code, stdout, s) = spate("none", &[]);
+    assert_eq!(code, Some(1), "{stdout}");
+    assert_eq!(s["extra"]["xmpp"]["missing"], 16 * 7, "{stdout}");
+    let (code, stdout, s) = spate("first", &["--roster", "all"]);
+    assert_eq!(code, Some(0), "{stdout}");
+    let r = &s["extra"]["xmpp"]["roster"];
+    assert_eq!(r["subscriptions_made"], 8 * 7, "{r}");
+    assert_eq!(r["subscriptions_refused"], 0, "{r}");
+    assert_eq!(r["full_already"], 0, "{r}");
+    assert!(r["how"].as_str().unwrap().starts_with("pairwise"), "{r}");
+    assert_eq!(s["extra"]["xmpp"]["presence"]["delivered"], 16 * 7, "{s}");
+    assert_eq!(phase_count(&s, "subscribe"), 8, "{stdout}");
+    let (code, stdout, s) = spate("second", &["--roster", "all"]);
+    assert_eq!(code, Some(0), "{stdout}");
+    let r = &s["extra"]["xmpp"]["roster"];
+    assert_eq!(
+        (r["subscriptions_made"].as_u64(), r["full_already"].as_u64()),
+        (Some(0), Some(8)),
+        "{r}"
+    );
+    assert!(
+        stdout.contains("8 sessions had every other already"),
+        "{stdout}"
+    );
+    assert_eq!(s["extra"]["xmpp"]["delivered"], 16 * 7, "{s}");
+}
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};

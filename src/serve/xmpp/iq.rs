@@ -136,6 +136,17 @@ fn disco_info(identity: (&str, &str, &str), features: &[&str]) -> String {
 fn roster(st: &Stream<'_>, me: &Bound<'_>) -> String {
     let own = me.bare();
     let mut q = format!("<query xmlns='{NS_ROSTER}'>");
+    if let Some(r) = &st.sh.xmpp.rosters {
+        // Built from subscriptions: each item with its own state.
+        for (jid, item) in r.items(&own.to_ascii_lowercase()) {
+            q.push_str("<item jid='");
+            escape(&jid, &mut q);
+            let _ = write!(q, "' subscription='{}'", item.subscription());
+            q.push_str(if item.ask { " ask='subscribe'/>" } else { "/>" });
+        }
+        q.push_str("</query>");
+        return q;
+    }
     for jid in st.sh.xmpp.accounts.of_domain(&st.sh.users, &me.b.domain) {
         if jid == own {
             continue;

@@ -16,9 +16,11 @@
 //!   PLAIN is offered before TLS too: this is a loopback test server.
 //! - In-band registration (XEP-0077) adds the account in memory, also next to a users
 //!   file (its accounts stay); `conflict` when the JID already has a password.
-//! - Roster: every other account of the domain (users file and registrations) in one
-//!   group `spate`, subscription `both`. Presence goes to every available session of the
-//!   domain and back to the sender; no presence probes are sent.
+//! - Roster (`--xmpp-roster shared`, the default): every other account of the domain
+//!   (users file and registrations) in one group `spate`, subscription `both`. Presence
+//!   goes to every available session of the domain and back to the sender; no presence
+//!   probes are sent. With `--xmpp-roster subscriptions`, rosters are built from presence
+//!   subscriptions ([`subs`]) and presence goes to the sender's subscribers only.
 //! - A message to a bare JID reaches every available resource (priority 0 or more).
 //! - A session reading too slowly for its queue is closed with `policy-violation`.
 //! - XEP-0033: addresses that are offline, unknown or on other domains get nothing and
@@ -34,6 +36,7 @@ mod sasl;
 mod session;
 mod stanza;
 mod stream;
+mod subs;
 
 use super::config::XmppOptions;
 use super::conn::Conn;
@@ -58,15 +61,18 @@ pub(crate) struct Hub {
     options: XmppOptions,
     pub(super) accounts: Accounts,
     pub(super) routes: Routes,
+    /// `--xmpp-roster subscriptions`: the rosters; `None` with the shared roster.
+    pub(super) rosters: Option<subs::Rosters>,
 }
 
 impl Hub {
     pub(crate) fn new(domains: &[String], options: XmppOptions) -> Hub {
         Hub {
             domains: domains.iter().map(|d| d.to_ascii_lowercase()).collect(),
-            options,
             accounts: Accounts::default(),
             routes: Routes::default(),
+            rosters: options.subscriptions.then(subs::Rosters::default),
+            options,
         }
     }
 
@@ -80,6 +86,15 @@ impl Hub {
         domain
             .strip_prefix("multicast.")
             .filter(|d| !d.is_empty() && self.serves(d))
+    }
+
+    /// Who gets `user@domain`'s broadcast presence besides its own resources (local
+    /// parts on `domain`): everyone (`None`) with the shared roster, else its subscribers.
+    fn audience(&self, local: &str, domain: &str) -> Option<std::collections::HashSet<String>> {
+        let r = self.rosters.as_ref()?;
+        let mut s = r.subscribers(&format!("{local}@{domain}"), domain);
+        s.insert(local.to_string());
+        Some(s)
     }
 
     /// The domain a stream without `to` is for.

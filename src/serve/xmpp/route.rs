@@ -113,12 +113,22 @@ impl Entry {
 
 impl Inner {
     /// A copy to every available session of `domain`, each addressed to its full JID.
-    fn broadcast(&self, domain: &str, stanza: &Arc<Prepared>, victims: &mut Victims) -> u64 {
+    /// `audience`: the local parts reached (see [`super::Hub::audience`]); `None`: all.
+    fn broadcast(
+        &self,
+        domain: &str,
+        stanza: &Arc<Prepared>,
+        audience: Option<&HashSet<String>>,
+        victims: &mut Victims,
+    ) -> u64 {
         let Some(accounts) = self.domains.get(domain) else {
             return 0;
         };
         let mut n = 0;
         for (local, sessions) in accounts {
+            if audience.is_some_and(|a| !a.contains(local)) {
+                continue;
+            }
             for e in sessions.iter().filter(|e| e.available) {
                 let out = Outbound {
                     stanza: stanza.clone(),
@@ -161,7 +171,14 @@ impl Inner {
             ],
             ..Element::default()
         };
-        let n = self.broadcast(domain, &Arc::new(Prepared::of(&p)), victims);
+        let local = e.full.split('@').next().unwrap_or_default();
+        let audience = sh.xmpp.audience(local, domain);
+        let n = self.broadcast(
+            domain,
+            &Arc::new(Prepared::of(&p)),
+            audience.as_ref(),
+            victims,
+        );
         sh.stats.xmpp_routed(true, n);
     }
 
@@ -249,8 +266,8 @@ impl Routes {
     }
 
     /// Broadcast presence (no `to`): the session becomes available (with `priority`) or
-    /// unavailable, and every available session of the domain gets a copy, the sender's
-    /// own resources included (RFC 6121 §4.2.2, §4.5.2). Returns the copies queued.
+    /// unavailable, and every available session of the domain (with subscription-built
+    /// rosters, of its subscribers) gets a copy, the sender's own resources included (RFC 6121 §4.2.2, §4.5.2). Returns the copies queued.
     pub(super) fn presence(
         &self,
         sh: &Shared,
@@ -271,7 +288,13 @@ impl Routes {
         me.available = available;
         me.priority = priority;
         let mut victims = Victims::default();
-        let n = inner.broadcast(&b.domain, &Arc::new(stanza), &mut victims);
+        let audience = sh.xmpp.audience(&b.local, &b.domain);
+        let n = inner.broadcast(
+            &b.domain,
+            &Arc::new(stanza),
+            audience.as_ref(),
+            &mut victims,
+        );
         inner.evict(sh, victims);
         n
     }

@@ -199,6 +199,14 @@ fn presence(st: &mut Stream<'_>, me: &Bound<'_>, e: &Element) {
     if jid.local.is_none() || !sh.xmpp.serves(&jid.domain) || kind == Some("probe") {
         return;
     }
+    if let (Some(r), Some(k)) = (&sh.xmpp.rosters, kind) {
+        // A subscription stanza changes both rosters, then goes on to the contact.
+        r.apply(
+            &me.bare().to_ascii_lowercase(),
+            k,
+            &jid.bare().to_ascii_lowercase(),
+        );
+    }
     let prepared = Arc::new(Prepared::new(e, &me.b.full));
     let n = sh
         .xmpp
