@@ -185,3 +185,61 @@ async fn run_survives_a_server_restart() {
     assert_eq!(acc, stats1.messages() + second.stats.messages(), "{t}");
     second.shutdown().await;
 }
+
+/// `--detail`: after it, intervals.csv, the histogram logs, errors.jsonl and monitor.csv
+/// have a row per minute, so a soak of days stays bounded. With `--detail 2s`, a 4 s run
+/// has 2 one-second rows and then one (partial) minute, and the counts still add up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_detail_period_every_file_has_a_row_per_minute() {
+    let server = serve::start(serve::Config::loopback()).await.unwrap();
+    let addr = server.addrs.smtp.unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r");
+    let args: Vec<String> = [
+        "smtp",
+        &addr,
+        "--rate",
+        "50/s",
+        "--duration",
+        "4s",
+        "--detail",
+        "2s",
+        "--monitor",
+        "-q",
+        "-o",
+        out.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let o = spate(args).await;
+    assert!(o.ok, "{}\n{}", o.stdout, o.stderr);
+    let rows = |f: &str| {
+        let text = std::fs::read_to_string(out.join(f)).unwrap();
+        let t: Vec<f64> = text
+            .lines()
+            .skip(1)
+            .filter(|l| !l.starts_with('#') && !l.starts_with('"'))
+            .map(|l| l.split(',').next().unwrap().parse().unwrap())
+            .collect();
+        t
+    };
+    for f in ["intervals.csv", "monitor.csv"] {
+        let t = rows(f);
+        assert_eq!(t.len(), 3, "{f}: {t:?}");
+        assert!(
+            (t[0] - 1.0).abs() < 0.1 && (t[1] - 2.0).abs() < 0.1,
+            "{f}: {t:?}"
+        );
+        assert!(t[2] > 3.5, "{f}: the rest of the run in one row: {t:?}");
+    }
+    // The hlog's rows start at each row's start: 0, 1, then 2 for the minute.
+    let starts = rows("transaction.hlog");
+    assert_eq!(starts.len(), 3, "{starts:?}");
+    let s = summary(&out);
+    let sums = common::column_sums(&out, &["accepted", "attempted"]);
+    assert_eq!(sums[0], s["totals"]["accepted"].as_u64().unwrap());
+    assert_eq!(sums[1], s["totals"]["attempted"].as_u64().unwrap());
+    assert_eq!(sums[1], 200);
+    server.shutdown().await;
+}

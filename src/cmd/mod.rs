@@ -55,7 +55,9 @@ pub fn observers(
     stop: &Arc<AtomicBool>,
 ) -> anyhow::Result<Vec<Box<dyn Observer>>> {
     let mut observers: Vec<Box<dyn Observer>> =
-        crate::monitor::observer(monitor)?.into_iter().collect();
+        crate::monitor::observer(monitor, crate::units::parse_duration(&output.detail)?)?
+            .into_iter()
+            .collect();
     if output.tui {
         observers.push(Box::new(crate::ui::tui::Dashboard::new(
             stop.clone(),

@@ -74,6 +74,10 @@ pub trait PlanInfo: Serialize {
     fn seed(&self) -> u64;
     /// `--grace`, as typed.
     fn grace(&self) -> &str;
+    /// `--detail`, as typed: how long results keep one-second rows.
+    fn detail(&self) -> &str {
+        "1h"
+    }
 }
 
 /// Everything the engine needs besides the driver.
@@ -105,8 +109,14 @@ impl<'a> Setup<'a> {
         let clock = Clock::new();
         let writer = match out {
             Some(dir) => Some(
-                Writer::create(dir, &serde_json::to_value(plan)?, started, addresses)
-                    .with_context(|| format!("cannot write results to {}", dir.display()))?,
+                Writer::create(
+                    dir,
+                    &serde_json::to_value(plan)?,
+                    started,
+                    addresses,
+                    units::parse_duration(plan.detail())?,
+                )
+                .with_context(|| format!("cannot write results to {}", dir.display()))?,
             ),
             None => None,
         };
@@ -169,6 +179,9 @@ macro_rules! plan_info {
             }
             fn grace(&self) -> &str {
                 &self.$($output).+.grace
+            }
+            fn detail(&self) -> &str {
+                &self.$($output).+.detail
             }
         }
     };

@@ -42,11 +42,15 @@ pub fn parse_leak_rate(text: &str) -> Result<f64, UsageError> {
 }
 
 /// The monitoring observer for these options, or None when monitoring is off.
-pub fn observer(args: &MonitorArgs) -> anyhow::Result<Option<Box<dyn Observer>>> {
+/// `detail`: how long monitor.csv has a row per second; after it, a row per minute (the
+/// means of its seconds), as intervals.csv.
+pub fn observer(args: &MonitorArgs, detail: Duration) -> anyhow::Result<Option<Box<dyn Observer>>> {
     if !args.enabled() {
         return Ok(None);
     }
-    Ok(Some(Box::new(Monitor::new(args)?)))
+    let mut m = Monitor::new(args)?;
+    m.detail_s = detail.as_secs_f64();
+    Ok(Some(Box::new(m)))
 }
 
 /// One memory series followed for its slope.
@@ -81,6 +85,10 @@ pub struct Monitor {
     planned_s: Option<f64>,
     /// The CPU figure a sweep reports: the monitored processes, or the host.
     cpu_basis: String,
+    /// Seconds of one-second rows in monitor.csv; then a row per minute.
+    detail_s: f64,
+    /// The minute being gathered after `detail_s`: its start and the sums of its seconds.
+    window: Option<(f64, Vec<f64>, u32)>,
 }
 
 impl Monitor {
@@ -176,6 +184,8 @@ impl Monitor {
             leak_warn_mb_h,
             planned_s: None,
             cpu_basis,
+            detail_s: f64::INFINITY,
+            window: None,
         })
     }
 
@@ -325,6 +335,32 @@ fn fmt_val(v: f64) -> String {
     }
 }
 
+impl Monitor {
+    /// One row of monitor.csv, ending `t_s` seconds after the start.
+    fn row(&mut self, t_s: f64, vals: &[f64]) -> std::io::Result<()> {
+        if let Some(f) = &mut self.csv {
+            let wall = self.start + Duration::from_secs_f64(t_s);
+            let mut line = format!("{t_s:.3},{}", crate::results::rfc3339(wall));
+            for v in vals {
+                line.push(',');
+                line.push_str(&fmt_val(*v));
+            }
+            writeln!(f, "{line}")?;
+            f.flush()?;
+        }
+        Ok(())
+    }
+
+    /// The minute gathered so far, as one row of its means.
+    fn flush_window(&mut self, t_s: f64) -> std::io::Result<()> {
+        let Some((_, sums, n)) = self.window.take() else {
+            return Ok(());
+        };
+        let means: Vec<f64> = sums.iter().map(|s| s / f64::from(n.max(1))).collect();
+        self.row(t_s, &means)
+    }
+}
+
 impl Observer for Monitor {
     fn start(&mut self, dir: &Path, start: SystemTime) -> anyhow::Result<()> {
         self.start = start;
@@ -374,21 +410,28 @@ impl Observer for Monitor {
         if self.accepted.len() >= MAX_POINTS {
             halve(&mut self.accepted, |a, b| (b.0, a.1 + b.1, a.2 + b.2));
         }
-        if let Some(f) = &mut self.csv {
-            let wall = self.start + Duration::from_secs_f64(snap.t_s);
-            let mut line = format!("{:.3},{}", snap.t_s, crate::results::rfc3339(wall));
-            for v in &self.vals {
-                line.push(',');
-                line.push_str(&fmt_val(*v));
+        if snap.t_s - dt / 2.0 < self.detail_s {
+            let vals = std::mem::take(&mut self.vals);
+            self.row(snap.t_s, &vals)?;
+            self.vals = vals;
+        } else {
+            let (start, sums, n) = self
+                .window
+                .get_or_insert_with(|| (snap.t_s - dt, vec![0.0; self.vals.len()], 0));
+            for (s, v) in sums.iter_mut().zip(&self.vals) {
+                *s += v;
             }
-            writeln!(f, "{line}")?;
-            f.flush()?;
+            *n += 1;
+            if snap.t_s - *start >= crate::results::COARSE_S - 1e-6 {
+                self.flush_window(snap.t_s)?;
+            }
         }
         self.cost += thread_cpu().saturating_sub(t0);
         Ok(())
     }
 
     fn finish(&mut self, summary: &mut Summary) {
+        let _ = self.flush_window(self.last_t);
         if let Some(p) = &mut self.prom {
             p.stop();
         }

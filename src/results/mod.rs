@@ -14,4 +14,4 @@ mod summary;
 mod writer;
 
 pub use summary::{ErrorRow, PhaseStats, Summary, SCHEMA_VERSION};
-pub use writer::{hex, rfc3339, write_atomic, AddressBook, HlogFile, Writer};
+pub use writer::{hex, rfc3339, write_atomic, AddressBook, HlogFile, Writer, COARSE_S};

@@ -32,7 +32,16 @@ pub struct Writer {
     hlogs: HashMap<Phase, HlogFile>,
     minute: Option<(String, Counters)>,
     addresses: Option<Arc<dyn AddressBook>>,
+    /// Seconds of one-second rows (intervals.csv, *.hlog, errors.jsonl); after them the
+    /// rows are a minute each, so a soak of days keeps its files bounded.
+    detail_s: f64,
+    /// The minute being gathered after `detail_s`: its start, length so far, its
+    /// intervals added up, and the active sessions at its last second.
+    coarse: Option<(f64, f64, Shard, i64)>,
 }
+
+/// Length of one row once the detail period is over.
+pub const COARSE_S: f64 = 60.0;
 
 fn create(dir: &Path, name: &str) -> io::Result<BufWriter<File>> {
     Ok(BufWriter::with_capacity(
@@ -118,11 +127,13 @@ impl HlogFile {
 }
 
 impl Writer {
+    /// `detail`: how long rows are one second (see [`Writer::interval`]).
     pub fn create(
         dir: &Path,
         plan: &serde_json::Value,
         start: SystemTime,
         addresses: Option<Arc<dyn AddressBook>>,
+        detail: Duration,
     ) -> io::Result<Self> {
         std::fs::create_dir_all(dir)?;
         write_atomic(
@@ -167,6 +178,8 @@ impl Writer {
             hlogs: HashMap::new(),
             minute: None,
             addresses,
+            detail_s: detail.as_secs_f64(),
+            coarse: None,
         })
     }
 
@@ -174,8 +187,44 @@ impl Writer {
         &self.dir
     }
 
-    /// Appends one interval (`t0_s` seconds after start, `len_s` long).
+    /// Takes one interval (`t0_s` seconds after start, `len_s` long). During the detail
+    /// period it is a row of its own; after it, intervals are added up into one row per
+    /// minute (counters add, histograms add, so percentiles stay exact). The sent log
+    /// and postal.csv are written as before.
     pub fn interval(&mut self, iv: &Shard, t0_s: f64, len_s: f64, active: i64) -> io::Result<()> {
+        let wall = self.start + Duration::from_secs_f64(t0_s + len_s);
+        if let (Some(sent), Some(book)) = (&mut self.sent, &self.addresses) {
+            write_sent(sent, book.as_ref(), self.start, iv)?;
+        }
+        let errors: u64 = iv.errors.values().map(|e| e.count).sum();
+        self.postal_minute(wall, &iv.counters, errors)?;
+        // By the interval's middle: its end drifts a millisecond or so past the second.
+        if t0_s + len_s / 2.0 < self.detail_s {
+            self.row(iv, t0_s, len_s, active)?;
+        } else {
+            let (_, len, acc, act) = self
+                .coarse
+                .get_or_insert_with(|| (t0_s, 0.0, Shard::default(), active));
+            *len += len_s;
+            *act = active;
+            acc.add(iv);
+            if *len >= COARSE_S - 1e-6 {
+                self.flush_coarse()?;
+            }
+        }
+        self.flush()
+    }
+
+    /// Writes the minute gathered so far as one row.
+    fn flush_coarse(&mut self) -> io::Result<()> {
+        if let Some((t0, len, acc, active)) = self.coarse.take() {
+            self.row(&acc, t0, len, active)?;
+        }
+        Ok(())
+    }
+
+    /// One row of intervals.csv, each phase's histogram log and errors.jsonl.
+    fn row(&mut self, iv: &Shard, t0_s: f64, len_s: f64, active: i64) -> io::Result<()> {
         let wall = self.start + Duration::from_secs_f64(t0_s + len_s);
         let c = iv.counters;
         // An interval without samples of a phase has no percentile: an empty cell, not 0.
@@ -261,12 +310,7 @@ impl Writer {
             });
             writeln!(self.errors, "{line}")?;
         }
-
-        if let (Some(sent), Some(book)) = (&mut self.sent, &self.addresses) {
-            write_sent(sent, book.as_ref(), self.start, iv)?;
-        }
-        self.postal_minute(wall, &c, errors)?;
-        self.flush()
+        Ok(())
     }
 
     fn postal_minute(&mut self, wall: SystemTime, c: &Counters, errors: u64) -> io::Result<()> {
@@ -330,8 +374,9 @@ impl Writer {
         )
     }
 
-    /// Writes the last partial minute and syncs every file.
+    /// Writes the last partial minutes and syncs every file.
     pub fn finish(&mut self) -> io::Result<()> {
+        self.flush_coarse()?;
         self.flush_minute()?;
         self.flush()?;
         for f in [&self.intervals, &self.postal, &self.errors]
@@ -381,4 +426,61 @@ pub fn hex(d: &[u8; 16]) -> [u8; 32] {
         out[2 * i + 1] = DIGITS[usize::from(b & 15)];
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::data::{PhaseLog, Table};
+
+    /// 130 one-second intervals with a detail period of 2 s: 2 rows of a second, then
+    /// rows of a minute (the last one partial); counts and histograms add up exactly.
+    #[test]
+    fn after_the_detail_period_rows_are_a_minute_each() {
+        let dir = tempfile::tempdir().unwrap();
+        let plan = serde_json::json!({});
+        let mut w = Writer::create(
+            dir.path(),
+            &plan,
+            SystemTime::UNIX_EPOCH,
+            None,
+            Duration::from_secs(2),
+        )
+        .unwrap();
+        for i in 0..130u64 {
+            let mut iv = Shard::default();
+            iv.counters.attempted = 3;
+            iv.counters.accepted = 3;
+            for k in 0..3 {
+                iv.record(Phase::Response, 1_000 * (i + 1) + k);
+            }
+            w.interval(&iv, i as f64, 1.0, 7).unwrap();
+        }
+        w.finish().unwrap();
+        let t = Table::read(&dir.path().join("intervals.csv"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(t.col("t_s").unwrap(), vec![1.0, 2.0, 62.0, 122.0, 130.0]);
+        assert_eq!(
+            t.col("accepted").unwrap(),
+            vec![3.0, 3.0, 180.0, 180.0, 24.0]
+        );
+        assert_eq!(t.col("active").unwrap(), vec![7.0; 5]);
+        let log = PhaseLog::read(&dir.path().join("response.hlog"), "response")
+            .unwrap()
+            .unwrap();
+        assert_eq!(log.points.len(), 5);
+        assert_eq!(log.total.len(), 390);
+        // The minute from 2 s to 62 s holds seconds 3..=62: its max is exact.
+        assert_eq!(log.total.max(), log.total.highest_equivalent(130_002));
+        // The first minute's p99, from the seconds it added up (2..62).
+        let mut h = crate::metrics::new_histogram();
+        for i in 2..62u64 {
+            for k in 0..3 {
+                h.record(1_000 * (i + 1) + k).unwrap();
+            }
+        }
+        let p99 = t.col("response_p99_us").unwrap()[2];
+        assert_eq!(p99 as u64, h.value_at_quantile(0.99));
+    }
 }
