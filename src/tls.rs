@@ -172,6 +172,24 @@ impl ServerIdentity {
         })
     }
 
+    /// As [`ServerIdentity::server_config`], but every client must present a
+    /// certificate signed by a CA of the PEM file `ca`.
+    pub fn server_config_with_client_ca(&self, ca: &str) -> Result<Arc<ServerConfig>, Error> {
+        let mut roots = RootCertStore::empty();
+        for cert in read_certs(ca)? {
+            roots.add(cert)?;
+        }
+        let verifier =
+            rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+                .build()
+                .map_err(|e| Error::Rustls(rustls::Error::General(e.to_string())))?;
+        let config = ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(self.certs.clone(), self.key.clone_key())?;
+        Ok(Arc::new(config))
+    }
+
     pub fn server_config(&self) -> Result<Arc<ServerConfig>, Error> {
         let config = ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()?
