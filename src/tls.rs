@@ -179,10 +179,12 @@ impl ServerIdentity {
         for cert in read_certs(ca)? {
             roots.add(cert)?;
         }
-        let verifier =
-            rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
-                .build()
-                .map_err(|e| Error::Rustls(rustls::Error::General(e.to_string())))?;
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider(),
+        )
+        .build()
+        .map_err(|e| Error::Rustls(rustls::Error::General(e.to_string())))?;
         let config = ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()?
             .with_client_cert_verifier(verifier)

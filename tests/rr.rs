@@ -179,14 +179,19 @@ async fn classes_are_reported_and_expect_rejects_exactly() {
         "the response's first line is the error text: {err}"
     );
     assert!(stdout.contains("per class"), "{stdout}");
-    assert!(stdout.contains("allow") && stdout.contains("deny"), "{stdout}");
+    assert!(
+        stdout.contains("allow") && stdout.contains("deny"),
+        "{stdout}"
+    );
     server.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_connection_close_is_honoured_and_faults_are_rejections() {
     let (server, addr) = rr_server(Frame::Http, |c| {
-        c.faults.fails.push(serve::faults::parse_fail("rr:503:1").unwrap());
+        c.faults
+            .fails
+            .push(serve::faults::parse_fail("rr:503:1").unwrap());
     })
     .await;
     let (code, s, _) = rr(&[

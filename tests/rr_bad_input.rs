@@ -63,25 +63,69 @@ async fn bad_rr_input_is_one_line_and_exit_2() {
         path("empty.txt"),
         path("long.txt"),
     );
-    let (crt, other, enc, ids) = (path("c.crt"), path("other.key"), path("enc.key"), path("ids"));
+    let (crt, other, enc, ids) = (
+        path("c.crt"),
+        path("other.key"),
+        path("enc.key"),
+        path("ids"),
+    );
     let (missing, nope) = (path("missing.txt"), path("nope.crt"));
     let cases: Vec<(Vec<&str>, String)> = vec![
-        (vec!["--requests", &typo], format!("{typo}:3: unknown placeholder {{sqe}}")),
-        (vec!["--requests", &classes], format!("{classes}:17: class 'c16'")),
-        (vec!["--requests", &rand], format!("{rand}:1: bad {{rand:A..B}}")),
+        (
+            vec!["--requests", &typo],
+            format!("{typo}:3: unknown placeholder {{sqe}}"),
+        ),
+        (
+            vec!["--requests", &classes],
+            format!("{classes}:17: class 'c16'"),
+        ),
+        (
+            vec!["--requests", &rand],
+            format!("{rand}:1: bad {{rand:A..B}}"),
+        ),
         (vec!["--requests", &empty], "no request in it".into()),
         (vec!["--requests", &missing], "missing.txt".into()),
-        (vec!["--template-file", &long, "--frame", "len16"], "do not fit a len16".into()),
-        (vec!["--template", "GET {nn}"], "--template: unknown placeholder {nn}".into()),
+        (
+            vec!["--template-file", &long, "--frame", "len16"],
+            "do not fit a len16".into(),
+        ),
+        (
+            vec!["--template", "GET {nn}"],
+            "--template: unknown placeholder {nn}".into(),
+        ),
         (vec![], "say what to send".into()),
-        (vec!["--template", "x", "--until", "(unclosed"], "--until".into()),
-        (vec!["--template", "x", "--expect", "[z-a]"], "--expect".into()),
-        (vec!["--template", "x", "--frame", "http", "--until", "OK"], "--until is for --frame line".into()),
-        (vec!["--template", "x", "--expect-status", "200"], "--expect-status is for --frame http".into()),
-        (vec!["--template", "x", "--pick", "zipf:-1"], "zipf:S".into()),
-        (vec!["--template", "x", "--variants", "0"], "--variants".into()),
-        (vec!["--template", "{identity}"], "{identity} needs client identities".into()),
-        (vec!["--template", "x", "--header", "no colon"], "--header".into()),
+        (
+            vec!["--template", "x", "--until", "(unclosed"],
+            "--until".into(),
+        ),
+        (
+            vec!["--template", "x", "--expect", "[z-a]"],
+            "--expect".into(),
+        ),
+        (
+            vec!["--template", "x", "--frame", "http", "--until", "OK"],
+            "--until is for --frame line".into(),
+        ),
+        (
+            vec!["--template", "x", "--expect-status", "200"],
+            "--expect-status is for --frame http".into(),
+        ),
+        (
+            vec!["--template", "x", "--pick", "zipf:-1"],
+            "zipf:S".into(),
+        ),
+        (
+            vec!["--template", "x", "--variants", "0"],
+            "--variants".into(),
+        ),
+        (
+            vec!["--template", "{identity}"],
+            "{identity} needs client identities".into(),
+        ),
+        (
+            vec!["--template", "x", "--header", "no colon"],
+            "--header".into(),
+        ),
         (
             vec!["--template", "x", "--tls", "--cert", &crt, "--key", &other],
             "are not a pair".into(),
@@ -94,16 +138,25 @@ async fn bad_rr_input_is_one_line_and_exit_2() {
             vec!["--template", "x", "--tls", "--cert", &nope, "--key", &other],
             "cannot read".into(),
         ),
-        (vec!["--template", "x", "--identities", &ids], "alone.key has no alone.crt".into()),
+        (
+            vec!["--template", "x", "--identities", &ids],
+            "alone.key has no alone.crt".into(),
+        ),
         (vec!["--template", "x", "--starttls"], "--starttls".into()),
-        (vec!["--template", "x", "--max-response", "lots"], "lots".into()),
+        (
+            vec!["--template", "x", "--max-response", "lots"],
+            "lots".into(),
+        ),
     ];
     for (extra, want) in &cases {
         let mut args = vec!["rr", addr.as_str(), "-n", "1", "-o", o_];
         args.extend_from_slice(extra);
         let o = spate(&args).await;
         one_line_exit_2(&o, want);
-        assert!(!out.exists(), "{extra:?}: nothing is written before the load");
+        assert!(
+            !out.exists(),
+            "{extra:?}: nothing is written before the load"
+        );
     }
     // A target without a port (only HTTP has a default one).
     let o = spate(&["rr", "127.0.0.1", "--template", "x", "-o", o_]).await;

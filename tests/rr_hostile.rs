@@ -58,7 +58,12 @@ async fn rr(addr: &str, args: &[&str]) -> (Option<i32>, Value, Duration) {
     let t = Instant::now();
     let o = spate(&all).await;
     let took = t.elapsed();
-    assert!(out.join("summary.json").exists(), "{}\n{}", o.stdout, o.stderr);
+    assert!(
+        out.join("summary.json").exists(),
+        "{}\n{}",
+        o.stdout,
+        o.stderr
+    );
     (o.code, summary(&out), took)
 }
 
@@ -72,8 +77,15 @@ async fn four_gib_length_prefix_is_refused_from_the_prefix() {
     let (code, s, took) = rr(&addr, &["--frame", "len32", "--timeout", "20s"]).await;
     assert_eq!(code, Some(1));
     assert_eq!(s["totals"]["failed"], 3);
-    assert!(errors(&s).contains("length prefix announces 4294967295 bytes"), "{}", errors(&s));
-    assert!(took < Duration::from_secs(15), "decided without waiting: {took:?}");
+    assert!(
+        errors(&s).contains("length prefix announces 4294967295 bytes"),
+        "{}",
+        errors(&s)
+    );
+    assert!(
+        took < Duration::from_secs(15),
+        "decided without waiting: {took:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -82,8 +94,15 @@ async fn a_response_that_never_ends_times_out_within_the_deadline() {
     let (code, s, took) = rr(&addr, &["-n", "2", "--timeout", "1s", "--grace", "5s"]).await;
     assert_eq!(code, Some(1));
     assert_eq!(s["totals"]["failed"], 2);
-    assert!(errors(&s).contains("\"kind\":\"timeout\""), "{}", errors(&s));
-    assert!(took < Duration::from_secs(10), "two 1 s deadlines took {took:?}");
+    assert!(
+        errors(&s).contains("\"kind\":\"timeout\""),
+        "{}",
+        errors(&s)
+    );
+    assert!(
+        took < Duration::from_secs(10),
+        "two 1 s deadlines took {took:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -93,8 +112,16 @@ async fn broken_chunked_encoding_fails_the_request() {
     let (code, s, _) = rr(&addr, &["--frame", "http"]).await;
     assert_eq!(code, Some(1));
     assert_eq!(s["totals"]["failed"], 3);
-    assert!(errors(&s).contains("broken chunked encoding"), "{}", errors(&s));
-    assert!(errors(&s).contains("\"kind\":\"protocol\""), "{}", errors(&s));
+    assert!(
+        errors(&s).contains("broken chunked encoding"),
+        "{}",
+        errors(&s)
+    );
+    assert!(
+        errors(&s).contains("\"kind\":\"protocol\""),
+        "{}",
+        errors(&s)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -105,13 +132,21 @@ async fn a_response_over_the_cap_fails_the_request() {
     let (code, s, _) = rr(&addr, &["--max-response", "1KiB"]).await;
     assert_eq!(code, Some(1));
     assert_eq!(s["totals"]["failed"], 3);
-    assert!(errors(&s).contains("longer than 1024 bytes"), "{}", errors(&s));
+    assert!(
+        errors(&s).contains("longer than 1024 bytes"),
+        "{}",
+        errors(&s)
+    );
 
     let body = b"HTTP/1.1 200 OK\r\nContent-Length: 5000000000\r\n\r\n".to_vec();
     let addr = hostile(body, false).await;
     let (code, s, _) = rr(&addr, &["--frame", "http"]).await;
     assert_eq!(code, Some(1));
-    assert!(errors(&s).contains("Content-Length 5000000000 over the cap"), "{}", errors(&s));
+    assert!(
+        errors(&s).contains("Content-Length 5000000000 over the cap"),
+        "{}",
+        errors(&s)
+    );
 
     let mut never = b"HTTP/1.1 200 OK\r\nX-Endless: ".to_vec();
     never.extend(std::iter::repeat_n(b'x', 200 * 1024));

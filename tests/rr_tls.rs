@@ -26,7 +26,8 @@ fn pki() -> Pki {
     let ca_key = KeyPair::generate().unwrap();
     let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name.push(DnType::CommonName, "spate test CA");
+    ca.distinguished_name
+        .push(DnType::CommonName, "spate test CA");
     let ca_cert = ca.self_signed(&ca_key).unwrap();
     Pki {
         ca_pem: ca_cert.pem(),
@@ -68,7 +69,12 @@ async fn rr(args: &[&str], out: &Path) -> (Option<i32>, Value, String) {
     all.extend_from_slice(args);
     all.extend_from_slice(&["-o", out.to_str().unwrap()]);
     let o = spate(&all).await;
-    assert!(out.join("summary.json").exists(), "{}\n{}", o.stdout, o.stderr);
+    assert!(
+        out.join("summary.json").exists(),
+        "{}\n{}",
+        o.stdout,
+        o.stderr
+    );
     (o.code, summary(out), o.stdout)
 }
 
@@ -108,7 +114,16 @@ async fn client_certificate_given_and_not_given() {
     assert_eq!(server.stats.rr().subjects, 1);
 
     let (code, s, _) = rr(
-        &[&addr, "--tls", "--ca", &server_ca, "--template", "CHECK", "-n", "5"],
+        &[
+            &addr,
+            "--tls",
+            "--ca",
+            &server_ca,
+            "--template",
+            "CHECK",
+            "-n",
+            "5",
+        ],
         &tmp.path().join("without"),
     )
     .await;
@@ -120,12 +135,16 @@ async fn client_certificate_given_and_not_given() {
         "{errors:?}"
     );
     assert!(
-        errors.iter().any(|e| e.to_string().contains("refused the client certificate")),
+        errors
+            .iter()
+            .any(|e| e.to_string().contains("refused the client certificate")),
         "the alert is named, not a bare reset: {errors:?}"
     );
     // TLS 1.3: the client's handshake is done before the server judges its certificate;
     // the verdict arrives with the first read.
-    assert!(errors.iter().all(|e| e["phase"] == "tls" || e["phase"] == "first_byte"));
+    assert!(errors
+        .iter()
+        .all(|e| e["phase"] == "tls" || e["phase"] == "first_byte"));
     server.shutdown().await;
 }
 
@@ -159,7 +178,11 @@ async fn identities_in_turn_and_resumption() {
     let (code, s, out) = rr(&base, &tmp.path().join("ids-run")).await;
     assert_eq!(code, Some(0), "{out}");
     assert_eq!(s["totals"]["accepted"], 30);
-    assert_eq!(server.stats.rr().subjects, 3, "every identity was presented");
+    assert_eq!(
+        server.stats.rr().subjects,
+        3,
+        "every identity was presented"
+    );
     let x = &s["extra"]["rr"];
     assert_eq!(x["identities"], 3);
     assert_eq!(x["handshakes"], 30);

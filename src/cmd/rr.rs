@@ -65,7 +65,12 @@ pub struct Args {
     #[arg(long, value_name = "REGEX", help_heading = "Framing")]
     pub until: Option<String>,
     /// Largest response accepted; a longer one (or one announcing more) fails its request.
-    #[arg(long, default_value = "1MiB", value_name = "SIZE", help_heading = "Framing")]
+    #[arg(
+        long,
+        default_value = "1MiB",
+        value_name = "SIZE",
+        help_heading = "Framing"
+    )]
     pub max_response: String,
     /// HTTP method.
     #[arg(long, default_value = "POST", help_heading = "Framing")]
@@ -82,7 +87,12 @@ pub struct Args {
     #[arg(long, value_name = "FILE|DIR", help_heading = "Requests", conflicts_with_all = ["template", "template_file"])]
     pub requests: Option<PathBuf>,
     /// One request template, e.g. 'CHECK user{n} {rand:1..9}'.
-    #[arg(long, value_name = "STRING", help_heading = "Requests", conflicts_with = "template_file")]
+    #[arg(
+        long,
+        value_name = "STRING",
+        help_heading = "Requests",
+        conflicts_with = "template_file"
+    )]
     pub template: Option<String>,
     /// One request template: the whole file (one final line end removed).
     #[arg(long, value_name = "FILE", help_heading = "Requests")]
@@ -104,7 +114,13 @@ pub struct Args {
 
     /// Client identities, one per connection in turn (defeats a per-subject cache):
     /// NAME.key with NAME.crt or NAME.pem (PEM) for each NAME; {identity} is NAME.
-    #[arg(long, value_name = "DIR", help_heading = "Connections", conflicts_with = "cert")]
+    /// Implies --tls; --ca or --insecure says how to check the server.
+    #[arg(
+        long,
+        value_name = "DIR",
+        help_heading = "Connections",
+        conflicts_with = "cert"
+    )]
     pub identities: Option<PathBuf>,
     /// Keep connections: each carries request after request (the default).
     #[arg(long, help_heading = "Connections", conflicts_with = "per_request")]
@@ -154,7 +170,10 @@ crate::plan_info!(Plan);
 
 fn regex(opt: &str, re: &Option<String>) -> anyhow::Result<Option<Regex>> {
     re.as_deref()
-        .map(|r| Regex::new(r).map_err(|e| UsageError(format!("{opt} {r:?}: {}", one_line(&e.to_string())))))
+        .map(|r| {
+            Regex::new(r)
+                .map_err(|e| UsageError(format!("{opt} {r:?}: {}", one_line(&e.to_string()))))
+        })
         .transpose()
         .map_err(Into::into)
 }
@@ -166,7 +185,8 @@ fn one_line(s: &str) -> String {
 /// The requests of the run, from whichever option gave them.
 fn requests(args: &Args) -> anyhow::Result<Requests> {
     if let Some(t) = &args.template {
-        let t = Template::parse(t.as_bytes(), "--template").map_err(|e| UsageError(e.to_string()))?;
+        let t =
+            Template::parse(t.as_bytes(), "--template").map_err(|e| UsageError(e.to_string()))?;
         return Ok(Requests::one(t));
     }
     if let Some(p) = &args.template_file {
@@ -178,18 +198,25 @@ fn requests(args: &Args) -> anyhow::Result<Requests> {
                 bytes.pop();
             }
         }
-        let t = Template::parse(&bytes, &p.display().to_string()).map_err(|e| UsageError(e.to_string()))?;
+        let t = Template::parse(&bytes, &p.display().to_string())
+            .map_err(|e| UsageError(e.to_string()))?;
         return Ok(Requests::one(t));
     }
     let Some(p) = &args.requests else {
-        return usage("say what to send: --template 'STRING', --template-file FILE or --requests FILE|DIR");
+        return usage(
+            "say what to send: --template 'STRING', --template-file FILE or --requests FILE|DIR",
+        );
     };
     let r = if p.is_dir() {
         Requests::from_dir(p)
     } else {
-        let text = std::fs::read(p).map_err(|e| UsageError(format!("--requests {}: {e}", p.display())))?;
+        let text =
+            std::fs::read(p).map_err(|e| UsageError(format!("--requests {}: {e}", p.display())))?;
         let text = String::from_utf8(text).map_err(|_| {
-            UsageError(format!("--requests {}: not UTF-8 text (binary requests: one per file in a directory)", p.display()))
+            UsageError(format!(
+                "--requests {}: not UTF-8 text (binary requests: one per file in a directory)",
+                p.display()
+            ))
         })?;
         Requests::from_lines(&text, &p.display().to_string())
     };
@@ -209,16 +236,25 @@ fn identities(args: &Args) -> anyhow::Result<Vec<Identity>> {
     let resumption = !args.no_resumption;
     match &args.identities {
         Some(dir) => Ok(identity::from_dir(dir, &base, resumption).map_err(UsageError)?),
-        None => Ok(vec![identity::single(&base, resumption).map_err(UsageError)?]),
+        None => Ok(vec![
+            identity::single(&base, resumption).map_err(UsageError)?
+        ]),
     }
 }
 
 /// Every request a template can make must fit the framing: checked once, here.
-fn check_framing(args: &Args, reqs: &Requests, http: &HttpRequest, ids: &[Identity]) -> anyhow::Result<()> {
+fn check_framing(
+    args: &Args,
+    reqs: &Requests,
+    http: &HttpRequest,
+    ids: &[Identity],
+) -> anyhow::Result<()> {
     let longest_name = ids.iter().map(|i| i.name.len()).max().unwrap_or(0);
     for (i, t) in reqs.templates.iter().enumerate() {
         if t.uses_identity() && ids.iter().all(|i| i.name.is_empty()) {
-            return usage("{identity} needs client identities: --identities DIR or --cert/--key with --tls");
+            return usage(
+                "{identity} needs client identities: --identities DIR or --cert/--key with --tls",
+            );
         }
         let probe = vec![b'x'; t.max_len(longest_name)];
         let mut filled = Vec::new();
@@ -238,9 +274,13 @@ fn check_framing(args: &Args, reqs: &Requests, http: &HttpRequest, ids: &[Identi
 
 fn http_request(args: &Args, host: &str) -> anyhow::Result<HttpRequest> {
     for h in &args.headers {
-        let ok = h.split_once(':').is_some_and(|(k, _)| !k.trim().is_empty() && !k.contains(' '));
+        let ok = h
+            .split_once(':')
+            .is_some_and(|(k, _)| !k.trim().is_empty() && !k.contains(' '));
         if !ok || h.contains(['\r', '\n']) {
-            return usage(format!("--header {h:?}: expected 'Name: value' on one line"));
+            return usage(format!(
+                "--header {h:?}: expected 'Name: value' on one line"
+            ));
         }
     }
     let token = |s: &str| !s.is_empty() && !s.contains(char::is_whitespace);
@@ -256,11 +296,20 @@ fn http_request(args: &Args, host: &str) -> anyhow::Result<HttpRequest> {
 }
 
 /// Builds the plan and the sessions' settings (no network I/O).
-fn prepare(args: &Args, command: Vec<String>, clock: crate::metrics::Clock) -> anyhow::Result<(Plan, Settings)> {
+fn prepare(
+    args: &Args,
+    command: Vec<String>,
+    clock: crate::metrics::Clock,
+) -> anyhow::Result<(Plan, Settings)> {
     if args.transport.starttls {
-        return usage("--starttls: spate rr has no STARTTLS; use --tls for TLS from the first byte");
+        return usage(
+            "--starttls: spate rr has no STARTTLS; use --tls for TLS from the first byte",
+        );
     }
-    let has_port = args.target.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok());
+    let has_port = args
+        .target
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok());
     if !has_port && args.frame != Frame::Http {
         return usage(format!("{}: give the port, HOST:PORT", args.target));
     }
@@ -287,18 +336,26 @@ fn prepare(args: &Args, command: Vec<String>, clock: crate::metrics::Clock) -> a
         return usage(format!("--variants must be 1..{MAX_VARIANTS}"));
     }
     let ids = identities(args)?;
-    let host = args.target.rsplit_once(':').map_or(args.target.as_str(), |(h, _)| h);
-    let http = http_request(args, host.trim_start_matches('[').trim_end_matches(']'))?;
+    // Host: the target as written (with its port), as curl sends it.
+    let http = http_request(args, args.target.trim())?;
     check_framing(args, &reqs, &http, &ids)?;
     let seed = args.output.seed.unwrap_or_else(rand::random);
-    let policy = if args.per_request { Policy::PerRequest } else { Policy::KeepAlive };
+    let policy = if args.per_request {
+        Policy::PerRequest
+    } else {
+        Policy::KeepAlive
+    };
     let plan = Plan {
         head: PlanHead::new::<Session>(command, "rr", &args.target),
         address: endpoint.addr,
         workload,
         frame: args.frame,
         policy,
-        tls: if ids.is_empty() { TlsMode::Plain } else { TlsMode::Implicit },
+        tls: if ids.is_empty() {
+            TlsMode::Plain
+        } else {
+            TlsMode::Implicit
+        },
         identities: ids.len(),
         requests: reqs.templates.len(),
         variants: n,
@@ -332,7 +389,11 @@ struct Report {
 }
 
 impl Observer for Report {
-    fn start(&mut self, _dir: &std::path::Path, _start: std::time::SystemTime) -> anyhow::Result<()> {
+    fn start(
+        &mut self,
+        _dir: &std::path::Path,
+        _start: std::time::SystemTime,
+    ) -> anyhow::Result<()> {
         Ok(())
     }
     fn interval(&mut self, _snap: &engine::Snapshot<'_>) -> anyhow::Result<()> {
@@ -356,10 +417,21 @@ impl Observer for Report {
 /// `spate rr`.
 pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     // The clock the engine's Setup starts is replaced below; this one only types Settings.
-    let (plan, settings) = prepare(&args, ctx.command_line.clone(), crate::metrics::Clock::new())?;
+    let (plan, settings) = prepare(
+        &args,
+        ctx.command_line.clone(),
+        crate::metrics::Clock::new(),
+    )?;
     let stop = Arc::new(AtomicBool::new(false));
     let title = format!("spate — request/response load on {}", args.target);
-    let mut obs = observers(&args.output, &args.monitor, args.output.progress_enabled(), title, "req", &stop)?;
+    let mut obs = observers(
+        &args.output,
+        &args.monitor,
+        args.output.progress_enabled(),
+        title,
+        "req",
+        &stop,
+    )?;
     let stats = settings.stats.clone();
     obs.push(Box::new(Report {
         stats: stats.clone(),
@@ -370,11 +442,16 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         }),
     }));
     crate::session::preflight(&plan.head.target, &settings.endpoint).await?;
-    let out = crate::opts::output::results_dir(args.output.out.as_deref(), args.output.overwrite, "rr")?;
+    let out =
+        crate::opts::output::results_dir(args.output.out.as_deref(), args.output.overwrite, "rr")?;
     let hook_stats = stats.clone();
-    let run = engine::Setup::new(&plan, Some(&out), None, obs, stop)?
-        .on_unit(Box::new(move |seq, outcome, report| hook_stats.classes.record(seq, outcome, report)));
-    let settings = Arc::new(Settings { clock: run.clock(), ..settings });
+    let run = engine::Setup::new(&plan, Some(&out), None, obs, stop)?.on_unit(Box::new(
+        move |seq, outcome, report| hook_stats.classes.record(seq, outcome, report),
+    ));
+    let settings = Arc::new(Settings {
+        clock: run.clock(),
+        ..settings
+    });
     let summary = engine::run(run, |id, rng| Session::new(id, settings.clone(), rng)).await?;
     let finished = Finished { dir: out, summary };
     print_outcome(&finished);
@@ -390,7 +467,9 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
 }
 
 fn print_rr(summary: &Summary, stats: &Stats) {
-    let Some(x) = summary.extra.get("rr") else { return };
+    let Some(x) = summary.extra.get("rr") else {
+        return;
+    };
     println!(
         "rr: frame {}, {} connections, {} TLS handshakes ({} resumed), {} closed by the server, {} stale retries",
         x["frame"].as_str().unwrap_or(""),

@@ -201,10 +201,20 @@ pub struct Args {
     #[arg(long, value_enum, value_name = "FRAME", default_value_t = crate::proto::rr::Frame::Line, help_heading = "Request/response")]
     pub rr_frame: crate::proto::rr::Frame,
     /// Decisions the service remembers (least recently used forgotten first); 0: none
-    #[arg(long, value_name = "N", default_value_t = 200, help_heading = "Request/response")]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 200,
+        help_heading = "Request/response"
+    )]
     pub rr_cache: usize,
     /// What a decision not in the cache costs (the answer waits this long)
-    #[arg(long, value_name = "DURATION", default_value = "2ms", help_heading = "Request/response")]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "2ms",
+        help_heading = "Request/response"
+    )]
     pub rr_miss_cost: String,
     /// --rrs requires a client certificate signed by a CA of this PEM file; its subject
     /// (CN) is named in every decision

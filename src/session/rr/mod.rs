@@ -167,15 +167,14 @@ impl Session {
         let _ = encode_request(self.s.frame, &self.s.http, &self.body, &mut self.wire);
     }
 
-    /// One exchange on the current connection: Ok(true) when the connection is to be
-    /// closed after it.
+    /// One request and its response on the current connection.
     async fn exchange(&mut self, report: &mut UnitReport) -> Result<Exchanged, Attempt> {
         let Some(conn) = self.conn.as_mut() else {
-            return Err(Attempt::Stale(TransportError::Closed));
+            return Err(Attempt::Stale(Phase::Request, TransportError::Closed));
         };
         let t = report.start(Phase::Request);
         if let Err(e) = conn.send(&self.wire).await {
-            return Err(Attempt::Stale(e));
+            return Err(Attempt::Stale(Phase::Request, e));
         }
         report.timed(Phase::Request, t);
         report.counters.bytes += self.wire.len() as u64;
@@ -195,7 +194,7 @@ impl Session {
         let bytes = match read {
             Ok(b) => b,
             Err(TransportError::Closed) if first.is_none() => {
-                return Err(Attempt::Stale(TransportError::Closed))
+                return Err(Attempt::Stale(Phase::FirstByte, TransportError::Closed))
             }
             Err(e) => {
                 let phase = if first.is_some() {
@@ -239,7 +238,7 @@ impl Session {
         self.build(seq, n);
         let mut done = self.exchange(report).await;
         if reused {
-            if let Err(Attempt::Stale(_)) = &done {
+            if let Err(Attempt::Stale(..)) = &done {
                 // The server closed a kept connection between requests: try once anew.
                 self.s.stats.retries.fetch_add(1, Relaxed);
                 self.conn = None;
@@ -250,7 +249,7 @@ impl Session {
         }
         let ex = match done {
             Ok(ex) => ex,
-            Err(Attempt::Stale(e)) => return Err(Failure::transport(Phase::FirstByte, e)),
+            Err(Attempt::Stale(phase, e)) => return Err(Failure::transport(phase, e)),
             Err(Attempt::Failed(f)) => return Err(f),
         };
         if ex.close {
@@ -277,7 +276,7 @@ struct Exchanged {
 
 enum Attempt {
     /// Nothing came back on the connection (closed before any byte): stale when kept.
-    Stale(TransportError),
+    Stale(Phase, TransportError),
     Failed(Failure),
 }
 
