@@ -34,16 +34,16 @@ REQUESTS: --requests FILE has one request per line ('#' comments, blank lines sk
 'CLASS<TAB>REQUEST' labels a request, and latency is reported per class (at most 16) as \
 well as overall. --requests DIR takes each file as one request (bytes as they are), and \
 files in DIR/CLASS/ have that class. Placeholders in any request: {seq} (the unit's \
-number), {n} (the variant drawn), {rand:A..B}, {identity} (the connection's client \
+number), {variant} (the variant drawn; short form: n in braces), {rand:A..B}, {identity} (the connection's client \
 identity). Each request draws n in 0..N with --pick (N: --variants, else the number of \
 requests) and sends request n mod (number of requests).
 
 EXAMPLES:
   spate serve --rr 127.0.0.1:7000 &
-  spate rr 127.0.0.1:7000 --template 'CHECK user{n}' --variants 400 --rate 500/s -d 30s
+  spate rr 127.0.0.1:7000 --template 'CHECK user{variant}' --variants 400 --rate 500/s -d 30s
   spate rr 127.0.0.1:7000 --frame len32 --requests reqs.txt --pick zipf:1.1 -u 20 -n 10000
   spate rr 127.0.0.1:8443 --frame http --method POST --path /authz \\
-      --header 'Content-Type: application/json' --template '{\"user\":\"u{n}\"}' \\
+      --header 'Content-Type: application/json' --template '{\"user\":\"u{variant}\"}' \\
       --tls --ca ca.pem --identities ids/ --per-request --expect-status 200 -d 1m";
 
 /// Options of `spate rr`.
@@ -86,7 +86,7 @@ pub struct Args {
     /// file, DIR/CLASS/ for a class).
     #[arg(long, value_name = "FILE|DIR", help_heading = "Requests", conflicts_with_all = ["template", "template_file"])]
     pub requests: Option<PathBuf>,
-    /// One request template, e.g. 'CHECK user{n} {rand:1..9}'.
+    /// One request template, e.g. 'CHECK user{variant} {rand:1..9}'.
     #[arg(
         long,
         value_name = "STRING",
@@ -97,7 +97,7 @@ pub struct Args {
     /// One request template: the whole file (one final line end removed).
     #[arg(long, value_name = "FILE", help_heading = "Requests")]
     pub template_file: Option<PathBuf>,
-    /// N: each request draws n in 0..N ({n}); N distinct keys defeat (or fit) a cache.
+    /// N: each request draws n in 0..N ({variant}); N distinct keys defeat (or fit) a cache.
     #[arg(long, value_name = "N", help_heading = "Requests")]
     pub variants: Option<u64>,
     /// How n is drawn: round-robin (shared by all sessions), shuffle (every variant once

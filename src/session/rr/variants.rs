@@ -2,7 +2,7 @@
 //! `--template`), their class labels, and how each request picks its variant.
 //!
 //! A template is bytes with placeholders: `{seq}` (the unit's sequence number), `{n}`
-//! (the variant drawn, 0..N), `{rand:A..B}` (uniform, inclusive) and `{identity}` (the
+//! (the variant drawn, 0..N; `{variant}` too), `{rand:A..B}` (uniform, inclusive) and `{identity}` (the
 //! name of the connection's client identity). Other text in braces (JSON) stays as it
 //! is; a brace word that is not a placeholder (`{sqe}`) is refused as a typo.
 
@@ -19,7 +19,7 @@ const MAX_REQUESTS: usize = 100_000;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TemplateError {
-    #[error("{0}: unknown placeholder {{{1}}} (placeholders: {{seq}}, {{n}}, {{rand:A..B}}, {{identity}})")]
+    #[error("{0}: unknown placeholder {{{1}}} (placeholders: {{seq}}, {{n}} or {{variant}}, {{rand:A..B}}, {{identity}})")]
     Unknown(String, String),
     #[error("{0}: bad {{rand:A..B}}: {1}")]
     Rand(String, String),
@@ -108,7 +108,8 @@ impl Template {
 fn placeholder(inner: &[u8], at: &str) -> Result<Option<Part>, TemplateError> {
     match inner {
         b"seq" => return Ok(Some(Part::Seq)),
-        b"n" => return Ok(Some(Part::N)),
+        // `{variant}` is the same: clap turns a literal "{n}" into a line break in --help.
+        b"n" | b"variant" => return Ok(Some(Part::N)),
         b"identity" => return Ok(Some(Part::Identity)),
         _ => {}
     }
@@ -368,6 +369,9 @@ mod tests {
         t.fill(7, 3, "alice", &mut rng, &mut out);
         assert_eq!(out, b"{\"u\":\"3\",\"s\":7,\"r\":5,\"i\":\"alice\"}");
         assert!(t.uses_identity());
+        let v = Template::parse(b"k{variant}", "t").unwrap();
+        v.fill(7, 3, "", &mut rng, &mut out);
+        assert_eq!(out, b"k3");
         let e = Template::parse(b"GET {sqe}", "f.txt:3")
             .unwrap_err()
             .to_string();
