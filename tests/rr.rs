@@ -209,6 +209,9 @@ async fn http_connection_close_is_honoured_and_faults_are_rejections() {
     assert_eq!(code, Some(1));
     assert_eq!(totals(&s, "rejected"), 10);
     assert_eq!(s["errors"][0]["code"], 503, "{}", s["errors"]);
+    // Every answer said Connection: close: every request had a connection of its own.
+    assert_eq!(totals(&s, "connections"), 10);
+    assert_eq!(s["extra"]["rr"]["server_closes"], 10);
     assert_eq!(server.stats.rejections(503), 10);
     server.shutdown().await;
 }

@@ -1,7 +1,9 @@
-//! `spate rr` against servers that misbehave, written here on tokio: a 4 GiB length
-//! prefix, a response that never ends, broken chunked encoding, a response over the cap.
-//! Each is an error of its request (counted, classified), decided from the bytes that
-//! announce it or by the deadline, never unbounded memory or a hang.
+//! `spate rr` against servers written here on tokio. Misbehaving ones: a 4 GiB length
+//! prefix, a response that never ends, broken chunked encoding, a response over the cap;
+//! each is an error of its request (counted, classified), decided from the bytes that
+//! announce it or by the deadline, never unbounded memory or a hang. And well-behaved
+//! ones the embedded service does not imitate: multi-line responses read `--until` a
+//! line matches, chunked HTTP responses.
 
 mod common;
 
@@ -154,4 +156,38 @@ async fn a_response_over_the_cap_fails_the_request() {
     let (code, s, _) = rr(&addr, &["--frame", "http", "--timeout", "5s"]).await;
     assert_eq!(code, Some(1));
     assert!(errors(&s).contains("head longer than"), "{}", errors(&s));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_line_responses_until_a_line_matches() {
+    let addr = hostile(b"item 1\r\nitem 2\r\nOK 2 items\r\n".to_vec(), false).await;
+    let (code, s, _) = rr(&addr, &["--until", "^OK", "--expect", "(?m)^item 2$"]).await;
+    assert_eq!(code, Some(0), "{}", errors(&s));
+    assert_eq!(s["totals"]["accepted"], 3);
+    // Without --until the first line is the whole response: the rest is left over and
+    // taken as the next responses, which --expect then refuses.
+    let (code, s, _) = rr(&addr, &["--expect", "^OK"]).await;
+    assert_eq!(code, Some(1));
+    assert_eq!(s["totals"]["rejected"], 2, "{}", errors(&s));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunked_http_responses_are_read_whole() {
+    let answer = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nALL\r\n2;ext=1\r\nOW\r\n0\r\nX-Trailer: t\r\n\r\n";
+    let addr = hostile(answer.to_vec(), false).await;
+    let (code, s, _) = rr(
+        &addr,
+        &[
+            "--frame",
+            "http",
+            "--expect",
+            "^ALLOW$",
+            "--expect-status",
+            "200",
+        ],
+    )
+    .await;
+    assert_eq!(code, Some(0), "{}", errors(&s));
+    assert_eq!(s["totals"]["accepted"], 3);
+    assert_eq!(s["totals"]["connections"], 1, "kept alive");
 }

@@ -108,7 +108,9 @@ pub struct Args {
     /// HTTP: the status a response must have [default: any below 400].
     #[arg(long, value_name = "CODE", help_heading = "Checks")]
     pub expect_status: Option<u16>,
-    /// The response (body; the line(s) in line framing) must match REGEX.
+    /// The response must match REGEX: the HTTP body (chunking removed), the bytes after
+    /// a length prefix, or the line(s) without the last line end (CRLF read as LF; (?m)
+    /// makes ^ and $ match at every line).
     #[arg(long, value_name = "REGEX", help_heading = "Checks")]
     pub expect: Option<String>,
 

@@ -304,6 +304,7 @@ impl Framer {
             status,
             close: d.head.close,
             chunked: d.head.chunked,
+            lines: self.frame == Frame::Line,
             raw_body: body,
         }
     }
@@ -327,13 +328,25 @@ pub struct Message<'a> {
     /// HTTP: the connection ends after this message.
     pub close: bool,
     chunked: bool,
+    /// Line framing: CRLF line ends read as LF (so a pattern's `$` ends a line).
+    lines: bool,
     raw_body: &'a [u8],
 }
 
 impl<'a> Message<'a> {
-    /// The body: the line(s) without the last line end, the bytes after the length
-    /// prefix, the HTTP body with any chunked encoding (and trailers) removed.
+    /// The body: the line(s) without the last line end (CRLF between lines read as LF),
+    /// the bytes after the length prefix, the HTTP body with any chunked encoding (and
+    /// trailers) removed.
     pub fn body(&self) -> Cow<'a, [u8]> {
+        if self.lines && self.raw_body.windows(2).any(|w| w == b"\r\n") {
+            let mut out = Vec::with_capacity(self.raw_body.len());
+            for (i, &b) in self.raw_body.iter().enumerate() {
+                if !(b == b'\r' && self.raw_body.get(i + 1) == Some(&b'\n')) {
+                    out.push(b);
+                }
+            }
+            return Cow::Owned(out);
+        }
         if !self.chunked {
             return Cow::Borrowed(self.raw_body);
         }

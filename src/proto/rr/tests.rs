@@ -41,7 +41,7 @@ fn line_one_and_until() {
     let mut f = Framer::response(Frame::Line, MAX, Some(until), false);
     let r = b"item 1\nitem 2\r\nOK done\r\nafter";
     assert_eq!(whole(&mut f, r), Ok(Some(24)));
-    assert_eq!(&*f.message(r).body(), b"item 1\nitem 2\r\nOK done");
+    assert_eq!(&*f.message(r).body(), b"item 1\nitem 2\nOK done");
     assert_eq!(f.message(r).first_line, b"item 1");
     assert_eq!(whole(&mut f, b"item 1\nitem 2\n"), Ok(None));
 }
