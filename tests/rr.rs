@@ -215,3 +215,23 @@ async fn http_connection_close_is_honoured_and_faults_are_rejections() {
     assert_eq!(server.stats.rejections(503), 10);
     server.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_requests_fail_as_closed_connections() {
+    let (server, addr) = rr_server(Frame::Len32, |c| {
+        c.faults
+            .drops
+            .push(serve::faults::parse_drop("rr:1").unwrap());
+    })
+    .await;
+    let (code, s, _) = rr(&[&addr, "--frame", "len32", "--template", "x", "-n", "7"]).await;
+    assert_eq!(code, Some(1));
+    assert_eq!(totals(&s, "failed"), 7);
+    assert!(
+        s["errors"].to_string().contains("\"kind\":\"closed\""),
+        "{}",
+        s["errors"]
+    );
+    assert_eq!(server.stats.snapshot().faults["rr:drop"], 7);
+    server.shutdown().await;
+}
