@@ -235,3 +235,19 @@ async fn dropped_requests_fail_as_closed_connections() {
     assert_eq!(server.stats.snapshot().faults["rr:drop"], 7);
     server.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_connection_the_server_closed_is_retried_once_anew() {
+    let (server, addr) = rr_server(Frame::Line, |c| {
+        c.idle_timeout = std::time::Duration::from_millis(150);
+    })
+    .await;
+    let (code, s, _) = rr(&[&addr, "--template", "x", "-n", "3", "--think", "600ms"]).await;
+    assert_eq!(code, Some(0), "{}", s["errors"]);
+    assert_eq!(totals(&s, "accepted"), 3);
+    assert_eq!(totals(&s, "connections"), 3);
+    assert_eq!(s["extra"]["rr"]["stale_retries"], 2);
+    // The stale attempts' timings are not the requests'.
+    assert_eq!(phase_count(&s, "request"), 3);
+    server.shutdown().await;
+}

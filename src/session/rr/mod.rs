@@ -236,11 +236,14 @@ impl Session {
             self.open(report).await?;
         }
         self.build(seq, n);
+        let mark = report.timings.len();
         let mut done = self.exchange(report).await;
         if reused {
             if let Err(Attempt::Stale(..)) = &done {
-                // The server closed a kept connection between requests: try once anew.
+                // The server closed a kept connection between requests: try once anew
+                // (the stale attempt's timings are not the request's).
                 self.s.stats.retries.fetch_add(1, Relaxed);
+                report.timings.truncate(mark);
                 self.conn = None;
                 self.open(report).await?;
                 self.build(seq, n);
