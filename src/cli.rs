@@ -38,6 +38,9 @@ pub enum Command {
     /// XMPP sessions that log in and stay logged in; messages between them timed at
     /// every recipient.
     Xmpp(cmd::xmpp::Args),
+    /// Request/response load (line, length-prefixed or HTTP/1.1 framing; TLS with client
+    /// identities): each request timed to its complete response, per class.
+    Rr(cmd::rr::Args),
     /// Time a few probe messages phase by phase: SMTP (smtpping's job), or an XMPP login
     /// and round trips to oneself.
     Ping(cmd::ping::Args),
@@ -114,6 +117,7 @@ pub async fn dispatch(cli: Cli, ctx: Ctx) -> anyhow::Result<ExitCode> {
             cmd::mailbox::run(cmd::mailbox::Protocol::Imap, args.into(), &ctx).await
         }
         Command::Xmpp(args) => cmd::xmpp::run(args, &ctx).await,
+        Command::Rr(args) => cmd::rr::run(args, &ctx).await,
         Command::Ping(args) => cmd::ping::run(args, &ctx).await,
         Command::Serve(args) => cmd::serve::run(args, &ctx).await,
         Command::Sweep(args) => cmd::sweep::run(args, &ctx).await,

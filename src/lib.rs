@@ -21,8 +21,8 @@
 //!   source-address rotation and TLS, failures, phase timing through the unit report).
 //! - [`transport`]: the one client connection type (TCP or TLS, STARTTLS upgrade, bounded
 //!   buffered reads framed by a codec, deadlines).
-//! - [`proto`]: sans-I/O codecs (SMTP, POP3, IMAP, XMPP, SASL, dot-stuffing): no sockets, no
-//!   clocks.
+//! - [`proto`]: sans-I/O codecs (SMTP, POP3, IMAP, XMPP, SASL, dot-stuffing, request/response
+//!   framing): no sockets, no clocks.
 //! - [`metrics`], [`results`]: phases, error classes, counters, the sharded recorder; the
 //!   results directory. Neither knows a protocol.
 //! - [`message`], [`tls`], [`units`], [`error`], [`ctx`]: the message factory, rustls

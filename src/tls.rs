@@ -24,6 +24,10 @@ pub enum Error {
     NoCert { path: String },
     #[error("{path}: no PEM private key found")]
     NoKey { path: String },
+    #[error("{path}: the private key is encrypted; give it decrypted (openssl pkey -in {path} -out KEY.pem)")]
+    EncryptedKey { path: String },
+    #[error("{cert} and {key} are not a pair: the key does not match the certificate")]
+    KeyMismatch { cert: String, key: String },
     #[error("TLS setup: {0}")]
     Rustls(#[from] rustls::Error),
     #[error("certificate generation: {0}")]
@@ -67,6 +71,13 @@ fn read_key(path: &str) -> Result<PrivateKeyDer<'static>, Error> {
         path: path.to_string(),
         source,
     })?;
+    if data.windows(22).any(|w| w == b"-----BEGIN ENCRYPTED P")
+        || data.windows(10).any(|w| w == b"Proc-Type:")
+    {
+        return Err(Error::EncryptedKey {
+            path: path.to_string(),
+        });
+    }
     PrivateKeyDer::from_pem_slice(&data).map_err(|_| Error::NoKey {
         path: path.to_string(),
     })
@@ -107,9 +118,15 @@ pub fn client_config(opts: &ClientOptions) -> Result<Arc<ClientConfig>, Error> {
         }
     };
     let config = match (&opts.client_cert, &opts.client_key) {
-        (Some(cert), Some(key)) => {
-            builder.with_client_auth_cert(read_certs(cert)?, read_key(key)?)?
-        }
+        (Some(cert), Some(key)) => builder
+            .with_client_auth_cert(read_certs(cert)?, read_key(key)?)
+            .map_err(|e| match e {
+                rustls::Error::InconsistentKeys(_) => Error::KeyMismatch {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                },
+                e => Error::Rustls(e),
+            })?,
         _ => builder.with_no_client_auth(),
     };
     Ok(Arc::new(config))
@@ -153,6 +170,26 @@ impl ServerIdentity {
             key: read_key(key)?,
             cert_pem,
         })
+    }
+
+    /// As [`ServerIdentity::server_config`], but every client must present a
+    /// certificate signed by a CA of the PEM file `ca`.
+    pub fn server_config_with_client_ca(&self, ca: &str) -> Result<Arc<ServerConfig>, Error> {
+        let mut roots = RootCertStore::empty();
+        for cert in read_certs(ca)? {
+            roots.add(cert)?;
+        }
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider(),
+        )
+        .build()
+        .map_err(|e| Error::Rustls(rustls::Error::General(e.to_string())))?;
+        let config = ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(self.certs.clone(), self.key.clone_key())?;
+        Ok(Arc::new(config))
     }
 
     pub fn server_config(&self) -> Result<Arc<ServerConfig>, Error> {

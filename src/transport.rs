@@ -326,6 +326,16 @@ impl Connection {
         matches!(self.stream, Stream::Tls(_))
     }
 
+    /// Whether the TLS handshake resumed an earlier session (None: not TLS).
+    pub fn tls_resumed(&self) -> Option<bool> {
+        match &self.stream {
+            Stream::Tls(s) => {
+                Some(s.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed))
+            }
+            _ => None,
+        }
+    }
+
     /// Upgrades to TLS in place (implicit TLS right after connect, or after STARTTLS).
     pub async fn start_tls(
         &mut self,

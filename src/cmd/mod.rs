@@ -7,6 +7,7 @@ pub mod demo;
 pub mod mailbox;
 pub mod ping;
 pub mod report;
+pub mod rr;
 pub mod run;
 pub mod serve;
 pub mod smtp;

@@ -71,6 +71,8 @@ phases! {
     MulticastLast => "multicast_last", "XMPP: a XEP-0033 multicast's send to its arrival at the last of its recipients";
     Broadcast => "broadcast", "XMPP: a presence change's send to its arrival at each contact";
     BroadcastLast => "broadcast_last", "XMPP: a presence change's send to its arrival at the last of its contacts";
+    Request => "request", "rr: a request written (handed to the kernel)";
+    FirstByte => "first_byte", "rr: the request written to the first byte of its response";
 }
 
 impl std::fmt::Display for Phase {

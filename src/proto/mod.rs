@@ -6,6 +6,7 @@ pub mod imap;
 pub mod imap_client;
 pub mod pop3;
 pub mod pop3_client;
+pub mod rr;
 pub mod sasl;
 pub mod smtp;
 mod text;

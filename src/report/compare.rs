@@ -183,6 +183,7 @@ fn units_note(runs: &[Run]) -> Option<String> {
 pub fn unit_of(protocol: &str) -> (&'static str, &'static str) {
     match protocol {
         "pop3" | "imap" | "pop3+imap" => ("visits", "read"),
+        "rr" => ("requests", "sent"),
         _ => ("messages", "sent"),
     }
 }
@@ -192,6 +193,7 @@ pub fn unit_of(protocol: &str) -> (&'static str, &'static str) {
 pub fn rate_unit(protocol: &str) -> &'static str {
     match unit_of(protocol).0 {
         "visits" => "visits/s",
+        "requests" => "req/s",
         _ => "msg/s",
     }
 }

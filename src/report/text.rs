@@ -71,6 +71,18 @@ fn headline(o: &mut String, s: &Summary, retrieval: bool) {
             c.tls_connections,
             c.connect_failures
         );
+    } else if s.protocol == "rr" {
+        let _ = writeln!(
+            o,
+            "  {:.1} {}  {:.1} KiB/s  {} sent  connections {} ({} TLS, {} failed)",
+            s.messages_per_s,
+            rate_unit(&s.protocol),
+            s.kbytes_per_s,
+            fmt_bytes(c.bytes),
+            c.connections,
+            c.tls_connections,
+            c.connect_failures
+        );
     } else if s.protocol == "xmpp" {
         // No recipient is accepted or refused in XMPP: what counts is what arrived.
         let _ = writeln!(

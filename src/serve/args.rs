@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use super::config::{Addrs, Config, Listener, XmppOptions};
+use super::config::{Addrs, Config, Listener, RrOptions, XmppOptions};
 use super::faults::{self, Faults};
 use super::server::start;
 use super::store::{StoreOptions, Users};
@@ -33,7 +33,8 @@ EXAMPLES:
       /tmp/spate.pem), presence, messages, multicast.example.test (XEP-0033).
 
 Fault phases: connect (or banner), ehlo, mail, rcpt, data (the reply to DATA), dot (the
-reply after the message); for XMPP connect (before the stream header; a fail is a stream
+reply after the message); rr (each request of --rr/--rrs: a fail answers HTTP CODE or
+'ERR CODE', a drop closes the connection); for XMPP connect (before the stream header; a fail is a stream
 error), xmpp-login (the answer to SASL auth; a fail is temporary-auth-failure for 4xx,
 not-authorized for 5xx) and xmpp-stanza (each stanza of a bound session; a fail is a
 stream error, resource-constraint for 4xx, internal-server-error for 5xx). Every
@@ -52,6 +53,17 @@ multicast service multicast.DOMAIN delivers to the to/cc/bcc addresses that are 
 and says nothing about the others. Stanzas over 256 KiB or nested over 64 deep end the
 stream with policy-violation. The counters (sessions, stanzas routed, deliveries,
 multicasts, registrations) are in --stats-file under \"xmpp\".
+
+Request/response (--rr, --rrs): a decision service for spate rr. Each request (framed by
+--rr-frame line|len32|len16|http) is answered 'ALLOW subject=CN cache=hit|miss' ('DENY'
+when the request contains 'deny'; CN is the client certificate's common name, '-'
+without one; HTTP: status 200 with that body). The last --rr-cache decisions are
+remembered per (subject, request): a hit answers at once, a miss waits --rr-miss-cost.
+  spate serve --rr 127.0.0.1:7000 --rr-cache 200 --rr-miss-cost 2ms
+  spate serve --rrs 127.0.0.1:7443 --rr-frame http --rr-client-ca clients-ca.pem \\
+              --cert-out /tmp/spate.pem
+Counters (requests, hits, misses, bad requests, distinct subjects) are in --stats-file
+under \"rr\" and in the summary printed at exit.
 
 TLS: a self-signed certificate for localhost/127.0.0.1/::1 is generated at start unless
 --cert/--key are given; --cert-out writes it so clients can trust it (e.g. --ca PATH).
@@ -95,6 +107,12 @@ pub struct Args {
     /// XMPP with direct TLS (like port 5223)
     #[arg(long, value_name = "ADDR", value_parser = parse_addr, help_heading = "Listeners")]
     pub xmpps: Option<SocketAddr>,
+    /// Request/response decision service (spate rr's target), e.g. 127.0.0.1:7000
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr, help_heading = "Listeners")]
+    pub rr: Option<SocketAddr>,
+    /// The decision service over TLS (client certificates required with --rr-client-ca)
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr, help_heading = "Listeners")]
+    pub rrs: Option<SocketAddr>,
 
     /// A domain served (repeatable) [default: example.test]
     #[arg(long = "domain", value_name = "DOMAIN", help_heading = "Mailboxes")]
@@ -185,6 +203,30 @@ pub struct Args {
     #[arg(long, value_name = "KIND", default_value = "shared", value_parser = ["shared", "subscriptions"], help_heading = "XMPP")]
     pub xmpp_roster: String,
 
+    /// Framing of --rr/--rrs requests and answers (as spate rr --frame)
+    #[arg(long, value_enum, value_name = "FRAME", default_value_t = crate::proto::rr::Frame::Line, help_heading = "Request/response")]
+    pub rr_frame: crate::proto::rr::Frame,
+    /// Decisions the service remembers (least recently used forgotten first); 0: none
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 200,
+        help_heading = "Request/response"
+    )]
+    pub rr_cache: usize,
+    /// What a decision not in the cache costs (the answer waits this long)
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "2ms",
+        help_heading = "Request/response"
+    )]
+    pub rr_miss_cost: String,
+    /// --rrs requires a client certificate signed by a CA of this PEM file; its subject
+    /// (CN) is named in every decision
+    #[arg(long, value_name = "FILE", help_heading = "Request/response")]
+    pub rr_client_ca: Option<PathBuf>,
+
     /// Server certificate chain (PEM); with --key. Default: a generated self-signed one
     #[arg(long, value_name = "FILE", requires = "key", help_heading = "TLS")]
     pub cert: Option<PathBuf>,
@@ -247,6 +289,8 @@ impl Args {
             imaps: self.imaps,
             xmpp: self.xmpp,
             xmpps: self.xmpps,
+            rr: self.rr,
+            rrs: self.rrs,
         };
         if c.listen.is_empty() {
             c.listen.smtp = Some(SocketAddr::from(([127, 0, 0, 1], 2525)));
@@ -288,6 +332,18 @@ impl Args {
         if self.xmpp_queue == 0 {
             return Err(UsageError("--xmpp-queue must be at least 1".into()));
         }
+        if let Some(ca) = &self.rr_client_ca {
+            if let Err(e) = std::fs::metadata(ca) {
+                return Err(UsageError(format!("--rr-client-ca {}: {e}", ca.display())));
+            }
+        }
+        c.rr = RrOptions {
+            frame: self.rr_frame,
+            cache: self.rr_cache,
+            miss_cost: parse_duration(&self.rr_miss_cost)
+                .map_err(|e| UsageError(format!("--rr-miss-cost: {e}")))?,
+            client_ca: self.rr_client_ca.clone(),
+        };
         c.xmpp = XmppOptions {
             multicast_limit: self.xmpp_multicast_limit,
             queue: self.xmpp_queue,

@@ -28,6 +28,10 @@ pub struct Addrs {
     pub xmpp: Option<SocketAddr>,
     /// XMPP with direct TLS.
     pub xmpps: Option<SocketAddr>,
+    /// The request/response decision service.
+    pub rr: Option<SocketAddr>,
+    /// The decision service over TLS.
+    pub rrs: Option<SocketAddr>,
 }
 
 impl Addrs {
@@ -43,6 +47,8 @@ impl Addrs {
             Listener::Imaps => self.imaps,
             Listener::Xmpp => self.xmpp,
             Listener::Xmpps => self.xmpps,
+            Listener::Rr => self.rr,
+            Listener::Rrs => self.rrs,
         }
     }
 
@@ -58,6 +64,8 @@ impl Addrs {
             Listener::Imaps => &mut self.imaps,
             Listener::Xmpp => &mut self.xmpp,
             Listener::Xmpps => &mut self.xmpps,
+            Listener::Rr => &mut self.rr,
+            Listener::Rrs => &mut self.rrs,
         };
         *slot = Some(a);
     }
@@ -99,6 +107,30 @@ pub struct Config {
     /// Refuse messages with bare LF line ends (550 5.6.0) instead of normalizing them.
     pub reject_bare_lf: bool,
     pub xmpp: XmppOptions,
+    pub rr: RrOptions,
+}
+
+/// How the request/response decision service (`--rr`, `--rrs`) behaves.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RrOptions {
+    pub frame: crate::proto::rr::Frame,
+    /// Decisions remembered (least recently used forgotten first).
+    pub cache: usize,
+    /// What a decision not in the cache costs (a sleep).
+    pub miss_cost: Duration,
+    /// `--rrs` requires a client certificate signed by one of these CAs (PEM file).
+    pub client_ca: Option<PathBuf>,
+}
+
+impl Default for RrOptions {
+    fn default() -> Self {
+        RrOptions {
+            frame: crate::proto::rr::Frame::Line,
+            cache: 200,
+            miss_cost: Duration::from_millis(2),
+            client_ca: None,
+        }
+    }
 }
 
 /// How the XMPP listeners behave beyond what the mail options already say.
@@ -138,6 +170,7 @@ impl std::fmt::Debug for Config {
             .field("idle_timeout", &self.idle_timeout)
             .field("hostname", &self.hostname)
             .field("xmpp", &self.xmpp)
+            .field("rr", &self.rr)
             .finish_non_exhaustive()
     }
 }
@@ -165,6 +198,7 @@ impl Config {
             stats_file: None,
             reject_bare_lf: false,
             xmpp: XmppOptions::default(),
+            rr: RrOptions::default(),
         }
     }
 }

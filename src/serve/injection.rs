@@ -20,10 +20,13 @@ pub enum FaultPoint {
     /// XMPP: each stanza a bound session sends (fail: a stream error,
     /// `resource-constraint` for 4xx, `internal-server-error` for 5xx, then close).
     XmppStanza,
+    /// rr: each request (fail: HTTP status CODE, or `ERR CODE` in the other framings;
+    /// drop: the connection closes without an answer).
+    Rr,
 }
 
 impl FaultPoint {
-    pub const ALL: [FaultPoint; 8] = [
+    pub const ALL: [FaultPoint; 9] = [
         FaultPoint::Connect,
         FaultPoint::Ehlo,
         FaultPoint::Mail,
@@ -32,6 +35,7 @@ impl FaultPoint {
         FaultPoint::Dot,
         FaultPoint::XmppLogin,
         FaultPoint::XmppStanza,
+        FaultPoint::Rr,
     ];
 
     pub fn name(self) -> &'static str {
@@ -44,6 +48,7 @@ impl FaultPoint {
             FaultPoint::Dot => "dot",
             FaultPoint::XmppLogin => "xmpp-login",
             FaultPoint::XmppStanza => "xmpp-stanza",
+            FaultPoint::Rr => "rr",
         }
     }
 
@@ -57,6 +62,7 @@ impl FaultPoint {
             "dot" => FaultPoint::Dot,
             "xmpp-login" => FaultPoint::XmppLogin,
             "xmpp-stanza" => FaultPoint::XmppStanza,
+            "rr" => FaultPoint::Rr,
             _ => return None,
         })
     }

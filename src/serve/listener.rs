@@ -15,10 +15,14 @@ pub enum Listener {
     Xmpp,
     /// XMPP with direct TLS (XEP-0368, "port 5223" style).
     Xmpps,
+    /// The request/response decision service (`spate rr`'s target).
+    Rr,
+    /// The decision service over TLS (optionally requiring client certificates).
+    Rrs,
 }
 
 impl Listener {
-    pub const ALL: [Listener; 10] = [
+    pub const ALL: [Listener; 12] = [
         Listener::Smtp,
         Listener::Submission,
         Listener::Smtps,
@@ -29,6 +33,8 @@ impl Listener {
         Listener::Imaps,
         Listener::Xmpp,
         Listener::Xmpps,
+        Listener::Rr,
+        Listener::Rrs,
     ];
 
     pub fn name(self) -> &'static str {
@@ -43,6 +49,8 @@ impl Listener {
             Listener::Imaps => "imaps",
             Listener::Xmpp => "xmpp",
             Listener::Xmpps => "xmpps",
+            Listener::Rr => "rr",
+            Listener::Rrs => "rrs",
         }
     }
 

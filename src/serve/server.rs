@@ -18,7 +18,7 @@ use super::shared::Shared;
 use super::stats::Stats;
 use super::store::{Store, Users};
 use super::xmpp::{self, Hub};
-use super::{imap, pop3, smtp};
+use super::{imap, pop3, rr, smtp};
 
 use crate::tls::ServerIdentity;
 
@@ -97,6 +97,14 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         ),
     };
     let tls = TlsAcceptor::from(identity.server_config()?);
+    let rr_tls = match &config.rr.client_ca {
+        Some(ca) => TlsAcceptor::from(
+            identity
+                .server_config_with_client_ca(&ca.to_string_lossy())
+                .map_err(|e| crate::UsageError(format!("--rr-client-ca: {e}")))?,
+        ),
+        None => tls.clone(),
+    };
     let store = Store::new(config.store.clone());
     let stats = Arc::new(Stats::default());
     let (tx, rx) = watch::channel(false);
@@ -117,6 +125,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         idle: config.idle_timeout,
         reject_bare_lf: config.reject_bare_lf,
         xmpp: Hub::new(&config.domains, config.xmpp),
+        rr: rr::Service::new(config.rr.clone(), rr_tls),
         queue_connections: config.queue_connections,
         conn_seq: AtomicU64::new(0),
         msg_seq: AtomicU64::new(1),
@@ -243,6 +252,11 @@ async fn accept_loop(
 }
 
 async fn refuse(tcp: TcpStream, kind: Listener, shared: &Shared) {
+    if matches!(kind, Listener::Rr | Listener::Rrs) {
+        // No protocol-level refusal to send: the client sees the connection close.
+        drop(tcp);
+        return;
+    }
     let line: Vec<u8> = match kind {
         Listener::Pop3 | Listener::Pop3s => b"-ERR [SYS/TEMP] too many connections\r\n".to_vec(),
         Listener::Imap | Listener::Imaps => {
@@ -275,6 +289,11 @@ async fn refuse(tcp: TcpStream, kind: Listener, shared: &Shared) {
 
 async fn handle(tcp: TcpStream, kind: Listener, shared: &Shared) {
     let conn_no = shared.conn_seq.fetch_add(1, Ordering::Relaxed);
+    if matches!(kind, Listener::Rr | Listener::Rrs) {
+        // The decision service does its own TLS (client certificates) and framing.
+        rr::run(tcp, kind, shared, conn_no).await;
+        return;
+    }
     let mut conn = if kind.implicit_tls() {
         match Conn::tls(tcp, &shared.tls, shared.idle, shared.shutdown.clone()).await {
             Ok(c) => {
@@ -298,6 +317,7 @@ async fn handle(tcp: TcpStream, kind: Listener, shared: &Shared) {
             xmpp::run(&mut conn, shared, conn_no).await;
             Ok(())
         }
+        Listener::Rr | Listener::Rrs => Ok(()),
     };
     conn.close().await;
 }

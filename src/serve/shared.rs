@@ -26,6 +26,8 @@ pub(crate) struct Shared {
     pub reject_bare_lf: bool,
     /// The XMPP listeners' accounts, sessions and routing.
     pub xmpp: Hub,
+    /// The request/response decision service.
+    pub rr: super::rr::Service,
     pub(super) queue_connections: bool,
     pub(super) conn_seq: AtomicU64,
     pub(super) msg_seq: AtomicU64,

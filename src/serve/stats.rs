@@ -27,6 +27,32 @@ pub struct Stats {
     logins: AtomicU64,
     retrieved: AtomicU64,
     xmpp: XmppStats,
+    rr: RrStats,
+}
+
+/// The decision service's counters (see [`RrCounts`]).
+#[derive(Debug, Default)]
+struct RrStats {
+    requests: AtomicU64,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    bad_requests: AtomicU64,
+    subjects: AtomicU64,
+}
+
+/// What the request/response decision service did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RrCounts {
+    /// Requests answered with a decision (hits + misses).
+    pub requests: u64,
+    /// Decisions found in the cache, and those computed (at --rr-miss-cost each).
+    pub hits: u64,
+    pub misses: u64,
+    /// Requests that could not be read (bad framing, over the size cap): answered with an
+    /// error (HTTP 400) and the connection closed.
+    pub bad_requests: u64,
+    /// Distinct client certificate subjects seen (counted up to 4096).
+    pub subjects: u64,
 }
 
 /// The XMPP listeners' counters (see [`XmppCounts`] for what each means).
@@ -89,6 +115,7 @@ impl Default for Stats {
             logins: AtomicU64::new(0),
             retrieved: AtomicU64::new(0),
             xmpp: XmppStats::default(),
+            rr: RrStats::default(),
         }
     }
 }
@@ -122,6 +149,8 @@ pub struct Counts {
     pub messages_retrieved: u64,
     #[serde(default)]
     pub xmpp: XmppCounts,
+    #[serde(default)]
+    pub rr: RrCounts,
 }
 
 impl Stats {
@@ -230,6 +259,30 @@ impl Stats {
         inc(&self.xmpp.stream_errors);
     }
 
+    /// A decision answered from the cache (`hit`) or computed.
+    pub(crate) fn rr_request(&self, hit: bool) {
+        inc(&self.rr.requests);
+        inc(if hit { &self.rr.hits } else { &self.rr.misses });
+    }
+    pub(crate) fn rr_bad_request(&self) {
+        inc(&self.rr.bad_requests);
+    }
+    pub(crate) fn rr_subject(&self) {
+        inc(&self.rr.subjects);
+    }
+
+    /// The decision service's counters now.
+    pub fn rr(&self) -> RrCounts {
+        let r = &self.rr;
+        RrCounts {
+            requests: get(&r.requests),
+            hits: get(&r.hits),
+            misses: get(&r.misses),
+            bad_requests: get(&r.bad_requests),
+            subjects: get(&r.subjects),
+        }
+    }
+
     /// The XMPP counters now.
     pub fn xmpp(&self) -> XmppCounts {
         let x = &self.xmpp;
@@ -284,6 +337,7 @@ impl Stats {
             mailbox_logins: get(&self.logins),
             messages_retrieved: get(&self.retrieved),
             xmpp: self.xmpp(),
+            rr: self.rr(),
         }
     }
 }
@@ -335,6 +389,19 @@ impl Counts {
             self.mailbox_logins,
             self.messages_retrieved,
         ) + &self.xmpp_summary()
+            + &self.rr_summary()
+    }
+
+    /// The decision service's line (nothing when it answered nothing).
+    fn rr_summary(&self) -> String {
+        let r = &self.rr;
+        if r.requests + r.bad_requests == 0 {
+            return String::new();
+        }
+        format!(
+            "\nrr: requests {} (cache hits {}, misses {}), bad requests {}, client subjects {}",
+            r.requests, r.hits, r.misses, r.bad_requests, r.subjects
+        )
     }
 
     /// The XMPP line of the summary (nothing when no XMPP session was bound).

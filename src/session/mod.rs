@@ -5,6 +5,7 @@
 //! connection is still usable.
 
 pub mod mailbox;
+pub mod rr;
 pub mod smtp;
 pub mod xmpp;
 

@@ -1,0 +1,345 @@
+//! `spate rr` sessions: one request, one response per unit of work, over a connection
+//! that is kept (keep-alive) or made anew for each request, with TLS and a client
+//! identity per connection. The framing is `proto::rr`; what is sent is [`variants`].
+
+pub mod classes;
+pub mod identity;
+pub mod variants;
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+use rand::rngs::SmallRng;
+use regex::bytes::Regex;
+use serde::Serialize;
+
+use self::classes::Classes;
+use self::identity::Identity;
+use self::variants::{Picker, Requests};
+use super::{Endpoint, Failure};
+use crate::engine::{Driver, Outcome, UnitReport};
+use crate::metrics::{Clock, ErrorKind, Phase};
+use crate::proto::rr::{encode_request, Frame, Framer, HttpRequest};
+use crate::transport::{Connection, TransportError};
+
+/// Whether requests share connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Policy {
+    /// A connection carries request after request (until the server closes it).
+    KeepAlive,
+    /// A new connection (and TLS handshake) for every request.
+    PerRequest,
+}
+
+/// What every session of a run shares.
+pub struct Settings {
+    /// Plain TCP: the sessions do TLS themselves, with the connection's identity.
+    pub endpoint: Endpoint,
+    /// TLS configurations, one per identity, taken in turn per connection; empty: no TLS.
+    pub identities: Vec<Identity>,
+    pub frame: Frame,
+    pub http: HttpRequest,
+    pub until: Option<Regex>,
+    pub max_response: usize,
+    pub policy: Policy,
+    pub requests: Requests,
+    pub picker: Picker,
+    pub expect_status: Option<u16>,
+    pub expect: Option<Regex>,
+    pub clock: Clock,
+    pub stats: Arc<Stats>,
+}
+
+/// What the summary's `extra.rr` counts beyond the engine's counters.
+#[derive(Debug)]
+pub struct Stats {
+    pub handshakes: AtomicU64,
+    pub resumed: AtomicU64,
+    pub response_bytes: AtomicU64,
+    /// Connections the server ended with `Connection: close` (or by closing).
+    pub server_closes: AtomicU64,
+    /// Requests sent again on a new connection because a kept one had gone stale.
+    pub retries: AtomicU64,
+    next_identity: AtomicU64,
+    pub classes: Classes,
+}
+
+impl Stats {
+    pub fn new(classes: Vec<String>) -> Stats {
+        Stats {
+            handshakes: AtomicU64::new(0),
+            resumed: AtomicU64::new(0),
+            response_bytes: AtomicU64::new(0),
+            server_closes: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+            next_identity: AtomicU64::new(0),
+            classes: Classes::new(classes),
+        }
+    }
+}
+
+/// One session: at most one connection at a time.
+pub struct Session {
+    id: usize,
+    s: Arc<Settings>,
+    conn: Option<Connection>,
+    /// The identity of `conn` (index into `identities`).
+    identity: usize,
+    opened: u64,
+    rng: SmallRng,
+    framer: Framer,
+    body: Vec<u8>,
+    wire: Vec<u8>,
+}
+
+impl Session {
+    pub fn new(id: usize, s: Arc<Settings>, rng: SmallRng) -> Session {
+        let framer = Framer::response(
+            s.frame,
+            s.max_response,
+            s.until.clone(),
+            s.frame == Frame::Http && s.http.is_head(),
+        );
+        Session {
+            id,
+            s,
+            conn: None,
+            identity: 0,
+            opened: 0,
+            rng,
+            framer,
+            body: Vec::new(),
+            wire: Vec::new(),
+        }
+    }
+
+    /// A new connection: TCP, then the TLS handshake with the next identity.
+    async fn open(&mut self, report: &mut UnitReport) -> Result<(), Failure> {
+        let n = self.opened;
+        self.opened += 1;
+        let mut conn = self.s.endpoint.open(self.id, n, report).await?;
+        if !self.s.identities.is_empty() {
+            let i = self.s.stats.next_identity.fetch_add(1, Relaxed) as usize;
+            self.identity = i % self.s.identities.len();
+            let config = self.s.identities[self.identity].config.clone();
+            let t = report.start(Phase::Tls);
+            if let Err(e) = conn
+                .start_tls(config, self.s.endpoint.server_name.clone())
+                .await
+            {
+                report.counters.connect_failures += 1;
+                return Err(Failure::transport(Phase::Tls, e));
+            }
+            report.timed(Phase::Tls, t);
+            report.counters.tls_connections += 1;
+            self.s.stats.handshakes.fetch_add(1, Relaxed);
+            if conn.tls_resumed() == Some(true) {
+                self.s.stats.resumed.fetch_add(1, Relaxed);
+            }
+        }
+        self.conn = Some(conn);
+        Ok(())
+    }
+
+    /// The variant of the next request and its class.
+    fn draw(&mut self) -> (u64, Option<u8>) {
+        let n = self.s.picker.draw(&mut self.rng);
+        (n, self.template(n).class)
+    }
+
+    fn template(&self, n: u64) -> &variants::Template {
+        &self.s.requests.templates[(n % self.s.requests.templates.len() as u64) as usize]
+    }
+
+    /// Writes variant `n` as the next request (after the connection is open: its
+    /// identity may be part of the request).
+    fn build(&mut self, seq: u64, n: u64) {
+        let t = &self.s.requests.templates[(n % self.s.requests.templates.len() as u64) as usize];
+        let name = self
+            .s
+            .identities
+            .get(self.identity)
+            .map_or("", |i| i.name.as_str());
+        t.fill(seq, n, name, &mut self.rng, &mut self.body);
+        self.wire.clear();
+        // Checked before the run for the longest request a template can make.
+        let _ = encode_request(self.s.frame, &self.s.http, &self.body, &mut self.wire);
+    }
+
+    /// One request and its response on the current connection.
+    async fn exchange(&mut self, report: &mut UnitReport) -> Result<Exchanged, Attempt> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(Attempt::Stale(Phase::Request, TransportError::Closed));
+        };
+        let t = report.start(Phase::Request);
+        if let Err(e) = conn.send(&self.wire).await {
+            return Err(Attempt::Stale(Phase::Request, e));
+        }
+        report.timed(Phase::Request, t);
+        report.counters.bytes += self.wire.len() as u64;
+        let _ = report.start(Phase::FirstByte);
+        let clock = self.s.clock;
+        let mut first = None;
+        self.framer.reset();
+        let framer = &mut self.framer;
+        let read = conn
+            .read_frame(self.s.max_response, |b: &[u8]| {
+                if first.is_none() && !b.is_empty() {
+                    first = Some(clock.now_us());
+                }
+                framer.frame(b)
+            })
+            .await;
+        let bytes = match read {
+            Ok(b) => b,
+            Err(TransportError::Closed) if first.is_none() => {
+                return Err(Attempt::Stale(Phase::FirstByte, TransportError::Closed))
+            }
+            Err(e) => {
+                let phase = if first.is_some() {
+                    Phase::Response
+                } else {
+                    Phase::FirstByte
+                };
+                return Err(Attempt::Failed(Failure::transport(phase, e)));
+            }
+        };
+        report.record(Phase::FirstByte, first.unwrap_or(t).saturating_sub(t));
+        report.done();
+        self.s
+            .stats
+            .response_bytes
+            .fetch_add(bytes.len() as u64, Relaxed);
+        let m = self.framer.message(bytes);
+        let verdict = check(&self.s, &m);
+        Ok(Exchanged {
+            close: m.close,
+            verdict,
+        })
+    }
+
+    async fn close(&mut self) {
+        if let Some(c) = self.conn.take() {
+            c.shutdown().await;
+        }
+    }
+
+    async fn unit(
+        &mut self,
+        seq: u64,
+        n: u64,
+        report: &mut UnitReport,
+    ) -> Result<Outcome, Failure> {
+        let reused = self.conn.is_some();
+        if !reused {
+            self.open(report).await?;
+        }
+        self.build(seq, n);
+        let mark = report.timings.len();
+        let mut done = self.exchange(report).await;
+        if reused {
+            if let Err(Attempt::Stale(..)) = &done {
+                // The server closed a kept connection between requests: try once anew
+                // (the stale attempt's timings are not the request's).
+                self.s.stats.retries.fetch_add(1, Relaxed);
+                report.timings.truncate(mark);
+                self.conn = None;
+                self.open(report).await?;
+                self.build(seq, n);
+                done = self.exchange(report).await;
+            }
+        }
+        let ex = match done {
+            Ok(ex) => ex,
+            Err(Attempt::Stale(phase, e)) => return Err(Failure::transport(phase, e)),
+            Err(Attempt::Failed(f)) => return Err(f),
+        };
+        if ex.close {
+            self.s.stats.server_closes.fetch_add(1, Relaxed);
+        }
+        if ex.close || self.s.policy == Policy::PerRequest {
+            self.close().await;
+        }
+        match ex.verdict {
+            None => Ok(Outcome::Accepted),
+            Some(f) => {
+                f.record(report);
+                Ok(Outcome::Rejected)
+            }
+        }
+    }
+}
+
+struct Exchanged {
+    close: bool,
+    /// A rejection, when the response did not pass the checks.
+    verdict: Option<Failure>,
+}
+
+enum Attempt {
+    /// Nothing came back on the connection (closed before any byte): stale when kept.
+    Stale(Phase, TransportError),
+    Failed(Failure),
+}
+
+/// `--expect-status` and `--expect`: None when the response passes, else its rejection
+/// with the response's first line.
+fn check(s: &Settings, m: &crate::proto::rr::Message<'_>) -> Option<Failure> {
+    let first = String::from_utf8_lossy(&m.first_line[..m.first_line.len().min(200)]).into_owned();
+    let status = m.status.unwrap_or(0);
+    let bad_status = match (m.status, s.expect_status) {
+        (Some(st), Some(want)) => st != want,
+        (Some(st), None) => st >= 400,
+        (None, _) => false,
+    };
+    let what = if bad_status {
+        "status"
+    } else if s.expect.as_ref().is_some_and(|re| !re.is_match(&m.body())) {
+        "no match for --expect"
+    } else {
+        return None;
+    };
+    let kind = match status {
+        400..=499 => ErrorKind::Transient,
+        500..=599 => ErrorKind::Permanent,
+        _ => ErrorKind::Protocol,
+    };
+    let text = match what {
+        "status" => crate::proto::normalize(&first),
+        _ => format!("{what}: {}", crate::proto::normalize(&first)),
+    };
+    Some(Failure {
+        phase: Phase::Response,
+        kind,
+        code: status,
+        detail: None,
+        text,
+        sample: first,
+        fatal: false,
+    })
+}
+
+impl Driver for Session {
+    const PHASES: &'static [Phase] =
+        &[Phase::Connect, Phase::Tls, Phase::Request, Phase::FirstByte];
+
+    async fn run_one(&mut self, seq: u64, report: &mut UnitReport) -> Outcome {
+        let (n, class) = self.draw();
+        let outcome = match self.unit(seq, n, report).await {
+            Ok(o) => o,
+            Err(f) => {
+                self.conn = None;
+                f.record(report);
+                Outcome::Failed
+            }
+        };
+        // Tagged last, with no await before the engine's hook reads it (see Classes).
+        self.s.stats.classes.tag(seq, class);
+        outcome
+    }
+
+    async fn finish(&mut self, _report: &mut UnitReport) {
+        self.close().await;
+    }
+}

@@ -1,0 +1,253 @@
+//! `spate rr` end to end against the embedded decision service (`serve --rr`): every
+//! framing, connection counts per policy, the cache seen from the server's counters,
+//! classes, and `--expect` rejections counted exactly.
+
+mod common;
+
+use std::net::SocketAddr;
+
+use serde_json::Value;
+use spate::proto::rr::Frame;
+use spate::serve::{self, Addrs, Config, Running};
+
+use common::{phase_count, spate, summary};
+
+/// The decision service on a free loopback port.
+async fn rr_server(frame: Frame, tweak: impl FnOnce(&mut Config)) -> (Running, String) {
+    let mut c = Config::loopback();
+    let lo: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    c.listen = Addrs {
+        rr: Some(lo),
+        ..Addrs::default()
+    };
+    c.rr.frame = frame;
+    tweak(&mut c);
+    let running = serve::start(c).await.unwrap();
+    let addr = running.addrs.rr.unwrap().to_string();
+    (running, addr)
+}
+
+/// Runs `spate rr` with `args` into a fresh directory; (exit code, summary, stdout).
+async fn rr(args: &[&str]) -> (Option<i32>, Value, String) {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let mut all = vec!["rr"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["-o", out.to_str().unwrap()]);
+    let o = spate(&all).await;
+    assert!(
+        out.join("summary.json").exists(),
+        "no summary: {}\n{}",
+        o.stdout,
+        o.stderr
+    );
+    (o.code, summary(&out), o.stdout)
+}
+
+fn totals(s: &Value, k: &str) -> u64 {
+    s["totals"][k].as_u64().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_frame_end_to_end() {
+    for frame in [Frame::Line, Frame::Len32, Frame::Len16, Frame::Http] {
+        let (server, addr) = rr_server(frame, |_| {}).await;
+        let mut args = vec![
+            addr.as_str(),
+            "--frame",
+            frame.name(),
+            "--template",
+            "CHECK u{n} {seq}",
+            "-u",
+            "2",
+            "-n",
+            "50",
+            "--expect",
+            "^ALLOW subject=- cache=miss$",
+        ];
+        if frame == Frame::Http {
+            args.extend_from_slice(&["--expect-status", "200", "--path", "/authz"]);
+        }
+        let (code, s, stdout) = rr(&args).await;
+        assert_eq!(code, Some(0), "{frame:?}: {stdout}");
+        assert_eq!(totals(&s, "accepted"), 50, "{frame:?}");
+        assert_eq!(server.stats.rr().requests, 50, "{frame:?}");
+        for phase in ["request", "first_byte", "response"] {
+            assert_eq!(phase_count(&s, phase), 50, "{frame:?} {phase}");
+        }
+        assert_eq!(s["extra"]["rr"]["frame"], frame.name());
+        assert!(stdout.contains("req/s"), "{stdout}");
+        server.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_and_per_request_connections() {
+    let (server, addr) = rr_server(Frame::Line, |c| c.rr.miss_cost = Default::default()).await;
+    let base = ["--template", "CHECK {n}", "-u", "3", "-n", "60"];
+    let (code, s, _) = rr(&[&[addr.as_str()][..], &base[..]].concat()).await;
+    assert_eq!(code, Some(0));
+    assert_eq!(totals(&s, "connections"), 3);
+    assert_eq!(phase_count(&s, "connect"), 3);
+    let before = server.stats.snapshot().connections["rr"];
+    let args = [&[addr.as_str(), "--per-request"][..], &base[..]].concat();
+    let (code, s, _) = rr(&args).await;
+    assert_eq!(code, Some(0));
+    assert_eq!(totals(&s, "connections"), 60);
+    assert_eq!(totals(&s, "accepted"), 60);
+    assert_eq!(s["extra"]["rr"]["connections"], "per-request");
+    // The server saw one more: spate's check that it answers at all.
+    let after = server.stats.snapshot().connections["rr"];
+    assert_eq!(after - before, 61);
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn variants_beyond_the_cache_miss_and_within_it_hit() {
+    let (server, addr) = rr_server(Frame::Line, |c| c.rr.cache = 200).await;
+    let (code, _, _) = rr(&[
+        &addr,
+        "--template",
+        "CHECK user{n}",
+        "--variants",
+        "400",
+        "-u",
+        "4",
+        "-n",
+        "800",
+    ])
+    .await;
+    assert_eq!(code, Some(0));
+    let r = server.stats.rr();
+    // Cycling through 400 keys in a 200-entry LRU: every request misses.
+    assert_eq!((r.requests, r.misses, r.hits), (800, 800, 0));
+    server.shutdown().await;
+
+    let (server, addr) = rr_server(Frame::Line, |c| c.rr.cache = 200).await;
+    let (code, _, _) = rr(&[
+        &addr,
+        "--template",
+        "CHECK user{n}",
+        "--variants",
+        "100",
+        "-u",
+        "4",
+        "-n",
+        "500",
+    ])
+    .await;
+    assert_eq!(code, Some(0));
+    let r = server.stats.rr();
+    // Each of the 100 keys misses once (warm-up), then hits.
+    assert_eq!((r.requests, r.misses, r.hits), (500, 100, 400));
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn classes_are_reported_and_expect_rejects_exactly() {
+    let (server, addr) = rr_server(Frame::Line, |_| {}).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("reqs.txt");
+    std::fs::write(
+        &file,
+        "# one allowed, one denied\nallow\tCHECK alice {seq}\ndeny\tCHECK deny bob {seq}\n",
+    )
+    .unwrap();
+    let (code, s, stdout) = rr(&[
+        &addr,
+        "--requests",
+        file.to_str().unwrap(),
+        "-u",
+        "1",
+        "-n",
+        "40",
+        "--expect",
+        "^ALLOW",
+    ])
+    .await;
+    assert_eq!(code, Some(1), "a rejection makes the run fail: {stdout}");
+    assert_eq!(totals(&s, "rejected"), 20);
+    assert_eq!(totals(&s, "accepted"), 20);
+    let classes = &s["extra"]["rr"]["classes"];
+    assert_eq!(classes["allow"]["accepted"], 20);
+    assert_eq!(classes["deny"]["rejected"], 20);
+    assert_eq!(classes["deny"]["response_us"]["count"], 20);
+    assert!(classes["allow"]["response_us"]["p50"].as_u64().unwrap() > 0);
+    let err = &s["errors"][0];
+    assert!(
+        err.to_string().contains("DENY subject=-"),
+        "the response's first line is the error text: {err}"
+    );
+    assert!(stdout.contains("per class"), "{stdout}");
+    assert!(
+        stdout.contains("allow") && stdout.contains("deny"),
+        "{stdout}"
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_connection_close_is_honoured_and_faults_are_rejections() {
+    let (server, addr) = rr_server(Frame::Http, |c| {
+        c.faults
+            .fails
+            .push(serve::faults::parse_fail("rr:503:1").unwrap());
+    })
+    .await;
+    let (code, s, _) = rr(&[
+        &addr,
+        "--frame",
+        "http",
+        "--template",
+        "x",
+        "--header",
+        "Connection: close",
+        "-n",
+        "10",
+    ])
+    .await;
+    assert_eq!(code, Some(1));
+    assert_eq!(totals(&s, "rejected"), 10);
+    assert_eq!(s["errors"][0]["code"], 503, "{}", s["errors"]);
+    // Every answer said Connection: close: every request had a connection of its own.
+    assert_eq!(totals(&s, "connections"), 10);
+    assert_eq!(s["extra"]["rr"]["server_closes"], 10);
+    assert_eq!(server.stats.rejections(503), 10);
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_requests_fail_as_closed_connections() {
+    let (server, addr) = rr_server(Frame::Len32, |c| {
+        c.faults
+            .drops
+            .push(serve::faults::parse_drop("rr:1").unwrap());
+    })
+    .await;
+    let (code, s, _) = rr(&[&addr, "--frame", "len32", "--template", "x", "-n", "7"]).await;
+    assert_eq!(code, Some(1));
+    assert_eq!(totals(&s, "failed"), 7);
+    assert!(
+        s["errors"].to_string().contains("\"kind\":\"closed\""),
+        "{}",
+        s["errors"]
+    );
+    assert_eq!(server.stats.snapshot().faults["rr:drop"], 7);
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_connection_the_server_closed_is_retried_once_anew() {
+    let (server, addr) = rr_server(Frame::Line, |c| {
+        c.idle_timeout = std::time::Duration::from_millis(150);
+    })
+    .await;
+    let (code, s, _) = rr(&[&addr, "--template", "x", "-n", "3", "--think", "600ms"]).await;
+    assert_eq!(code, Some(0), "{}", s["errors"]);
+    assert_eq!(totals(&s, "accepted"), 3);
+    assert_eq!(totals(&s, "connections"), 3);
+    assert_eq!(s["extra"]["rr"]["stale_retries"], 2);
+    // The stale attempts' timings are not the requests'.
+    assert_eq!(phase_count(&s, "request"), 3);
+    server.shutdown().await;
+}
