@@ -281,3 +281,178 @@ fn e5_xmpp_fanout_embedded() {
     );
     assert!(stdout.contains("slope per addresses"), "{stdout}");
 }
+
+/// The bed's authorization service counters (GET /stats over TLS with the client
+/// certificate): requests, hits, misses.
+fn authz_stats(bed: &Bed) -> serde_json::Value {
+    let o = Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "10",
+            "--cacert",
+            bed.var("SPATE_AUTHZ_CA"),
+        ])
+        .args([
+            "--cert",
+            bed.var("SPATE_AUTHZ_CERT"),
+            "--key",
+            bed.var("SPATE_AUTHZ_KEY"),
+        ])
+        .arg(bed.var("SPATE_AUTHZ_STATS_URL"))
+        .output()
+        .expect("curl");
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)))
+}
+
+/// E3, short: the scenario against the bed's nginx authorization service with a client
+/// certificate, 500 variants through a 200-entry cache: every request accepted and seen
+/// by the server, every one a miss (500 shuffled variants, fewer requests than that), the
+/// daemons' memory at the start and the end.
+#[test]
+fn e3_authz_soak() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = Bed::up(
+        &tmp.path().join("bed"),
+        &["--port-offset", "auto", "--authz", "--no-mail"],
+    ) else {
+        return;
+    };
+    let before = authz_stats(&bed);
+    let out = tmp.path().join("e3");
+    let stdout = run(
+        &bed,
+        &[
+            "run",
+            &scenario("e3-authz-soak.toml"),
+            "--set",
+            "duration=6s",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    let rows = csv(&out.join("report.csv"));
+    assert_eq!(rows.len(), 2, "{stdout}");
+    let v = |name: &str| -> f64 {
+        let cell = &rows[1][col(&rows, name)];
+        cell.parse()
+            .unwrap_or_else(|_| panic!("{name} = {cell:?}\n{stdout}"))
+    };
+    // 30/s for 6 s, each started on its schedule.
+    assert_eq!(v("requests"), 180.0, "{stdout}");
+    assert!((v("req/s") - 30.0).abs() < 2.0, "{stdout}");
+    assert!(
+        v("p50 [ms]") > 0.0 && v("p99 [ms]") >= v("p50 [ms]"),
+        "{stdout}"
+    );
+    assert!(
+        v("handshakes") >= 1.0 && v("handshakes") <= 40.0,
+        "{stdout}"
+    );
+    assert!(
+        v("worker RSS start [MB]") > 1.0 && v("worker RSS end [MB]") > 1.0,
+        "{stdout}"
+    );
+    assert!(v("master RSS end [MB]") > 1.0, "{stdout}");
+    let after = authz_stats(&bed);
+    let d = |k: &str| after[k].as_u64().unwrap() - before[k].as_u64().unwrap();
+    assert_eq!(
+        (d("requests"), d("misses"), d("hits")),
+        (180, 180, 0),
+        "{after}"
+    );
+}
+
+/// E3's aging test, compressed: the service keeps 64 KB per request; the worker's memory
+/// slope finds it (and warns), while spate's own memory stays flat.
+#[test]
+fn e3_a_leaking_service_is_caught_and_spate_stays_flat() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = Bed::up(
+        &tmp.path().join("bed"),
+        &[
+            "--port-offset",
+            "auto",
+            "--authz",
+            "--no-mail",
+            "--authz-leak",
+            "64",
+        ],
+    ) else {
+        return;
+    };
+    let out = tmp.path().join("leak");
+    let worker = bed.var("SPATE_AUTHZ_NGINX_WORKER_PID").to_string();
+    let o = Command::new(SPATE)
+        .args([
+            "rr",
+            bed.var("SPATE_AUTHZ"),
+            "--frame",
+            "http",
+            "--path",
+            "/authz",
+            "--tls",
+        ])
+        .args([
+            "--ca",
+            bed.var("SPATE_AUTHZ_CA"),
+            "--cert",
+            bed.var("SPATE_AUTHZ_CERT"),
+        ])
+        .args([
+            "--key",
+            bed.var("SPATE_AUTHZ_KEY"),
+            "--template",
+            "r{variant}",
+        ])
+        .args(["--variants", "100", "--rate", "100/s", "--duration", "12s"])
+        // Few connections: the open workload hands arrivals to its sessions in turn, so
+        // each of --max-in-flight sessions opens its own (see the note on #16).
+        .args(["--max-in-flight", "8"])
+        .args([
+            "--monitor-pid",
+            &worker,
+            "--leak-warn",
+            "100MB/h",
+            "-q",
+            "-o",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let s = common::summary(&out);
+    let m = &s["extra"]["monitor"];
+    let slope = m["memory_slope_mb_per_h"][format!("proc.pid{worker}")]
+        .as_f64()
+        .unwrap();
+    let rate = s["totals"]["accepted"].as_f64().unwrap() / s["elapsed_s"].as_f64().unwrap();
+    let expected = rate * 64.0 / 1024.0 * 3600.0;
+    assert!(
+        slope > 0.5 * expected && slope < 1.5 * expected,
+        "slope {slope} MB/h, leak rate {expected} MB/h"
+    );
+    let mem = &m["memory_mb"][format!("proc.pid{worker}")];
+    let grown = mem["end"].as_f64().unwrap() - mem["start"].as_f64().unwrap();
+    assert!(grown > 40.0, "{mem}: 1200 requests of 64 KB");
+    assert!(
+        stdout.contains(&format!("proc.pid{worker} memory grows")),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("self.spate memory grows"), "{stdout}");
+    let own = &m["self_rss_mb"];
+    let (after, end) = (
+        own["after_warmup"].as_f64().unwrap(),
+        own["end"].as_f64().unwrap(),
+    );
+    assert!(
+        after > 1.0 && end - after < 3.0,
+        "spate RSS {after} → {end} MB"
+    );
+}

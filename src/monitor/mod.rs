@@ -62,6 +62,9 @@ struct RssTrack {
     col: usize,
     count_col: Option<usize>,
     points: Vec<(f32, f32)>,
+    /// The first and the latest sample, exact (the points are averaged as they halve).
+    first: Option<f64>,
+    last: f64,
 }
 
 pub struct Monitor {
@@ -161,6 +164,8 @@ impl Monitor {
                     group,
                     col: i,
                     points: Vec::new(),
+                    first: None,
+                    last: 0.0,
                 })
             })
             .collect();
@@ -232,7 +237,14 @@ impl Monitor {
         let warm = self.warm_s(elapsed);
         let mut slopes = Map::new();
         let mut self_rss = Value::Null;
+        let mut memory = Map::new();
         for t in &self.rss {
+            if let Some(first) = t.first {
+                memory.insert(
+                    t.group.clone(),
+                    json!({"start": r3(first), "end": r3(t.last)}),
+                );
+            }
             let pts: Vec<(f64, f64)> = t
                 .points
                 .iter()
@@ -298,6 +310,8 @@ impl Monitor {
             "max": max,
             // Per process of the group (memory divided by the number of processes).
             "memory_slope_mb_per_h": slopes,
+            // Per process too: the first and the last sample of the run.
+            "memory_mb": memory,
             "memory_slope_after_s": warm,
             "leak_warn_mb_per_h": self.leak_warn_mb_h,
             "throughput_drift": drift,
@@ -401,6 +415,8 @@ impl Observer for Monitor {
                 None => rss,
             };
             t.points.push((snap.t_s as f32, y as f32));
+            t.first.get_or_insert(y);
+            t.last = y;
             if t.points.len() >= MAX_POINTS {
                 halve(&mut t.points, |a, b| ((a.0 + b.0) / 2.0, (a.1 + b.1) / 2.0));
             }
