@@ -525,9 +525,11 @@ fn dump_scenario_round_trips() {
 #[test]
 fn the_example_scenarios_are_valid() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
-    // E5 monitors the XMPP server's PID, which only a test bed that is up can give: any
-    // value does for a dry run.
+    // E5 monitors the XMPP server's PID and E3 the nginx worker's and master's, which
+    // only a test bed that is up can give: any value does for a dry run.
     std::env::set_var("SPATE_XMPP_PID", "1");
+    std::env::set_var("SPATE_AUTHZ_NGINX_WORKER_PID", "1");
+    std::env::set_var("SPATE_AUTHZ_NGINX_PID", "1");
     let mut n = 0;
     for e in std::fs::read_dir(&dir).unwrap() {
         let p = e.unwrap().path();
