@@ -51,6 +51,14 @@ fn col(rows: &[Vec<String>], name: &str) -> usize {
         .unwrap_or_else(|| panic!("no column {name}: {:?}", rows[0]))
 }
 
+/// The number in row `row`, column `name` of a CSV table (`context` printed when it is
+/// not one).
+fn number(rows: &[Vec<String>], row: usize, name: &str, context: &str) -> f64 {
+    let cell = &rows[row][col(rows, name)];
+    cell.parse()
+        .unwrap_or_else(|_| panic!("{name} = {cell:?}\n{context}"))
+}
+
 /// E1: drain time per delivery-process count, and every message and receipt accounted for.
 #[test]
 fn e1_certified_mail() {
@@ -77,12 +85,8 @@ fn e1_certified_mail() {
         .map(|r| r[col(&rows, "procs")].as_str())
         .collect();
     assert_eq!(procs, ["1", "2", "4", "8", "16"]);
-    for r in &rows[1..] {
-        let v = |name: &str| -> f64 {
-            r[col(&rows, name)]
-                .parse()
-                .unwrap_or_else(|_| panic!("{name} = {:?}", r[col(&rows, name)]))
-        };
+    for (i, r) in rows.iter().enumerate().skip(1) {
+        let v = |name: &str| number(&rows, i, name, &stdout);
         assert_eq!(v("messages"), 20.0);
         assert_eq!(v("delivered"), 20.0);
         assert_eq!(v("missing"), 0.0);
@@ -149,11 +153,7 @@ fn e5_xmpp_fanout(server: &str) {
     // One address-list size (--set replaces the matrix): the scenario's own report.csv.
     let rows = csv(&out.join("report.csv"));
     assert_eq!(rows.len(), 2, "{stdout}");
-    let v = |name: &str| -> f64 {
-        let cell = &rows[1][col(&rows, name)];
-        cell.parse()
-            .unwrap_or_else(|_| panic!("{name} = {cell:?}\n{stdout}"))
-    };
+    let v = |name: &str| number(&rows, 1, name, &stdout);
     assert_eq!(v("multicasts"), 40.0);
     assert_eq!(v("deliveries"), 200.0);
     assert_eq!(v("missing"), 0.0);
@@ -334,11 +334,7 @@ fn e3_authz_soak() {
     );
     let rows = csv(&out.join("report.csv"));
     assert_eq!(rows.len(), 2, "{stdout}");
-    let v = |name: &str| -> f64 {
-        let cell = &rows[1][col(&rows, name)];
-        cell.parse()
-            .unwrap_or_else(|_| panic!("{name} = {cell:?}\n{stdout}"))
-    };
+    let v = |name: &str| number(&rows, 1, name, &stdout);
     // 30/s for 6 s, each started on its schedule.
     assert_eq!(v("requests"), 180.0, "{stdout}");
     assert!((v("req/s") - 30.0).abs() < 2.0, "{stdout}");

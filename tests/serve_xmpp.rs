@@ -61,13 +61,20 @@ fn write_ca(r: &Running, dir: &Path) -> String {
     ca.to_string_lossy().into_owned()
 }
 
-/// `spate xmpp` with SPATE_PASSWORD set; the summary.json of its results directory.
-async fn load(args: &[&str], password: &str, out: &Path) -> serde_json::Value {
+/// `spate xmpp ARGS -o OUT` with SPATE_PASSWORD set, to its end.
+async fn xmpp(args: &[&str], password: &str, out: &Path) -> common::Output {
     let mut a: Vec<String> = vec!["xmpp".into()];
     a.extend(args.iter().map(|s| s.to_string()));
-    a.extend(["-q".into(), "-o".into(), out.to_string_lossy().into_owned()]);
+    a.extend(["-o".into(), out.to_string_lossy().into_owned()]);
     let env = vec![("SPATE_PASSWORD".to_string(), password.to_string())];
-    let o = run_tool_env(SPATE, a, env, Duration::from_secs(120)).await;
+    run_tool_env(SPATE, a, env, Duration::from_secs(120)).await
+}
+
+/// `spate xmpp -q` that must succeed with nothing missing; its summary.json.
+async fn load(args: &[&str], password: &str, out: &Path) -> serde_json::Value {
+    let mut a = args.to_vec();
+    a.push("-q");
+    let o = xmpp(&a, password, out).await;
     assert!(o.ok, "exit {:?}\n{}\n{}", o.code, o.stdout, o.stderr);
     assert!(o.stdout.contains("missing 0"), "{}", o.stdout);
     common::summary(out)
@@ -908,9 +915,8 @@ async fn ended_streams_are_logged_in_again_and_every_stream_error_is_counted() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
     let addr = running.addrs.xmpp.unwrap().to_string();
-    let args: Vec<String> = [
-        "xmpp",
-        &addr,
+    let args = [
+        addr.as_str(),
         "--user-pattern",
         "user{0..4}@example.test",
         "--users",
@@ -922,14 +928,8 @@ async fn ended_streams_are_logged_in_again_and_every_stream_error_is_counted() {
         "--wait",
         "2s",
         "-q",
-        "-o",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .chain([out.to_string_lossy().into_owned()])
-    .collect();
-    let env = vec![("SPATE_PASSWORD".to_string(), "pw".to_string())];
-    let o = run_tool_env(SPATE, args, env, Duration::from_secs(120)).await;
+    ];
+    let o = xmpp(&args, "pw", &out).await;
     // Messages on their way to a session the server just ended are missing: exit 1.
     assert!(matches!(o.code, Some(0 | 1)), "{o:?}");
     let x = settled(&running).await;
@@ -1010,9 +1010,8 @@ async fn sasl_failures_are_counted_by_condition() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
     let addr = running.addrs.xmpp.unwrap().to_string();
-    let args: Vec<String> = [
-        "xmpp",
-        &addr,
+    let args = [
+        addr.as_str(),
         "--user-pattern",
         "user{0..3}@example.test",
         "--users",
@@ -1021,14 +1020,8 @@ async fn sasl_failures_are_counted_by_condition() {
         "8",
         "--sasl",
         "plain",
-        "-o",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .chain([out.to_string_lossy().into_owned()])
-    .collect();
-    let env = vec![("SPATE_PASSWORD".to_string(), "wrong".to_string())];
-    let o = run_tool_env(SPATE, args, env, Duration::from_secs(60)).await;
+    ];
+    let o = xmpp(&args, "wrong", &out).await;
     assert_eq!(o.code, Some(1), "{o:?}");
     assert!(
         o.stdout.contains("SASL failures 4 (not-authorized 4)"),

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 
 use crate::ctx::Ctx;
+use crate::opts::{MonitorArgs, OutputArgs, WorkloadArgs};
 use crate::results::Summary;
 use crate::sweep::{table, Param, Row, CSV_HEADER};
 use crate::units;
@@ -199,24 +200,11 @@ impl Base {
         }
     }
 
-    fn output(&self) -> &crate::opts::OutputArgs {
+    /// The options every load command has: workload, output and monitoring.
+    fn common(&mut self) -> (&mut WorkloadArgs, &mut OutputArgs, &mut MonitorArgs) {
         match self {
-            Base::Smtp(a) => &a.output,
-            Base::Xmpp(a) => &a.output,
-        }
-    }
-
-    fn monitor(&self) -> &crate::opts::MonitorArgs {
-        match self {
-            Base::Smtp(a) => &a.monitor,
-            Base::Xmpp(a) => &a.monitor,
-        }
-    }
-
-    fn workload_mut(&mut self) -> &mut crate::opts::WorkloadArgs {
-        match self {
-            Base::Smtp(a) => &mut a.workload,
-            Base::Xmpp(a) => &mut a.workload,
+            Base::Smtp(a) => (&mut a.workload, &mut a.output, &mut a.monitor),
+            Base::Xmpp(a) => (&mut a.workload, &mut a.output, &mut a.monitor),
         }
     }
 }
@@ -259,7 +247,7 @@ fn step_args(
     };
     // XMPP's --users is its sessions, which an open workload keeps.
     let smtp = matches!(a, Base::Smtp(_));
-    let w = a.workload_mut();
+    let w = a.common().0;
     match p {
         Param::Users => {
             if v == 0 {
@@ -309,16 +297,9 @@ fn step_args(
         Param::Value => {}
     }
     // Host monitoring is part of every step's row.
-    match &mut a {
-        Base::Smtp(s) => {
-            s.monitor.monitor = true;
-            s.output.quiet = true;
-        }
-        Base::Xmpp(x) => {
-            x.monitor.monitor = true;
-            x.output.quiet = true;
-        }
-    }
+    let (_, output, monitor) = a.common();
+    monitor.monitor = true;
+    output.quiet = true;
     Ok(a)
 }
 
@@ -455,6 +436,8 @@ struct Sweep {
     idle_max: Duration,
     warm: Option<Duration>,
     progress: bool,
+    /// The Postfix queue the steps monitor (--until-idle waits for it to empty).
+    queue: Option<PathBuf>,
 }
 
 impl Args {
@@ -463,14 +446,17 @@ impl Args {
         if self.repeat == 0 {
             return crate::usage("--repeat must be at least 1");
         }
-        let base = SweepBase {
+        let mut base = SweepBase {
             base: Base::parse(&self.smtp)?,
             words: self.smtp.clone(),
             option: self.param.clone(),
         };
-        if base.base.output().out.is_some() {
+        let (_, output, monitor) = base.base.common();
+        if output.out.is_some() {
             return crate::usage("give the sweep's directory with spate sweep -o DIR, before --");
         }
+        let progress = output.progress_enabled();
+        let queue = monitor.monitor_queue.clone();
         // Every step's options, before the first one runs.
         for &v in &values {
             match step_args(&base, param, v, self.count_per_user)? {
@@ -486,7 +472,8 @@ impl Args {
             param,
             name,
             values,
-            progress: base.base.output().progress_enabled(),
+            progress,
+            queue,
             base,
             cool: units::parse_duration(&self.cool_down)?,
             idle_max: units::parse_duration(&self.idle_max)?,
@@ -619,8 +606,9 @@ async fn steps(
             );
             if let Some(w) = sw.warm {
                 let mut wa = a.clone();
-                wa.workload_mut().duration = Some(format!("{}ms", w.as_millis()));
-                wa.workload_mut().count = None;
+                let (workload, ..) = wa.common();
+                workload.duration = Some(format!("{}ms", w.as_millis()));
+                workload.count = None;
                 let warm_dir = dir.join("warmup").join(&step_name);
                 let (s, _) = run_step(wa, warm_dir, false, ctx).await?;
                 if s.interrupted || stopped() {
@@ -650,7 +638,7 @@ async fn steps(
 /// false when the sweep was stopped meanwhile.
 async fn pause(sw: &Sweep, args: &Args, port: u16, stop: &AtomicBool) -> bool {
     let pause = async {
-        let queue = sw.base.base.monitor().monitor_queue.as_deref();
+        let queue = sw.queue.as_deref();
         if args.until_idle && !wait_idle(port, queue, sw.idle_max).await {
             eprintln!(
                 "spate sweep: server still busy after {}, going on",

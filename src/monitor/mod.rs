@@ -349,29 +349,34 @@ fn fmt_val(v: f64) -> String {
     }
 }
 
-impl Monitor {
-    /// One row of monitor.csv, ending `t_s` seconds after the start.
-    fn row(&mut self, t_s: f64, vals: &[f64]) -> std::io::Result<()> {
-        if let Some(f) = &mut self.csv {
-            let wall = self.start + Duration::from_secs_f64(t_s);
-            let mut line = format!("{t_s:.3},{}", crate::results::rfc3339(wall));
-            for v in vals {
-                line.push(',');
-                line.push_str(&fmt_val(*v));
-            }
-            writeln!(f, "{line}")?;
-            f.flush()?;
+/// One row of monitor.csv, ending `t_s` seconds after `start`.
+fn row(
+    csv: &mut Option<BufWriter<File>>,
+    start: SystemTime,
+    t_s: f64,
+    vals: &[f64],
+) -> std::io::Result<()> {
+    if let Some(f) = csv {
+        let wall = start + Duration::from_secs_f64(t_s);
+        let mut line = format!("{t_s:.3},{}", crate::results::rfc3339(wall));
+        for v in vals {
+            line.push(',');
+            line.push_str(&fmt_val(*v));
         }
-        Ok(())
+        writeln!(f, "{line}")?;
+        f.flush()?;
     }
+    Ok(())
+}
 
+impl Monitor {
     /// The minute gathered so far, as one row of its means.
     fn flush_window(&mut self, t_s: f64) -> std::io::Result<()> {
         let Some((_, sums, n)) = self.window.take() else {
             return Ok(());
         };
         let means: Vec<f64> = sums.iter().map(|s| s / f64::from(n.max(1))).collect();
-        self.row(t_s, &means)
+        row(&mut self.csv, self.start, t_s, &means)
     }
 }
 
@@ -427,9 +432,7 @@ impl Observer for Monitor {
             halve(&mut self.accepted, |a, b| (b.0, a.1 + b.1, a.2 + b.2));
         }
         if snap.t_s - dt / 2.0 < self.detail_s {
-            let vals = std::mem::take(&mut self.vals);
-            self.row(snap.t_s, &vals)?;
-            self.vals = vals;
+            row(&mut self.csv, self.start, snap.t_s, &self.vals)?;
         } else {
             let (start, sums, n) = self
                 .window

@@ -109,8 +109,23 @@ impl Endpoint {
         conn: &mut Connection,
         report: &mut UnitReport,
     ) -> Result<(), Failure> {
+        self.handshake_as(conn, None, report).await
+    }
+
+    /// [`Endpoint::handshake`], with a client configuration of its own when `config` is
+    /// given (a connection's client identity) instead of the server's.
+    pub async fn handshake_as(
+        &self,
+        conn: &mut Connection,
+        config: Option<std::sync::Arc<rustls::ClientConfig>>,
+        report: &mut UnitReport,
+    ) -> Result<(), Failure> {
         let t = report.start(Phase::Tls);
-        if let Err(e) = self.start_tls(conn).await {
+        let done = match config {
+            Some(c) => conn.start_tls(c, self.server_name.clone()).await,
+            None => self.start_tls(conn).await,
+        };
+        if let Err(e) = done {
             // A connection whose handshake failed never became usable: a failed one.
             report.counters.connect_failures += 1;
             return Err(Failure::transport(Phase::Tls, e));

@@ -123,16 +123,10 @@ impl Session {
             let i = self.s.stats.next_identity.fetch_add(1, Relaxed) as usize;
             self.identity = i % self.s.identities.len();
             let config = self.s.identities[self.identity].config.clone();
-            let t = report.start(Phase::Tls);
-            if let Err(e) = conn
-                .start_tls(config, self.s.endpoint.server_name.clone())
-                .await
-            {
-                report.counters.connect_failures += 1;
-                return Err(Failure::transport(Phase::Tls, e));
-            }
-            report.timed(Phase::Tls, t);
-            report.counters.tls_connections += 1;
+            self.s
+                .endpoint
+                .handshake_as(&mut conn, Some(config), report)
+                .await?;
             self.s.stats.handshakes.fetch_add(1, Relaxed);
             if conn.tls_resumed() == Some(true) {
                 self.s.stats.resumed.fetch_add(1, Relaxed);
@@ -145,17 +139,13 @@ impl Session {
     /// The variant of the next request and its class.
     fn draw(&mut self) -> (u64, Option<u8>) {
         let n = self.s.picker.draw(&mut self.rng);
-        (n, self.template(n).class)
-    }
-
-    fn template(&self, n: u64) -> &variants::Template {
-        &self.s.requests.templates[(n % self.s.requests.templates.len() as u64) as usize]
+        (n, self.s.requests.get(n).class)
     }
 
     /// Writes variant `n` as the next request (after the connection is open: its
     /// identity may be part of the request).
     fn build(&mut self, seq: u64, n: u64) {
-        let t = &self.s.requests.templates[(n % self.s.requests.templates.len() as u64) as usize];
+        let t = self.s.requests.get(n);
         let name = self
             .s
             .identities
@@ -286,28 +276,26 @@ enum Attempt {
 /// `--expect-status` and `--expect`: None when the response passes, else its rejection
 /// with the response's first line.
 fn check(s: &Settings, m: &crate::proto::rr::Message<'_>) -> Option<Failure> {
-    let first = String::from_utf8_lossy(&m.first_line[..m.first_line.len().min(200)]).into_owned();
-    let status = m.status.unwrap_or(0);
     let bad_status = match (m.status, s.expect_status) {
         (Some(st), Some(want)) => st != want,
         (Some(st), None) => st >= 400,
         (None, _) => false,
     };
-    let what = if bad_status {
-        "status"
-    } else if s.expect.as_ref().is_some_and(|re| !re.is_match(&m.body())) {
-        "no match for --expect"
-    } else {
+    if !bad_status && s.expect.as_ref().is_none_or(|re| re.is_match(&m.body())) {
         return None;
-    };
+    }
+    // Only a rejection pays for its text.
+    let first = String::from_utf8_lossy(&m.first_line[..m.first_line.len().min(200)]).into_owned();
+    let status = m.status.unwrap_or(0);
     let kind = match status {
         400..=499 => ErrorKind::Transient,
         500..=599 => ErrorKind::Permanent,
         _ => ErrorKind::Protocol,
     };
-    let text = match what {
-        "status" => crate::proto::normalize(&first),
-        _ => format!("{what}: {}", crate::proto::normalize(&first)),
+    let text = if bad_status {
+        crate::proto::normalize(&first)
+    } else {
+        format!("no match for --expect: {}", crate::proto::normalize(&first))
     };
     Some(Failure {
         phase: Phase::Response,

@@ -143,6 +143,11 @@ pub struct Requests {
 }
 
 impl Requests {
+    /// The template of variant `n` (variants take the templates in turn).
+    pub fn get(&self, n: u64) -> &Template {
+        &self.templates[(n % self.templates.len() as u64) as usize]
+    }
+
     pub fn one(t: Template) -> Requests {
         Requests {
             templates: vec![t],
