@@ -342,3 +342,93 @@ async fn xmpp_sweep_over_addresses_reports_the_cost_per_destination() {
     );
     server.shutdown().await;
 }
+
+/// The cache cliff of E3's authorization service, on the embedded decision service: a
+/// 20-entry cache whose misses cost 20 ms of CPU, swept over 10, 20, 40 and 80 distinct
+/// requests drawn round-robin. Up to 20 every request after the first pass is a hit; past
+/// it the least recently used entry is always the one asked for next, so every request
+/// is a miss: the latency and the server's CPU per request jump between 20 and 40.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rr_sweep_over_variants_shows_the_cache_cliff() {
+    let mut c = serve::Config::loopback();
+    let lo: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    c.listen = serve::Addrs {
+        rr: Some(lo),
+        ..serve::Addrs::default()
+    };
+    c.rr.cache = 20;
+    c.rr.miss_cost = std::time::Duration::from_millis(20);
+    let server = serve::start(c).await.unwrap();
+    let addr = server.addrs.rr.unwrap().to_string();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("sweep");
+    let pid = std::process::id().to_string();
+    let o = spate(&[
+        "sweep",
+        "--param",
+        "variants",
+        "--values",
+        "10,20,40,80",
+        "--cool-down",
+        "0s",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        "rr",
+        &addr,
+        "--template",
+        "CHECK user{variant}",
+        "--pick",
+        "round-robin",
+        "--rate",
+        "30/s",
+        "-n",
+        "90",
+        "--monitor-pid",
+        &pid,
+    ])
+    .await;
+    assert_eq!(o.code, Some(0), "{o:?}");
+    let sweep: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("sweep.json")).unwrap()).unwrap();
+    let steps = sweep["rows"].as_array().unwrap();
+    assert_eq!(steps.len(), 4, "{sweep}");
+    let f = |row: &Value, k: &str| row[k].as_f64().unwrap_or_else(|| panic!("{k}: {row}"));
+    for (row, n) in steps.iter().zip([10u64, 20, 40, 80]) {
+        assert_eq!(row["value"], n);
+        assert_eq!(row["latency_phase"], "response");
+        assert_eq!(row["errors"], 0, "{row}");
+        let s = common::summary(&out.join(row["dir"].as_str().unwrap()));
+        assert_eq!(s["totals"]["accepted"], 90, "{row}");
+        assert_eq!(s["extra"]["rr"]["variants"], n);
+        // Hits at 10 and 20 variants, misses (at least the 20 ms they cost) beyond.
+        let p50 = f(row, "latency_p50_ms");
+        if n <= 20 {
+            assert!(p50 < 10.0, "{n} variants fit the cache: p50 {p50} ms");
+        } else {
+            assert!(p50 >= 20.0, "{n} variants miss: p50 {p50} ms");
+        }
+    }
+    // The server's CPU per request: 10 misses in 90 requests at 20, every one at 40.
+    let cpu = |i: usize| f(&steps[i], "cpu_us_per_unit");
+    assert!(
+        cpu(2) > 2.0 * cpu(1),
+        "the cliff in the server's CPU: {} µs at 20 variants, {} µs at 40",
+        cpu(1),
+        cpu(2)
+    );
+    // What the server counted, requests in order: 10 misses at 10 variants, 10 at 20
+    // (0..9 are still cached), 70 at 40 (0..19 hit once, then the round-robin always
+    // asks for the entry just evicted), 80 at 80 (0..9 were the last cached). Two
+    // requests in flight together may reach the server swapped: a little slack.
+    let rr = server.stats.snapshot().rr;
+    assert_eq!(rr.requests, 360, "{rr:?}");
+    assert!((165..=175).contains(&rr.misses), "{rr:?}");
+    assert!(
+        !o.stdout.contains("USL fit"),
+        "a USL fit over a count of variants means nothing: {}",
+        o.stdout
+    );
+    assert!(o.stdout.contains("throughput [req/s]"), "{}", o.stdout);
+    server.shutdown().await;
+}

@@ -416,20 +416,42 @@ impl Observer for Report {
     }
 }
 
-/// `spate rr`.
-pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
+impl Args {
+    /// Parses `spate rr` words (target and options): a sweep's step command line.
+    pub fn from_words<I, S>(words: I) -> anyhow::Result<Args>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<std::ffi::OsString> + Clone,
+    {
+        super::args_from_words("rr", words)
+    }
+
+    /// Checks everything a run would check before connecting (a sweep's steps, before the
+    /// first one runs).
+    pub fn check(&self) -> anyhow::Result<()> {
+        prepare(self, Vec::new(), crate::metrics::Clock::new()).map(|_| ())
+    }
+}
+
+/// A finished `spate rr` run and its request accounts.
+pub struct Loaded {
+    pub finished: Finished,
+    pub stats: Arc<Stats>,
+    /// The service's port (for a sweep's wait until idle).
+    pub port: u16,
+}
+
+/// The whole run of `spate rr` up to its summary, printing nothing (`progress`: the
+/// progress line where the output options allow it).
+pub async fn load(args: Args, command: Vec<String>, progress: bool) -> anyhow::Result<Loaded> {
     // The clock the engine's Setup starts is replaced below; this one only types Settings.
-    let (plan, settings) = prepare(
-        &args,
-        ctx.command_line.clone(),
-        crate::metrics::Clock::new(),
-    )?;
+    let (plan, settings) = prepare(&args, command, crate::metrics::Clock::new())?;
     let stop = Arc::new(AtomicBool::new(false));
     let title = format!("spate — request/response load on {}", args.target);
     let mut obs = observers(
         &args.output,
         &args.monitor,
-        args.output.progress_enabled(),
+        progress && args.output.progress_enabled(),
         title,
         "req",
         &stop,
@@ -455,7 +477,18 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         ..settings
     });
     let summary = engine::run(run, |id, rng| Session::new(id, settings.clone(), rng)).await?;
-    let finished = Finished { dir: out, summary };
+    Ok(Loaded {
+        finished: Finished { dir: out, summary },
+        stats,
+        port: plan.address.port(),
+    })
+}
+
+/// `spate rr`.
+pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
+    let Loaded {
+        finished, stats, ..
+    } = load(args, ctx.command_line.clone(), true).await?;
     print_outcome(&finished);
     print_rr(&finished.summary, &stats);
     println!("results: {}", finished.dir.display());

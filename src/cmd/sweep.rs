@@ -1,4 +1,4 @@
-//! `spate sweep`: the same SMTP or XMPP workload once per value of a parameter (users,
+//! `spate sweep`: the same SMTP, XMPP or request/response workload once per value of a parameter (users,
 //! rate, size, messages per connection, any option of the step command, or a server
 //! setting changed by a hook), with warm-up,
 //! cool-down until the server is idle, and repetitions. Every step is a normal results
@@ -31,14 +31,20 @@ const EXAMPLES: &str = "EXAMPLES:
       --until-idle --monitor-queue /var/spool/postfix -- 127.0.0.1:25 --users 32 --duration 1m
       E1: a server setting per step, waiting for the queue to drain between steps.
   spate sweep --rate 100,200,400 --warm-up 10s --repeat 3 -- 127.0.0.1:2525 --duration 1m
-  spate sweep --param addresses --values 1,10,100,299 -- xmpp 127.0.0.1:5222 \
-      --user-pattern 'user{0..299}@example.test' --users 300 --traffic multicast \
+  spate sweep --param addresses --values 1,10,100,299 -- xmpp 127.0.0.1:5222 \\
+      --user-pattern 'user{0..299}@example.test' --users 300 --traffic multicast \\
       --rate 10/s --duration 60s --monitor-process beam.smp
       E5: what one more destination of a multicast costs: the slope of the last copy's
       latency and of the server's CPU per multicast, per address.
+  spate sweep --param variants --values 100,200,400,800 -- rr 127.0.0.1:8443 --frame http \\
+      --path /authz --template 'user={variant}' --tls --ca ca.pem --cert c.pem --key c.key \\
+      --rate 50/s --duration 30s --monitor-pid \"$(cat nginx-worker.pid)\"
+      E3: the response cache's cliff: latency and the server's CPU per request once the
+      distinct requests outnumber its entries.
 
 Everything after -- is a `spate smtp` command line (target and options), or `xmpp` and a
-`spate xmpp` command line, used for every step; the swept option is set per step.
+`spate xmpp` command line, or `rr` and a `spate rr` command line, used for every step;
+the swept option is set per step.
 --param NAME --values V sets any option of that command line (--NAME V) per step, and
 the sweep reports the slope of each figure per unit of it. Host monitoring is on for every step (add
 --monitor-process/--monitor-pid after -- to report the server's own CPU).
@@ -108,8 +114,8 @@ pub struct Args {
     /// Write into --out even when it holds an earlier run (its files are replaced).
     #[arg(long)]
     pub overwrite: bool,
-    /// The step command: the `spate smtp` target and options, or `xmpp` followed by the
-    /// `spate xmpp` target and options.
+    /// The step command: the `spate smtp` target and options, or `xmpp` (`rr`) followed by
+    /// the `spate xmpp` (`spate rr`) target and options.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub smtp: Vec<String>,
 }
@@ -174,6 +180,7 @@ fn per_second(steps: &str) -> String {
 enum Base {
     Smtp(super::smtp::Args),
     Xmpp(super::xmpp::Args),
+    Rr(super::rr::Args),
 }
 
 impl Base {
@@ -193,6 +200,9 @@ impl Base {
             Some("xmpp") => super::xmpp::Args::from_words(&words[1..])
                 .map(Base::Xmpp)
                 .map_err(|e| first(e, "xmpp").into()),
+            Some("rr") => super::rr::Args::from_words(&words[1..])
+                .map(Base::Rr)
+                .map_err(|e| first(e, "rr").into()),
             Some("smtp") => Base::parse(&words[1..]),
             _ => super::smtp::Args::from_words(words)
                 .map(Base::Smtp)
@@ -205,6 +215,7 @@ impl Base {
         match self {
             Base::Smtp(a) => (&mut a.workload, &mut a.output, &mut a.monitor),
             Base::Xmpp(a) => (&mut a.workload, &mut a.output, &mut a.monitor),
+            Base::Rr(a) => (&mut a.workload, &mut a.output, &mut a.monitor),
         }
     }
 }
@@ -245,8 +256,9 @@ fn step_args(
         }
         _ => sw.base.clone(),
     };
-    // XMPP's --users is its sessions, which an open workload keeps.
-    let smtp = matches!(a, Base::Smtp(_));
+    // XMPP's --users is its sessions, which an open workload keeps; SMTP's and rr's
+    // users are a closed workload.
+    let smtp = !matches!(a, Base::Xmpp(_));
     let w = a.common().0;
     match p {
         Param::Users => {
@@ -287,11 +299,21 @@ fn step_args(
         Param::Size => match &mut a {
             Base::Smtp(s) => s.size = v.to_string(),
             Base::Xmpp(x) => x.size = v.to_string(),
+            Base::Rr(_) => {
+                return crate::usage(
+                    "--size: an rr request is its template or file; sweep --variants with --param variants",
+                )
+            }
         },
         Param::MessagesPerConnection => match &mut a {
             Base::Smtp(s) => s.messages_per_connection = (v as u32).to_string(),
             Base::Xmpp(_) => {
                 return crate::usage("--messages-per-connection: an XMPP session keeps its stream")
+            }
+            Base::Rr(_) => {
+                return crate::usage(
+                    "--messages-per-connection: spate rr has --keep-alive or --per-request",
+                )
             }
         },
         Param::Value => {}
@@ -413,6 +435,11 @@ async fn run_step(
             let l = super::xmpp::load(a, command, progress).await?;
             return Ok((l.finished.summary, l.port));
         }
+        Base::Rr(mut a) => {
+            a.output.out = Some(out);
+            let l = super::rr::load(a, command, progress).await?;
+            return Ok((l.finished.summary, l.port));
+        }
     };
     let title = format!("spate — SMTP load on {}", args.target);
     // A flag of its own: the engine sets it when the run ends. A signal during the step
@@ -466,6 +493,7 @@ impl Args {
                 Base::Xmpp(a) => {
                     super::xmpp::workload(&a)?;
                 }
+                Base::Rr(a) => a.check()?,
             }
         }
         Ok(Sweep {
@@ -549,7 +577,21 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     if rows.is_empty() {
         writeln!(sheet.csv, "{CSV_HEADER}")?;
     }
-    let analysis = table::analyse(sw.param, &sw.name, &sw.values, &rows);
+    let swept = table::Swept {
+        param: sw.param,
+        name: &sw.name,
+        // A server setting (a hook) or a concurrency option: USL applies; an option like
+        // --addresses or --variants is a cost, not a concurrency.
+        concurrency: match (&sw.base.option, sw.param) {
+            (_, Param::Users) | (None, _) => true,
+            (Some(o), _) => matches!(o.as_str(), "users" | "max-in-flight" | "u"),
+        },
+        unit: match sw.base.base {
+            Base::Rr(_) => "req/s",
+            _ => "msg/s",
+        },
+    };
+    let analysis = table::analyse(&swept, &sw.values, &rows);
     let mut json = serde_json::to_value(&analysis)?;
     json["interrupted"] = interrupted.into();
     json["repeat"] = args.repeat.into();
@@ -687,14 +729,14 @@ mod tests {
     fn smtp(b: Base) -> super::super::smtp::Args {
         match b {
             Base::Smtp(a) => a,
-            Base::Xmpp(_) => panic!("not smtp"),
+            _ => panic!("not smtp"),
         }
     }
 
     fn xmpp(b: Base) -> super::super::xmpp::Args {
         match b {
             Base::Xmpp(a) => a,
-            Base::Smtp(_) => panic!("not xmpp"),
+            _ => panic!("not xmpp"),
         }
     }
 

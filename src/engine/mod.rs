@@ -11,6 +11,7 @@
 
 mod aggregate;
 pub mod cpu;
+mod dispatch;
 mod observe;
 pub mod schedule;
 pub mod signals;

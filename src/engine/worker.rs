@@ -10,6 +10,7 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use tokio::task::JoinSet;
 
+use super::dispatch::Dispatch;
 use super::schedule::{Arrivals, Model, Workload};
 use super::unit::{commit_step, run_unit, Driver, Slot, UnitHook, UnitReport};
 use crate::metrics::{Clock, Recorder};
@@ -24,7 +25,7 @@ enum Slots {
         stop: Arc<AtomicBool>,
     },
     /// An open-model worker: arrivals the scheduler hands out.
-    Open(async_channel::Receiver<(u64, u64)>),
+    Open(usize, Arc<Dispatch>),
 }
 
 impl Slots {
@@ -52,7 +53,7 @@ impl Slots {
                     open: false,
                 })
             }
-            Slots::Open(rx) => rx.recv().await.ok().map(|(seq, at)| Slot {
+            Slots::Open(id, d) => d.next(*id).await.map(|(seq, at)| Slot {
                 seq,
                 scheduled_us: at,
                 open: true,
@@ -162,23 +163,24 @@ pub(super) fn spawn<D: Driver>(
             arrival,
             max_in_flight,
         } => {
-            let (tx, rx) = async_channel::bounded::<(u64, u64)>(*max_in_flight as usize * 4);
+            let n = *max_in_flight as usize;
+            let d = Arc::new(Dispatch::new(n, n * 4));
             let arrivals = Arrivals::new(profile.clone(), *arrival, SmallRng::seed_from_u64(seed));
             let (count, limit) = (workload.count, workload.duration_s);
             let after = workload.after_setup;
             let task = tokio::spawn(schedule(
                 arrivals,
-                tx,
+                d.clone(),
                 (count, limit, after),
                 shared.clone(),
             ));
-            (*max_in_flight as usize, Some(task), Some(rx))
+            (n, Some(task), Some(d))
         }
     };
     let next = Arc::new(AtomicU64::new(0));
     for id in 0..sessions {
         let slots = match (&open_rx, &workload.model) {
-            (Some(rx), _) => Slots::Open(rx.clone()),
+            (Some(d), _) => Slots::Open(id, d.clone()),
             (None, Model::Closed { think_ms, .. }) => Slots::Closed {
                 next: next.clone(),
                 count: workload.count,
@@ -216,11 +218,13 @@ async fn session<D: Driver>(id: usize, mut driver: D, mut slots: Slots, shared: 
 }
 
 /// Hands out open-model arrivals at their times until the profile, the count or the
-/// duration ends; an arrival that finds every worker busy and the backlog full is dropped
-/// and counted.
+/// duration ends, each to the most recently idle session; an arrival that finds every
+/// session busy and the backlog full is dropped and counted. The waiting is done on a
+/// thread of its own, with the kernel's timer slack at its minimum: the runtime's timers
+/// tick in whole milliseconds, which would make every arrival up to a millisecond late.
 async fn schedule(
     arrivals: Arrivals<SmallRng>,
-    tx: async_channel::Sender<(u64, u64)>,
+    dispatch: Arc<Dispatch>,
     (count, limit, after_setup): (Option<u64>, Option<f64>, bool),
     shared: Arc<Shared>,
 ) {
@@ -230,19 +234,45 @@ async fn schedule(
         false => shared.clock.origin(),
     };
     let offset_s = start.duration_since(shared.clock.origin()).as_secs_f64();
-    let origin = tokio::time::Instant::from_std(start);
-    for (seq, at) in arrivals.enumerate() {
-        let seq = seq as u64;
-        if shared.stop.load(Ordering::Relaxed)
-            || count.is_some_and(|c| seq >= c)
-            || limit.is_some_and(|l| at >= l)
-        {
-            break;
+    let closer = dispatch.clone();
+    let run = move || {
+        // SAFETY: prctl(PR_SET_TIMERSLACK) changes only this thread's timer slack.
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
+        for (seq, at) in arrivals.enumerate() {
+            let seq = seq as u64;
+            if count.is_some_and(|c| seq >= c) || limit.is_some_and(|l| at >= l) {
+                break;
+            }
+            if !wait_until(start + Duration::from_secs_f64(at), &shared.stop) {
+                break;
+            }
+            if !dispatch.offer((seq, ((offset_s + at) * 1e6) as u64)) {
+                shared.recorder.with(0, |s| s.counters.dropped += 1);
+            }
         }
-        tokio::time::sleep_until(origin + Duration::from_secs_f64(at)).await;
-        if tx.try_send((seq, ((offset_s + at) * 1e6) as u64)).is_err() {
-            shared.recorder.with(0, |s| s.counters.dropped += 1);
-        }
+        dispatch.close();
+    };
+    // A thread, not the runtime's blocking pool: the runtime never waits for it, and it
+    // ends by itself within 50 ms of the run's stop.
+    if let Err(e) = std::thread::Builder::new()
+        .name("spate-schedule".into())
+        .spawn(run)
+    {
+        eprintln!("spate: cannot start the arrival scheduler: {e}");
+        closer.close();
     }
-    tx.close();
+}
+
+/// Sleeps until `t`, looking at `stop` at least every 50 ms; false when stopped first.
+fn wait_until(t: std::time::Instant, stop: &AtomicBool) -> bool {
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        let now = std::time::Instant::now();
+        if now >= t {
+            return true;
+        }
+        std::thread::sleep((t - now).min(Duration::from_millis(50)));
+    }
 }

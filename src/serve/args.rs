@@ -58,7 +58,7 @@ Request/response (--rr, --rrs): a decision service for spate rr. Each request (f
 --rr-frame line|len32|len16|http) is answered 'ALLOW subject=CN cache=hit|miss' ('DENY'
 when the request contains 'deny'; CN is the client certificate's common name, '-'
 without one; HTTP: status 200 with that body). The last --rr-cache decisions are
-remembered per (subject, request): a hit answers at once, a miss waits --rr-miss-cost.
+remembered per (subject, request): a hit answers at once, a miss computes for --rr-miss-cost (CPU work).
   spate serve --rr 127.0.0.1:7000 --rr-cache 200 --rr-miss-cost 2ms
   spate serve --rrs 127.0.0.1:7443 --rr-frame http --rr-client-ca clients-ca.pem \\
               --cert-out /tmp/spate.pem
@@ -214,7 +214,7 @@ pub struct Args {
         help_heading = "Request/response"
     )]
     pub rr_cache: usize,
-    /// What a decision not in the cache costs (the answer waits this long)
+    /// What a decision not in the cache costs: this long of CPU work before the answer
     #[arg(
         long,
         value_name = "DURATION",

@@ -116,7 +116,7 @@ pub struct RrOptions {
     pub frame: crate::proto::rr::Frame,
     /// Decisions remembered (least recently used forgotten first).
     pub cache: usize,
-    /// What a decision not in the cache costs (a sleep).
+    /// What a decision not in the cache costs (CPU work for this long).
     pub miss_cost: Duration,
     /// `--rrs` requires a client certificate signed by one of these CAs (PEM file).
     pub client_ca: Option<PathBuf>,

@@ -191,7 +191,10 @@ async fn decide(svc: &Service, subject: &str, body: &[u8], shared: &Shared) -> S
         .map(|mut c| c.touch(&key, svc.opts.cache))
         .unwrap_or(false);
     if !hit && svc.opts.miss_cost > Duration::ZERO {
-        tokio::time::sleep(svc.opts.miss_cost).await;
+        // A decision not in the cache is computed: CPU work, off the I/O threads, so the
+        // cache cliff shows in the server's CPU as well as in its latency.
+        let cost = svc.opts.miss_cost;
+        let _ = tokio::task::spawn_blocking(move || compute(cost)).await;
     }
     shared.stats.rr_request(hit);
     let deny = body.windows(4).any(|w| w.eq_ignore_ascii_case(b"deny"));
@@ -200,6 +203,20 @@ async fn decide(svc: &Service, subject: &str, body: &[u8], shared: &Shared) -> S
         if deny { "DENY" } else { "ALLOW" },
         if hit { "hit" } else { "miss" }
     )
+}
+
+/// Busy work for `cost` of wall time (a miss's computation).
+fn compute(cost: Duration) {
+    let start = std::time::Instant::now();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    while start.elapsed() < cost {
+        for _ in 0..256 {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+        }
+        std::hint::black_box(x);
+    }
 }
 
 /// One DER element at the start of `b`: (tag, contents, rest).

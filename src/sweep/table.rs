@@ -73,7 +73,8 @@ pub struct Slopes {
 pub struct Analysis {
     pub param: String,
     pub values: Vec<u64>,
-    /// Fitted for concurrency-like parameters (users, --values) with 3 or more values.
+    /// Fitted for concurrency-like parameters (users, a server setting changed by a
+    /// hook, --param users or max-in-flight) with 3 or more values.
     pub usl: Option<Usl>,
     pub knee_value: Option<u64>,
     pub knee_rule: &'static str,
@@ -82,6 +83,17 @@ pub struct Analysis {
     pub cpu_basis: String,
     pub steps: Vec<StepStats>,
     pub slopes: Option<Slopes>,
+    /// The throughput's unit: "msg/s", or "req/s" for request/response steps.
+    pub unit: &'static str,
+}
+
+/// What a sweep is of, beyond its values.
+pub struct Swept<'a> {
+    pub param: Param,
+    pub name: &'a str,
+    /// Whether the value is a concurrency (a USL fit makes sense).
+    pub concurrency: bool,
+    pub unit: &'static str,
 }
 
 pub const KNEE_RULE: &str = "first value whose mean latency grew by a larger factor than its throughput, relative to the value before (L_i/L_(i-1) > X_i/X_(i-1) and L_i/L_(i-1) > 1.05)";
@@ -99,7 +111,8 @@ pub fn knee(points: &[(f64, f64)]) -> Option<usize> {
     })
 }
 
-pub fn analyse(param: Param, name: &str, values: &[u64], rows: &[Row]) -> Analysis {
+pub fn analyse(sw: &Swept<'_>, values: &[u64], rows: &[Row]) -> Analysis {
+    let (param, name) = (sw.param, sw.name);
     let mut steps = Vec::new();
     for &v in values {
         let r: Vec<&Row> = rows.iter().filter(|r| r.value == v).collect();
@@ -129,7 +142,7 @@ pub fn analyse(param: Param, name: &str, values: &[u64], rows: &[Row]) -> Analys
         });
     }
     let usl = match param {
-        Param::Users | Param::Value => usl::fit(
+        Param::Users | Param::Value if sw.concurrency => usl::fit(
             &rows
                 .iter()
                 .map(|r| (r.value as f64, r.throughput_per_s))
@@ -161,6 +174,7 @@ pub fn analyse(param: Param, name: &str, values: &[u64], rows: &[Row]) -> Analys
             .map_or("host".to_string(), |r| r.cpu_basis.clone()),
         steps,
         slopes,
+        unit: sw.unit,
     }
 }
 
@@ -189,7 +203,7 @@ pub fn render(a: &Analysis, _rows: &[Row]) -> String {
     let lines: [(&str, Get, usize); 7] = [
         ("test time [s]", |s| s.test_time_s, 1),
         ("app latency [ms]", |s| s.latency_mean_ms, 1),
-        ("throughput [msg/s]", |s| s.throughput_per_s, 1),
+        ("throughput", |s| s.throughput_per_s, 1),
         ("network [KiB/s]", |s| s.net_kbps, 0),
         ("disk [KiB/s]", |s| s.disk_kbps, 0),
         ("disk latency [ms]", |s| s.disk_ms, 2),
@@ -207,8 +221,12 @@ pub fn render(a: &Analysis, _rows: &[Row]) -> String {
     let ping: (&str, Get, usize) = ("ping latency [ms]", |s| s.ping_ms, 1);
     let with_ping = a.steps.iter().any(|s| s.ping_ms.is_some());
     for (label, get, prec) in lines.into_iter().chain(with_ping.then_some(ping)) {
+        let label = match label {
+            "throughput" => format!("throughput [{}]", a.unit),
+            l => l.to_string(),
+        };
         grid.push(
-            std::iter::once(label.to_string())
+            std::iter::once(label)
                 .chain(a.steps.iter().map(|s| cell(get(s), prec, s.repeats)))
                 .collect(),
         );

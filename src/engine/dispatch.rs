@@ -1,0 +1,170 @@
+//! Open-model arrivals to sessions: the most recently idle session takes the next
+//! arrival (a stack, not a queue), so a light load keeps reusing the few sessions, and
+//! their connections, that it needs; sessions deeper in the stack stay unconnected. An
+//! arrival that finds no session idle waits in a bounded backlog, which sessions drain
+//! before they go idle again.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+use tokio::sync::Notify;
+
+/// An arrival: its sequence number and its scheduled time (µs on the run's clock).
+pub type Arrival = (u64, u64);
+
+struct State {
+    /// Idle sessions, the most recently idle last.
+    idle: Vec<usize>,
+    /// Whether each session is in `idle`.
+    waiting: Vec<bool>,
+    /// An arrival handed to a session that has not taken it yet.
+    mailbox: Vec<Option<Arrival>>,
+    /// Arrivals that found no session idle.
+    backlog: VecDeque<Arrival>,
+    closed: bool,
+}
+
+/// What the scheduler and the open-model sessions share.
+pub struct Dispatch {
+    state: Mutex<State>,
+    wake: Vec<Notify>,
+    backlog_max: usize,
+}
+
+impl Dispatch {
+    pub fn new(sessions: usize, backlog_max: usize) -> Dispatch {
+        Dispatch {
+            state: Mutex::new(State {
+                idle: Vec::with_capacity(sessions),
+                waiting: vec![false; sessions],
+                mailbox: vec![None; sessions],
+                backlog: VecDeque::new(),
+                closed: false,
+            }),
+            wake: (0..sessions).map(|_| Notify::new()).collect(),
+            backlog_max,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Hands `a` to the most recently idle session, or to the backlog; false when the
+    /// backlog is full (the arrival is dropped).
+    pub fn offer(&self, a: Arrival) -> bool {
+        let mut st = self.lock();
+        if let Some(id) = st.idle.pop() {
+            st.waiting[id] = false;
+            st.mailbox[id] = Some(a);
+            drop(st);
+            self.wake[id].notify_one();
+            return true;
+        }
+        if st.backlog.len() >= self.backlog_max {
+            return false;
+        }
+        st.backlog.push_back(a);
+        true
+    }
+
+    /// No more arrivals: idle sessions end once the backlog is drained.
+    pub fn close(&self) {
+        let mut st = self.lock();
+        st.closed = true;
+        let idle = std::mem::take(&mut st.idle);
+        for &id in &idle {
+            st.waiting[id] = false;
+        }
+        drop(st);
+        for id in idle {
+            self.wake[id].notify_one();
+        }
+    }
+
+    /// Session `id`'s next arrival: one handed to it, else the oldest in the backlog, else
+    /// it waits idle; None once closed and drained.
+    pub async fn next(&self, id: usize) -> Option<Arrival> {
+        loop {
+            {
+                let mut st = self.lock();
+                if let Some(a) = st.mailbox[id].take().or_else(|| st.backlog.pop_front()) {
+                    if std::mem::take(&mut st.waiting[id]) {
+                        // Woken by a stale permit while still listed idle.
+                        st.idle.retain(|&i| i != id);
+                    }
+                    return Some(a);
+                }
+                if st.closed {
+                    return None;
+                }
+                if !st.waiting[id] {
+                    st.waiting[id] = true;
+                    st.idle.push(id);
+                }
+            }
+            // notify_one keeps a permit when nobody waits yet: no wake-up is lost between
+            // the unlock and this await.
+            self.wake[id].notified().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_most_recently_idle_session_takes_the_next_arrival() {
+        let d = std::sync::Arc::new(Dispatch::new(3, 2));
+        // Sessions 0, 1, 2 go idle in that order.
+        let mut tasks = Vec::new();
+        for id in 0..3 {
+            let di = d.clone();
+            tasks.push(tokio::spawn(async move { (id, di.next(id).await) }));
+            while d.lock().idle.len() < id + 1 {
+                tokio::task::yield_now().await;
+            }
+        }
+        assert!(d.offer((0, 10)));
+        let (id, got) = tasks.pop().unwrap().await.unwrap();
+        assert_eq!((id, got), (2, Some((0, 10))), "the last to go idle");
+        // Nobody idle but 0 and 1; two more go to 1, then 0.
+        assert!(d.offer((1, 20)));
+        let (id, got) = tasks.pop().unwrap().await.unwrap();
+        assert_eq!((id, got), (1, Some((1, 20))));
+        assert!(d.offer((2, 30)));
+        let (id, got) = tasks.pop().unwrap().await.unwrap();
+        assert_eq!((id, got), (0, Some((2, 30))));
+        // No session idle: two wait in the backlog, the third is dropped.
+        assert!(d.offer((3, 40)));
+        assert!(d.offer((4, 50)));
+        assert!(!d.offer((5, 60)));
+        d.close();
+        assert_eq!(
+            d.next(1).await,
+            Some((3, 40)),
+            "the backlog drains in order"
+        );
+        assert_eq!(d.next(0).await, Some((4, 50)));
+        assert_eq!(d.next(0).await, None, "closed and drained");
+    }
+
+    #[tokio::test]
+    async fn closing_ends_every_idle_session() {
+        let d = std::sync::Arc::new(Dispatch::new(4, 4));
+        let tasks: Vec<_> = (0..4)
+            .map(|id| {
+                let d = d.clone();
+                tokio::spawn(async move { d.next(id).await })
+            })
+            .collect();
+        while d.lock().idle.len() < 4 {
+            tokio::task::yield_now().await;
+        }
+        d.close();
+        for t in tasks {
+            assert_eq!(t.await.unwrap(), None);
+        }
+    }
+}
