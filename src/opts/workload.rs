@@ -180,7 +180,7 @@ impl WorkloadArgs {
             };
             let env = |k: &str| std::env::var(k).ok();
             w.run_id = Some(shard::shared_run_id(self.run_id.as_deref(), w.start, &env)?);
-            w.split(&of)?;
+            w.split(&of, self.users.is_some())?;
             w.shard = Some(of);
         }
         Ok(w)
@@ -188,8 +188,9 @@ impl WorkloadArgs {
 }
 
 impl Workload {
-    /// This shard's share of the load: users, counts and rates.
-    fn split(&mut self, of: &ShardOf) -> anyhow::Result<()> {
+    /// This shard's share of the load: users (when given: the default is one session per
+    /// shard), counts and rates.
+    fn split(&mut self, of: &ShardOf, users_given: bool) -> anyhow::Result<()> {
         let n = of.count;
         let too_few = |what: &str, total: u64| {
             usage::<()>(format!(
@@ -197,18 +198,19 @@ impl Workload {
             ))
         };
         if let Some(c) = self.count {
-            if of.share(c) == 0 {
+            // Every shard, not only those whose share would be 0, refuses such a split.
+            if c < u64::from(n) {
                 return too_few("--count", c);
             }
             self.count = Some(of.share(c));
         }
         match &mut self.model {
+            Model::Closed { .. } if !users_given => {}
             Model::Closed { users, .. } => {
-                let share = of.share(*users as u64);
-                if share == 0 {
+                if *users < n {
                     return too_few("--users", *users as u64);
                 }
-                *users = share as u32;
+                *users = of.share(*users as u64) as u32;
             }
             Model::Open { profile, .. } => {
                 // Rates are shared evenly: the sum of the shards' rates is the rate.
