@@ -187,6 +187,14 @@ def read_spate(resdir):
 
 
 # ------------------------------------------------------------------------------- one run
+def cpu_snapshot():
+    """(busy, total) jiffies of all CPUs from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + (v[4] if len(v) > 4 else 0)
+    return sum(v) - idle, sum(v)
+
+
 def one_run(tool, cfg, rep, args, spate, env, svc, workdir, script):
     name, transport, policy, load, resumption, _ = cfg
     planned = args.duration if load == "closed" else args.rate_duration
@@ -195,7 +203,8 @@ def one_run(tool, cfg, rep, args, spate, env, svc, workdir, script):
                requests=None, errors=None, elapsed_s=None, req_per_s=None, wall_s=None,
                gen_cpu_s=None, gen_cpu_us_per_req=None, gen_cpu_pct_core=None,
                server_requests=None, server_minus_tool=None, server_cpu_us_per_req=None,
-               server_cpu_pct_core=None, handshakes=None, resumed=None, rc=None,
+               server_cpu_pct_core=None, machine_busy_pct=None, others_cpu_pct_core=None,
+               handshakes=None, resumed=None, rc=None,
                loadavg=round(loadavg(), 2), busy_before=None, note="")
     svc.warm()
     row["busy_before"] = round(wait_quiet(args.wait_idle), 2)
@@ -208,9 +217,17 @@ def one_run(tool, cfg, rep, args, spate, env, svc, workdir, script):
     worker = svc.worker_pid()
     before = svc.requests()
     wcpu0 = proc_cpu_seconds(worker, with_children=False)
+    busy0, total0 = cpu_snapshot()
     rc, wall, gcpu, text = run_child(argv, timeout=planned + RUN_LIMIT_PAD,
                                      out_path=os.path.join(rundir, "out.txt"))
+    busy1, total1 = cpu_snapshot()
     wcpu = proc_cpu_seconds(worker, with_children=False) - wcpu0
+    # The whole machine during the run, and what neither the generator nor the nginx
+    # worker used (other work on the machine, and softirq time charged to no process).
+    machine = (busy1 - busy0) / max(1, total1 - total0)
+    others = machine * (os.cpu_count() or 1) * wall - gcpu - wcpu
+    row.update(machine_busy_pct=round(100 * machine, 1),
+               others_cpu_pct_core=round(100 * others / wall, 1))
     served = svc.requests() - before
     if tool == "spate":
         got = read_spate(os.path.join(rundir, "res"))
@@ -239,7 +256,8 @@ def one_run(tool, cfg, rep, args, spate, env, svc, workdir, script):
         row["note"] = (row["note"] + f" dir {rundir}").strip()
     log(f"{name:21} {tool:5} rep {rep}: {fmt(row['req_per_s'])} req/s, gen "
         f"{fmt(row['gen_cpu_us_per_req'], 1)} µs/req ({fmt(row['gen_cpu_pct_core'], 1)} % of a core), "
-        f"nginx {fmt(row['server_cpu_pct_core'])} %, server−tool {row['server_minus_tool']}"
+        f"nginx {fmt(row['server_cpu_pct_core'])} %, others {fmt(row['others_cpu_pct_core'])} %, "
+        f"server−tool {row['server_minus_tool']}"
         f"{'  ' + row['note'] if row['note'] else ''}")
     return row
 
@@ -274,7 +292,10 @@ def render(rows, configs, args, spate, started, bed_note):
                "uncounted at its end; spate finishes them)")
     out.append("- generator CPU: user+sys of the generator process (os.wait4 rusage, start-up "
                "and result writing included) / requests, and / its wall time as % of one core; "
-               "nginx CPU: the worker's /proc utime+stime delta (10 ms ticks)")
+               "nginx CPU: the worker's /proc utime+stime delta (10 ms ticks); others CPU: "
+               "all cores' busy time from /proc/stat during the run less the generator's and "
+               "the worker's, as % of one core (other work on the machine, and softirq time "
+               "charged to no process: loopback networking shows there)")
     busy = [r["busy_before"] for r in rows if r.get("busy_before") is not None]
     loads = [r["loadavg"] for r in rows if r.get("loadavg") is not None]
     if busy:
@@ -285,8 +306,9 @@ def render(rows, configs, args, spate, started, bed_note):
                    f"{max(loads):.2f} (per run in rr-latest.csv)")
     out.append("")
     out.append("| configuration | tool | runs | req/s | gen CPU-µs/req | gen CPU % of a core | "
-               "nginx CPU-µs/req | nginx CPU % | server−tool | errors | handshakes (resumed) |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+               "nginx CPU-µs/req | nginx CPU % | others CPU % | server−tool | errors | "
+               "handshakes (resumed) |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
     summary = {}
     for cfg in configs:
         name, transport, policy, load, resumption, can = cfg
@@ -296,7 +318,7 @@ def render(rows, configs, args, spate, started, bed_note):
         for tool in args.tools:
             if tool not in can:
                 why = WHY_NO_WRK["tls" if transport == "tls" else "rate"]
-                out.append(f"| {name} ({what}) | {tool} | – | {why} | | | | | | | |")
+                out.append(f"| {name} ({what}) | {tool} | – | {why} | | | | | | | | |")
                 continue
             good, med, rng = summarise(rows, name, tool)
             summary[(name, tool)] = (med("req_per_s"), med("gen_cpu_us_per_req"),
@@ -304,7 +326,7 @@ def render(rows, configs, args, spate, started, bed_note):
             if not good:
                 notes = "; ".join(sorted({r["note"] for r in rows
                                           if r["config"] == name and r["tool"] == tool and r["note"]}))
-                out.append(f"| {name} ({what}) | {tool} | 0 | no data {notes} | | | | | | | |")
+                out.append(f"| {name} ({what}) | {tool} | 0 | no data {notes} | | | | | | | | |")
                 continue
             hs = ""
             if med("handshakes") is not None and transport == "tls":
@@ -314,7 +336,8 @@ def render(rows, configs, args, spate, started, bed_note):
                 f"({rng('req_per_s')}) | {fmt(med('gen_cpu_us_per_req'), 1)} "
                 f"({rng('gen_cpu_us_per_req', 1)}) | {fmt(med('gen_cpu_pct_core'), 1)} "
                 f"({rng('gen_cpu_pct_core', 1)}) | {fmt(med('server_cpu_us_per_req'), 1)} | "
-                f"{fmt(med('server_cpu_pct_core'))} | {rng('server_minus_tool')} | "
+                f"{fmt(med('server_cpu_pct_core'))} | {fmt(med('others_cpu_pct_core'))} "
+                f"({rng('others_cpu_pct_core')}) | {rng('server_minus_tool')} | "
                 f"{fmt(sum(r['errors'] or 0 for r in good))} | {hs} |")
     out.append("")
     ratios = []

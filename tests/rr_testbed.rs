@@ -1,0 +1,241 @@
+//! `spate rr` against the test bed's real authorization services (`scripts/testbed up
+//! --authz --no-mail`): the stunnel line service (`--frame line`, `requireCert`), whose
+//! program logs every request it answers, reconciled with spate's count, and a client
+//! without a certificate refused with a classified TLS error; nginx's HTTPS service with
+//! hit and miss classes, reconciled with the server's own hit and miss counters.
+
+mod common;
+
+use std::collections::HashSet;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::bed::Bed;
+use serde_json::Value;
+
+const SPATE: &str = env!("CARGO_BIN_EXE_spate");
+
+fn bed(tmp: &Path) -> Option<Bed> {
+    Bed::up(
+        &tmp.join("bed"),
+        &["--port-offset", "auto", "--authz", "--no-mail"],
+    )
+}
+
+/// `spate rr ARGS... -q -o OUT`: exit code, summary.json, stdout.
+fn rr(args: &[&str], out: &Path) -> (Option<i32>, Value, String) {
+    let o = Command::new(SPATE)
+        .arg("rr")
+        .args(args)
+        .args(["-q", "-o", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        out.join("summary.json").exists(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (o.status.code(), common::summary(out), stdout)
+}
+
+/// The lines of the line service's request log (`PID SUBJECT KEY`).
+fn line_log(bed: &Bed) -> Vec<String> {
+    match std::fs::read_to_string(bed.var("SPATE_AUTHZ_LINE_LOG")) {
+        Ok(text) => text.lines().map(str::to_string).collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => panic!("the line service's log: {e}"),
+    }
+}
+
+/// nginx's own counters (`GET /stats` on the bed's plain-HTTP loopback port).
+fn authz_stats(bed: &Bed) -> Value {
+    let mut s = TcpStream::connect(bed.var("SPATE_AUTHZ_HTTP")).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /stats HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// The stunnel line service: 40 requests over two kept connections, every answer the
+/// service's `PERMIT` line for the client's subject, and the service's log holds exactly
+/// those 40 (each request distinct, two processes: one per connection). Without a client
+/// certificate every request fails with the TLS alert named, and nothing reaches the
+/// program.
+#[test]
+fn line_service_with_client_certificate_reconciles_and_refuses_without() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = bed(tmp.path()) else {
+        return;
+    };
+    let before = line_log(&bed).len();
+    let line = bed.var("SPATE_AUTHZ_LINE");
+    let ca = bed.var("SPATE_AUTHZ_CA");
+    let (code, s, stdout) = rr(
+        &[
+            line,
+            "--frame",
+            "line",
+            "--tls",
+            "--ca",
+            ca,
+            "--cert",
+            bed.var("SPATE_AUTHZ_CERT"),
+            "--key",
+            bed.var("SPATE_AUTHZ_KEY"),
+            "--template",
+            "CHECK user{variant} read doc-{seq}",
+            "--variants",
+            "5",
+            "--expect",
+            "^PERMIT subject=CN=client key=[0-9a-f]{40}$",
+            "-n",
+            "40",
+            "--users",
+            "2",
+        ],
+        &tmp.path().join("with"),
+    );
+    assert_eq!(code, Some(0), "{stdout}");
+    let t = &s["totals"];
+    assert_eq!(
+        (t["accepted"].as_u64(), t["rejected"].as_u64(), t["failed"].as_u64()),
+        (Some(40), Some(0), Some(0)),
+        "{stdout}"
+    );
+    assert_eq!(s["extra"]["rr"]["handshakes"], 2, "{stdout}");
+    let logged: Vec<String> = line_log(&bed).split_off(before);
+    assert_eq!(logged.len(), 40, "{logged:?}");
+    let fields: Vec<Vec<&str>> = logged
+        .iter()
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .collect();
+    assert!(
+        fields
+            .iter()
+            .all(|f| f.len() == 3 && f[1] == "CN=client" && f[2].len() == 40),
+        "{logged:?}"
+    );
+    let keys: HashSet<&str> = fields.iter().map(|f| f[2]).collect();
+    assert_eq!(keys.len(), 40, "every request answered once: {logged:?}");
+    let pids: HashSet<&str> = fields.iter().map(|f| f[0]).collect();
+    assert_eq!(pids.len(), 2, "one program per connection: {logged:?}");
+
+    // No client certificate: stunnel (requireCert) ends the handshake with an alert.
+    let (code, s, stdout) = rr(
+        &[
+            line,
+            "--frame",
+            "line",
+            "--tls",
+            "--ca",
+            ca,
+            "--template",
+            "CHECK anonymous {seq}",
+            "-n",
+            "3",
+            "--users",
+            "1",
+        ],
+        &tmp.path().join("without"),
+    );
+    assert_eq!(code, Some(1), "{stdout}");
+    assert_eq!(s["totals"]["failed"], 3, "{stdout}");
+    let errors = s["errors"].as_array().unwrap();
+    assert!(
+        !errors.is_empty() && errors.iter().all(|e| e["kind"] == "tls-client-cert"),
+        "classified as a refused client certificate, not a reset: {errors:?}"
+    );
+    assert!(
+        errors
+            .iter()
+            .all(|e| e.to_string().contains("refused the client certificate")),
+        "{errors:?}"
+    );
+    assert_eq!(
+        line_log(&bed).len(),
+        before + 40,
+        "nothing reached the line program"
+    );
+}
+
+/// nginx over TLS with the client certificate: a hot request (one body) and a cold one
+/// (a new body each time, `{seq}`) in turn, as classes `hit` and `miss`, one request at a
+/// time. The server's own counters agree: 40 requests, the hot body a miss once and then
+/// 19 hits, every cold one a miss; spate's miss class is the slow one (a miss costs ~3 ms
+/// of the worker's CPU). nginx's access log is off on the bed (it would cost the service
+/// more than a hit does): its `/stats` counters are the server's account here.
+#[test]
+fn nginx_hit_and_miss_classes_reconcile_with_the_servers_counters() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = bed(tmp.path()) else {
+        return;
+    };
+    let reqs = tmp.path().join("reqs.txt");
+    std::fs::write(
+        &reqs,
+        "hit\tsubject=CN=client action=read resource=hot\n\
+         miss\tsubject=CN=client action=read resource=cold-{seq}\n",
+    )
+    .unwrap();
+    let before = authz_stats(&bed);
+    let (code, s, stdout) = rr(
+        &[
+            bed.var("SPATE_AUTHZ"),
+            "--frame",
+            "http",
+            "--path",
+            "/authz",
+            "--tls",
+            "--ca",
+            bed.var("SPATE_AUTHZ_CA"),
+            "--cert",
+            bed.var("SPATE_AUTHZ_CERT"),
+            "--key",
+            bed.var("SPATE_AUTHZ_KEY"),
+            "--requests",
+            reqs.to_str().unwrap(),
+            "--expect-status",
+            "200",
+            "--expect",
+            // the body ends with a line end, which `$` alone does not skip
+            "(?m)^Permit subject=CN=client key=[0-9a-f]{32}$",
+            "-n",
+            "40",
+            // one at a time: a hit never waits behind a miss in nginx's one worker
+            "--users",
+            "1",
+        ],
+        &tmp.path().join("classes"),
+    );
+    assert_eq!(code, Some(0), "{stdout}");
+    assert_eq!(s["totals"]["accepted"], 40, "{stdout}");
+    let after = authz_stats(&bed);
+    let d = |k: &str| after[k].as_u64().unwrap() - before[k].as_u64().unwrap();
+    assert_eq!(
+        (d("requests"), d("hits"), d("misses")),
+        (40, 19, 21),
+        "{before} -> {after}"
+    );
+    let c = &s["extra"]["rr"]["classes"];
+    assert_eq!(
+        (c["hit"]["accepted"].as_u64(), c["miss"]["accepted"].as_u64()),
+        (Some(20), Some(20)),
+        "{c}"
+    );
+    let p50 = |k: &str| c[k]["response_us"]["p50"].as_u64().unwrap();
+    assert!(
+        p50("miss") >= 2_000 && p50("miss") > p50("hit"),
+        "a miss costs ~3 ms of CPU, a hit next to nothing: {c}"
+    );
+    assert!(
+        stdout.contains("hit") && stdout.contains("miss"),
+        "{stdout}"
+    );
+}
