@@ -295,6 +295,33 @@ def run_child(argv, timeout=RUN_TIMEOUT, term_after=None, out_path=None, cwd=Non
     return rc, wall, cpu, text
 
 
+# ------------------------------------------------------------------------------- test bed, spate
+def find_spate():
+    if os.environ.get("SPATE_BIN"):
+        return os.path.abspath(os.environ["SPATE_BIN"])
+    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(REPO, "target"))
+    return os.path.join(target, "release", "spate")
+
+
+def bed_env(bed_dir):
+    r = subprocess.run([os.path.join(REPO, "scripts", "testbed"), "env", "--dir", bed_dir],
+                       capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        sys.exit(f"testbed env failed: {r.stderr.strip()}")
+    env = {}
+    for line in r.stdout.splitlines():
+        if line.startswith("export "):
+            for kv in line[len("export "):].split():
+                k, _, v = kv.partition("=")
+                env[k] = v
+    return env
+
+
+def bed_down(bed_dir):
+    subprocess.run([os.path.join(REPO, "scripts", "testbed"), "down", "--dir", bed_dir],
+                   capture_output=True, text=True, timeout=300)
+
+
 # ------------------------------------------------------------------------------- configs
 CONFIGS = [
     # name, sessions, size, reuse

@@ -44,8 +44,9 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (REPO, RESULTS, fmt, free_port, loadavg, log, median,  # noqa: E402
-                     proc_cpu_seconds, process_tree, wait_listen, wait_quiet)
+from harness import (REPO, RESULTS, bed_down, bed_env, find_spate, fmt,  # noqa: E402
+                     free_port, loadavg, log, median, proc_cpu_seconds, process_tree,
+                     wait_listen, wait_quiet)
 
 NOFILE = 20000  # most files one process may open (house rule)
 SAMPLE_S = 0.2  # part 1 sampling interval
@@ -214,20 +215,6 @@ def run_measured(argv, count, timeout, cwd, env=None, interval=SAMPLE_S):
 
 
 # ------------------------------------------------------------------------------- test bed
-def bed_env(bed_dir):
-    r = subprocess.run([os.path.join(REPO, "scripts", "testbed"), "env", "--dir", bed_dir],
-                       capture_output=True, text=True, timeout=60)
-    if r.returncode != 0:
-        sys.exit(f"testbed env failed: {r.stderr.strip()}")
-    env = {}
-    for line in r.stdout.splitlines():
-        if line.startswith("export "):
-            for kv in line[len("export "):].split():
-                k, _, v = kv.partition("=")
-                env[k] = v
-    return env
-
-
 def bed_up(args, workdir):
     bed_dir = os.path.join(workdir, "bed")
     cmd = [os.path.join(REPO, "scripts", "testbed"), "up", "--xmpp", args.server, "--no-mail",
@@ -239,11 +226,6 @@ def bed_up(args, workdir):
         log(r.stdout[-2000:] + r.stderr[-2000:])
         sys.exit("testbed up failed")
     return bed_dir
-
-
-def bed_down(bed_dir):
-    subprocess.run([os.path.join(REPO, "scripts", "testbed"), "down", "--dir", bed_dir],
-                   capture_output=True, text=True, timeout=300)
 
 
 # ------------------------------------------------------------------------------- part 1
@@ -809,13 +791,6 @@ def append_csv(path, rows):
         if new:
             w.writeheader()
         w.writerows(rows)
-
-
-def find_spate():
-    if os.environ.get("SPATE_BIN"):
-        return os.path.abspath(os.environ["SPATE_BIN"])
-    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(REPO, "target"))
-    return os.path.join(target, "release", "spate")
 
 
 def main():

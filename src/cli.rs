@@ -61,6 +61,9 @@ pub enum Command {
     Compare(cmd::compare::Args),
     /// Check that every message of a run was delivered once, intact (reads the mailboxes).
     Verify(cmd::verify::Args),
+    /// Merge the results directories of a sharded run (--shard I/N) into one: exact
+    /// histograms, counters, intervals on wall-clock seconds, sent logs.
+    Merge(cmd::merge::Args),
     /// Run a scenario file: steps in sequence, mixed workloads, hooks, thresholds.
     Run(cmd::run::Args),
     /// Print shell completions (bash, zsh, fish, elvish, powershell).
@@ -125,6 +128,7 @@ pub async fn dispatch(cli: Cli, ctx: Ctx) -> anyhow::Result<ExitCode> {
         Command::Report(args) => cmd::report::run(args, &ctx),
         Command::Compare(args) => cmd::compare::run(args, &ctx),
         Command::Verify(args) => cmd::verify::run(args, &ctx).await,
+        Command::Merge(args) => cmd::merge::run(args, &ctx),
         Command::Run(args) => cmd::run::run(args, &ctx).await,
         Command::Completions(args) => cmd::completions::completions(args, &ctx),
         Command::Man(args) => cmd::completions::man(args, &ctx),

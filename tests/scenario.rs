@@ -667,3 +667,39 @@ fn matrix_runs_every_combination() {
     assert_eq!(o.code, 0);
     assert_eq!(o.stdout.matches("== procs=").count(), 4, "{}", o.stdout);
 }
+
+/// `shards = 3`: the step runs as three shards of one run, merged into the step's
+/// directory, and its thresholds read the merged run; only a load command is sharded.
+#[test]
+fn a_step_of_three_shards_is_merged_and_judged_as_one_run() {
+    let d = tempfile::tempdir().unwrap();
+    write(
+        d.path(),
+        "s.toml",
+        &format!(
+            "{SERVER}\n[[step]]\nname = \"inject\"\ncommand = \"smtp\"\ntarget = \"${{server.smtp}}\"\nshards = 3\nusers = 6\ncount = 90\nquiet = true\nthresholds = [\"totals.accepted == 90\", \"count(transaction) == 90\"]\n"
+        ),
+    );
+    let o = spate(&["run", "s.toml", "--out", "res"], d.path());
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    let merged = d.path().join("res/01-inject");
+    let s: Value =
+        serde_json::from_str(&std::fs::read_to_string(merged.join("summary.json")).unwrap())
+            .unwrap();
+    let shards = s["extra"]["shards"].as_array().unwrap();
+    assert_eq!(shards.len(), 3);
+    for (i, sh) in shards.iter().enumerate() {
+        assert_eq!(sh["totals"]["accepted"], 30, "shard {i}: {sh}");
+        let dir = d.path().join(format!("res/01-inject.shards/{i}"));
+        assert!(dir.join("summary.json").is_file(), "{}", dir.display());
+    }
+    assert!(merged.join("report.html").is_file());
+
+    let e = invalid("[[step]]\ncommand = \"ping\"\ntarget = \"smtp://x\"\nshards = 2\n");
+    assert!(e.contains("shards: only a load command"), "{e}");
+    let e = invalid("[[step]]\ncommand = \"smtp\"\ntarget = \"x\"\nshards = 0\n");
+    assert!(
+        e.contains("shards: expected a number of shards, 1 to 64"),
+        "{e}"
+    );
+}

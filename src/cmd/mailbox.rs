@@ -283,7 +283,11 @@ pub fn prepare(
     }
     let (pop3, imap) = endpoints(proto, &args, imap_percent)?;
     let workload = args.common.workload.resolve()?;
-    let accounts = accounts(&args)?;
+    let mut accounts = accounts(&args)?;
+    if let Some(of) = &workload.shard {
+        // No two shards log into the same mailbox.
+        accounts = of.take(accounts, "accounts")?;
+    }
     let idle = args
         .imap
         .idle
@@ -302,7 +306,7 @@ pub fn prepare(
         _ => "pop3+imap",
     };
     let plan = Plan {
-        head: PlanHead::new::<Visitor>(command, protocol, &args.common.target),
+        head: PlanHead::new::<Visitor>(command, protocol, &args.common.target).of(&workload),
         address: main.addr,
         imap_address: imap.as_ref().map(|e| e.addr),
         imap_percent,

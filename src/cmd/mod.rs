@@ -5,6 +5,7 @@ pub mod compare;
 pub mod completions;
 pub mod demo;
 pub mod mailbox;
+pub mod merge;
 pub mod ping;
 pub mod report;
 pub mod rr;

@@ -338,6 +338,7 @@ fn settings(a: &Args) -> anyhow::Result<Settings> {
         helo: "spate.localhost".into(),
         messages_per_connection: Range::fixed(1),
         dsn_notify: None,
+        shard: None,
     })
 }
 
@@ -419,6 +420,10 @@ async fn smtp(a: Args, wait: Duration, ctx: &Ctx) -> anyhow::Result<ExitCode> {
             duration_s: None,
             count_is_default: false,
             after_setup: false,
+            shard: None,
+            run_id: None,
+            start: None,
+            start_at: None,
         },
     };
     let factory = Arc::new(factory(&a, &plan.head.run_id)?);

@@ -348,7 +348,7 @@ fn prepare(
         Policy::KeepAlive
     };
     let plan = Plan {
-        head: PlanHead::new::<Session>(command, "rr", &args.target),
+        head: PlanHead::new::<Session>(command, "rr", &args.target).of(&workload),
         address: endpoint.addr,
         workload,
         frame: args.frame,

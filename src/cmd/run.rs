@@ -16,6 +16,7 @@ use crate::scenario::{dry_run, execute, load_file, run_matrix};
     [[step]] run = \"sh cmd\"     hook (timeout, background = true)\n  \
     [[step]] wait = \"5s\" / until_empty = \"/var/spool/postfix\"   pause / queue drain\n  \
     [[step]] + [[step.workload]] command = ..., weight = 2   run at once; rate/users/count split\n  \
+    [[step]] command = \"smtp\" shards = 4   4 shards of one run at once, merged (spate merge)\n  \
     [matrix] procs = [1, 2, 4]   the whole scenario once per value, ${procs}\n  \
     thresholds = [\"p99(transaction) < 500ms\", \"errors.rate < 0.1%\", \"verify.missing == 0\"]\n\n\
 EXAMPLES:\n  \

@@ -216,7 +216,7 @@ pub fn prepare(args: Args, command: Vec<String>) -> anyhow::Result<(Plan, Arc<Fa
         return usage("--messages-per-connection: a range starts at 1 (0 alone = unlimited)");
     }
     let protocol = if args.lmtp { "lmtp" } else { "smtp" };
-    let head = PlanHead::new::<Session>(command, protocol, &args.target);
+    let head = PlanHead::new::<Session>(command, protocol, &args.target).of(&workload);
     let factory = factory(&args, &head.run_id)?;
     let auth = credentials(&args)?;
     let seed = args.output.seed.unwrap_or_else(rand::random);
@@ -246,6 +246,7 @@ pub fn prepare(args: Args, command: Vec<String>) -> anyhow::Result<(Plan, Arc<Fa
         helo: args.helo,
         messages_per_connection: per_connection,
         dsn_notify: args.dsn_notify,
+        shard: plan.workload.shard.clone(),
     };
     Ok((plan, Arc::new(factory), settings))
 }

@@ -282,6 +282,20 @@ pub(crate) fn workload(args: &Args) -> anyhow::Result<(Workload, usize)> {
     let mut resolved = w.resolve()?;
     // Traffic (open arrivals, --duration) starts once every session has logged in.
     resolved.after_setup = true;
+    let sessions = match &resolved.shard {
+        Some(of) => {
+            // This shard's sessions (a closed workload's users are already its share).
+            let share = of.share(sessions as u64) as usize;
+            if share < 2 {
+                return usage(format!("--users {sessions}: split into {} shards, a shard has fewer than the 2 sessions a message needs", of.count));
+            }
+            if let crate::engine::Model::Open { max_in_flight, .. } = &mut resolved.model {
+                *max_in_flight = share as u32;
+            }
+            share
+        }
+        None => sessions,
+    };
     Ok((resolved, sessions))
 }
 
@@ -303,6 +317,11 @@ fn prepare(args: &Args, command: Vec<String>) -> anyhow::Result<(Plan, Vec<Accou
         ));
     }
     let (workload, sessions) = workload(args)?;
+    let accounts = match &workload.shard {
+        // No two shards log into the same account.
+        Some(of) => of.take(accounts, "accounts")?,
+        None => accounts,
+    };
     if sessions > accounts.len() {
         return usage(format!(
             "--users {sessions}: only {} accounts (each session logs in as its own account)",
@@ -314,7 +333,7 @@ fn prepare(args: &Args, command: Vec<String>) -> anyhow::Result<(Plan, Vec<Accou
         .transport
         .endpoint(strip_scheme(&args.target), port, false)?;
     let plan = Plan {
-        head: PlanHead::new::<Session>(command, "xmpp", &args.target),
+        head: PlanHead::new::<Session>(command, "xmpp", &args.target).of(&workload),
         address: ep.addr,
         domain,
         sessions,

@@ -68,6 +68,16 @@ impl PlanHead {
     }
 }
 
+impl PlanHead {
+    /// The plan of a shard carries the run id its shards share.
+    pub fn of(mut self, w: &Workload) -> Self {
+        if let Some(id) = &w.run_id {
+            self.run_id = id.clone();
+        }
+        self
+    }
+}
+
 /// What every load command's plan says about the run itself; enough to start one.
 pub trait PlanInfo: Serialize {
     fn head(&self) -> &PlanHead;
@@ -106,8 +116,16 @@ impl<'a> Setup<'a> {
         observers: Vec<Box<dyn Observer>>,
         stop: Arc<AtomicBool>,
     ) -> anyhow::Result<Setup<'a>> {
-        let started = SystemTime::now();
-        let clock = Clock::new();
+        // A shard that waits for --start-at starts its clock there: the wait is no part
+        // of the run (engine::run sleeps through it).
+        let now = SystemTime::now();
+        let wait = plan
+            .workload()
+            .start
+            .and_then(|t| t.duration_since(now).ok())
+            .unwrap_or_default();
+        let started = now + wait;
+        let clock = Clock::starting_at(Instant::now() + wait);
         let writer = match out {
             Some(dir) => Some(
                 Writer::create(
@@ -123,7 +141,13 @@ impl<'a> Setup<'a> {
         };
         Ok(Setup {
             workload: plan.workload(),
-            seed: plan.seed(),
+            // Shards of one run given one --seed still draw differently.
+            seed: match &plan.workload().shard {
+                Some(of) => {
+                    plan.seed() ^ (u64::from(of.index) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                }
+                None => plan.seed(),
+            },
             grace: units::parse_duration(plan.grace())?,
             clock,
             recorder: Arc::new(Recorder::new(8)),
@@ -220,10 +244,11 @@ pub async fn run<D: Driver>(
             Model::Open { max_in_flight, .. } => *max_in_flight as usize,
         }),
     });
+    let early = wait_for_start(r.clock.origin(), r.header.started, &r.stop).await;
     let mut workers = JoinSet::new();
     let scheduler = worker::spawn(r.workload, r.seed, &shared, &mut workers, make);
     let mut agg = aggregate::Aggregator::new(r.header.clone(), r.writer.take())?;
-    let stopping = follow(&mut r, &mut workers, &mut agg, &shared).await?;
+    let stopping = follow(&mut r, &mut workers, &mut agg, &shared, early).await?;
     if let Some(s) = scheduler {
         s.abort();
     }
@@ -254,6 +279,7 @@ async fn follow(
     workers: &mut JoinSet<()>,
     agg: &mut aggregate::Aggregator,
     shared: &worker::Shared,
+    early: Stopping,
 ) -> anyhow::Result<Stopping> {
     let give_up = &shared.give_up;
     let origin = tokio::time::Instant::from_std(r.clock.origin());
@@ -268,7 +294,7 @@ async fn follow(
     let mut tick =
         tokio::time::interval_at(origin + Duration::from_secs(1), Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut st = Stopping::default();
+    let mut st = early;
     let mut signals = Signals::new();
     loop {
         tokio::select! {
@@ -297,6 +323,31 @@ async fn follow(
         agg.interval(&r.recorder, t, st.interrupted, planned, &mut r.observers)?;
         if workers.is_empty() {
             return Ok(st);
+        }
+    }
+}
+
+/// Sleeps until the run's clock starts (a shard's --start-at); a signal meanwhile stops
+/// the run before its first unit, which still leaves a complete, empty results directory.
+async fn wait_for_start(origin: Instant, started: SystemTime, stop: &AtomicBool) -> Stopping {
+    let now = Instant::now();
+    if origin <= now {
+        return Stopping::default();
+    }
+    if origin - now > Duration::from_secs(1) {
+        let at = chrono::DateTime::<chrono::Local>::from(started).format("%H:%M:%S%.3f");
+        eprintln!(
+            "spate: waiting {} for the start at {at}",
+            units::fmt_duration(origin - now)
+        );
+    }
+    let mut signals = Signals::new();
+    tokio::select! {
+        _ = tokio::time::sleep_until(tokio::time::Instant::from_std(origin)) => Stopping::default(),
+        sig = signals.recv() => {
+            eprintln!("\nspate: interrupted before the start");
+            stop.store(true, Ordering::Relaxed);
+            Stopping { since: Some(Instant::now()), interrupted: true, by: Some(sig) }
         }
     }
 }

@@ -39,6 +39,17 @@ pub struct Workload {
     /// through no fault of the server's or the generator's.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub after_setup: bool,
+    /// This run is one shard of a larger one (its share of the load is above).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<crate::opts::shard::ShardOf>,
+    /// The run id the shards share (the plan's run id).
+    #[serde(skip)]
+    pub run_id: Option<String>,
+    /// The wall-clock start the run waits for (--start-at).
+    #[serde(skip)]
+    pub start: Option<std::time::SystemTime>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_at: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]

@@ -15,6 +15,11 @@ impl Clock {
             origin: Instant::now(),
         }
     }
+    /// A clock whose run starts at `origin` (a shard waiting for --start-at): until
+    /// then it reads 0.
+    pub fn starting_at(origin: Instant) -> Self {
+        Clock { origin }
+    }
     pub fn origin(&self) -> Instant {
         self.origin
     }

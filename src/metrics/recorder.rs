@@ -139,6 +139,29 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    pub const ALL: &'static [ErrorKind] = &[
+        ErrorKind::Transient,
+        ErrorKind::Permanent,
+        ErrorKind::Refused,
+        ErrorKind::Closed,
+        ErrorKind::Timeout,
+        ErrorKind::Tls,
+        ErrorKind::Protocol,
+        ErrorKind::Io,
+        ErrorKind::Err,
+        ErrorKind::No,
+        ErrorKind::Bad,
+        ErrorKind::ClientCertificate,
+        ErrorKind::Unfinished,
+        ErrorKind::Sasl,
+        ErrorKind::Stream,
+    ];
+
+    /// The kind [`ErrorKind::name`] names.
+    pub fn from_name(name: &str) -> Option<ErrorKind> {
+        Self::ALL.iter().copied().find(|k| k.name() == name)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             ErrorKind::Transient => "4xx",
@@ -164,6 +187,22 @@ impl ErrorKind {
 /// enhanced status codes are one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct Detail(pub u8, pub u16, pub u16);
+
+impl std::str::FromStr for Detail {
+    type Err = ();
+    /// `class.subject.detail`, as RFC 3463 writes it.
+    fn from_str(s: &str) -> Result<Detail, ()> {
+        let mut p = s.split('.');
+        let (Some(a), Some(b), Some(c), None) = (p.next(), p.next(), p.next(), p.next()) else {
+            return Err(());
+        };
+        Ok(Detail(
+            a.parse().map_err(|_| ())?,
+            b.parse().map_err(|_| ())?,
+            c.parse().map_err(|_| ())?,
+        ))
+    }
+}
 
 impl std::fmt::Display for Detail {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

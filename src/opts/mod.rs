@@ -5,6 +5,7 @@
 pub mod accounts;
 pub mod monitor;
 pub mod output;
+pub mod shard;
 pub mod transport;
 pub mod workload;
 

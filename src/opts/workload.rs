@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use super::shard::{self, ShardOf};
 use crate::engine::schedule::{self, Arrival, Model, Profile, Workload};
 use crate::units;
 use crate::usage;
@@ -38,6 +39,33 @@ pub struct WorkloadArgs {
     /// Open workload: most units of work in flight at once (also the number of connections).
     #[arg(long, default_value_t = 1000, help_heading = "Workload")]
     pub max_in_flight: u32,
+    /// Run shard I of N (I from 0, as SLURM_PROCID counts): this process takes its share
+    /// of --users, --rate, --stages and --count (the shares sum to the whole), a disjoint
+    /// slice of the account pools and its own sequence numbers; `spate merge` makes one
+    /// run of the shards' directories. `auto`: from SLURM_PROCID/SLURM_NTASKS,
+    /// SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT, or JOB_COMPLETION_INDEX with --shards.
+    #[arg(long, value_name = "I/N|auto", help_heading = "Shards")]
+    pub shard: Option<String>,
+    /// With --shard auto: how many shards (a Kubernetes Indexed Job's completions).
+    #[arg(long, value_name = "N", requires = "shard", help_heading = "Shards")]
+    pub shards: Option<u32>,
+    /// The run id all shards share (letters, digits, - _ .). Default: the Slurm job id,
+    /// else one derived from the start time they all wait for.
+    #[arg(long, value_name = "ID", help_heading = "Shards")]
+    pub run_id: Option<String>,
+    /// Start at this wall-clock time, so shards on many hosts start together:
+    /// 2026-11-23T10:00:00Z, or +30s (from now, or from --start-file's time).
+    #[arg(long, value_name = "TIME|+DURATION", help_heading = "Shards")]
+    pub start_at: Option<String>,
+    /// With --start-at +DURATION: count from this file's modification time; the first
+    /// shard to get there creates it (put it on storage all shards see).
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "start_at",
+        help_heading = "Shards"
+    )]
+    pub start_file: Option<std::path::PathBuf>,
 }
 
 /// Units of work a run with no --count, --duration or --stages stops after.
@@ -117,12 +145,81 @@ impl WorkloadArgs {
             }
             _ => None,
         };
-        Ok(Workload {
+        let mut w = Workload {
             model,
             count,
             duration_s,
             count_is_default,
             after_setup: false,
-        })
+            shard: None,
+            run_id: None,
+            start: None,
+            start_at: None,
+        };
+        if let Some(text) = &self.start_at {
+            let t = shard::start_time(text, self.start_file.as_deref())?;
+            w.start = Some(t);
+            w.start_at = Some(crate::results::rfc3339(t));
+        } else if self.run_id.is_some() && self.shard.is_none() {
+            return usage("--run-id names the run its shards share: give --shard too");
+        }
+        if let Some(text) = &self.shard {
+            let of = match text.as_str() {
+                "auto" => ShardOf::from_env(self.shards, &|k| std::env::var(k).ok())?,
+                t => {
+                    let of = ShardOf::parse(t)?;
+                    if self.shards.is_some_and(|n| n != of.count) {
+                        return usage(format!(
+                            "--shards {}: --shard {t} says {} shards",
+                            self.shards.unwrap_or(0),
+                            of.count
+                        ));
+                    }
+                    of
+                }
+            };
+            let env = |k: &str| std::env::var(k).ok();
+            w.run_id = Some(shard::shared_run_id(self.run_id.as_deref(), w.start, &env)?);
+            w.split(&of, self.users.is_some())?;
+            w.shard = Some(of);
+        }
+        Ok(w)
+    }
+}
+
+impl Workload {
+    /// This shard's share of the load: users (when given: the default is one session per
+    /// shard), counts and rates.
+    fn split(&mut self, of: &ShardOf, users_given: bool) -> anyhow::Result<()> {
+        let n = of.count;
+        let too_few = |what: &str, total: u64| {
+            usage::<()>(format!(
+                "{what} {total} cannot be split into {n} shards: each needs at least one"
+            ))
+        };
+        if let Some(c) = self.count {
+            // Every shard, not only those whose share would be 0, refuses such a split.
+            if c < u64::from(n) {
+                return too_few("--count", c);
+            }
+            self.count = Some(of.share(c));
+        }
+        match &mut self.model {
+            Model::Closed { .. } if !users_given => {}
+            Model::Closed { users, .. } => {
+                if *users < n {
+                    return too_few("--users", *users as u64);
+                }
+                *users = of.share(*users as u64) as u32;
+            }
+            Model::Open { profile, .. } => {
+                // Rates are shared evenly: the sum of the shards' rates is the rate.
+                profile.start_rate /= n as f64;
+                for s in &mut profile.stages {
+                    s.rate /= n as f64;
+                }
+            }
+        }
+        Ok(())
     }
 }

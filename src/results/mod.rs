@@ -9,7 +9,10 @@
 //! - errors.jsonl — one line per error class per interval, with a sample reply
 //! - sent.log — every accepted message: seq, accept time, digest, size, from, recipients
 //! - summary.json — totals, per-phase percentiles, error table, generator CPU
+//!
+//! [`merge`] makes one such directory of a sharded run's shards.
 
+pub mod merge;
 mod summary;
 mod writer;
 

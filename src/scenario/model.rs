@@ -47,6 +47,8 @@ pub struct Invocation {
     pub args: Vec<String>,
     /// The command has `--out` and the scenario did not set it: the runner does.
     pub wants_out: bool,
+    /// `shards = N`: run as N shards started together, merged into the step's directory.
+    pub shards: Option<u32>,
 }
 
 impl Invocation {

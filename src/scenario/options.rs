@@ -120,6 +120,7 @@ pub fn invocation(
         command: cmd.to_string(),
         args: options,
         wants_out: args.iter().any(|(k, _)| k == "out") && !merged.iter().any(|e| e.key == "out"),
+        shards: None,
     };
     check_with_clap(commands, src, &inv, &origin, span, label)?;
     Ok(inv)

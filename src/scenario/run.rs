@@ -162,6 +162,9 @@ impl Execution {
         rec: &mut StepRecord,
     ) -> Result<(), (u8, String)> {
         rec.kind = "command";
+        if let Some(n) = inv.shards {
+            return self.sharded(inv, n, dir, live, rec).await;
+        }
         let a = argv(inv, dir, live, self.overwrite).map_err(|e| (2, e))?;
         rec.argv = a.clone();
         let _ = std::fs::create_dir_all(&self.out);
@@ -172,6 +175,69 @@ impl Execution {
             (0, _) => Ok(()),
             (c, e) => Err((c, e.unwrap_or_default())),
         }
+    }
+
+    /// A command step of `shards = N`: N shards of one run (one run id, one start two
+    /// seconds ahead) in `DIR.shards/I` beside the step's directory, then `spate merge`
+    /// into DIR, which thresholds read like any run's.
+    async fn sharded(
+        &mut self,
+        inv: &Invocation,
+        n: u32,
+        dir: &Path,
+        live: &Live,
+        rec: &mut StepRecord,
+    ) -> Result<(), (u8, String)> {
+        if !inv.wants_out {
+            return Err((2, "shards: the step must leave --out to the runner".into()));
+        }
+        let mut root = dir.as_os_str().to_owned();
+        root.push(".shards");
+        let root = PathBuf::from(root);
+        let run_id = crate::engine::new_run_id();
+        let start = crate::results::rfc3339(std::time::SystemTime::now() + Duration::from_secs(2));
+        let mut set = tokio::task::JoinSet::new();
+        let mut dirs = Vec::new();
+        for i in 0..n {
+            let sdir = root.join(i.to_string());
+            let mut a = argv(inv, &sdir, live, self.overwrite).map_err(|e| (2, e))?;
+            a.extend([
+                "--shard".to_string(),
+                format!("{i}/{n}"),
+                "--run-id".into(),
+                run_id.clone(),
+                "--start-at".into(),
+                start.clone(),
+            ]);
+            if i == 0 {
+                rec.argv = a.clone();
+            }
+            let ctx = self.ctx.clone();
+            set.spawn(async move { (i, run_command(&ctx, &a).await) });
+            dirs.push(sdir);
+        }
+        let mut failed = None;
+        while let Some(joined) = set.join_next().await {
+            match joined {
+                Ok((_, (0, _))) => {}
+                Ok((i, (code, e))) => {
+                    failed
+                        .get_or_insert((code, format!("shard {i}/{n}: {}", e.unwrap_or_default())));
+                }
+                Err(_) => {
+                    failed.get_or_insert((1, "a shard panicked".into()));
+                }
+            }
+        }
+        if let Some(f) = failed {
+            return Err(f);
+        }
+        let merged = crate::results::merge::merge(&dirs, dir, true)
+            .map_err(|e| (2, format!("merging the shards: {e:#}")))?;
+        if let Err(e) = crate::report::write_report(&merged.dir) {
+            eprintln!("spate run: warning: no HTML report of the merged shards: {e:#}");
+        }
+        Ok(())
     }
 
     /// A hook: a shell command waited for, or left running in the background (`bg` is

@@ -35,7 +35,7 @@ const TOP: [&str; 12] = [
     "abort_on_fail",
 ];
 /// Keys of a command step that are not options of its command.
-const COMMAND_KEYS: [&str; 4] = ["name", "command", "use", "thresholds"];
+const COMMAND_KEYS: [&str; 5] = ["name", "command", "use", "thresholds", "shards"];
 const HOOK_KEYS: [&str; 5] = ["name", "run", "timeout", "background", "thresholds"];
 const WAIT_KEYS: [&str; 6] = [
     "name",
@@ -274,7 +274,11 @@ impl<'a> Loader<'a> {
         let label = format!("[[step]] \"{name}\"");
         let ths = thresholds(src, body)?;
         let kind = if let Some(c) = has("command") {
-            StepKind::Command(self.command_step(body, c, &label, &[])?)
+            let mut inv = self.command_step(body, c, &label, &[])?;
+            if let Some(e) = has("shards") {
+                inv.shards = Some(shards(src, e, &inv, &label)?);
+            }
+            StepKind::Command(inv)
         } else if let Some(r) = has("run") {
             hook_step(src, body, r, &label)?
         } else if has("workload").is_some() {
@@ -431,6 +435,38 @@ impl<'a> Loader<'a> {
             &layers,
             &COMMAND_KEYS,
         )
+    }
+}
+
+/// A command step's `shards = N`: the step runs as N shards (`--shard I/N`) started
+/// together, merged into the step's directory.
+fn shards(src: &Source, e: &Entry, inv: &Invocation, label: &str) -> Res<u32> {
+    const LOAD: [&str; 5] = ["smtp", "pop3", "imap", "xmpp", "rr"];
+    if !LOAD.contains(&inv.command.as_str()) {
+        return Err(src.err(
+            &e.key_span,
+            format!(
+                "{label}: shards: only a load command ({}) runs in shards",
+                LOAD.join(", ")
+            ),
+        ));
+    }
+    if inv
+        .args
+        .iter()
+        .any(|a| a == "--shard" || a.starts_with("--shard="))
+    {
+        return Err(src.err(
+            &e.key_span,
+            format!("{label}: shards sets each shard's --shard itself"),
+        ));
+    }
+    match &e.value.kind {
+        Kind::Int(n) if (1..=64).contains(n) => Ok(*n as u32),
+        _ => Err(src.err(
+            &e.value.span,
+            "shards: expected a number of shards, 1 to 64",
+        )),
     }
 }
 

@@ -45,6 +45,9 @@ pub struct Settings {
     pub messages_per_connection: crate::units::Range<u32>,
     /// DSN NOTIFY for RCPT (e.g. "SUCCESS,FAILURE") when the server offers DSN.
     pub dsn_notify: Option<String>,
+    /// A shard numbers its messages in its own slice of the run's sequence space (the
+    /// tracking header and sent.log), so the merged run's numbers never collide.
+    pub shard: Option<crate::opts::shard::ShardOf>,
 }
 
 /// Reads one complete reply.
@@ -471,6 +474,7 @@ impl Driver for Session {
     ];
 
     async fn run_one(&mut self, seq: u64, report: &mut UnitReport) -> Outcome {
+        let seq = self.s.shard.as_ref().map_or(seq, |s| s.global_seq(seq));
         self.send(seq, report).await
     }
 

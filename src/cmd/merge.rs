@@ -1,0 +1,68 @@
+//! `spate merge`: the results directories of a sharded run's shards made into one.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::ctx::Ctx;
+
+const EXAMPLES: &str = "Every shard of a run (spate ... --shard I/N) writes an ordinary results \
+directory; spate merge adds them up into one, which report, compare, verify and scenario \
+thresholds read unchanged:
+- histograms add interval by interval from the shards' HdrHistogram logs (*.hlog), so the
+  merged percentiles are exact, never averaged percentiles;
+- counters add; intervals line up on wall-clock seconds (start the shards together with
+  --start-at); sent logs concatenate (the shards' sequence numbers interleave);
+- monitor series stay per shard (monitor.shardI.csv); summary.json's extra.shards lists
+  every shard with its own totals.
+A missing, duplicated, unfinished or truncated shard, or one of another run or command
+line, is named, exit status 2, and nothing is written to -o (the merge is built beside it
+and renamed into place at the end).
+
+EXAMPLES:
+  for i in 0 1 2 3; do
+    spate smtp 127.0.0.1:25 --shard $i/4 --start-at +10s --start-file /shared/start \\
+        --users 200 --duration 10m -o /shared/run/shard-$i &
+  done; wait
+  spate merge /shared/run/shard-* -o /shared/run/merged
+  spate report /shared/run/merged";
+
+/// Options of `spate merge`.
+#[derive(Debug, clap::Args)]
+#[command(after_long_help = EXAMPLES)]
+pub struct Args {
+    /// The shards' results directories (every shard of the run, once each).
+    #[arg(required = true, value_name = "SHARD_DIR")]
+    pub dirs: Vec<PathBuf>,
+    /// The merged results directory.
+    #[arg(long, short = 'o', value_name = "DIR")]
+    pub out: PathBuf,
+    /// Replace --out when it holds an earlier run.
+    #[arg(long)]
+    pub overwrite: bool,
+}
+
+/// `spate merge`.
+pub fn run(args: Args, _ctx: &Ctx) -> anyhow::Result<ExitCode> {
+    let m = crate::results::merge::merge(&args.dirs, &args.out, args.overwrite)?;
+    let s = &m.summary;
+    let t = &s.totals;
+    println!(
+        "merged {} shards of run {}: {:.1}s, attempted {}  accepted {}  rejected {}  failed {}",
+        m.shards, s.run_id, s.elapsed_s, t.attempted, t.accepted, t.rejected, t.failed
+    );
+    if let Some(p) = s.phase("response").or_else(|| s.phase("transaction")) {
+        println!(
+            "  {}: {} values, p50 {} µs, p99 {} µs (from the merged histograms)",
+            p.phase, p.count, p.p50_us, p.p99_us
+        );
+    }
+    for w in &s.warnings {
+        println!("warning: {w}");
+    }
+    match crate::report::write_report(&m.dir) {
+        Ok(page) => println!("report: {}", page.display()),
+        Err(e) => eprintln!("spate: warning: no HTML report: {e:#}"),
+    }
+    println!("results: {}", m.dir.display());
+    Ok(ExitCode::SUCCESS)
+}

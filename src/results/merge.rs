@@ -1,0 +1,668 @@
+//! `spate merge`: the results directories of a run's shards made into one ordinary
+//! results directory. Histograms add from the shards' HdrHistogram interval logs (never
+//! from percentiles), counters add, intervals line up on wall-clock seconds, sent logs
+//! concatenate; monitor series stay per shard. A shard that is missing, given twice, of
+//! another run or plan, unfinished or truncated is named and nothing is merged.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, Write as _};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use base64::Engine as _;
+use hdrhistogram::serialization::Deserializer;
+use serde_json::Value;
+
+use super::{Summary, Writer};
+use crate::metrics::{
+    new_histogram, Counters, Detail, ErrorKey, ErrorKind, ErrorStat, Phase, Shard,
+};
+use crate::opts::shard::ShardOf;
+use crate::UsageError;
+
+/// One shard's directory, read and checked.
+struct Input {
+    dir: PathBuf,
+    plan: Value,
+    summary: Summary,
+    shard: ShardOf,
+    started: SystemTime,
+}
+
+fn bad<T>(msg: String) -> anyhow::Result<T> {
+    Err(UsageError(msg).into())
+}
+
+fn started_of(dir: &Path, s: &Summary) -> anyhow::Result<SystemTime> {
+    let t = chrono::DateTime::parse_from_rfc3339(&s.started_at).map_err(|_| {
+        UsageError(format!(
+            "{}: summary.json has no valid started_at",
+            dir.display()
+        ))
+    })?;
+    Ok(SystemTime::UNIX_EPOCH + Duration::from_micros(t.timestamp_micros().max(0) as u64))
+}
+
+fn read_input(dir: &Path) -> anyhow::Result<Input> {
+    if !dir.join("summary.json").is_file() || !dir.join("plan.json").is_file() {
+        return bad(format!(
+            "{}: not a results directory (no summary.json and plan.json)",
+            dir.display()
+        ));
+    }
+    let summary = Summary::read(dir).map_err(|e| UsageError(format!("{e:#}")))?;
+    let plan: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("plan.json"))
+            .map_err(|e| UsageError(format!("{}/plan.json: {e}", dir.display())))?,
+    )
+    .map_err(|e| UsageError(format!("{}/plan.json: {e}", dir.display())))?;
+    let Some(shard) = workload(&plan)
+        .get("shard")
+        .and_then(|s| serde_json::from_value::<ShardOf>(s.clone()).ok())
+    else {
+        return bad(format!(
+            "{}: not a shard (the run had no --shard)",
+            dir.display()
+        ));
+    };
+    if !summary.complete {
+        return bad(format!(
+            "{}: shard {}/{} did not finish (its summary is incomplete: killed?)",
+            dir.display(),
+            shard.index,
+            shard.count
+        ));
+    }
+    if summary.interrupted {
+        return bad(format!(
+            "{}: shard {}/{} was interrupted ({}) before its planned end",
+            dir.display(),
+            shard.index,
+            shard.count,
+            summary.interrupted_by.as_deref().unwrap_or("signal")
+        ));
+    }
+    let started = started_of(dir, &summary)?;
+    Ok(Input {
+        dir: dir.to_path_buf(),
+        plan,
+        summary,
+        shard,
+        started,
+    })
+}
+
+/// A plan's workload fields: flattened into the plan, or under "workload".
+fn workload(plan: &Value) -> &Value {
+    plan.get("workload").unwrap_or(plan)
+}
+
+/// What must be the same in every shard's plan: everything but the shard's own share,
+/// its output directory and its seed.
+fn comparable(plan: &Value) -> Value {
+    let mut p = plan.clone();
+    if let Some(o) = p.as_object_mut() {
+        // The workload's fields are the plan's own (flattened), or under "workload".
+        for k in [
+            "workload", "command", "seed", "run_id", "shard", "count", "model",
+        ] {
+            o.remove(k);
+        }
+    }
+    if let Some(args) = p.get_mut("args").and_then(Value::as_object_mut) {
+        if let Some(w) = args.get_mut("workload").and_then(Value::as_object_mut) {
+            w.remove("shard");
+        }
+        if let Some(o) = args.get_mut("output").and_then(Value::as_object_mut) {
+            for k in ["out", "overwrite", "seed"] {
+                o.remove(k);
+            }
+        }
+    }
+    p
+}
+
+/// Checks that `inputs` are all the shards of one run, each once.
+fn check(inputs: &mut [Input]) -> anyhow::Result<()> {
+    let first = &inputs[0];
+    let (run, n) = (first.summary.run_id.clone(), first.shard.count);
+    let base = comparable(&first.plan);
+    let mut by_index: BTreeMap<u32, &Path> = BTreeMap::new();
+    for i in inputs.iter() {
+        if i.summary.run_id != run {
+            return bad(format!(
+                "{}: run {}, but {} is run {run}: shards of different runs",
+                i.dir.display(),
+                i.summary.run_id,
+                first.dir.display()
+            ));
+        }
+        if i.shard.count != n {
+            return bad(format!(
+                "{}: shard {}/{}, but {} is one of {n}",
+                i.dir.display(),
+                i.shard.index,
+                i.shard.count,
+                first.dir.display()
+            ));
+        }
+        if let Some(other) = by_index.insert(i.shard.index, &i.dir) {
+            return bad(format!(
+                "{} and {} are both shard {}/{n}",
+                other.display(),
+                i.dir.display(),
+                i.shard.index
+            ));
+        }
+        if comparable(&i.plan) != base {
+            return bad(format!(
+                "{}: its plan differs from {}'s (another command line): not shards of one run",
+                i.dir.display(),
+                first.dir.display()
+            ));
+        }
+    }
+    let missing: Vec<String> = (0..n)
+        .filter(|i| !by_index.contains_key(i))
+        .map(|i| format!("{i}/{n}"))
+        .collect();
+    if !missing.is_empty() {
+        return bad(format!(
+            "run {run}: shard{} {} missing",
+            if missing.len() > 1 { "s" } else { "" },
+            missing.join(", ")
+        ));
+    }
+    inputs.sort_by_key(|i| i.shard.index);
+    Ok(())
+}
+
+/// One merged interval: what every shard counted in the second (or minute) that ends at
+/// this key.
+#[derive(Default)]
+struct Bucket {
+    iv: Shard,
+    len_s: f64,
+    /// The latest end of the shards' intervals in it (seconds after the earliest start).
+    end_s: f64,
+    active: i64,
+}
+
+/// The merged timeline: buckets by the whole second their intervals end in, counted
+/// from the earliest start (shards started together end their intervals within
+/// milliseconds of each other; a last, partial interval gets a bucket of its own).
+struct Timeline {
+    t0: SystemTime,
+    buckets: BTreeMap<i64, Bucket>,
+}
+
+impl Timeline {
+    fn at(&mut self, start: SystemTime, end_s: f64) -> &mut Bucket {
+        let offset = start
+            .duration_since(self.t0)
+            .unwrap_or_default()
+            .as_secs_f64();
+        let end = offset + end_s;
+        let b = self.buckets.entry((end - 0.05).ceil() as i64).or_default();
+        b.end_s = b.end_s.max(end);
+        b
+    }
+}
+
+/// Adds intervals.csv of `i` to the timeline; the counters it accounts for.
+fn add_intervals(i: &Input, tl: &mut Timeline) -> anyhow::Result<Counters> {
+    let path = i.dir.join("intervals.csv");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| UsageError(format!("{}: {e}", path.display())))?;
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap_or("").split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name);
+    let (Some(t_col), Some(active_col)) = (col("t_s"), col("active")) else {
+        return bad(format!("{}: not a spate intervals.csv", path.display()));
+    };
+    let counter_cols: Vec<(usize, &str)> = header
+        .iter()
+        .enumerate()
+        .filter(|(_, h)| counter_field(h))
+        .map(|(k, h)| (k, *h))
+        .collect();
+    let mut total = Counters::default();
+    let mut prev = 0.0;
+    for (n, line) in lines.enumerate() {
+        let f: Vec<&str> = line.split(',').collect();
+        let truncated = || {
+            UsageError(format!(
+                "{}: line {} is truncated or corrupt",
+                path.display(),
+                n + 2
+            ))
+        };
+        if f.len() != header.len() {
+            return Err(truncated().into());
+        }
+        let t: f64 = f[t_col].parse().map_err(|_| truncated())?;
+        let mut map = serde_json::Map::new();
+        for &(k, name) in &counter_cols {
+            let v: u64 = f[k].parse().map_err(|_| truncated())?;
+            map.insert(name.to_string(), v.into());
+        }
+        let c: Counters = serde_json::from_value(Value::Object(map)).map_err(|_| truncated())?;
+        let active: i64 = f[active_col].parse().map_err(|_| truncated())?;
+        let b = tl.at(i.started, t);
+        b.iv.counters.add(&c);
+        b.len_s = b.len_s.max(t - prev);
+        b.active += active;
+        total.add(&c);
+        prev = t;
+    }
+    Ok(total)
+}
+
+/// The columns of intervals.csv that are counters (summed), by Counters' field names.
+fn counter_field(name: &str) -> bool {
+    thread_local! {
+        static FIELDS: Vec<String> = serde_json::to_value(Counters::default())
+            .ok()
+            .and_then(|v| v.as_object().map(|o| o.keys().cloned().collect()))
+            .unwrap_or_default();
+    }
+    FIELDS.with(|f| f.iter().any(|k| k == name))
+}
+
+/// Adds every `<phase>.hlog` of `i` to the timeline; the values per phase.
+fn add_hlogs(i: &Input, tl: &mut Timeline) -> anyhow::Result<HashMap<Phase, u64>> {
+    let mut counts = HashMap::new();
+    let mut de = Deserializer::new();
+    for &phase in Phase::ALL {
+        let path = i.dir.join(format!("{}.hlog", phase.name()));
+        let Ok(file) = std::fs::File::open(&path) else {
+            continue;
+        };
+        let mut n = 0u64;
+        for (k, line) in std::io::BufReader::new(file).lines().enumerate() {
+            let line = line.map_err(|e| UsageError(format!("{}: {e}", path.display())))?;
+            if line.starts_with('#') || line.starts_with('"') || line.is_empty() {
+                continue;
+            }
+            let corrupt = || {
+                UsageError(format!(
+                    "{}: line {} is truncated or corrupt",
+                    path.display(),
+                    k + 1
+                ))
+            };
+            let f: Vec<&str> = line.splitn(4, ',').collect();
+            if f.len() != 4 {
+                return Err(corrupt().into());
+            }
+            let (Ok(start), Ok(len)) = (f[0].parse::<f64>(), f[1].parse::<f64>()) else {
+                return Err(corrupt().into());
+            };
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(f[3].trim())
+                .map_err(|_| corrupt())?;
+            let h: hdrhistogram::Histogram<u64> = de
+                .deserialize(&mut std::io::Cursor::new(bytes))
+                .map_err(|_| corrupt())?;
+            n += h.len();
+            let b = tl.at(i.started, start + len);
+            b.iv.hists[phase as usize]
+                .get_or_insert_with(new_histogram)
+                .add(&h)
+                .map_err(|_| corrupt())?;
+        }
+        counts.insert(phase, n);
+    }
+    Ok(counts)
+}
+
+/// Adds errors.jsonl of `i` to the timeline.
+fn add_errors(i: &Input, tl: &mut Timeline) -> anyhow::Result<()> {
+    let path = i.dir.join("errors.jsonl");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(());
+    };
+    for (k, line) in text.lines().enumerate() {
+        let corrupt = || {
+            UsageError(format!(
+                "{}: line {} is truncated or corrupt",
+                path.display(),
+                k + 1
+            ))
+        };
+        let v: Value = serde_json::from_str(line).map_err(|_| corrupt())?;
+        let key = ErrorKey {
+            phase: v["phase"]
+                .as_str()
+                .and_then(Phase::from_name)
+                .ok_or_else(corrupt)?,
+            kind: v["kind"]
+                .as_str()
+                .and_then(ErrorKind::from_name)
+                .ok_or_else(corrupt)?,
+            code: v["code"].as_u64().unwrap_or(0) as u16,
+            detail: v["enhanced"]
+                .as_str()
+                .and_then(|d| d.parse::<Detail>().ok()),
+            text: v["text"].as_str().unwrap_or("").to_string(),
+        };
+        let t = v["t_s"].as_f64().ok_or_else(corrupt)?;
+        let e = tl
+            .at(i.started, t)
+            .iv
+            .errors
+            .entry(key)
+            .or_insert_with(|| ErrorStat {
+                count: 0,
+                sample: v["sample"].as_str().unwrap_or("").to_string(),
+            });
+        e.count += v["count"].as_u64().unwrap_or(0);
+    }
+    Ok(())
+}
+
+/// The merged plan: shard 0's, with the whole run's workload and where it came from.
+fn merged_plan(inputs: &[Input]) -> Value {
+    let mut plan = inputs[0].plan.clone();
+    let n = inputs.len() as f64;
+    let sum = |get: &dyn Fn(&Value) -> Option<u64>| -> Option<u64> {
+        inputs.iter().map(|i| get(&i.plan)).sum()
+    };
+    let count = sum(&|p| workload(p)["count"].as_u64());
+    let users = sum(&|p| workload(p)["model"]["users"].as_u64());
+    let w = match plan.get("workload").is_some() {
+        true => &mut plan["workload"],
+        false => &mut plan,
+    };
+    if let Some(obj) = w.as_object_mut() {
+        obj.remove("shard");
+    }
+    if let Some(c) = count {
+        w["count"] = c.into();
+    }
+    let model = &mut w["model"];
+    if model.get("users").is_some() {
+        if let Some(u) = users {
+            model["users"] = u.into();
+        }
+    }
+    if let Some(p) = model.get_mut("profile") {
+        // Every shard ran rate / N.
+        if let Some(r) = p["start_rate"].as_f64() {
+            p["start_rate"] = (r * n).into();
+        }
+        if let Some(stages) = p["stages"].as_array_mut() {
+            for s in stages {
+                if let Some(r) = s["rate"].as_f64() {
+                    s["rate"] = (r * n).into();
+                }
+            }
+        }
+    }
+    plan["merged"] = serde_json::json!({
+        "shards": inputs.len(),
+        "from": inputs.iter().map(|i| i.dir.display().to_string()).collect::<Vec<_>>(),
+    });
+    plan
+}
+
+/// Concatenates the shards' sent logs under one header.
+fn merge_sent(inputs: &[Input], out: &Path, run: &str) -> anyhow::Result<()> {
+    if !inputs.iter().any(|i| i.dir.join("sent.log").exists()) {
+        return Ok(());
+    }
+    let mut w = std::io::BufWriter::new(std::fs::File::create(out.join("sent.log"))?);
+    writeln!(
+        w,
+        "# spate sent log v1 run={run} — one line per accepted message ({} shards merged)",
+        inputs.len()
+    )?;
+    writeln!(w, "seq\taccepted_at\tdigest\tbytes\tfrom\trecipients")?;
+    for i in inputs {
+        let path = i.dir.join("sent.log");
+        let file = std::fs::File::open(&path)
+            .map_err(|e| UsageError(format!("{}: {e}", path.display())))?;
+        for line in std::io::BufReader::new(file).lines() {
+            let line = line?;
+            if line.starts_with('#') || line.starts_with("seq\t") || line.is_empty() {
+                continue;
+            }
+            writeln!(w, "{line}")?;
+        }
+    }
+    w.flush()?;
+    w.get_ref().sync_data()?;
+    Ok(())
+}
+
+/// What a merge made.
+pub struct Merged {
+    pub dir: PathBuf,
+    pub summary: Summary,
+    pub shards: usize,
+}
+
+/// Merges the shard directories `dirs` into `out` (which must not hold a run unless
+/// `overwrite`). The merge is built beside `out` and renamed into place at the end, so
+/// `out` never holds a partial merge.
+pub fn merge(dirs: &[PathBuf], out: &Path, overwrite: bool) -> anyhow::Result<Merged> {
+    if dirs.is_empty() {
+        return bad("give the shards' results directories".into());
+    }
+    let mut seen: HashMap<PathBuf, &Path> = HashMap::new();
+    for d in dirs {
+        let canon =
+            std::fs::canonicalize(d).map_err(|e| UsageError(format!("{}: {e}", d.display())))?;
+        if seen.insert(canon, d).is_some() {
+            return bad(format!("{}: given twice", d.display()));
+        }
+    }
+    if let Ok(o) = std::fs::canonicalize(out) {
+        if seen.contains_key(&o) {
+            return bad(format!("-o {}: that is one of the shards", out.display()));
+        }
+    }
+    if crate::opts::output::holds_run(out) && !overwrite {
+        return bad(format!(
+            "{} holds an earlier run: give another -o, or --overwrite to replace it",
+            out.display()
+        ));
+    }
+    let mut inputs = dirs
+        .iter()
+        .map(|d| read_input(d))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    check(&mut inputs)?;
+    let t0 = inputs.iter().map(|i| i.started).min().expect("not empty");
+    let mut tl = Timeline {
+        t0,
+        buckets: BTreeMap::new(),
+    };
+    for i in &inputs {
+        let counted = add_intervals(i, &mut tl)?;
+        if counted != i.summary.totals {
+            return bad(format!(
+                "{}: intervals.csv accounts for {} accepted of {} attempted, summary.json for {} of {}: a truncated or edited file",
+                i.dir.display(),
+                counted.accepted,
+                counted.attempted,
+                i.summary.totals.accepted,
+                i.summary.totals.attempted
+            ));
+        }
+        let values = add_hlogs(i, &mut tl)?;
+        for p in &i.summary.phases {
+            let Some(phase) = Phase::from_name(&p.phase) else {
+                continue;
+            };
+            let got = values.get(&phase).copied().unwrap_or(0);
+            if got != p.count {
+                return bad(format!(
+                    "{}/{}.hlog: {got} values, summary.json says {}: a truncated or missing histogram log",
+                    i.dir.display(),
+                    p.phase,
+                    p.count
+                ));
+            }
+        }
+        add_errors(i, &mut tl)?;
+    }
+
+    // Built beside the target, renamed into place once complete.
+    let parent = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent)
+        .map_err(|e| UsageError(format!("cannot create {}: {e}", parent.display())))?;
+    let name = out
+        .file_name()
+        .map_or("merged".into(), |n| n.to_string_lossy().into_owned());
+    let tmp = parent.join(format!(".{name}.merging-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let result = write_merged(&inputs, tl, &tmp);
+    let summary = match result {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(e);
+        }
+    };
+    if out.exists() {
+        std::fs::remove_dir_all(out)
+            .map_err(|e| UsageError(format!("cannot replace {}: {e}", out.display())))?;
+    }
+    std::fs::rename(&tmp, out)
+        .map_err(|e| UsageError(format!("cannot create {}: {e}", out.display())))?;
+    Ok(Merged {
+        dir: out.to_path_buf(),
+        summary,
+        shards: inputs.len(),
+    })
+}
+
+fn write_merged(inputs: &[Input], tl: Timeline, dir: &Path) -> anyhow::Result<Summary> {
+    let first = &inputs[0];
+    let plan = merged_plan(inputs);
+    let detail = plan["args"]["output"]["detail"]
+        .as_str()
+        .or_else(|| plan["args"]["common"]["output"]["detail"].as_str())
+        .map(crate::units::parse_duration)
+        .transpose()?
+        .unwrap_or(Duration::from_secs(3600));
+    let mut w = Writer::create(dir, &plan, tl.t0, None, detail)?;
+    let mut totals = Shard::default();
+    for b in tl.buckets.values() {
+        let len = if b.len_s > 0.0 { b.len_s } else { 1.0 };
+        let t0 = (b.end_s - len).max(0.0);
+        w.interval(&b.iv, t0, b.end_s - t0, b.active)?;
+        totals.add(&b.iv);
+    }
+    // The shards' own totals are the counts (the intervals were checked against them).
+    totals.counters = Counters::default();
+    for i in inputs {
+        totals.counters.add(&i.summary.totals);
+    }
+    let end = inputs
+        .iter()
+        .map(|i| i.started + Duration::from_secs_f64(i.summary.elapsed_s))
+        .max()
+        .unwrap_or(tl.t0);
+    let elapsed = end.duration_since(tl.t0).unwrap_or_default().as_secs_f64();
+    let cpu_s: f64 = inputs.iter().map(|i| i.summary.generator_cpu_s).sum();
+    let cores: usize = inputs.iter().map(|i| i.summary.cores).sum();
+    let header = crate::engine::summary::SummaryHeader {
+        run_id: first.summary.run_id.clone(),
+        command: first.summary.command.clone(),
+        protocol: first.summary.protocol.clone(),
+        target: first.summary.target.clone(),
+        started: tl.t0,
+    };
+    let mut s = header.summary(
+        &totals,
+        elapsed,
+        true,
+        false,
+        (
+            Duration::from_secs_f64(cpu_s),
+            "sum of the shards' processes",
+        ),
+    );
+    s.cores = cores;
+    s.generator_cpu_pct = if elapsed > 0.0 && cores > 0 {
+        ((cpu_s / elapsed / cores as f64 * 100.0) * 10.0).round() / 10.0
+    } else {
+        0.0
+    };
+    // The generator warning above is about this machine; the shards' own warnings count.
+    s.warnings.retain(|w| !w.contains("of all"));
+    for i in inputs {
+        for warning in &i.summary.warnings {
+            s.warnings
+                .push(format!("shard {}: {warning}", i.shard.index));
+        }
+    }
+    let versions: std::collections::BTreeSet<&str> = inputs
+        .iter()
+        .map(|i| i.summary.spate_version.as_str())
+        .collect();
+    if versions.len() > 1 {
+        s.warnings.push(format!(
+            "the shards ran different spate versions: {}",
+            versions.into_iter().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    let servers: std::collections::BTreeSet<String> = inputs
+        .iter()
+        .filter_map(|i| server_of(&i.summary))
+        .collect();
+    if servers.len() > 1 {
+        s.warnings.push(format!(
+            "the shards saw different servers: {}",
+            servers.into_iter().collect::<Vec<_>>().join(" | ")
+        ));
+    }
+    s.extra.insert(
+        "shards".into(),
+        Value::Array(
+            inputs
+                .iter()
+                .map(|i| {
+                    serde_json::json!({
+                        "index": i.shard.index,
+                        "dir": i.dir.display().to_string(),
+                        "started_at": i.summary.started_at,
+                        "elapsed_s": i.summary.elapsed_s,
+                        "totals": i.summary.totals,
+                        "generator_cpu_s": i.summary.generator_cpu_s,
+                        "cores": i.summary.cores,
+                        "extra": i.summary.extra,
+                    })
+                })
+                .collect(),
+        ),
+    );
+    w.finish()?;
+    w.write_summary(&s, true)?;
+    drop(w);
+    merge_sent(inputs, dir, &s.run_id)?;
+    // Monitor series stay per shard (per host).
+    for i in inputs {
+        let m = i.dir.join("monitor.csv");
+        if m.exists() {
+            std::fs::copy(&m, dir.join(format!("monitor.shard{}.csv", i.shard.index)))?;
+        }
+    }
+    Ok(s)
+}
+
+/// The server a shard saw, where its summary names it (a greeting or version).
+fn server_of(s: &Summary) -> Option<String> {
+    ["server", "banner", "server_version"].iter().find_map(|k| {
+        s.extra.get(*k).and_then(|v| {
+            v.as_str()
+                .map(str::to_string)
+                .or_else(|| v.get("version")?.as_str().map(str::to_string))
+        })
+    })
+}

@@ -1,0 +1,234 @@
+//! Sharded runs end to end against the embedded server: four `spate smtp --shard I/4`
+//! processes started together, `spate merge` of their directories, and the merged run
+//! read by report and verify like any other; every bad shard or merge refused in one line.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{column_sums, phase_count, spate, summary};
+use serde_json::Value;
+use spate::serve;
+
+/// Runs `n` shards of one SMTP run against `addr` at once, into `root/shard-I`.
+async fn shards(addr: &str, root: &Path, n: u32, extra: &[&str]) -> Vec<PathBuf> {
+    let start = root.join("start");
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        let dir = root.join(format!("shard-{i}"));
+        let mut args: Vec<String> = [
+            "smtp",
+            addr,
+            "--shard",
+            &format!("{i}/{n}"),
+            "--start-at",
+            "+2s",
+            "--start-file",
+            start.to_str().unwrap(),
+            "-q",
+            "-o",
+            dir.to_str().unwrap(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        tasks.push(tokio::spawn(async move {
+            let o =
+                common::run_tool(common::SPATE, args, std::time::Duration::from_secs(120)).await;
+            (dir, o)
+        }));
+    }
+    let mut dirs = Vec::new();
+    for t in tasks {
+        let (dir, o) = t.await.unwrap();
+        assert_eq!(o.code, Some(0), "{o:?}");
+        dirs.push(dir);
+    }
+    dirs
+}
+
+fn strs(dirs: &[PathBuf]) -> Vec<&str> {
+    dirs.iter().map(|d| d.to_str().unwrap()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_shards_merge_into_one_exact_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mail = tmp.path().join("mail");
+    let mut cfg = serve::Config::loopback();
+    cfg.store.maildir = Some(mail.clone());
+    let server = serve::start(cfg).await.unwrap();
+    let addr = server.addrs.smtp.unwrap().to_string();
+    let dirs = shards(
+        &addr,
+        tmp.path(),
+        4,
+        &[
+            "--users",
+            "10",
+            "-n",
+            "402",
+            "--rcpt",
+            "1..2",
+            "--to",
+            "user{0..19}@example.test",
+        ],
+    )
+    .await;
+    let parts: Vec<Value> = dirs.iter().map(|d| summary(d)).collect();
+    // One run: one id, one start, shares that sum to the whole.
+    let run = parts[0]["run_id"].clone();
+    assert!(parts.iter().all(|s| s["run_id"] == run), "one run id");
+    let attempted: Vec<u64> = parts
+        .iter()
+        .map(|s| s["totals"]["attempted"].as_u64().unwrap())
+        .collect();
+    assert_eq!(attempted, vec![101, 101, 100, 100], "the count's shares");
+    let plan: Value =
+        serde_json::from_str(&std::fs::read_to_string(dirs[3].join("plan.json")).unwrap()).unwrap();
+    assert_eq!(
+        plan["model"]["users"], 2,
+        "10 users in 4 shards: 3, 3, 2, 2"
+    );
+    assert_eq!(plan["shard"]["index"], 3);
+    let starts: Vec<&str> = parts
+        .iter()
+        .map(|s| s["started_at"].as_str().unwrap())
+        .collect();
+    assert!(
+        starts.iter().all(|s| *s == starts[0]),
+        "one start: {starts:?}"
+    );
+
+    let merged = tmp.path().join("merged");
+    let mut args = vec!["merge"];
+    args.extend(strs(&dirs));
+    args.extend(["-o", merged.to_str().unwrap()]);
+    let o = spate(&args).await;
+    assert_eq!(o.code, Some(0), "{o:?}");
+    assert!(o.stdout.contains("merged 4 shards"), "{}", o.stdout);
+    let m = summary(&merged);
+    let server_count = server.stats.snapshot().messages_accepted;
+    let sum = |k: &str| -> u64 { parts.iter().map(|s| s["totals"][k].as_u64().unwrap()).sum() };
+    assert_eq!(
+        m["totals"]["accepted"].as_u64(),
+        Some(server_count),
+        "the server's own count"
+    );
+    assert_eq!(m["totals"]["accepted"].as_u64(), Some(sum("accepted")));
+    assert_eq!(m["totals"]["attempted"], 402);
+    for phase in ["connect", "envelope", "body", "transaction", "response"] {
+        let shards: u64 = parts.iter().map(|s| phase_count(s, phase)).sum();
+        assert!(shards > 0, "{phase}");
+        assert_eq!(phase_count(&m, phase), shards, "{phase}: histograms add");
+    }
+    // The merged maximum is the largest shard's: histograms, not averaged percentiles.
+    let max = |s: &Value| {
+        s["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["phase"] == "transaction")
+            .unwrap()["max_us"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(max(&m), parts.iter().map(max).max().unwrap());
+    assert_eq!(
+        column_sums(&merged, &["attempted", "accepted"]),
+        vec![402, server_count],
+        "the merged intervals add up"
+    );
+    assert_eq!(m["extra"]["shards"].as_array().unwrap().len(), 4);
+    assert!(merged.join("report.html").exists());
+
+    // verify reads the merged sent log: every message of every shard, once.
+    server.shutdown().await;
+    let o = spate(&[
+        "verify",
+        merged.to_str().unwrap(),
+        "--maildir",
+        mail.to_str().unwrap(),
+    ])
+    .await;
+    assert_eq!(o.code, Some(0), "{o:?}");
+    let d: Value =
+        serde_json::from_str(&std::fs::read_to_string(merged.join("verify.json")).unwrap())
+            .unwrap();
+    assert_eq!(d["messages"].as_u64(), Some(server_count), "{d}");
+    assert_eq!(d["missing"], 0, "{d}");
+    assert_eq!(d["duplicated"], 0, "{d}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_shards_and_merges_are_named_and_nothing_is_written() {
+    for (shard, what) in [("5/4", "5/4"), ("0/0", "0/0"), ("x", "expected I/N")] {
+        let o = spate(&["smtp", "127.0.0.1:9", "--shard", shard]).await;
+        assert_eq!(o.code, Some(2), "{o:?}");
+        assert!(
+            o.stderr.contains(what) && o.stderr.trim().lines().count() == 1,
+            "{o:?}"
+        );
+    }
+    let o = spate(&[
+        "smtp",
+        "127.0.0.1:9",
+        "--shard",
+        "0/4",
+        "-u",
+        "3",
+        "--run-id",
+        "r1",
+    ])
+    .await;
+    assert_eq!(o.code, Some(2), "{o:?}");
+    assert!(
+        o.stderr.contains("--users 3 cannot be split into 4 shards"),
+        "{o:?}"
+    );
+
+    let server = serve::start(serve::Config::loopback()).await.unwrap();
+    let addr = server.addrs.smtp.unwrap().to_string();
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    let run_a = shards(&addr, &a, 2, &["-n", "20"]).await;
+    let run_b = shards(&addr, &b, 2, &["-n", "20"]).await;
+    server.shutdown().await;
+    let out = tmp.path().join("merged");
+    let merge = |dirs: Vec<&Path>| {
+        let mut args: Vec<String> = vec!["merge".into()];
+        args.extend(dirs.iter().map(|d| d.display().to_string()));
+        args.extend(["-o".into(), out.display().to_string()]);
+        common::run_tool(common::SPATE, args, std::time::Duration::from_secs(60))
+    };
+    let refused = |o: &common::Output, what: &str| {
+        assert_eq!(o.code, Some(2), "{what}: {o:?}");
+        assert!(o.stderr.contains(what), "{what}: {o:?}");
+        assert_eq!(o.stderr.trim().lines().count(), 1, "one line: {o:?}");
+        assert!(!out.exists(), "nothing written to -o after: {what}");
+    };
+    refused(
+        &merge(vec![&run_a[0], &run_b[1]]).await,
+        "shards of different runs",
+    );
+    refused(&merge(vec![&run_a[0], &run_a[0]]).await, "given twice");
+    refused(&merge(vec![&run_a[1]]).await, "shard 0/2 missing");
+    refused(&merge(vec![&tmp.path().join("nowhere")]).await, "nowhere");
+    // A shard whose histogram log lost its tail.
+    let hlog = run_a[1].join("transaction.hlog");
+    let text = std::fs::read_to_string(&hlog).unwrap();
+    std::fs::write(&hlog, &text[..text.len() - 20]).unwrap();
+    refused(&merge(vec![&run_a[0], &run_a[1]]).await, "transaction.hlog");
+    // A shard that never finished.
+    let s = run_b[0].join("summary.json");
+    let text = std::fs::read_to_string(&s).unwrap();
+    std::fs::write(
+        &s,
+        text.replace("\"complete\": true", "\"complete\": false"),
+    )
+    .unwrap();
+    refused(&merge(vec![&run_b[0], &run_b[1]]).await, "did not finish");
+}
