@@ -105,7 +105,11 @@ fn line_service_with_client_certificate_reconciles_and_refuses_without() {
     assert_eq!(code, Some(0), "{stdout}");
     let t = &s["totals"];
     assert_eq!(
-        (t["accepted"].as_u64(), t["rejected"].as_u64(), t["failed"].as_u64()),
+        (
+            t["accepted"].as_u64(),
+            t["rejected"].as_u64(),
+            t["failed"].as_u64()
+        ),
         (Some(40), Some(0), Some(0)),
         "{stdout}"
     );
@@ -225,7 +229,10 @@ fn nginx_hit_and_miss_classes_reconcile_with_the_servers_counters() {
     );
     let c = &s["extra"]["rr"]["classes"];
     assert_eq!(
-        (c["hit"]["accepted"].as_u64(), c["miss"]["accepted"].as_u64()),
+        (
+            c["hit"]["accepted"].as_u64(),
+            c["miss"]["accepted"].as_u64()
+        ),
         (Some(20), Some(20)),
         "{c}"
     );
