@@ -276,6 +276,21 @@ def summarise(rows, name, tool):
     return good, med, rng
 
 
+def paired_ratios(rows, name):
+    """Median spate/wrk ratios of req/s and CPU-µs/req over repetitions, each repetition's
+    two runs back to back (less exposed to drift on a shared machine than the medians)."""
+    by_rep = {}
+    for r in rows:
+        if r["config"] == name and r["req_per_s"] and r["rc"] == 0:
+            by_rep.setdefault(r["rep"], {})[r["tool"]] = r
+    pairs = [(p["spate"], p["wrk"]) for p in by_rep.values() if "spate" in p and "wrk" in p]
+    if not pairs:
+        return None
+    rps = [a["req_per_s"] / b["req_per_s"] for a, b in pairs]
+    cpu = [a["gen_cpu_us_per_req"] / b["gen_cpu_us_per_req"] for a, b in pairs]
+    return median(rps), median(cpu), rps
+
+
 def render(rows, configs, args, spate, started, bed_note):
     out = ["# spate rr vs wrk — against the test bed's nginx authorization service (loopback)\n"]
     out.append(f"- date: {started}; host: {platform.node()}, {os.cpu_count()} CPUs, "
@@ -304,6 +319,11 @@ def render(rows, configs, args, spate, started, bed_note):
                    f"{100 * max(busy):.0f} %, {sum(1 for b in busy if b > 0.25)} of {len(busy)} "
                    f"runs started busy; 1-min load average median {median(loads):.2f}, max "
                    f"{max(loads):.2f} (per run in rr-latest.csv)")
+    others = [r["others_cpu_pct_core"] for r in rows if r.get("others_cpu_pct_core") is not None]
+    if others:
+        out.append(f"- others CPU during the runs: median {median(others):.0f} % of a core, "
+                   f"{sum(1 for o in others if o > 25)} of {len(others)} runs above 25 % "
+                   "(work besides the benchmark's: those runs' figures are not the tools' own)")
     out.append("")
     out.append("| configuration | tool | runs | req/s | gen CPU-µs/req | gen CPU % of a core | "
                "nginx CPU-µs/req | nginx CPU % | others CPU % | server−tool | errors | "
@@ -345,8 +365,13 @@ def render(rows, configs, args, spate, started, bed_note):
         name = cfg[0]
         s, w = summary.get((name, "spate")), summary.get((name, "wrk"))
         if s and w and s[0] and w[0] and s[1] and w[1]:
+            paired = paired_ratios(rows, name)
             ratios.append(f"- {name}: spate/wrk req/s ×{s[0] / w[0]:.2f}, "
-                          f"generator CPU-µs/req ×{s[1] / w[1]:.2f}")
+                          f"generator CPU-µs/req ×{s[1] / w[1]:.2f}"
+                          + (f"; paired by repetition (the two runs back to back), median "
+                             f"req/s ×{paired[0]:.2f}, CPU-µs/req ×{paired[1]:.2f} "
+                             f"(req/s ×{min(paired[2]):.2f}–×{max(paired[2]):.2f})"
+                             if paired else ""))
     if ratios:
         out.append("Ratios spate/wrk (medians; req/s higher is better for spate, CPU-µs/req lower):\n")
         out += ratios
