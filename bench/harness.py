@@ -303,6 +303,19 @@ def find_spate():
     return os.path.join(target, "release", "spate")
 
 
+def bed_up(workdir, *words):
+    """scripts/testbed up WORDS... on free ports into WORKDIR/bed; its directory."""
+    bed_dir = os.path.join(workdir, "bed")
+    cmd = [os.path.join(REPO, "scripts", "testbed"), "up", *words,
+           "--port-offset", "auto", "--dir", bed_dir]
+    log("bed: " + " ".join(cmd))
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if r.returncode != 0:
+        log(r.stdout[-2000:] + r.stderr[-2000:])
+        sys.exit("testbed up failed")
+    return bed_dir
+
+
 def bed_env(bed_dir):
     r = subprocess.run([os.path.join(REPO, "scripts", "testbed"), "env", "--dir", bed_dir],
                        capture_output=True, text=True, timeout=60)

@@ -47,7 +47,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (REPO, RESULTS, bed_down, bed_env, find_spate, fmt, loadavg,  # noqa: E402
+from harness import (REPO, RESULTS, bed_down, bed_env, bed_up, find_spate, fmt, loadavg,  # noqa: E402
                      log, median, proc_cpu_seconds, run_child, wait_quiet)
 
 # One fixed request: its md5 is one cache key, so after the first request every one hits.
@@ -70,18 +70,6 @@ WHY_NO_WRK = {
 
 
 # ------------------------------------------------------------------------------- bed
-def bed_up(workdir):
-    bed_dir = os.path.join(workdir, "bed")
-    cmd = [os.path.join(REPO, "scripts", "testbed"), "up", "--authz", "--no-mail",
-           "--port-offset", "auto", "--dir", bed_dir]
-    log("bed: " + " ".join(cmd))
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    if r.returncode != 0:
-        log(r.stdout[-2000:] + r.stderr[-2000:])
-        sys.exit("testbed up failed")
-    return bed_dir
-
-
 class Service:
     """The bed's nginx: its plain-HTTP benchmark port for /stats and warming the cache."""
 
@@ -447,7 +435,7 @@ def main():
     rows = []
     try:
         if not bed_dir:
-            bed_dir, ours = bed_up(workdir), True
+            bed_dir, ours = bed_up(workdir, "--authz", "--no-mail"), True
         env = bed_env(bed_dir)
         svc = Service(env)
         bed_note = (f"`scripts/testbed up --authz --no-mail` (nginx {nginx_version()}, "

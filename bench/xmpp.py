@@ -44,7 +44,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (REPO, RESULTS, bed_down, bed_env, find_spate, fmt,  # noqa: E402
+from harness import (REPO, RESULTS, bed_down, bed_env, bed_up, find_spate, fmt,  # noqa: E402
                      free_port, loadavg, log, median, proc_cpu_seconds, process_tree,
                      wait_listen, wait_quiet)
 
@@ -215,19 +215,6 @@ def run_measured(argv, count, timeout, cwd, env=None, interval=SAMPLE_S):
 
 
 # ------------------------------------------------------------------------------- test bed
-def bed_up(args, workdir):
-    bed_dir = os.path.join(workdir, "bed")
-    cmd = [os.path.join(REPO, "scripts", "testbed"), "up", "--xmpp", args.server, "--no-mail",
-           "--users", str(max(args.sessions, 2)), "--port-offset", "auto", "--dir", bed_dir,
-           "--xmpp-roster", args.roster]
-    log("bed: " + " ".join(cmd))
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    if r.returncode != 0:
-        log(r.stdout[-2000:] + r.stderr[-2000:])
-        sys.exit("testbed up failed")
-    return bed_dir
-
-
 # ------------------------------------------------------------------------------- part 1
 TSUNG_XML = """<?xml version="1.0"?>
 <!DOCTYPE tsung SYSTEM "/usr/share/tsung/tsung-1.0.dtd">
@@ -476,7 +463,9 @@ def one_run(tool, n, args, bed, users, users_file, spate, workdir, count, tag):
 
 
 def compare(args, spate, workdir):
-    bed_dir = args.bed or bed_up(args, workdir)
+    bed_dir = args.bed or bed_up(workdir, "--xmpp", args.server, "--no-mail",
+                                    "--users", str(max(args.sessions, 2)),
+                                    "--xmpp-roster", args.roster)
     rows = []
     try:
         bed = bed_env(bed_dir)

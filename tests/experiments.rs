@@ -282,30 +282,6 @@ fn e5_xmpp_fanout_embedded() {
     assert!(stdout.contains("slope per addresses"), "{stdout}");
 }
 
-/// The bed's authorization service counters (GET /stats over TLS with the client
-/// certificate): requests, hits, misses.
-fn authz_stats(bed: &Bed) -> serde_json::Value {
-    let o = Command::new("curl")
-        .args([
-            "-sS",
-            "--max-time",
-            "10",
-            "--cacert",
-            bed.var("SPATE_AUTHZ_CA"),
-        ])
-        .args([
-            "--cert",
-            bed.var("SPATE_AUTHZ_CERT"),
-            "--key",
-            bed.var("SPATE_AUTHZ_KEY"),
-        ])
-        .arg(bed.var("SPATE_AUTHZ_STATS_URL"))
-        .output()
-        .expect("curl");
-    serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)))
-}
-
 /// E3, short: the scenario against the bed's nginx authorization service with a client
 /// certificate, 500 variants through a 200-entry cache: every request accepted and seen
 /// by the server, every one a miss (500 shuffled variants, fewer requests than that), the
@@ -319,7 +295,7 @@ fn e3_authz_soak() {
     ) else {
         return;
     };
-    let before = authz_stats(&bed);
+    let before = bed.authz_stats();
     let out = tmp.path().join("e3");
     let stdout = run(
         &bed,
@@ -351,7 +327,7 @@ fn e3_authz_soak() {
         "{stdout}"
     );
     assert!(v("master RSS end [MB]") > 1.0, "{stdout}");
-    let after = authz_stats(&bed);
+    let after = bed.authz_stats();
     let d = |k: &str| after[k].as_u64().unwrap() - before[k].as_u64().unwrap();
     assert_eq!(
         (d("requests"), d("misses"), d("hits")),

@@ -7,11 +7,8 @@
 mod common;
 
 use std::collections::HashSet;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
 use common::bed::Bed;
 use serde_json::Value;
@@ -49,18 +46,6 @@ fn line_log(bed: &Bed) -> Vec<String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
         Err(e) => panic!("the line service's log: {e}"),
     }
-}
-
-/// nginx's own counters (`GET /stats` on the bed's plain-HTTP loopback port).
-fn authz_stats(bed: &Bed) -> Value {
-    let mut s = TcpStream::connect(bed.var("SPATE_AUTHZ_HTTP")).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(b"GET /stats HTTP/1.0\r\nHost: localhost\r\n\r\n")
-        .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
 /// The stunnel line service: 40 requests over two kept connections, every answer the
@@ -188,7 +173,7 @@ fn nginx_hit_and_miss_classes_reconcile_with_the_servers_counters() {
          miss\tsubject=CN=client action=read resource=cold-{seq}\n",
     )
     .unwrap();
-    let before = authz_stats(&bed);
+    let before = bed.authz_stats();
     let (code, s, stdout) = rr(
         &[
             bed.var("SPATE_AUTHZ"),
@@ -220,7 +205,7 @@ fn nginx_hit_and_miss_classes_reconcile_with_the_servers_counters() {
     );
     assert_eq!(code, Some(0), "{stdout}");
     assert_eq!(s["totals"]["accepted"], 40, "{stdout}");
-    let after = authz_stats(&bed);
+    let after = bed.authz_stats();
     let d = |k: &str| after[k].as_u64().unwrap() - before[k].as_u64().unwrap();
     assert_eq!(
         (d("requests"), d("hits"), d("misses")),

@@ -423,7 +423,6 @@ async fn smtp(a: Args, wait: Duration, ctx: &Ctx) -> anyhow::Result<ExitCode> {
             shard: None,
             run_id: None,
             start: None,
-            start_at: None,
         },
     };
     let factory = Arc::new(factory(&a, &plan.head.run_id)?);

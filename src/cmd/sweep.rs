@@ -258,20 +258,20 @@ fn step_args(
     };
     // XMPP's --users is its sessions, which an open workload keeps; SMTP's and rr's
     // users are a closed workload.
-    let smtp = !matches!(a, Base::Xmpp(_));
+    let closed_users = !matches!(a, Base::Xmpp(_));
     let w = a.common().0;
     match p {
         Param::Users => {
             if v == 0 {
                 return crate::usage("--users: every step needs at least 1 user");
             }
-            if smtp && (w.rate.is_some() || w.stages.is_some()) {
+            if closed_users && (w.rate.is_some() || w.stages.is_some()) {
                 return crate::usage(
                     "sweep --users sweeps a closed workload: drop --rate/--stages after --",
                 );
             }
             w.users = Some(v as u32);
-            if smtp {
+            if closed_users {
                 w.rate = None;
                 w.stages = None;
             }
@@ -284,7 +284,7 @@ fn step_args(
             if v == 0 {
                 return crate::usage("--rate: every step needs a rate above 0");
             }
-            if (w.users.is_some() && smtp) || w.think.is_some() {
+            if (w.users.is_some() && closed_users) || w.think.is_some() {
                 return crate::usage(
                     "sweep --rate sweeps an open workload: drop --users/--think after -- (--max-in-flight bounds concurrency)",
                 );
@@ -292,7 +292,7 @@ fn step_args(
             w.rate = Some(format!("{v}/s"));
             w.stages = None;
             w.think = None;
-            if smtp {
+            if closed_users {
                 w.users = None;
             }
         }

@@ -13,10 +13,10 @@ use tokio::sync::Notify;
 pub type Arrival = (u64, u64);
 
 struct State {
-    /// Idle sessions, the most recently idle last.
+    /// Idle sessions, the most recently idle last. A session is in it from the moment it
+    /// finds nothing to do until it is handed an arrival or the dispatch closes, and it
+    /// waits for exactly that: so it never looks at the state while listed.
     idle: Vec<usize>,
-    /// Whether each session is in `idle`.
-    waiting: Vec<bool>,
     /// An arrival handed to a session that has not taken it yet.
     mailbox: Vec<Option<Arrival>>,
     /// Arrivals that found no session idle.
@@ -36,7 +36,6 @@ impl Dispatch {
         Dispatch {
             state: Mutex::new(State {
                 idle: Vec::with_capacity(sessions),
-                waiting: vec![false; sessions],
                 mailbox: vec![None; sessions],
                 backlog: VecDeque::new(),
                 closed: false,
@@ -55,7 +54,6 @@ impl Dispatch {
     pub fn offer(&self, a: Arrival) -> bool {
         let mut st = self.lock();
         if let Some(id) = st.idle.pop() {
-            st.waiting[id] = false;
             st.mailbox[id] = Some(a);
             drop(st);
             self.wake[id].notify_one();
@@ -73,9 +71,6 @@ impl Dispatch {
         let mut st = self.lock();
         st.closed = true;
         let idle = std::mem::take(&mut st.idle);
-        for &id in &idle {
-            st.waiting[id] = false;
-        }
         drop(st);
         for id in idle {
             self.wake[id].notify_one();
@@ -89,22 +84,16 @@ impl Dispatch {
             {
                 let mut st = self.lock();
                 if let Some(a) = st.mailbox[id].take().or_else(|| st.backlog.pop_front()) {
-                    if std::mem::take(&mut st.waiting[id]) {
-                        // Woken by a stale permit while still listed idle.
-                        st.idle.retain(|&i| i != id);
-                    }
                     return Some(a);
                 }
                 if st.closed {
                     return None;
                 }
-                if !st.waiting[id] {
-                    st.waiting[id] = true;
-                    st.idle.push(id);
-                }
+                st.idle.push(id);
             }
-            // notify_one keeps a permit when nobody waits yet: no wake-up is lost between
-            // the unlock and this await.
+            // Only `offer` and `close` wake it, each after taking it off the list; notify_one
+            // keeps a permit when nobody waits yet, so no wake-up is lost between the
+            // unlock and this await.
             self.wake[id].notified().await;
         }
     }

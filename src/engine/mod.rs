@@ -66,9 +66,7 @@ impl PlanHead {
             phases: crate::metrics::Phase::declare(&[D::PHASES, unit::ENGINE_PHASES].concat()),
         }
     }
-}
 
-impl PlanHead {
     /// The plan of a shard carries the run id its shards share.
     pub fn of(mut self, w: &Workload) -> Self {
         if let Some(id) = &w.run_id {

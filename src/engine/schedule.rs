@@ -45,11 +45,23 @@ pub struct Workload {
     /// The run id the shards share (the plan's run id).
     #[serde(skip)]
     pub run_id: Option<String>,
-    /// The wall-clock start the run waits for (--start-at).
-    #[serde(skip)]
+    /// The wall-clock start the run waits for (--start-at), in plan.json as RFC 3339.
+    #[serde(
+        rename = "start_at",
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "rfc3339"
+    )]
     pub start: Option<std::time::SystemTime>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub start_at: Option<String>,
+}
+
+fn rfc3339<S: serde::Serializer>(
+    t: &Option<std::time::SystemTime>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match t {
+        Some(t) => s.serialize_str(&crate::results::rfc3339(*t)),
+        None => s.serialize_none(),
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]

@@ -92,11 +92,11 @@ impl ShardOf {
                 _ => None,
             })
         };
-        let found = match pair("SLURM_PROCID", "SLURM_NTASKS")? {
-            // srun -n 1 inside an array job: the array is the split.
-            Some((_, 1)) | None => pair("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT")?
-                .or(pair("SLURM_PROCID", "SLURM_NTASKS")?),
-            some => some,
+        let tasks = pair("SLURM_PROCID", "SLURM_NTASKS")?;
+        let found = match tasks {
+            Some((_, n)) if n > 1 => tasks,
+            // One task (or none) of an array job: the array is the split.
+            _ => pair("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT")?.or(tasks),
         };
         let found = match found {
             Some(f) => Some(f),

@@ -154,18 +154,16 @@ impl WorkloadArgs {
             shard: None,
             run_id: None,
             start: None,
-            start_at: None,
         };
         if let Some(text) = &self.start_at {
-            let t = shard::start_time(text, self.start_file.as_deref())?;
-            w.start = Some(t);
-            w.start_at = Some(crate::results::rfc3339(t));
+            w.start = Some(shard::start_time(text, self.start_file.as_deref())?);
         } else if self.run_id.is_some() && self.shard.is_none() {
             return usage("--run-id names the run its shards share: give --shard too");
         }
         if let Some(text) = &self.shard {
+            let env = |k: &str| std::env::var(k).ok();
             let of = match text.as_str() {
-                "auto" => ShardOf::from_env(self.shards, &|k| std::env::var(k).ok())?,
+                "auto" => ShardOf::from_env(self.shards, &env)?,
                 t => {
                     let of = ShardOf::parse(t)?;
                     if self.shards.is_some_and(|n| n != of.count) {
@@ -178,7 +176,6 @@ impl WorkloadArgs {
                     of
                 }
             };
-            let env = |k: &str| std::env::var(k).ok();
             w.run_id = Some(shard::shared_run_id(self.run_id.as_deref(), w.start, &env)?);
             w.split(&of, self.users.is_some())?;
             w.shard = Some(of);

@@ -220,12 +220,6 @@ fn add_intervals(i: &Input, tl: &mut Timeline) -> anyhow::Result<Counters> {
     let (Some(t_col), Some(active_col)) = (col("t_s"), col("active")) else {
         return bad(format!("{}: not a spate intervals.csv", path.display()));
     };
-    let counter_cols: Vec<(usize, &str)> = header
-        .iter()
-        .enumerate()
-        .filter(|(_, h)| counter_field(h))
-        .map(|(k, h)| (k, *h))
-        .collect();
     let mut total = Counters::default();
     let mut prev = 0.0;
     for (n, line) in lines.enumerate() {
@@ -241,11 +235,13 @@ fn add_intervals(i: &Input, tl: &mut Timeline) -> anyhow::Result<Counters> {
             return Err(truncated().into());
         }
         let t: f64 = f[t_col].parse().map_err(|_| truncated())?;
-        let mut map = serde_json::Map::new();
-        for &(k, name) in &counter_cols {
-            let v: u64 = f[k].parse().map_err(|_| truncated())?;
-            map.insert(name.to_string(), v.into());
-        }
+        // The counters by their names; the other columns (percentiles, which may be
+        // empty) are not Counters' fields and are left out.
+        let map: serde_json::Map<String, Value> = header
+            .iter()
+            .zip(&f)
+            .filter_map(|(h, v)| Some((h.to_string(), Value::from(v.parse::<u64>().ok()?))))
+            .collect();
         let c: Counters = serde_json::from_value(Value::Object(map)).map_err(|_| truncated())?;
         let active: i64 = f[active_col].parse().map_err(|_| truncated())?;
         let b = tl.at(i.started, t);
@@ -256,17 +252,6 @@ fn add_intervals(i: &Input, tl: &mut Timeline) -> anyhow::Result<Counters> {
         prev = t;
     }
     Ok(total)
-}
-
-/// The columns of intervals.csv that are counters (summed), by Counters' field names.
-fn counter_field(name: &str) -> bool {
-    thread_local! {
-        static FIELDS: Vec<String> = serde_json::to_value(Counters::default())
-            .ok()
-            .and_then(|v| v.as_object().map(|o| o.keys().cloned().collect()))
-            .unwrap_or_default();
-    }
-    FIELDS.with(|f| f.iter().any(|k| k == name))
 }
 
 /// Adds every `<phase>.hlog` of `i` to the timeline; the values per phase.
@@ -612,16 +597,6 @@ fn write_merged(inputs: &[Input], tl: Timeline, dir: &Path) -> anyhow::Result<Su
             versions.into_iter().collect::<Vec<_>>().join(", ")
         ));
     }
-    let servers: std::collections::BTreeSet<String> = inputs
-        .iter()
-        .filter_map(|i| server_of(&i.summary))
-        .collect();
-    if servers.len() > 1 {
-        s.warnings.push(format!(
-            "the shards saw different servers: {}",
-            servers.into_iter().collect::<Vec<_>>().join(" | ")
-        ));
-    }
     s.extra.insert(
         "shards".into(),
         Value::Array(
@@ -654,15 +629,4 @@ fn write_merged(inputs: &[Input], tl: Timeline, dir: &Path) -> anyhow::Result<Su
         }
     }
     Ok(s)
-}
-
-/// The server a shard saw, where its summary names it (a greeting or version).
-fn server_of(s: &Summary) -> Option<String> {
-    ["server", "banner", "server_version"].iter().find_map(|k| {
-        s.extra.get(*k).and_then(|v| {
-            v.as_str()
-                .map(str::to_string)
-                .or_else(|| v.get("version")?.as_str().map(str::to_string))
-        })
-    })
 }

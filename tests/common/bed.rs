@@ -70,6 +70,21 @@ impl Bed {
         Some(bed)
     }
 
+    /// The authorization service's own counters (`GET /stats` on nginx's plain-HTTP
+    /// loopback port of a bed brought up with `--authz`).
+    pub fn authz_stats(&self) -> serde_json::Value {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(self.var("SPATE_AUTHZ_HTTP")).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        s.write_all(b"GET /stats HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            .unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {text}"))
+    }
+
     pub fn var(&self, k: &str) -> &str {
         self.env
             .get(k)
