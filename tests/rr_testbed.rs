@@ -231,3 +231,118 @@ fn nginx_hit_and_miss_classes_reconcile_with_the_servers_counters() {
         "{stdout}"
     );
 }
+
+/// E3's cache cliff on the real service: a sweep over `--variants` 100 and 400 with the
+/// keys taken in turn, the cache emptied before each step. nginx's 200-entry LRU holds 100
+/// keys (each a miss once, then hits) and none of 400 in turn (every request a miss): the
+/// server's own counters say so exactly, and the cliff shows in spate's latency and in
+/// the worker's CPU per request that the sweep measured.
+#[test]
+fn nginx_cache_cliff_shows_in_a_sweep_over_variants() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = bed(tmp.path()) else {
+        return;
+    };
+    let stats = tmp.path().join("stats.jsonl");
+    let creds = format!(
+        "--cacert {} --cert {} --key {}",
+        bed.var("SPATE_AUTHZ_CA"),
+        bed.var("SPATE_AUTHZ_CERT"),
+        bed.var("SPATE_AUTHZ_KEY")
+    );
+    // Before each step: the counters so far (the previous step's), then an empty cache.
+    let hook = format!(
+        "curl -sS --fail http://{}/stats >> {s} && echo >> {s} && \
+         curl -sS --fail -o /dev/null -X POST {creds} {}",
+        bed.var("SPATE_AUTHZ_HTTP"),
+        bed.var("SPATE_AUTHZ_RESET_URL"),
+        s = stats.display(),
+    );
+    let worker = std::fs::read_to_string(bed.var("SPATE_AUTHZ_NGINX_WORKER_PIDFILE")).unwrap();
+    let out = tmp.path().join("sweep");
+    let o = Command::new(SPATE)
+        .args(["sweep", "--param", "variants", "--values", "100,400"])
+        .args(["--cool-down", "0s", "--before-step", &hook, "-o"])
+        .arg(&out)
+        .args([
+            "--",
+            "rr",
+            bed.var("SPATE_AUTHZ"),
+            "--frame",
+            "http",
+            "--path",
+            "/authz",
+            "--tls",
+            "--ca",
+            bed.var("SPATE_AUTHZ_CA"),
+            "--cert",
+            bed.var("SPATE_AUTHZ_CERT"),
+            "--key",
+            bed.var("SPATE_AUTHZ_KEY"),
+            "--template",
+            "subject=CN=client action=read resource=r{variant}",
+            "--pick",
+            "round-robin",
+            "--expect-status",
+            "200",
+            "--rate",
+            "100/s",
+            "-n",
+            "400",
+            "--monitor-pid",
+            worker.trim(),
+        ])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    // The counters after each step: the second hook's read, then the end of the sweep.
+    let mut after: Vec<Value> = std::fs::read_to_string(&stats)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .skip(1)
+        .collect();
+    after.push(bed.authz_stats());
+    let counts: Vec<(u64, u64, u64)> = after
+        .iter()
+        .map(|s| {
+            let n = |k: &str| s[k].as_u64().unwrap();
+            (n("requests"), n("hits"), n("misses"))
+        })
+        .collect();
+    assert_eq!(counts, [(400, 300, 100), (400, 0, 400)], "{text}");
+
+    let sweep: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("sweep.json")).unwrap()).unwrap();
+    let rows = sweep["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{sweep}");
+    let f = |row: &Value, k: &str| row[k].as_f64().unwrap_or_else(|| panic!("{k}: {row}"));
+    for row in rows {
+        let s = common::summary(&out.join(row["dir"].as_str().unwrap()));
+        assert_eq!(s["totals"]["accepted"], 400, "{row}");
+    }
+    // A hit is a fraction of a millisecond, a miss ~3 ms of the worker's CPU: at 100 keys
+    // three requests in four are hits, at 400 none is.
+    let (p50_fit, p50_miss) = (
+        f(&rows[0], "latency_p50_ms"),
+        f(&rows[1], "latency_p50_ms"),
+    );
+    assert!(
+        p50_miss >= 2.0 && p50_miss > 2.0 * p50_fit,
+        "p50 {p50_fit} ms at 100 keys, {p50_miss} ms at 400: {text}"
+    );
+    let (cpu_fit, cpu_miss) = (
+        f(&rows[0], "cpu_us_per_unit"),
+        f(&rows[1], "cpu_us_per_unit"),
+    );
+    assert!(
+        cpu_miss > 2.0 * cpu_fit,
+        "the worker's CPU per request: {cpu_fit} µs at 100 keys, {cpu_miss} µs at 400"
+    );
+}
