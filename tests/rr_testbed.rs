@@ -329,10 +329,7 @@ fn nginx_cache_cliff_shows_in_a_sweep_over_variants() {
     }
     // A hit is a fraction of a millisecond, a miss ~3 ms of the worker's CPU: at 100 keys
     // three requests in four are hits, at 400 none is.
-    let (p50_fit, p50_miss) = (
-        f(&rows[0], "latency_p50_ms"),
-        f(&rows[1], "latency_p50_ms"),
-    );
+    let (p50_fit, p50_miss) = (f(&rows[0], "latency_p50_ms"), f(&rows[1], "latency_p50_ms"));
     assert!(
         p50_miss >= 2.0 && p50_miss > 2.0 * p50_fit,
         "p50 {p50_fit} ms at 100 keys, {p50_miss} ms at 400: {text}"
