@@ -3,7 +3,7 @@
 
 A benchmark, never a test: it measures and prints, asserting nothing about speed.
 
-  bench/shards.sh scale [--reps 3] [--shards 1,2,4] [--count 60000] [--users 48]
+  bench/shards.sh scale [--reps 3] [--shards 1,2,4] [--count 60000] [--users 48] [--rate R]
   bench/shards.sh merge [--minutes 60] [--shards 4] [--rate 100] [--keep DIR]
   bench/shards.sh merge --from DIR      (time the merge of shard directories made earlier)
 
@@ -118,8 +118,15 @@ def cmd_scale(args, spate, workdir):
     ensure_tools(need_postal=False)
     sink = Sink(SINK_PORT, workdir)
     target = f"127.0.0.1:{sink.port}"
-    extra = ["--users", str(args.users), "--count", str(args.count), "--size", "1k",
+    extra = ["--count", str(args.count), "--size", "1k",
              "--messages-per-connection", str(args.count)]
+    # Saturating (closed: --users sessions back to back) measures throughput; a fixed rate
+    # in all (open: each shard its share) measures CPU per message at the same pace for
+    # every N, which saturation's batching effects do not blur.
+    if args.rate:
+        extra += ["--rate", f"{args.rate}/s", "--max-in-flight", str(args.users)]
+    else:
+        extra += ["--users", str(args.users)]
     rows = []
     try:
         for rep in range(args.reps):
@@ -155,15 +162,17 @@ def cmd_scale(args, spate, workdir):
         sink.close()
     md = render_scale(rows, args, spate, sink)
     print(md)
-    write(md, "shards-latest.md")
+    write(md, "shards-rate-latest.md" if args.rate else "shards-latest.md")
 
 
 def render_scale(rows, args, spate, sink):
     out = header("spate: one run in 1, 2 and 4 shards on one machine, merged", spate, [
         f"- receiver: `{sink.cmd}`; the sink's exact counter delta is compared with the merged "
         "accepted count",
-        f"- each run: `spate smtp 127.0.0.1:PORT --users {args.users} --count {args.count} "
-        f"--size 1k --messages-per-connection {args.count} --shard I/N --run-id R "
+        f"- each run: `spate smtp 127.0.0.1:PORT "
+        + (f"--rate {args.rate}/s --max-in-flight {args.users}" if args.rate
+           else f"--users {args.users}")
+        + f" --count {args.count} --size 1k --messages-per-connection {args.count} --shard I/N --run-id R "
         "--start-at +2s --start-file F -q -o DIR/shard-I`, N processes at once, then "
         "`spate merge DIR/shard-* -o DIR/merged`",
         f"- {args.reps} repetitions, N alternating; medians (min–max)",
@@ -260,7 +269,10 @@ def main():
     sc.add_argument("--reps", type=int, default=3)
     sc.add_argument("--shards", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4])
     sc.add_argument("--count", type=int, default=60000)
-    sc.add_argument("--users", type=int, default=48)
+    sc.add_argument("--users", type=int, default=48,
+                    help="sessions in all (with --rate: --max-in-flight in all)")
+    sc.add_argument("--rate", type=int, default=0,
+                    help="messages/s in all, shared by the shards (default: saturate)")
     sc.add_argument("--wait-idle", type=float, default=20.0,
                     help="before each run wait up to this many seconds for the CPUs to be < 25%% busy")
     mg = sub.add_parser("merge", help="time and memory of spate merge on long shards")

@@ -173,6 +173,9 @@ pub enum Pick {
 struct Eml {
     headers: Vec<u8>,
     wire_body: Vec<u8>,
+    /// A body line starts with '.': `wire_body` is dot-stuffed and differs from the
+    /// message itself, so it can go in DATA only, not in a BDAT chunk.
+    stuffed: bool,
     digest: [u8; 16],
     body_len: usize,
 }
@@ -361,9 +364,11 @@ fn parse_eml(data: &[u8]) -> Eml {
     let mut wire_body = Vec::with_capacity(body.len() + 64);
     crate::proto::dot::stuff_into(body, &mut wire_body);
     wire_body.truncate(wire_body.len() - 3); // keep ".\r\n" for the builder to add
+    let stuffed = body.first() == Some(&b'.') || body.windows(2).any(|w| w == b"\n.");
     Eml {
         headers,
         wire_body,
+        stuffed,
         digest: body_digest(body),
         body_len: body.len(),
     }
@@ -374,12 +379,22 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 /// What the session needs to know about a message it built.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Built {
     pub digest: [u8; 16],
     pub from: u32,
     /// Indices into the recipient pool.
     pub rcpts: Vec<u32>,
+    /// The payload is dot-stuffed (a line of the message starts with '.'): DATA only.
+    pub stuffed: bool,
+}
+
+impl Built {
+    /// The message itself, for a BDAT chunk: `wire` (from [`Builder::build`]) without
+    /// its final dot; None when the payload is dot-stuffed and so not the message.
+    pub fn chunk<'w>(&self, wire: &'w [u8]) -> Option<&'w [u8]> {
+        (!self.stuffed).then(|| wire.strip_suffix(b".\r\n").unwrap_or(wire))
+    }
 }
 
 /// Per-session message builder: its own RNG, digest cache and scratch buffers.
@@ -447,6 +462,7 @@ impl Builder {
             (eml.digest, eml.body_len, Some(eml))
         };
         built.digest = digest;
+        built.stuffed = corpus.is_some_and(|e| e.stuffed);
 
         out.reserve(body_size + 600);
         push(out, "From: <");
@@ -622,11 +638,7 @@ mod tests {
     fn body_has_exact_size_and_matching_digest() {
         let f = factory(Range { lo: 0, hi: 5000 });
         let mut b = f.builder(SmallRng::seed_from_u64(1), 0);
-        let mut built = Built {
-            digest: [0; 16],
-            from: 0,
-            rcpts: vec![],
-        };
+        let mut built = Built::default();
         for seq in 0..200 {
             let mut out = Vec::new();
             b.envelope(&mut built);
@@ -675,11 +687,7 @@ mod tests {
         f.attach(&att).unwrap();
         let f = Arc::new(f);
         let mut b = f.builder(SmallRng::seed_from_u64(1), 0);
-        let mut built = Built {
-            digest: [0; 16],
-            from: 0,
-            rcpts: vec![],
-        };
+        let mut built = Built::default();
         let mut out = Vec::new();
         b.envelope(&mut built);
         b.build(1, 0, &mut built, &mut out);
@@ -716,6 +724,24 @@ mod tests {
         assert!(s.contains("Subject: hi"));
         let msg = unstuff(&out);
         assert_eq!(body_digest(split_message(&msg).1), built.digest);
+        // A stuffed payload is not the message: it may not go in a BDAT chunk.
+        assert_eq!(built.chunk(&out), None);
+    }
+
+    #[test]
+    fn a_chunk_is_the_message_without_its_final_dot() {
+        let f = factory(Range::fixed(3000));
+        let mut b = f.builder(SmallRng::seed_from_u64(7), 0);
+        let mut built = Built::default();
+        let mut out = Vec::new();
+        b.envelope(&mut built);
+        b.build(3, 0, &mut built, &mut out);
+        let chunk = built
+            .chunk(&out)
+            .expect("a generated message needs no stuffing");
+        assert_eq!(chunk.len(), out.len() - 3);
+        assert!(chunk.ends_with(b"\r\n") && !chunk.ends_with(b"\r\n.\r\n"));
+        assert_eq!(body_digest(split_message(chunk).1), built.digest);
     }
 
     #[test]

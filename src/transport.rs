@@ -152,6 +152,26 @@ impl AsyncWrite for Stream {
         }
     }
 
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+            Stream::Gone => Poll::Ready(Err(gone())),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Stream::Plain(s) => s.is_write_vectored(),
+            Stream::Tls(s) => s.is_write_vectored(),
+            Stream::Gone => false,
+        }
+    }
+
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_flush(cx),
@@ -278,6 +298,39 @@ async fn send(
         .map_err(TransportError::from_io)
 }
 
+/// Writes all of `head` then all of `tail` (and flushes TLS) within `timeout`, in one
+/// vectored write when the kernel takes it all: a command group and the message after
+/// it leave in one segment train, without copying the message.
+async fn send2(
+    io: &mut (impl AsyncWrite + Unpin),
+    mut head: &[u8],
+    mut tail: &[u8],
+    timeout: Duration,
+) -> Result<(), TransportError> {
+    let fut = async {
+        while !head.is_empty() {
+            let n = io
+                .write_vectored(&[io::IoSlice::new(head), io::IoSlice::new(tail)])
+                .await?;
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            if n < head.len() {
+                head = &head[n..];
+            } else {
+                tail = &tail[n - head.len()..];
+                head = &[];
+            }
+        }
+        io.write_all(tail).await?;
+        io.flush().await
+    };
+    tokio::time::timeout(timeout, fut)
+        .await
+        .map_err(|_| TransportError::Timeout(timeout))?
+        .map_err(TransportError::from_io)
+}
+
 /// Closes the write side politely; errors are irrelevant at this point.
 async fn shutdown(io: &mut (impl AsyncWrite + Unpin)) {
     let _ = tokio::time::timeout(Duration::from_millis(200), io.shutdown()).await;
@@ -365,6 +418,11 @@ impl Connection {
     /// Writes all of `bytes`; returns when they are handed to the kernel.
     pub async fn send(&mut self, bytes: &[u8]) -> Result<(), TransportError> {
         send(&mut self.stream, bytes, self.timeout).await
+    }
+
+    /// Writes all of `head`, then all of `tail`, in one vectored write where it can.
+    pub async fn send2(&mut self, head: &[u8], tail: &[u8]) -> Result<(), TransportError> {
+        send2(&mut self.stream, head, tail, self.timeout).await
     }
 
     /// Reads one protocol unit whose extent a codec's framer decides (an SMTP reply, a

@@ -65,7 +65,7 @@ async fn every_interval_log_of_a_run_is_declared_in_its_plan() {
     assert_eq!(common::summary(&inject)["generator_cpu_basis"], "process");
     let (decl, logs) = (declared(&inject), written(&inject));
     assert!(
-        logs.contains("envelope.hlog") && logs.contains("lag.hlog"),
+        logs.contains("bdat.hlog") && logs.contains("lag.hlog"),
         "{logs:?}"
     );
     assert!(

@@ -118,7 +118,7 @@ async fn four_shards_merge_into_one_exact_run() {
     );
     assert_eq!(m["totals"]["accepted"].as_u64(), Some(sum("accepted")));
     assert_eq!(m["totals"]["attempted"], 402);
-    for phase in ["connect", "envelope", "body", "transaction", "response"] {
+    for phase in ["connect", "bdat", "transaction", "response"] {
         let shards: u64 = parts.iter().map(|s| phase_count(s, phase)).sum();
         assert!(shards > 0, "{phase}");
         assert_eq!(phase_count(&m, phase), shards, "{phase}: histograms add");

@@ -105,8 +105,8 @@ async fn closed_load_counts_match_the_server_and_every_body_is_intact() {
         "intervals.csv",
         "postal.csv",
         "errors.jsonl",
-        "body.hlog",
-        "envelope.hlog",
+        "bdat.hlog",
+        "transaction.hlog",
     ] {
         assert!(out.join(f).exists(), "{f} missing");
     }

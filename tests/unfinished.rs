@@ -53,7 +53,7 @@ async fn units_cut_off_at_the_end_are_counted_as_unfinished() {
     let errors = s["errors"].as_array().unwrap();
     assert_eq!(errors.len(), 1, "{s}");
     assert_eq!(errors[0]["kind"], "unfinished");
-    assert_eq!(errors[0]["phase"], "envelope");
+    assert_eq!(errors[0]["phase"], "bdat", "the group CHUNKING sends it in");
     assert_eq!(errors[0]["count"], 5);
     assert!(
         s["warnings"]

@@ -335,6 +335,8 @@ fn settings(a: &Args) -> anyhow::Result<Settings> {
         tls_percent: 0,
         auth,
         pipelining: a.pipelining,
+        // smtpping's columns: DATA and the final dot, never a BDAT group.
+        chunking: false,
         helo: "spate.localhost".into(),
         messages_per_connection: Range::fixed(1),
         dsn_notify: None,

@@ -101,9 +101,16 @@ pub struct Args {
     /// SASL mechanism.
     #[arg(long, value_enum, alias = "auth-mech", default_value_t = AuthMech::Auto, help_heading = "Transport")]
     pub auth: AuthMech,
-    /// Do not use PIPELINING even when the server offers it.
+    /// Do not use PIPELINING even when the server offers it (implies --no-chunking).
     #[arg(long, help_heading = "Transport")]
     pub no_pipelining: bool,
+    /// Send messages with DATA even when the server offers CHUNKING and PIPELINING. By
+    /// default spate then sends MAIL, RCPT.., `BDAT <size> LAST` and the message in one
+    /// write, one round trip per message, timed as the `bdat` phase (no `envelope` and
+    /// `body`); a message of --messages-from with a line that starts with '.' still goes
+    /// with DATA.
+    #[arg(long, help_heading = "Transport")]
+    pub no_chunking: bool,
     /// Name to send in EHLO/LHLO.
     #[arg(long, default_value = "spate.localhost", help_heading = "Transport")]
     pub helo: String,
@@ -147,6 +154,8 @@ pub struct Plan {
     pub tls_percent: u8,
     pub auth: bool,
     pub pipelining: bool,
+    /// BDAT when the server offers CHUNKING (and PIPELINING).
+    pub chunking: bool,
     pub timeout_s: f64,
     pub seed: u64,
     pub args: Args,
@@ -233,6 +242,7 @@ pub fn prepare(args: Args, command: Vec<String>) -> anyhow::Result<(Plan, Arc<Fa
         tls_percent,
         auth: auth.is_some(),
         pipelining: !args.no_pipelining,
+        chunking: !args.no_pipelining && !args.no_chunking,
         timeout_s: endpoint.timeout.as_secs_f64(),
         seed,
         args: args.clone(),
@@ -243,6 +253,7 @@ pub fn prepare(args: Args, command: Vec<String>) -> anyhow::Result<(Plan, Arc<Fa
         tls_percent,
         auth,
         pipelining: !args.no_pipelining,
+        chunking: !args.no_pipelining && !args.no_chunking,
         helo: args.helo,
         messages_per_connection: per_connection,
         dsn_notify: args.dsn_notify,

@@ -39,6 +39,7 @@ phases! {
     Rcpt => "rcpt", "each RCPT TO to its reply (no pipelining)";
     Data => "data", "DATA to its 354 reply (no pipelining)";
     Envelope => "envelope", "pipelined MAIL+RCPT..+DATA group to the DATA reply";
+    Bdat => "bdat", "CHUNKING: MAIL+RCPT..+BDAT LAST and the message in one write to the final reply (all LMTP replies)";
     Body => "body", "message body and final dot to the final reply (all LMTP replies)";
     Quit => "quit", "QUIT to its reply";
     Transaction => "transaction", "first envelope command to final reply (service time)";

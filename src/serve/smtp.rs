@@ -521,6 +521,7 @@ impl Session<'_> {
             let text = format!("{size} octets received");
             return self.reply(250, "2.0.0", &text).await;
         }
+        self.sh.stats.chunked();
         let message = self
             .tx
             .as_mut()

@@ -20,6 +20,7 @@ pub struct Stats {
     auth_successes: AtomicU64,
     auth_failures: AtomicU64,
     messages: AtomicU64,
+    chunked: AtomicU64,
     recipients: AtomicU64,
     bytes: AtomicU64,
     rejections: Box<[AtomicU64]>,
@@ -108,6 +109,7 @@ impl Default for Stats {
             auth_successes: AtomicU64::new(0),
             auth_failures: AtomicU64::new(0),
             messages: AtomicU64::new(0),
+            chunked: AtomicU64::new(0),
             recipients: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             rejections: (0..CODES).map(|_| AtomicU64::new(0)).collect(),
@@ -138,6 +140,10 @@ pub struct Counts {
     pub auth_successes: u64,
     pub auth_failures: u64,
     pub messages_accepted: u64,
+    /// Messages whose content came in BDAT chunks (CHUNKING) rather than after DATA, up
+    /// to the final answer (a chunk refused on arrival is read, dropped and not counted).
+    #[serde(default)]
+    pub messages_chunked: u64,
     pub recipients_delivered: u64,
     pub bytes_accepted: u64,
     /// Replies with code >= 400, by code.
@@ -181,6 +187,10 @@ impl Stats {
         inc(&self.messages);
         self.recipients.fetch_add(recipients, Ordering::Relaxed);
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+    /// A message's last BDAT chunk arrived and was taken (stored or not, as it turns out).
+    pub fn chunked(&self) {
+        inc(&self.chunked);
     }
     pub fn reply(&self, code: u16) {
         if code >= 400 {
@@ -325,6 +335,7 @@ impl Stats {
             auth_successes: get(&self.auth_successes),
             auth_failures: get(&self.auth_failures),
             messages_accepted: get(&self.messages),
+            messages_chunked: get(&self.chunked),
             recipients_delivered: get(&self.recipients),
             bytes_accepted: get(&self.bytes),
             rejections: (0..CODES)

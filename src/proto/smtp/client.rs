@@ -28,6 +28,11 @@ pub fn rcpt(out: &mut Vec<u8>, to: &str, notify: Option<&str>) {
 }
 
 pub const DATA: &[u8] = b"DATA\r\n";
+
+/// `BDAT <size> LAST` (RFC 3030): the whole message in one chunk follows.
+pub fn bdat_last(out: &mut Vec<u8>, size: usize) {
+    let _ = write!(out, "BDAT {size} LAST\r\n");
+}
 pub const RSET: &[u8] = b"RSET\r\n";
 pub const QUIT: &[u8] = b"QUIT\r\n";
 pub const STARTTLS: &[u8] = b"STARTTLS\r\n";

@@ -40,6 +40,9 @@ pub struct Settings {
     pub tls_percent: u8,
     pub auth: Option<(AuthMech, Vec<(String, String)>)>,
     pub pipelining: bool,
+    /// With PIPELINING and CHUNKING offered: MAIL, RCPT.., BDAT LAST and the message in
+    /// one write (one round trip per message).
+    pub chunking: bool,
     pub helo: String,
     /// Messages per connection, drawn per connection from the range; 0 = unlimited.
     pub messages_per_connection: crate::units::Range<u32>,
@@ -130,11 +133,7 @@ impl Session {
             caps: Capabilities::default(),
             on_conn: 0,
             connections_made: 0,
-            built: Built {
-                digest: [0; 16],
-                from: 0,
-                rcpts: Vec::new(),
-            },
+            built: Built::default(),
             wire: Vec::with_capacity(4096),
             cmd: Vec::with_capacity(512),
             rcpts: Recipients::default(),
@@ -227,14 +226,44 @@ impl Session {
             return Outcome::Failed;
         };
         let t_start = report.now();
-        let outcome = match self.envelope(&mut conn, pipelining, report).await {
-            Err(f) => self.refused(f, &mut conn, true).await,
+        let chunked = pipelining && self.s.chunking && self.caps.chunking && !self.built.stuffed;
+        let outcome = if chunked {
+            match self.chunked(&mut conn, report).await {
+                Err(f) => self.refused(f, &mut conn, true).await,
+                Ok(false) => {
+                    rset(&mut conn).await;
+                    Outcome::Rejected
+                }
+                Ok(true) => {
+                    report.timed(Phase::Transaction, t_start);
+                    Outcome::Accepted
+                }
+            }
+        } else {
+            self.with_data(&mut conn, pipelining, t_start, report).await
+        };
+        if !self.fails.iter().any(|f| f.fatal) {
+            self.conn = Some(conn);
+        }
+        outcome
+    }
+
+    /// The message through DATA: the envelope (pipelined or not), then the content.
+    async fn with_data(
+        &mut self,
+        conn: &mut Connection,
+        pipelining: bool,
+        t_start: u64,
+        report: &mut UnitReport,
+    ) -> Outcome {
+        match self.envelope(conn, pipelining, report).await {
+            Err(f) => self.refused(f, conn, true).await,
             Ok(false) => {
-                rset(&mut conn).await;
+                rset(conn).await;
                 Outcome::Rejected
             }
-            Ok(true) => match self.body(&mut conn, report).await {
-                Err(f) => self.refused(f, &mut conn, false).await,
+            Ok(true) => match self.body(conn, report).await {
+                Err(f) => self.refused(f, conn, false).await,
                 Ok(accepted) => {
                     report.timed(Phase::Transaction, t_start);
                     if accepted {
@@ -244,11 +273,85 @@ impl Session {
                     }
                 }
             },
-        };
-        if !self.fails.iter().any(|f| f.fatal) {
-            self.conn = Some(conn);
         }
-        outcome
+    }
+
+    /// CHUNKING with PIPELINING (RFC 3030, RFC 2920): MAIL, RCPT.. and `BDAT n LAST`
+    /// with the message in one write, then every reply: one round trip per message.
+    /// Ok(true) when at least one recipient got the message; Ok(false) when none was
+    /// accepted (their refusals are recorded).
+    async fn chunked(
+        &mut self,
+        conn: &mut Connection,
+        report: &mut UnitReport,
+    ) -> Result<bool, Failure> {
+        let tf = |phase| move |e| Failure::transport(phase, e);
+        let f = self.builder.factory();
+        let chunk = self.built.chunk(&self.wire).unwrap_or(&self.wire);
+        let size = self.caps.size.is_some().then_some(chunk.len());
+        let notify = self.s.dsn_notify.as_deref().filter(|_| self.caps.dsn);
+        self.cmd.clear();
+        cmd::mail(&mut self.cmd, &f.from.addrs[self.built.from as usize], size);
+        for &r in &self.built.rcpts {
+            cmd::rcpt(&mut self.cmd, &f.to.addrs[r as usize], notify);
+        }
+        cmd::bdat_last(&mut self.cmd, chunk.len());
+        let t = report.start(Phase::Bdat);
+        conn.send2(&self.cmd, chunk)
+            .await
+            .map_err(tf(Phase::Bdat))?;
+        report.counters.bytes += chunk.len() as u64;
+        let mail_fail = {
+            let r = read_reply(conn).await.map_err(tf(Phase::Mail))?;
+            (!r.is_positive()).then(|| refusal(Phase::Mail, &r))
+        };
+        for i in 0..self.built.rcpts.len() {
+            let r = read_reply(conn).await.map_err(tf(Phase::Rcpt))?;
+            if r.is_positive() {
+                self.rcpts.ok.push(self.built.rcpts[i]);
+            } else {
+                self.rcpts.rejected += 1;
+                if mail_fail.is_none() {
+                    self.fails.push(refusal(Phase::Rcpt, &r));
+                }
+            }
+        }
+        // The chunk's replies: LMTP gives one per accepted recipient, else one.
+        let taken = mail_fail.is_none() && !self.rcpts.ok.is_empty();
+        let replies = if self.s.lmtp && taken {
+            self.rcpts.ok.len()
+        } else {
+            1
+        };
+        let mut delivered = 0usize;
+        let mut kept = Vec::new();
+        let mut refused = None;
+        for i in 0..replies {
+            let r = read_reply(conn).await.map_err(tf(Phase::Bdat))?;
+            if r.code / 100 == 2 && taken {
+                delivered += 1;
+                if self.s.lmtp {
+                    kept.push(self.rcpts.ok[i]);
+                }
+            } else if r.code < 400 {
+                // 354, or a message accepted without a recipient: the server mishandled
+                // the group.
+                return Err(unexpected(Phase::Bdat, &r));
+            } else if self.s.lmtp && taken {
+                self.fails.push(refusal(Phase::Bdat, &r));
+            } else if taken {
+                refused = Some(refusal(Phase::Bdat, &r));
+            }
+        }
+        report.timed(Phase::Bdat, t);
+        if let Some(f) = mail_fail.or(refused) {
+            return Err(f);
+        }
+        if self.s.lmtp && delivered < self.rcpts.ok.len() {
+            self.rcpts.rejected += (self.rcpts.ok.len() - delivered) as u64;
+            self.rcpts.ok = kept;
+        }
+        Ok(delivered > 0)
     }
 
     /// A failed envelope or body: a failure of the connection, or a refusal after which
@@ -468,6 +571,7 @@ impl Driver for Session {
         Phase::Rcpt,
         Phase::Data,
         Phase::Envelope,
+        Phase::Bdat,
         Phase::Body,
         Phase::Quit,
         Phase::Transaction,

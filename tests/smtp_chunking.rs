@@ -1,0 +1,322 @@
+//! CHUNKING (RFC 3030) with PIPELINING: MAIL, RCPT.., `BDAT n LAST` and the message in one
+//! write, one round trip per message, timed as the `bdat` group. Against the embedded
+//! server (which offers both): the server's own count of chunked messages, refusals of
+//! every kind reconciled, LMTP's reply per recipient, `--no-chunking`, and a corpus
+//! message that needs dot-stuffing going through DATA, every stored body intact.
+
+mod common;
+
+use common::{phase_count, spate, summary};
+use serde_json::Value;
+use spate::message::{body_digest, hex, split_message};
+use spate::serve::{self, faults};
+
+fn errors_of(s: &Value, phase: &str, code: u64) -> u64 {
+    s["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["phase"] == phase && e["code"] == code)
+        .map(|e| e["count"].as_u64().unwrap())
+        .sum()
+}
+
+/// Every message the server stored carries a digest that matches its body; returns
+/// how many were checked.
+fn check_digests(server: &serve::Running) -> usize {
+    let mut checked = 0;
+    for (mailbox, _, _) in server.store.mailbox_counts() {
+        server.store.with_mailbox(&mailbox, |mb| {
+            for m in &mb.messages {
+                let (head, body) = split_message(&m.data);
+                let head = String::from_utf8_lossy(head);
+                let digest = head
+                    .split("digest=")
+                    .nth(1)
+                    .expect("a spate message")
+                    .split(';')
+                    .next()
+                    .unwrap();
+                assert_eq!(digest, hex(&body_digest(body)), "{mailbox}");
+                checked += 1;
+            }
+        });
+    }
+    checked
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bdat_groups_carry_every_message_intact_and_no_chunking_uses_data() {
+    let server = serve::start(serve::Config::loopback()).await.unwrap();
+    let addr = server.addrs.smtp.unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("bdat");
+    let o = spate(&[
+        "smtp",
+        &addr,
+        "-u",
+        "6",
+        "-n",
+        "600",
+        "-m",
+        "0",
+        "--size",
+        "0..20k",
+        "--rcpt",
+        "1..3",
+        "--to",
+        "user{0..19}@example.test",
+        "-q",
+        "-o",
+        out.to_str().unwrap(),
+    ])
+    .await;
+    assert!(o.ok, "{}", o.stderr);
+    let s = summary(&out);
+    assert_eq!(s["totals"]["accepted"], 600, "{}", o.stdout);
+    let counts = server.stats.snapshot();
+    assert_eq!(counts.messages_accepted, 600);
+    assert_eq!(
+        counts.messages_chunked, 600,
+        "every message went in one BDAT chunk"
+    );
+    assert_eq!(
+        counts.recipients_delivered,
+        s["totals"]["rcpt_accepted"].as_u64().unwrap()
+    );
+    assert_eq!(phase_count(&s, "bdat"), 600);
+    assert_eq!(phase_count(&s, "transaction"), 600);
+    for p in ["envelope", "body", "data"] {
+        assert_eq!(phase_count(&s, p), 0, "{p}: the group is timed as bdat");
+    }
+    let plan: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("plan.json")).unwrap()).unwrap();
+    assert_eq!(plan["chunking"], true);
+    assert_eq!(check_digests(&server), counts.recipients_delivered as usize);
+
+    // --no-chunking: the same load through DATA.
+    let out = dir.path().join("data");
+    let o = spate(&[
+        "smtp",
+        &addr,
+        "-u",
+        "6",
+        "-n",
+        "300",
+        "--rcpt",
+        "1",
+        "--no-chunking",
+        "-q",
+        "-o",
+        out.to_str().unwrap(),
+    ])
+    .await;
+    assert!(o.ok, "{}", o.stderr);
+    let s = summary(&out);
+    assert_eq!(s["totals"]["accepted"], 300);
+    let after = server.stats.snapshot();
+    assert_eq!(after.messages_accepted, 900);
+    assert_eq!(
+        after.messages_chunked, 600,
+        "nothing chunked with --no-chunking"
+    );
+    assert_eq!(phase_count(&s, "envelope"), 300);
+    assert_eq!(phase_count(&s, "bdat"), 0);
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_inside_a_bdat_group_are_each_counted_once() {
+    let mut cfg = serve::Config::loopback();
+    cfg.faults
+        .fails
+        .push(faults::parse_fail("rcpt:451:0.1").unwrap());
+    cfg.faults
+        .fails
+        .push(faults::parse_fail("data:554:0.05").unwrap());
+    cfg.faults.seed = Some(5);
+    let server = serve::start(cfg).await.unwrap();
+    let addr = server.addrs.smtp.unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r");
+    let o = spate(&[
+        "smtp",
+        &addr,
+        "-u",
+        "8",
+        "-n",
+        "1500",
+        "-m",
+        "5",
+        "--rcpt",
+        "1",
+        "-q",
+        "-o",
+        out.to_str().unwrap(),
+    ])
+    .await;
+    assert!(o.ok, "{}", o.stderr);
+    let s = summary(&out);
+    let t = &s["totals"];
+    assert_eq!(t["attempted"], 1500);
+    assert_eq!(s["reconciles"], true);
+    let rcpt_451 = errors_of(&s, "rcpt", 451);
+    let bdat_554 = errors_of(&s, "bdat", 554);
+    assert!(rcpt_451 > 50 && bdat_554 > 20, "{rcpt_451} {bdat_554}");
+    assert_eq!(server.stats.rejections(451), rcpt_451);
+    // The server refuses the chunk of a message whose only recipient it refused (554 No
+    // valid recipients): spate counts that message once, by its RCPT refusal.
+    assert_eq!(server.stats.rejections(554), bdat_554 + rcpt_451);
+    assert_eq!(t["rejected"].as_u64().unwrap(), rcpt_451 + bdat_554);
+    assert_eq!(t["accepted"].as_u64().unwrap(), server.stats.messages());
+    // Chunks the server took up to its final answer (a refused one is read and dropped).
+    assert_eq!(
+        server.stats.snapshot().messages_chunked,
+        1500 - rcpt_451 - bdat_554
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lmtp_bdat_reads_a_reply_per_recipient() {
+    let mut cfg = serve::Config::loopback();
+    cfg.listen.lmtp = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+    cfg.listen.smtp = None;
+    cfg.faults
+        .fails
+        .push(faults::parse_fail("dot:452:0.1").unwrap());
+    cfg.faults.seed = Some(9);
+    let server = serve::start(cfg).await.unwrap();
+    let lmtp = server.addrs.lmtp.unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("lmtp");
+    let o = spate(&[
+        "smtp",
+        "--lmtp",
+        &lmtp,
+        "-u",
+        "4",
+        "-n",
+        "400",
+        "--rcpt",
+        "2",
+        "--to",
+        "user{0..9}@example.test",
+        "-q",
+        "-o",
+        out.to_str().unwrap(),
+    ])
+    .await;
+    assert!(o.ok, "{}", o.stderr);
+    let s = summary(&out);
+    let t = &s["totals"];
+    let refused = errors_of(&s, "bdat", 452);
+    assert!(refused > 20, "{refused}");
+    assert_eq!(server.stats.rejections(452), refused);
+    // A recipient refused after the content is a recipient lost, not a message lost,
+    // unless both of its recipients were refused.
+    assert_eq!(
+        t["rcpt_accepted"].as_u64().unwrap(),
+        server.stats.recipients()
+    );
+    assert_eq!(t["rcpt_accepted"].as_u64().unwrap() + refused, 800);
+    assert_eq!(server.stats.snapshot().messages_chunked, 400);
+    assert_eq!(phase_count(&s, "bdat"), 400);
+    assert_eq!(check_digests(&server), server.stats.recipients() as usize);
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_that_needs_dot_stuffing_goes_with_data() {
+    let server = serve::start(serve::Config::loopback()).await.unwrap();
+    let addr = server.addrs.smtp.unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = dir.path().join("corpus");
+    std::fs::create_dir(&corpus).unwrap();
+    std::fs::write(
+        corpus.join("dot.eml"),
+        "Subject: dots\n\n.a line that starts with a dot\n..and two\nend\n",
+    )
+    .unwrap();
+    std::fs::write(corpus.join("plain.eml"), "Subject: plain\n\nno dots here\n").unwrap();
+    let out = dir.path().join("r");
+    let o = spate(&[
+        "smtp",
+        &addr,
+        "-n",
+        "20",
+        "--messages-from",
+        corpus.to_str().unwrap(),
+        "-q",
+        "-o",
+        out.to_str().unwrap(),
+    ])
+    .await;
+    assert!(o.ok, "{}", o.stderr);
+    let s = summary(&out);
+    assert_eq!(s["totals"]["accepted"], 20);
+    // The two files alternate: ten of each.
+    assert_eq!(server.stats.snapshot().messages_chunked, 10);
+    assert_eq!(phase_count(&s, "bdat"), 10);
+    assert_eq!(phase_count(&s, "body"), 10);
+    assert_eq!(check_digests(&server), 20);
+    server.shutdown().await;
+}
+
+/// A server that offers CHUNKING but answers the BDAT group as if it were DATA (354):
+/// every message fails as a protocol error of the `bdat` group, and the run goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_mishandles_the_group_is_reported() {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let server = std::thread::spawn(move || {
+        // Bounded: spate's reachability check, then a connection per message (each failed
+        // message drops its connection), each read with a deadline.
+        for _ in 0..4 {
+            let Ok((mut s, _)) = listener.accept() else {
+                return;
+            };
+            s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+                .unwrap();
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            let mut line = String::new();
+            s.write_all(b"220 confused ESMTP\r\n").unwrap();
+            let _ = r.read_line(&mut line); // EHLO
+            s.write_all(b"250-confused\r\n250-PIPELINING\r\n250 CHUNKING\r\n")
+                .unwrap();
+            line.clear();
+            let _ = r.read_line(&mut line); // MAIL: the rest of the group follows
+            let _ = s.write_all(b"250 ok\r\n250 ok\r\n354 go ahead\r\n");
+            let mut rest = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut r, &mut rest);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r");
+    let o = spate(&[
+        "smtp",
+        &addr,
+        "-u",
+        "1",
+        "-n",
+        "3",
+        "--timeout",
+        "5s",
+        "-q",
+        "-o",
+        out.to_str().unwrap(),
+    ])
+    .await;
+    assert!(o.ok, "{}", o.stderr);
+    let s = summary(&out);
+    assert_eq!(s["totals"]["failed"], 3, "{s}");
+    let errors = s["errors"].as_array().unwrap();
+    assert!(
+        errors
+            .iter()
+            .all(|e| e["phase"] == "bdat" && e["kind"] == "protocol"),
+        "{errors:?}"
+    );
+    server.join().unwrap();
+}
