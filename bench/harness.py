@@ -30,6 +30,7 @@ single run in bench/results/latest.csv.
 import argparse
 import csv
 import datetime
+import json
 import os
 import platform
 import re
@@ -249,6 +250,48 @@ class Sink:
         self.out.close()
 
 
+class ServeSink:
+    """`spate serve --discard` as the receiver (it offers PIPELINING and CHUNKING, which
+    smtp-sink does not); its --stats-file (rewritten every second) is the exact count."""
+
+    def __init__(self, port, workdir, serve_cmd):
+        port = free_port(port)
+        self.port = port
+        self.stats = os.path.join(workdir, f"serve-{port}.json")
+        argv = fill(serve_cmd, port=port) + ["--stats-file", self.stats]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     stdin=subprocess.DEVNULL)
+        if not wait_listen(port):
+            stop(self.proc, "spate serve")
+            sys.exit("spate serve did not start")
+        self.cmd = " ".join(argv)
+
+    def _read(self):
+        try:
+            with open(self.stats) as f:
+                return json.load(f).get("messages_accepted", 0)
+        except (OSError, ValueError):
+            return 0
+
+    def count(self, settle=0.3):
+        """Messages accepted so far: two readings of the stats file a rewrite apart agree."""
+        last = self._read()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            time.sleep(1.1)
+            n = self._read()
+            if n == last:
+                return n
+            last = n
+        return last
+
+    def cpu(self):
+        return proc_cpu_seconds(self.proc.pid)
+
+    def close(self):
+        stop(self.proc, "spate serve")
+
+
 def run_child(argv, timeout=RUN_TIMEOUT, term_after=None, out_path=None, cwd=None):
     """Run a generator; return (rc, wall seconds, cpu seconds from its own rusage, output).
 
@@ -427,7 +470,10 @@ def cmd_peers(args):
     configs = [c for c in CONFIGS if not args.only or c[0] in args.only]
     os.makedirs(RESULTS, exist_ok=True)
     workdir = tempfile.mkdtemp(prefix="spate-bench-")
-    sink = Sink(SINK_PORT, workdir)
+    if args.sink == "spate":
+        sink = ServeSink(SERVE_PORT, workdir, os.environ.get("SERVE_CMD", DEFAULT_SERVE_CMD))
+    else:
+        sink = Sink(SINK_PORT, workdir)
     rows = []  # one per run
     started = datetime.datetime.now().isoformat(timespec="seconds")
     try:
@@ -481,12 +527,13 @@ def cmd_peers(args):
         shutil.rmtree(workdir, ignore_errors=True)
     md = render_peers(rows, configs, tools, args, spate_cmd, started, sink.cmd)
     print(md)
-    write_results(md, rows, "latest")
+    write_results(md, rows, "latest" if args.sink == "smtp-sink" else "latest-serve")
 
 
 def render_peers(rows, configs, tools, args, spate_cmd, started, sink_cmd):
     out = []
-    out.append("# spate vs peers — generators against smtp-sink (loopback)\n")
+    receiver = "spate serve --discard" if args.sink == "spate" else "smtp-sink"
+    out.append(f"# spate vs peers — generators against {receiver} (loopback)\n")
     out.append(f"- date: {started}; host: {platform.node()}, {os.cpu_count()} CPUs, "
                f"{platform.system()} {platform.release()}")
     out.append(f"- receiver: `{sink_cmd}`; counts are the sink's exact counter deltas")
@@ -661,6 +708,10 @@ def main():
                    help="comma-separated config names: " + ",".join(c[0] for c in CONFIGS))
     p.add_argument("--tools", type=lambda s: s.split(","), default=["smtp-source", "postal", "spate"])
     p.add_argument("--scale", type=float, default=1.0, help="multiply message counts")
+    p.add_argument("--sink", choices=["smtp-sink", "spate"], default="smtp-sink",
+                   help="the receiver: Postfix's smtp-sink (PIPELINING only), or spate serve "
+                        "--discard (SERVE_CMD; PIPELINING and CHUNKING); results in "
+                        "results/latest.md or results/latest-serve.md")
     p.add_argument("--pause", type=float, default=0.5, help="seconds between runs")
     p.add_argument("--wait-idle", type=float, default=20.0,
                    help="before each run wait up to this many seconds for the CPUs to be < 25%% busy")

@@ -298,31 +298,24 @@ async fn send(
         .map_err(TransportError::from_io)
 }
 
-/// Writes all of `head` then all of `tail` (and flushes TLS) within `timeout`, in one
-/// vectored write when the kernel takes it all: a command group and the message after
-/// it leave in one segment train, without copying the message.
-async fn send2(
+/// Writes every part in order (and flushes TLS) within `timeout`, in one vectored write
+/// when the kernel takes it all: a command group, the message and a pipelined QUIT leave
+/// in one segment train, without copying the message.
+async fn send_parts(
     io: &mut (impl AsyncWrite + Unpin),
-    mut head: &[u8],
-    mut tail: &[u8],
+    parts: &[&[u8]],
     timeout: Duration,
 ) -> Result<(), TransportError> {
     let fut = async {
-        while !head.is_empty() {
-            let n = io
-                .write_vectored(&[io::IoSlice::new(head), io::IoSlice::new(tail)])
-                .await?;
+        let mut slices: Vec<io::IoSlice<'_>> = parts.iter().map(|p| io::IoSlice::new(p)).collect();
+        let mut rest: &mut [io::IoSlice<'_>] = &mut slices;
+        while rest.iter().any(|s| !s.is_empty()) {
+            let n = io.write_vectored(rest).await?;
             if n == 0 {
                 return Err(io::ErrorKind::WriteZero.into());
             }
-            if n < head.len() {
-                head = &head[n..];
-            } else {
-                tail = &tail[n - head.len()..];
-                head = &[];
-            }
+            io::IoSlice::advance_slices(&mut rest, n);
         }
-        io.write_all(tail).await?;
         io.flush().await
     };
     tokio::time::timeout(timeout, fut)
@@ -420,9 +413,9 @@ impl Connection {
         send(&mut self.stream, bytes, self.timeout).await
     }
 
-    /// Writes all of `head`, then all of `tail`, in one vectored write where it can.
-    pub async fn send2(&mut self, head: &[u8], tail: &[u8]) -> Result<(), TransportError> {
-        send2(&mut self.stream, head, tail, self.timeout).await
+    /// Writes every part in order, in one vectored write where it can.
+    pub async fn send_parts(&mut self, parts: &[&[u8]]) -> Result<(), TransportError> {
+        send_parts(&mut self.stream, parts, self.timeout).await
     }
 
     /// Reads one protocol unit whose extent a codec's framer decides (an SMTP reply, a

@@ -281,10 +281,10 @@ async fn a_server_that_mishandles_the_group_is_reported() {
                 .unwrap();
             let mut r = BufReader::new(s.try_clone().unwrap());
             let mut line = String::new();
-            s.write_all(b"220 confused ESMTP\r\n").unwrap();
+            // The first connection is spate's reachability check, which closes at once.
+            let _ = s.write_all(b"220 confused ESMTP\r\n");
             let _ = r.read_line(&mut line); // EHLO
-            s.write_all(b"250-confused\r\n250-PIPELINING\r\n250 CHUNKING\r\n")
-                .unwrap();
+            let _ = s.write_all(b"250-confused\r\n250-PIPELINING\r\n250 CHUNKING\r\n");
             line.clear();
             let _ = r.read_line(&mut line); // MAIL: the rest of the group follows
             let _ = s.write_all(b"250 ok\r\n250 ok\r\n354 go ahead\r\n");
@@ -319,4 +319,51 @@ async fn a_server_that_mishandles_the_group_is_reported() {
         "{errors:?}"
     );
     server.join().unwrap();
+}
+
+/// With -m K, QUIT goes behind the group of a connection's last message: each connection
+/// carries K messages and ends with the server's 221 to a QUIT written with the last one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quit_goes_behind_the_last_message_of_a_connection() {
+    let server = serve::start(serve::Config::loopback()).await.unwrap();
+    let addr = server.addrs.smtp.unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    for (m, n) in [("1", 60u64), ("4", 240)] {
+        let out = dir.path().join(format!("m{m}"));
+        let before = server.stats.snapshot();
+        let o = spate(&[
+            "smtp",
+            &addr,
+            "-u",
+            "3",
+            "-n",
+            &n.to_string(),
+            "-m",
+            m,
+            "-q",
+            "-o",
+            out.to_str().unwrap(),
+        ])
+        .await;
+        assert!(o.ok, "{}", o.stderr);
+        let s = summary(&out);
+        assert_eq!(s["totals"]["accepted"], n, "{}", o.stdout);
+        let after = server.stats.snapshot();
+        let smtp = |c: &serve::Counts| c.connections.get("smtp").copied().unwrap_or(0);
+        let conns = smtp(&after) - smtp(&before);
+        // A connection per message, or one per 4 (a session's share of the count need not
+        // be a multiple of 4: at most one shorter connection each), and the reachability check.
+        let made = s["totals"]["connections"].as_u64().unwrap();
+        assert_eq!(conns, made + 1, "-m {m}");
+        match m {
+            "1" => assert_eq!(made, 60),
+            _ => assert!((60..=63).contains(&made), "{made}"),
+        }
+        assert_eq!(after.messages_chunked - before.messages_chunked, n);
+        // Every connection's QUIT was answered: behind its last group, or after a
+        // session's shorter last connection.
+        assert_eq!(phase_count(&s, "quit"), made, "-m {m}");
+        assert_eq!(phase_count(&s, "bdat"), n);
+    }
+    server.shutdown().await;
 }

@@ -41,7 +41,7 @@ phases! {
     Envelope => "envelope", "pipelined MAIL+RCPT..+DATA group to the DATA reply";
     Bdat => "bdat", "CHUNKING: MAIL+RCPT..+BDAT LAST and the message in one write to the final reply (all LMTP replies)";
     Body => "body", "message body and final dot to the final reply (all LMTP replies)";
-    Quit => "quit", "QUIT to its reply";
+    Quit => "quit", "QUIT to its reply (pipelined behind a connection's last BDAT group: from that group's final reply to QUIT's)";
     Transaction => "transaction", "first envelope command to final reply (service time)";
     Response => "response", "scheduled start to final reply, incl. waiting and connecting";
     Lag => "lag", "how late a message started against its schedule (generator lag)";

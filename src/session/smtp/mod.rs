@@ -121,6 +121,8 @@ pub struct Session {
     cmd: Vec<u8>,
     rcpts: Recipients,
     fails: Vec<Failure>,
+    /// QUIT went behind this message's group: the connection ends with the message.
+    quit_behind: bool,
 }
 
 impl Session {
@@ -138,6 +140,7 @@ impl Session {
             cmd: Vec::with_capacity(512),
             rcpts: Recipients::default(),
             fails: Vec::new(),
+            quit_behind: false,
         }
     }
 
@@ -152,18 +155,28 @@ impl Session {
                 self.fails.push(f);
                 o
             }
-            Ok(()) => self.transaction(seq, report).await,
+            Ok(()) => {
+                let mpc = self.connection_limit();
+                let last = mpc > 0 && self.on_conn + 1 >= mpc;
+                self.transaction(seq, last, report).await
+            }
         };
-        report.done();
-        if self.fails.iter().any(|f| f.fatal) {
+        if std::mem::take(&mut self.quit_behind) {
+            // QUIT went with the message and was answered; the unit was done at its
+            // final reply, before QUIT's.
             self.drop_connection();
         } else {
-            self.on_conn += 1;
-            let mpc = self.connection_limit();
-            if mpc > 0 && self.on_conn >= mpc {
-                // Timed with the message, so `spate ping` shows it on the message's line.
-                if let Some(us) = self.close(report).await {
-                    report.record(Phase::Quit, us);
+            report.done();
+            if self.fails.iter().any(|f| f.fatal) {
+                self.drop_connection();
+            } else {
+                self.on_conn += 1;
+                let mpc = self.connection_limit();
+                if mpc > 0 && self.on_conn >= mpc {
+                    // Timed with the message, so `spate ping` shows it on the message's line.
+                    if let Some(us) = self.close(report).await {
+                        report.record(Phase::Quit, us);
+                    }
                 }
             }
         }
@@ -212,7 +225,8 @@ impl Session {
         self.on_conn = 0;
     }
 
-    async fn transaction(&mut self, seq: u64, report: &mut UnitReport) -> Outcome {
+    /// One message; `last` when it is the connection's last (QUIT may go behind it).
+    async fn transaction(&mut self, seq: u64, last: bool, report: &mut UnitReport) -> Outcome {
         self.builder.envelope(&mut self.built);
         let now_unix_us = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -228,10 +242,16 @@ impl Session {
         let t_start = report.now();
         let chunked = pipelining && self.s.chunking && self.caps.chunking && !self.built.stuffed;
         let outcome = if chunked {
-            match self.chunked(&mut conn, report).await {
-                Err(f) => self.refused(f, &mut conn, true).await,
+            // After a pipelined QUIT there is no transaction state left to reset.
+            match self.chunked(&mut conn, last, report).await {
+                Err(f) => {
+                    let reset = !self.quit_behind;
+                    self.refused(f, &mut conn, reset).await
+                }
                 Ok(false) => {
-                    rset(&mut conn).await;
+                    if !self.quit_behind {
+                        rset(&mut conn).await;
+                    }
                     Outcome::Rejected
                 }
                 Ok(true) => {
@@ -242,7 +262,7 @@ impl Session {
         } else {
             self.with_data(&mut conn, pipelining, t_start, report).await
         };
-        if !self.fails.iter().any(|f| f.fatal) {
+        if !self.quit_behind && !self.fails.iter().any(|f| f.fatal) {
             self.conn = Some(conn);
         }
         outcome
@@ -279,10 +299,13 @@ impl Session {
     /// CHUNKING with PIPELINING (RFC 3030, RFC 2920): MAIL, RCPT.. and `BDAT n LAST`
     /// with the message in one write, then every reply: one round trip per message.
     /// Ok(true) when at least one recipient got the message; Ok(false) when none was
-    /// accepted (their refusals are recorded).
+    /// accepted (their refusals are recorded). With `quit`, QUIT goes in the same write
+    /// and its reply is read after the message's: the unit is done at the message's final
+    /// reply, and `quit` is timed from there to QUIT's reply.
     async fn chunked(
         &mut self,
         conn: &mut Connection,
+        quit: bool,
         report: &mut UnitReport,
     ) -> Result<bool, Failure> {
         let tf = |phase| move |e| Failure::transport(phase, e);
@@ -297,9 +320,12 @@ impl Session {
         }
         cmd::bdat_last(&mut self.cmd, chunk.len());
         let t = report.start(Phase::Bdat);
-        conn.send2(&self.cmd, chunk)
-            .await
-            .map_err(tf(Phase::Bdat))?;
+        let parts: &[&[u8]] = if quit {
+            &[&self.cmd, chunk, cmd::QUIT]
+        } else {
+            &[&self.cmd, chunk]
+        };
+        conn.send_parts(parts).await.map_err(tf(Phase::Bdat))?;
         report.counters.bytes += chunk.len() as u64;
         let mail_fail = {
             let r = read_reply(conn).await.map_err(tf(Phase::Mail))?;
@@ -344,6 +370,14 @@ impl Session {
             }
         }
         report.timed(Phase::Bdat, t);
+        if quit {
+            report.done();
+            self.quit_behind = true;
+            let t = report.start(Phase::Quit);
+            if read_reply(conn).await.is_ok() {
+                report.timed(Phase::Quit, t);
+            }
+        }
         if let Some(f) = mail_fail.or(refused) {
             return Err(f);
         }
