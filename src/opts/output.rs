@@ -63,8 +63,9 @@ pub struct OutputArgs {
     )]
     pub metrics_listen: Option<SocketAddr>,
     /// With --metrics-listen: after the run, keep serving its final figures
-    /// (spate_run_finished 1) until a scrape has read them, at most this long. Give it
-    /// the scrape interval, so that the last seconds of a run reach Prometheus.
+    /// (spate_run_finished 1) until a scrape has read them, at most this long (Ctrl-C
+    /// ends the wait). Give it the scrape interval, so that the last seconds of a run
+    /// reach Prometheus.
     #[arg(
         long,
         default_value = "0s",

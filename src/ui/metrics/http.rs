@@ -50,6 +50,8 @@ struct PageState {
     text: String,
     last: bool,
     last_served: bool,
+    /// Nobody waits for the last version to be served any more.
+    released: bool,
 }
 
 impl Page {
@@ -65,14 +67,21 @@ impl Page {
         st.last = last;
     }
 
-    /// Waits until the last version has been served once, at most `limit`; whether it was.
+    /// Waits until the last version has been served once, at most `limit` and not after
+    /// [`Page::release`]; whether it was served.
     pub fn wait_last_served(&self, limit: Duration) -> bool {
         let st = self.lock();
         let (st, _) = self
             .served
-            .wait_timeout_while(st, limit, |s| !s.last_served)
+            .wait_timeout_while(st, limit, |s| !s.last_served && !s.released)
             .unwrap_or_else(|p| p.into_inner());
         st.last_served
+    }
+
+    /// Ends [`Page::wait_last_served`] now, served or not.
+    pub fn release(&self) {
+        self.lock().released = true;
+        self.served.notify_all();
     }
 
     fn current(&self) -> (String, bool) {
@@ -344,6 +353,18 @@ mod tests {
         assert!(!page.wait_last_served(Duration::from_millis(10)));
         assert!(exchange(addr, b"GET /metrics HTTP/1.1\r\n\r\n").ends_with("x 2\n"));
         assert!(page.wait_last_served(Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn a_release_ends_the_wait_for_a_scrape() {
+        let page = Arc::new(Page::default());
+        page.publish(&mut "x 2\n".to_string(), true);
+        let other = page.clone();
+        let releaser = std::thread::spawn(move || other.release());
+        let started = Instant::now();
+        assert!(!page.wait_last_served(Duration::from_secs(60)));
+        assert!(started.elapsed() < Duration::from_secs(30));
+        releaser.join().unwrap();
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
-use crate::engine::{Observer, PlanHead, Snapshot};
+use crate::engine::{Observer, PlanHead, Signals, Snapshot};
 use crate::metrics::Shard;
 use crate::opts::shard::ShardOf;
 use crate::opts::OutputArgs;
@@ -36,12 +36,13 @@ pub fn observer(
     };
     let linger = crate::units::parse_duration(&output.metrics_linger)?;
     let shard = shard.map_or((0, 1), |s| (s.index, s.count));
-    let m = Metrics::listen(
+    let mut m = Metrics::listen(
         addr,
         linger,
         Labels::new(&head.run_id, shard, head.protocol),
     )?;
-    if !output.quiet {
+    m.quiet = output.quiet;
+    if !m.quiet {
         eprintln!("spate: metrics at http://{}/metrics", m.local_addr());
     }
     Ok(Some(m))
@@ -56,7 +57,11 @@ pub struct Metrics {
     /// The buffer the next rendering goes into (the previous page's, reused).
     scratch: String,
     linger: Duration,
+    /// Says nothing about the linger (`--quiet`).
+    quiet: bool,
     finished: bool,
+    /// While the final figures linger: Ctrl-C or SIGTERM ends the wait.
+    signals: Option<tokio::task::JoinHandle<()>>,
     server: Server,
 }
 
@@ -75,7 +80,9 @@ impl Metrics {
             page,
             scratch: String::new(),
             linger,
+            quiet: false,
             finished: false,
+            signals: None,
             server,
         };
         m.publish(0.0);
@@ -96,6 +103,24 @@ impl Metrics {
         text::render(&mut self.scratch, &self.labels, &self.totals, g);
         self.page.publish(&mut self.scratch, self.finished);
     }
+
+    /// Waits for a scrape of the final figures, at most `--metrics-linger`.
+    fn linger(&self) {
+        if !self.quiet {
+            eprintln!(
+                "spate: serving the final figures until a scrape reads them (at most {}; Ctrl-C ends the wait)",
+                crate::units::fmt_duration(self.linger)
+            );
+        }
+        let wait = || self.page.wait_last_served(self.linger);
+        // The engine drops its observers on a runtime thread: a multi-threaded runtime
+        // hands that thread's other tasks (a parallel scenario step) to another meanwhile.
+        use tokio::runtime::{Handle, RuntimeFlavor};
+        match Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(wait),
+            _ => wait(),
+        };
+    }
 }
 
 impl Observer for Metrics {
@@ -110,23 +135,28 @@ impl Observer for Metrics {
     fn finish(&mut self, summary: &mut Summary) {
         self.finished = true;
         self.publish(summary.elapsed_s);
+        if !self.linger.is_zero() {
+            let page = self.page.clone();
+            self.signals = tokio::runtime::Handle::try_current().ok().map(|rt| {
+                rt.spawn(async move {
+                    Signals::new().recv().await;
+                    page.release();
+                })
+            });
+        }
     }
 }
 
 impl Drop for Metrics {
     /// The run is over (summary.json is written by now): with a linger, the final figures
-    /// stay up until one scrape has read them; then the server stops.
+    /// stay up until one scrape has read them (or a signal comes); then the server stops.
     fn drop(&mut self) {
-        if !self.finished || self.linger.is_zero() {
-            return;
+        let unread = self.finished && !self.page.wait_last_served(Duration::ZERO);
+        if unread && !self.linger.is_zero() {
+            self.linger();
         }
-        let wait = || self.page.wait_last_served(self.linger);
-        // The engine drops its observers on a runtime thread: a multi-threaded runtime
-        // hands that thread's other tasks (a parallel scenario step) to another meanwhile.
-        use tokio::runtime::{Handle, RuntimeFlavor};
-        match Handle::try_current().map(|h| h.runtime_flavor()) {
-            Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(wait),
-            _ => wait(),
-        };
+        if let Some(t) = self.signals.take() {
+            t.abort();
+        }
     }
 }
