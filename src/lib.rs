@@ -11,7 +11,8 @@
 //!   - [`sweep`]: the sweep table, USL fit and knee.
 //!   - [`verify`]: end-to-end delivery accounting from a run's sent.log.
 //!   - [`monitor`]: server monitoring (/proc, Postfix queue, Prometheus), an observer.
-//!   - [`ui`]: the live views of a run (progress line, dashboard), observers.
+//!   - [`ui`]: the live views of a run (progress line, dashboard, Prometheus endpoint),
+//!     observers.
 //!   - [`report`]: pure functions of a results directory (text, HTML, compare).
 //!   - [`serve`]: the embedded mail server, the demo's and the tests' target.
 //! - [`engine`]: owns the run: clock, recorder, schedule (closed users, open arrivals,

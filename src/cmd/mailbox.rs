@@ -370,7 +370,7 @@ pub async fn run(proto: Protocol, args: Args, ctx: &Ctx) -> anyhow::Result<ExitC
     );
     let (plan, settings) = prepare(proto, args, ctx.command_line.clone())?;
     let stop = Arc::new(AtomicBool::new(false));
-    let observers = observers(&output, &monitor, progress, title, "visit", &stop)?;
+    let observers = observers(&output, &monitor, &plan, progress, title, "visit", &stop)?;
     for ep in settings.pop3.iter().chain(settings.imap.iter()) {
         crate::session::preflight(&plan.head.target, ep).await?;
     }

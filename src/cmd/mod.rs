@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use crate::engine::Observer;
+use crate::engine::{Observer, PlanInfo};
 use crate::opts::{MonitorArgs, OutputArgs};
 use crate::results::Summary;
 
@@ -46,20 +46,28 @@ where
         .map_err(|e| crate::UsageError(e.to_string().trim().to_string()).into())
 }
 
-/// The observers of a load run: monitoring when asked for, then the live dashboard
-/// (`--tui`, which may set `stop`) or the progress line.
+/// The observers of a load run of `plan`: the live metrics endpoint and monitoring when
+/// asked for, then the live dashboard (`--tui`, which may set `stop`) or the progress line.
 pub fn observers(
     output: &OutputArgs,
     monitor: &MonitorArgs,
+    plan: &impl PlanInfo,
     progress: bool,
     title: String,
     unit: &'static str,
     stop: &Arc<AtomicBool>,
 ) -> anyhow::Result<Vec<Box<dyn Observer>>> {
-    let mut observers: Vec<Box<dyn Observer>> =
-        crate::monitor::observer(monitor, crate::units::parse_duration(&output.detail)?)?
-            .into_iter()
-            .collect();
+    // First: a busy address ends the command before anything else has started.
+    let metrics =
+        crate::ui::metrics::observer(output, plan.head(), plan.workload().shard.as_ref())?;
+    let mut observers: Vec<Box<dyn Observer>> = metrics
+        .into_iter()
+        .map(|m| Box::new(m) as Box<dyn Observer>)
+        .collect();
+    observers.extend(crate::monitor::observer(
+        monitor,
+        crate::units::parse_duration(&output.detail)?,
+    )?);
     if output.tui {
         observers.push(Box::new(crate::ui::tui::Dashboard::new(
             stop.clone(),

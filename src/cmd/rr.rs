@@ -451,6 +451,7 @@ pub async fn load(args: Args, command: Vec<String>, progress: bool) -> anyhow::R
     let mut obs = observers(
         &args.output,
         &args.monitor,
+        &plan,
         progress && args.output.progress_enabled(),
         title,
         "req",

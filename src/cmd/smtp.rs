@@ -301,7 +301,7 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         &recipients,
     )?;
     let stop = Arc::new(AtomicBool::new(false));
-    let observers = observers(&output, &monitor, progress, title, "msg", &stop)?;
+    let observers = observers(&output, &monitor, &plan, progress, title, "msg", &stop)?;
     crate::session::preflight(&plan.head.target, &settings.endpoint).await?;
     // Created only now that the options are good and the server answers: a run that
     // cannot start writes nothing.

@@ -445,8 +445,9 @@ async fn run_step(
     // A flag of its own: the engine sets it when the run ends. A signal during the step
     // stops it through the engine's own listener.
     let stop = Arc::new(AtomicBool::new(false));
-    let observers = super::observers(&args.output, &args.monitor, progress, title, "msg", &stop)?;
+    let (output, monitor) = (args.output.clone(), args.monitor.clone());
     let (plan, factory, settings) = super::smtp::prepare(args, command)?;
+    let observers = super::observers(&output, &monitor, &plan, progress, title, "msg", &stop)?;
     crate::session::preflight(&plan.head.target, &settings.endpoint).await?;
     let port = plan.address.port();
     let o = super::smtp::run_load(plan, factory, settings, out, observers, stop).await?;

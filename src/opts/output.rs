@@ -1,6 +1,7 @@
 //! Where results go and how a run shows itself: the output options every load command
 //! shares.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -45,6 +46,41 @@ pub struct OutputArgs {
     /// Seed for every random choice, for repeatable runs.
     #[arg(long, help_heading = "Output")]
     pub seed: Option<u64>,
+    /// Serve the run's live figures to Prometheus (or Grafana's agent) at
+    /// http://ADDR/metrics, in the text format 0.0.4, updated every second: every total
+    /// of summary.json as spate_<name>_total (spate_accepted_total, ...),
+    /// spate_active_sessions, spate_errors_total by phase and kind, and a histogram
+    /// spate_phase_seconds per phase (buckets from 100µs to 100s, counted from the HDR
+    /// data). Every series is labelled run_id, shard ("I/N"; "0/1" when not sharded) and
+    /// protocol, so the shards of one run, each scraped on its own host, sum to one test.
+    /// ADDR is IP:PORT; prefer loopback (127.0.0.1:9464): the endpoint has no
+    /// authentication. It listens before the run starts and closes when the run ends.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        value_parser = parse_listen,
+        help_heading = "Output"
+    )]
+    pub metrics_listen: Option<SocketAddr>,
+    /// With --metrics-listen: after the run, keep serving its final figures
+    /// (spate_run_finished 1) until a scrape has read them, at most this long (Ctrl-C
+    /// ends the wait). Give it the scrape interval, so that the last seconds of a run
+    /// reach Prometheus.
+    #[arg(
+        long,
+        default_value = "0s",
+        value_name = "DURATION",
+        requires = "metrics_listen",
+        help_heading = "Output"
+    )]
+    pub metrics_linger: String,
+}
+
+/// `--metrics-listen`'s address: an IP address and a port, nothing to resolve.
+fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    text.trim()
+        .parse()
+        .map_err(|_| "expected IP:PORT, such as 127.0.0.1:9464 or [::1]:9464".to_string())
 }
 
 impl OutputArgs {

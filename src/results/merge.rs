@@ -109,17 +109,33 @@ fn comparable(plan: &Value) -> Value {
             o.remove(k);
         }
     }
-    if let Some(args) = p.get_mut("args").and_then(Value::as_object_mut) {
-        if let Some(w) = args.get_mut("workload").and_then(Value::as_object_mut) {
-            w.remove("shard");
-        }
-        if let Some(o) = args.get_mut("output").and_then(Value::as_object_mut) {
-            for k in ["out", "overwrite", "seed"] {
-                o.remove(k);
-            }
+    // The options: a command's own, or under "common" (pop3 and imap share theirs).
+    if let Some(args) = p.get_mut("args") {
+        forget_own_options(args);
+        if let Some(common) = args.get_mut("common") {
+            forget_own_options(common);
         }
     }
     p
+}
+
+/// The options of `args` that are each shard's own: its share, where its results go,
+/// its seed, where it serves its live metrics.
+fn forget_own_options(args: &mut Value) {
+    if let Some(w) = args.get_mut("workload").and_then(Value::as_object_mut) {
+        w.remove("shard");
+    }
+    if let Some(o) = args.get_mut("output").and_then(Value::as_object_mut) {
+        for k in [
+            "out",
+            "overwrite",
+            "seed",
+            "metrics_listen",
+            "metrics_linger",
+        ] {
+            o.remove(k);
+        }
+    }
 }
 
 /// Checks that `inputs` are all the shards of one run, each once.
@@ -629,4 +645,40 @@ fn write_merged(inputs: &[Input], tl: Timeline, dir: &Path) -> anyhow::Result<Su
         }
     }
     Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn shards_differ_only_in_their_own_options() {
+        let plan = |i: u32, common: bool| {
+            let args = json!({
+                "workload": {"shard": format!("{i}/2"), "users": 4},
+                "output": {
+                    "out": format!("shard-{i}"), "seed": i, "detail": "1h",
+                    "metrics_listen": format!("127.0.0.1:{}", 9464 + i), "metrics_linger": "0s",
+                },
+            });
+            let args = if common {
+                json!({"common": args, "top": 0})
+            } else {
+                args
+            };
+            json!({"run_id": "r", "shard": {"index": i, "count": 2}, "args": args})
+        };
+        for common in [false, true] {
+            assert_eq!(comparable(&plan(0, common)), comparable(&plan(1, common)));
+            let mut other = plan(1, common);
+            let args = if common {
+                &mut other["args"]["common"]
+            } else {
+                &mut other["args"]
+            };
+            args["output"]["detail"] = json!("2h");
+            assert_ne!(comparable(&plan(0, common)), comparable(&other));
+        }
+    }
 }

@@ -1,5 +1,6 @@
-//! The live views of a run, observers of its intervals: the progress line and the
-//! dashboard (`--tui`).
+//! The live views of a run, observers of its intervals: the progress line, the
+//! dashboard (`--tui`) and the Prometheus endpoint (`--metrics-listen`).
 
+pub mod metrics;
 pub mod progress;
 pub mod tui;
