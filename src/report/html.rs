@@ -170,6 +170,7 @@ pub fn render_run(run: &Run) -> String {
     headline(&mut b, run);
     throughput(&mut b, run);
     latency(&mut b, run);
+    super::classes::section(&mut b, run);
     errors(&mut b, run);
     delivery(&mut b, run);
     if let Some(m) = &run.monitor {
