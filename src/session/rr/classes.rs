@@ -110,23 +110,13 @@ impl Classes {
         let mut out = serde_json::Map::new();
         for c in &self.classes {
             let Ok(h) = c.latency.lock() else { continue };
-            let latency = if h.is_empty() {
-                json!({"count": 0, "mean": null, "p50": null, "p90": null, "p99": null, "max": null})
-            } else {
-                json!({
-                    "count": h.len(),
-                    "mean": (h.mean() * 10.0).round() / 10.0,
-                    "p50": h.value_at_quantile(0.5), "p90": h.value_at_quantile(0.9),
-                    "p99": h.value_at_quantile(0.99), "max": h.max(),
-                })
-            };
             out.insert(
                 c.name.clone(),
                 json!({
                     "accepted": c.outcomes[0].load(Relaxed),
                     "rejected": c.outcomes[1].load(Relaxed),
                     "failed": c.outcomes[2].load(Relaxed),
-                    "response_us": latency,
+                    "response_us": latency_json(&h),
                 }),
             );
         }
@@ -161,4 +151,18 @@ impl Classes {
             })
             .collect()
     }
+}
+
+/// A class's `response_us`: `{count, mean, p50, p90, p99, max}`, null for each number an
+/// empty histogram cannot give.
+pub fn latency_json(h: &Histogram<u64>) -> Value {
+    if h.is_empty() {
+        return json!({"count": 0, "mean": null, "p50": null, "p90": null, "p99": null, "max": null});
+    }
+    json!({
+        "count": h.len(),
+        "mean": (h.mean() * 10.0).round() / 10.0,
+        "p50": h.value_at_quantile(0.5), "p90": h.value_at_quantile(0.9),
+        "p99": h.value_at_quantile(0.99), "max": h.max(),
+    })
 }
