@@ -19,24 +19,17 @@ use spate::report::{chart, data, html};
 use spate::results::{TaggedLog, Writer};
 use spate::session::rr::classes::latency_json;
 
+mod report_fixture;
+use report_fixture::Lcg;
+
 const HOURS: f64 = 63.0;
 const DETAIL: Duration = Duration::from_secs(3600);
 const CLASSES: [&str; 2] = ["hit", "miss"];
 
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self) -> f64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 11) as f64 / (1u64 << 53) as f64
-    }
-    /// About `median`, with a long right tail.
-    fn latency(&mut self, median: f64) -> u64 {
-        let u = self.next().max(1e-9);
-        (median * (0.6 + 0.4 * (-u.ln()))) as u64
-    }
+/// About `median`, with a long right tail.
+fn latency(rng: &mut Lcg, median: f64) -> u64 {
+    let u = rng.next().max(1e-9);
+    (median * (0.6 + 0.4 * (-u.ln()))) as u64
 }
 
 /// What the generator made, counted on its own.
@@ -81,10 +74,10 @@ fn interval(
             continue;
         }
         let miss = rng.next() < 0.1;
-        let connect = rng.latency(120.0);
-        let tls = rng.latency(1_500.0);
-        let request = rng.latency(25.0);
-        let first_byte = rng.latency(if miss { 20_000.0 } else { 300.0 });
+        let connect = latency(rng, 120.0);
+        let tls = latency(rng, 1_500.0);
+        let request = latency(rng, 25.0);
+        let first_byte = latency(rng, if miss { 20_000.0 } else { 300.0 });
         let response = connect + tls + request + first_byte;
         for (p, v) in [
             (Phase::Connect, connect),
@@ -273,6 +266,9 @@ fn the_report_of_a_63_hour_run_is_bounded_and_exact() {
     let s = &run.summary;
     assert_eq!(s.totals.attempted, made.requests);
     assert_eq!(s.totals.failed, made.failed);
+    let logged: u64 = run.errors.iter().map(|e| e.count).sum();
+    assert_eq!(logged, made.failed, "errors.jsonl");
+    assert!(page.contains("errors per second"));
     assert!(page.contains(&format!(
         "<div class=\"v\">{}</div><div class=\"k\">requests accepted</div>",
         made.requests - made.failed

@@ -30,7 +30,11 @@ async fn rr_server(frame: Frame, tweak: impl FnOnce(&mut Config)) -> (Running, S
 /// Runs `spate rr` with `args` into a fresh directory; (exit code, summary, stdout).
 async fn rr(args: &[&str]) -> (Option<i32>, Value, String) {
     let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("run");
+    rr_in(&tmp.path().join("run"), args).await
+}
+
+/// Runs `spate rr` with `args` into `out`; (exit code, summary, stdout).
+async fn rr_in(out: &std::path::Path, args: &[&str]) -> (Option<i32>, Value, String) {
     let mut all = vec!["rr"];
     all.extend_from_slice(args);
     all.extend_from_slice(&["-o", out.to_str().unwrap()]);
@@ -41,7 +45,7 @@ async fn rr(args: &[&str]) -> (Option<i32>, Value, String) {
         o.stdout,
         o.stderr
     );
-    (o.code, summary(&out), o.stdout)
+    (o.code, summary(out), o.stdout)
 }
 
 fn totals(s: &Value, k: &str) -> u64 {
@@ -266,21 +270,9 @@ async fn report_shows_latency_per_class() {
     // The same key every time (one miss to warm up, then hits), a new key every time.
     std::fs::write(&file, "hit\tCHECK alice\nmiss\tCHECK u{seq}\n").unwrap();
     let out = tmp.path().join("run");
-    let o = spate(&[
-        "rr",
-        &addr,
-        "--requests",
-        file.to_str().unwrap(),
-        "-u",
-        "1",
-        "-n",
-        "40",
-        "-o",
-        out.to_str().unwrap(),
-    ])
-    .await;
-    assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
-    let s = summary(&out);
+    let file = file.to_str().unwrap();
+    let (code, s, stdout) = rr_in(&out, &[&addr, "--requests", file, "-u", "1", "-n", "40"]).await;
+    assert_eq!(code, Some(0), "{stdout}");
     let classes = &s["extra"]["rr"]["classes"];
     let r = server.stats.rr();
     assert_eq!((r.requests, r.misses, r.hits), (40, 21, 19));

@@ -6,9 +6,9 @@ use std::fmt::Write;
 
 use serde_json::{Map, Value};
 
-use super::chart::{escape as esc, Chart, Series, Style, XKind};
+use super::chart::{escape as esc, Chart, Series, Style};
 use super::data::Run;
-use super::html::{charts, ms};
+use super::html::{charts, distribution_chart, ms};
 
 const NOT_MEASURABLE: &str = "<td class=\"n\">not measurable</td>";
 
@@ -85,20 +85,8 @@ pub fn section(b: &mut String, run: &Run) {
         );
         return;
     }
-    charts(b, &[distribution(run), over_time(run)]);
-}
-
-fn distribution(run: &Run) -> Chart {
-    let mut c = Chart::new(
-        "Latency distribution per class (whole run)",
-        XKind::LogPercentile,
-        "percentile",
-        "latency (ms)",
-    );
-    for log in &run.classes {
-        c.push(Series::line(&log.phase, log.percentile_curve()));
-    }
-    c
+    let dist = distribution_chart("Latency distribution per class (whole run)", &run.classes);
+    charts(b, &[dist, over_time(run)]);
 }
 
 /// p50 (solid) and p99 (dashed) of every class, a colour per class.

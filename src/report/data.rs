@@ -128,6 +128,9 @@ pub struct LatencyPoint {
     pub max: u64,
 }
 
+/// The logs of one file by tag (None: untagged lines), in the order tags first appear.
+pub type TaggedLogs = Vec<(Option<String>, PhaseLog)>;
+
 /// A phase's latency: per-interval percentiles and the whole-run histogram.
 #[derive(Debug, Clone)]
 pub struct PhaseLog {
@@ -159,14 +162,14 @@ impl PhaseLog {
 
     /// Every log in one file, by tag (`Tag=x,` lines, x as [`crate::results::encode_tag`]
     /// writes it; None for untagged lines), in the order the tags first appear.
-    pub fn read_tagged(path: &Path) -> Result<Option<Vec<(Option<String>, PhaseLog)>>, ReadError> {
+    pub fn read_tagged(path: &Path) -> Result<Option<TaggedLogs>, ReadError> {
         // Streamed line by line: a soak's hlog is tens of megabytes per phase.
         let file = match std::fs::File::open(path) {
             Ok(f) => std::io::BufReader::with_capacity(256 * 1024, f),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(ReadError::Io(path.to_path_buf(), e)),
         };
-        let mut logs: Vec<(Option<String>, PhaseLog)> = Vec::new();
+        let mut logs = TaggedLogs::new();
         let mut de = Deserializer::new();
         let bad = |n: usize, m: String| ReadError::Bad(path.to_path_buf(), n + 1, m);
         for (n, line) in std::io::BufRead::lines(file).enumerate() {
