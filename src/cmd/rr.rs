@@ -33,7 +33,8 @@ any request was rejected or failed (or none was made).
 
 REQUESTS: --requests FILE has one request per line ('#' comments, blank lines skipped); \
 'CLASS<TAB>REQUEST' labels a request, and latency is reported per class (at most 16) as \
-well as overall. --requests DIR takes each file as one request (bytes as they are), and \
+well as overall: in the summary, in report.html, and per interval in classes.hlog. \
+--requests DIR takes each file as one request (bytes as they are), and \
 files in DIR/CLASS/ have that class. Placeholders in any request: {seq} (the unit's \
 number), {variant} (the variant drawn; short form: n in braces), {rand:A..B}, {identity} (the connection's client \
 identity). Each request draws n in 0..N with --pick (N: --variants, else the number of \
