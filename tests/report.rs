@@ -142,6 +142,41 @@ fn a_missing_optional_file_drops_only_its_section() {
     check_charts(&page);
 }
 
+/// A class with no timed response: its latency cells say so rather than 0 ms, in the
+/// summary's null form and in older summaries' zeros alike; without classes.hlog the
+/// table stands alone.
+#[test]
+fn a_class_without_timed_responses_is_not_measurable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    report_fixture::write_run(&dir, 3, 500.0, 2.0, false);
+    let mut run = data::Run::read(&dir).unwrap();
+    let none = serde_json::json!({"count": 0, "mean": null, "p50": null, "p90": null, "p99": null, "max": null});
+    let zeros =
+        serde_json::json!({"count": 0, "mean": 0.0, "p50": 0, "p90": 0, "p99": 0, "max": 0});
+    let timed = serde_json::json!({"count": 7, "mean": 1500.0, "p50": 1000, "p90": 2000, "p99": 3000, "max": 4000});
+    run.summary.extra.insert(
+        "rr".into(),
+        serde_json::json!({"classes": {
+            "ok": {"accepted": 7, "rejected": 0, "failed": 0, "response_us": timed},
+            "dropped": {"accepted": 0, "rejected": 0, "failed": 5, "response_us": none},
+            "old": {"accepted": 0, "rejected": 0, "failed": 2, "response_us": zeros},
+        }}),
+    );
+    run.plan = Some(serde_json::json!({"classes": ["ok", "dropped", "old"]}));
+    let page = html::render_run(&run);
+    let na = "<td class=\"n\">not measurable</td>".repeat(5);
+    for (name, failed) in [("dropped", 5), ("old", 2)] {
+        let row = format!("<tr><td>{name}</td><td class=\"n\">0</td><td class=\"n\">0</td><td class=\"n\">{failed}</td><td class=\"n\">0</td>{na}</tr>");
+        assert!(page.contains(&row), "no {row}");
+    }
+    assert!(page.contains("<tr><td>ok</td><td class=\"n\">7</td><td class=\"n\">0</td><td class=\"n\">0</td><td class=\"n\">7</td><td class=\"n\">1.50 ms</td><td class=\"n\">1.00 ms</td><td class=\"n\">2.00 ms</td><td class=\"n\">3.00 ms</td><td class=\"n\">4.00 ms</td></tr>"));
+    // In the plan's order, not the summary's alphabetical one.
+    assert!(page.find("<td>ok</td>") < page.find("<td>dropped</td>"));
+    assert!(page.contains("No classes.hlog"));
+    assert!(!page.contains("Latency per class over time"));
+}
+
 #[test]
 fn chart_svg_is_pinned() {
     let mut c = chart::Chart::time("Throughput", "messages per second");

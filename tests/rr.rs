@@ -30,7 +30,11 @@ async fn rr_server(frame: Frame, tweak: impl FnOnce(&mut Config)) -> (Running, S
 /// Runs `spate rr` with `args` into a fresh directory; (exit code, summary, stdout).
 async fn rr(args: &[&str]) -> (Option<i32>, Value, String) {
     let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("run");
+    rr_in(&tmp.path().join("run"), args).await
+}
+
+/// Runs `spate rr` with `args` into `out`; (exit code, summary, stdout).
+async fn rr_in(out: &std::path::Path, args: &[&str]) -> (Option<i32>, Value, String) {
     let mut all = vec!["rr"];
     all.extend_from_slice(args);
     all.extend_from_slice(&["-o", out.to_str().unwrap()]);
@@ -41,7 +45,7 @@ async fn rr(args: &[&str]) -> (Option<i32>, Value, String) {
         o.stdout,
         o.stderr
     );
-    (o.code, summary(&out), o.stdout)
+    (o.code, summary(out), o.stdout)
 }
 
 fn totals(s: &Value, k: &str) -> u64 {
@@ -249,5 +253,70 @@ async fn a_kept_connection_the_server_closed_is_retried_once_anew() {
     assert_eq!(s["extra"]["rr"]["stale_retries"], 2);
     // The stale attempts' timings are not the requests'.
     assert_eq!(phase_count(&s, "request"), 3);
+    server.shutdown().await;
+}
+
+/// Hit and miss classes against the decision service (misses cost 5 ms of CPU): the
+/// report's per-class table has the summary's counts and latencies, classes.hlog holds
+/// every timed response of each class, and the charts per class are drawn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn report_shows_latency_per_class() {
+    let (server, addr) = rr_server(Frame::Line, |c| {
+        c.rr.miss_cost = std::time::Duration::from_millis(5)
+    })
+    .await;
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("reqs.txt");
+    // The same key every time (one miss to warm up, then hits), a new key every time.
+    std::fs::write(&file, "hit\tCHECK alice\nmiss\tCHECK u{seq}\n").unwrap();
+    let out = tmp.path().join("run");
+    let file = file.to_str().unwrap();
+    let (code, s, stdout) = rr_in(&out, &[&addr, "--requests", file, "-u", "1", "-n", "40"]).await;
+    assert_eq!(code, Some(0), "{stdout}");
+    let classes = &s["extra"]["rr"]["classes"];
+    let r = server.stats.rr();
+    assert_eq!((r.requests, r.misses, r.hits), (40, 21, 19));
+
+    let page = std::fs::read_to_string(out.join("report.html")).unwrap();
+    let section = &page[page
+        .find("<h2 id=\"classes\">")
+        .expect("a section per class")..];
+    let end = section[1..].find("<h2").map_or(section.len(), |i| i + 1);
+    let section = &section[..end];
+    let logs = spate::report::data::PhaseLog::read_tagged(&out.join("classes.hlog"))
+        .unwrap()
+        .expect("classes.hlog");
+    let ms = |v: &Value| spate::report::html::ms(v.as_f64().unwrap());
+    for name in ["hit", "miss"] {
+        let c = &classes[name];
+        let lat = &c["response_us"];
+        assert_eq!(c["accepted"], 20, "{name}");
+        assert_eq!(lat["count"], 20, "{name}");
+        let row = format!(
+            "<tr><td>{name}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+            c["accepted"], c["rejected"], c["failed"], lat["count"],
+            ms(&lat["mean"]), ms(&lat["p50"]), ms(&lat["p90"]), ms(&lat["p99"]), ms(&lat["max"]),
+        );
+        assert!(section.contains(&row), "no row {row} in\n{section}");
+        let log = logs
+            .iter()
+            .find(|l| l.0.as_deref() == Some(name))
+            .map(|l| &l.1)
+            .unwrap_or_else(|| panic!("no {name} lines in classes.hlog"));
+        assert_eq!(log.total.len(), 20, "{name}");
+        assert_eq!(log.total.max(), lat["max"].as_u64().unwrap(), "{name}");
+    }
+    // A miss costs 5 ms; all but one hit cost none.
+    assert!(classes["miss"]["response_us"]["p50"].as_u64().unwrap() >= 5_000);
+    assert!(classes["hit"]["response_us"]["p50"].as_u64().unwrap() < 5_000);
+    assert!(section.contains("Latency distribution per class (whole run)"));
+    assert!(section.contains("Latency per class over time"));
+    for series in ["hit p50", "hit p99", "miss p50", "miss p99"] {
+        assert!(
+            section.contains(&format!("<title>{series}</title>")),
+            "{series}"
+        );
+    }
+    assert!(!section.contains("not measurable"), "{section}");
     server.shutdown().await;
 }

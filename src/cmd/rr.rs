@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
+use anyhow::Context as _;
 use regex::bytes::Regex;
 use serde::Serialize;
 
@@ -15,7 +16,7 @@ use crate::ctx::Ctx;
 use crate::engine::{self, Observer, PlanHead, Workload};
 use crate::opts::{MonitorArgs, OutputArgs, TransportArgs, WorkloadArgs};
 use crate::proto::rr::{encode_request, Frame, HttpRequest};
-use crate::results::Summary;
+use crate::results::{Summary, TaggedLog};
 use crate::session::rr::identity::{self, Identity};
 use crate::session::rr::variants::{Pick, Picker, Requests, Template, MAX_VARIANTS};
 use crate::session::rr::{Policy, Session, Settings, Stats};
@@ -32,7 +33,8 @@ any request was rejected or failed (or none was made).
 
 REQUESTS: --requests FILE has one request per line ('#' comments, blank lines skipped); \
 'CLASS<TAB>REQUEST' labels a request, and latency is reported per class (at most 16) as \
-well as overall. --requests DIR takes each file as one request (bytes as they are), and \
+well as overall: in the summary, in report.html, and per interval in classes.hlog. \
+--requests DIR takes each file as one request (bytes as they are), and \
 files in DIR/CLASS/ have that class. Placeholders in any request: {seq} (the unit's \
 number), {variant} (the variant drawn; short form: n in braces), {rand:A..B}, {identity} (the connection's client \
 identity). Each request draws n in 0..N with --pick (N: --variants, else the number of \
@@ -384,25 +386,50 @@ fn prepare(
     Ok((plan, settings))
 }
 
-/// Puts the rr accounts into summary.json's `extra.rr`.
+/// Puts the rr accounts into summary.json's `extra.rr`, and each class's response time
+/// per interval into classes.hlog.
 struct Report {
     stats: Arc<Stats>,
     head: serde_json::Value,
+    /// `--detail`: how long classes.hlog has a row per second.
+    detail: std::time::Duration,
+    log: Option<TaggedLog>,
 }
 
 impl Observer for Report {
-    fn start(
-        &mut self,
-        _dir: &std::path::Path,
-        _start: std::time::SystemTime,
-    ) -> anyhow::Result<()> {
+    fn start(&mut self, dir: &std::path::Path, start: std::time::SystemTime) -> anyhow::Result<()> {
+        let classes = &self.stats.classes;
+        if !classes.is_empty() {
+            let path = dir.join("classes.hlog");
+            let log = TaggedLog::create(
+                &path,
+                "response time per request class",
+                start,
+                &classes.names(),
+                self.detail,
+            )
+            .with_context(|| format!("cannot write {}", path.display()))?;
+            self.log = Some(log);
+        }
         Ok(())
     }
-    fn interval(&mut self, _snap: &engine::Snapshot<'_>) -> anyhow::Result<()> {
+    fn interval(&mut self, snap: &engine::Snapshot<'_>) -> anyhow::Result<()> {
+        if let Some(log) = &mut self.log {
+            let hists = self.stats.classes.take_interval();
+            log.interval(snap.t_s - snap.interval_s, snap.interval_s, &hists)
+                .context("cannot write classes.hlog")?;
+        }
         Ok(())
     }
     fn finish(&mut self, summary: &mut Summary) {
         let s = &self.stats;
+        if let Some(log) = self.log.take() {
+            if let Err(e) = log.finish() {
+                summary
+                    .warnings
+                    .push(format!("classes.hlog is incomplete: {e}"));
+            }
+        }
         let mut x = self.head.clone();
         x["handshakes"] = s.handshakes.load(Relaxed).into();
         x["resumed_handshakes"] = s.resumed.load(Relaxed).into();
@@ -459,6 +486,8 @@ pub async fn load(args: Args, command: Vec<String>, progress: bool) -> anyhow::R
     )?;
     let stats = settings.stats.clone();
     obs.push(Box::new(Report {
+        detail: crate::units::parse_duration(&args.output.detail)?,
+        log: None,
         stats: stats.clone(),
         head: serde_json::json!({
             "frame": plan.frame, "connections": plan.policy, "tls": plan.tls != TlsMode::Plain,

@@ -128,6 +128,9 @@ pub struct LatencyPoint {
     pub max: u64,
 }
 
+/// The logs of one file by tag (None: untagged lines), in the order tags first appear.
+pub type TaggedLogs = Vec<(Option<String>, PhaseLog)>;
+
 /// A phase's latency: per-interval percentiles and the whole-run histogram.
 #[derive(Debug, Clone)]
 pub struct PhaseLog {
@@ -137,17 +140,36 @@ pub struct PhaseLog {
 }
 
 impl PhaseLog {
+    fn new(phase: String) -> PhaseLog {
+        PhaseLog {
+            phase,
+            points: Vec::new(),
+            total: crate::metrics::new_histogram(),
+        }
+    }
+
     /// Parses an HdrHistogram V2 interval log as the results writer makes it:
     /// `#` comments, a quoted legend line, then `start,length,max_ms,base64` rows.
     pub fn read(path: &Path, phase: &str) -> Result<Option<PhaseLog>, ReadError> {
+        let Some(logs) = PhaseLog::read_tagged(path)? else {
+            return Ok(None);
+        };
+        let untagged = logs.into_iter().find(|l| l.0.is_none()).map(|l| l.1);
+        let mut log = untagged.unwrap_or_else(|| PhaseLog::new(String::new()));
+        log.phase = phase.to_string();
+        Ok(Some(log))
+    }
+
+    /// Every log in one file, by tag (`Tag=x,` lines, x as [`crate::results::encode_tag`]
+    /// writes it; None for untagged lines), in the order the tags first appear.
+    pub fn read_tagged(path: &Path) -> Result<Option<TaggedLogs>, ReadError> {
         // Streamed line by line: a soak's hlog is tens of megabytes per phase.
         let file = match std::fs::File::open(path) {
             Ok(f) => std::io::BufReader::with_capacity(256 * 1024, f),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(ReadError::Io(path.to_path_buf(), e)),
         };
-        let mut total = crate::metrics::new_histogram();
-        let mut points = Vec::new();
+        let mut logs = TaggedLogs::new();
         let mut de = Deserializer::new();
         let bad = |n: usize, m: String| ReadError::Bad(path.to_path_buf(), n + 1, m);
         for (n, line) in std::io::BufRead::lines(file).enumerate() {
@@ -156,13 +178,16 @@ impl PhaseLog {
             if line.is_empty() || line.starts_with('#') || line.starts_with('"') {
                 continue;
             }
-            let f: Vec<&str> = line.split(',').collect();
-            // A tagged line (`Tag=x,start,...`) has one field more.
-            let f = if f.first().is_some_and(|s| s.starts_with("Tag=")) {
-                &f[1..]
-            } else {
-                &f[..]
+            let (tag, line) = match line.strip_prefix("Tag=") {
+                Some(rest) => {
+                    let (tag, line) = rest.split_once(',').unwrap_or((rest, ""));
+                    let tag = crate::results::decode_tag(tag)
+                        .ok_or_else(|| bad(n, format!("bad tag {tag}")))?;
+                    (Some(tag), line)
+                }
+                None => (None, line),
             };
+            let f: Vec<&str> = line.split(',').collect();
             if f.len() < 4 {
                 return Err(bad(n, "expected start,length,max,histogram".into()));
             }
@@ -177,40 +202,49 @@ impl PhaseLog {
             if h.is_empty() {
                 continue;
             }
-            // One pass over the recorded values for the percentiles and the totals: a
-            // 16-hour soak has ~60,000 intervals per phase, and `Histogram::add` or
-            // repeated `value_at_quantile` would scan every bucket of each.
-            let n = h.len();
-            let targets = [0.5, 0.9, 0.99].map(|q: f64| ((q * n as f64).ceil() as u64).max(1));
-            let mut found = [0u64; 3];
-            let mut seen = 0u64;
-            for v in h.iter_recorded() {
-                let value = v.value_iterated_to();
-                let c = v.count_at_value();
-                seen += c;
-                for (k, t) in targets.iter().enumerate() {
-                    if found[k] == 0 && seen >= *t {
-                        found[k] = h.highest_equivalent(value);
-                    }
+            let k = match logs.iter().position(|l| l.0 == tag) {
+                Some(k) => k,
+                None => {
+                    let name = tag.clone().unwrap_or_default();
+                    logs.push((tag, PhaseLog::new(name)));
+                    logs.len() - 1
                 }
-                // A value beyond the totals' range is the writer's bug; a report should
-                // still be made from the rest.
-                let _ = total.record_n(value, c);
-            }
-            points.push(LatencyPoint {
-                t_s: start + len,
-                count: n,
-                p50: found[0],
-                p90: found[1],
-                p99: found[2],
-                max: h.max(),
-            });
+            };
+            logs[k].1.add(&h, start + len);
         }
-        Ok(Some(PhaseLog {
-            phase: phase.to_string(),
-            points,
-            total,
-        }))
+        Ok(Some(logs))
+    }
+
+    /// Adds one interval ending at `t_s`: its point and its values to the total.
+    fn add(&mut self, h: &Histogram<u64>, t_s: f64) {
+        // One pass over the recorded values for the percentiles and the totals: a
+        // 16-hour soak has ~60,000 intervals per phase, and `Histogram::add` or
+        // repeated `value_at_quantile` would scan every bucket of each.
+        let n = h.len();
+        let targets = [0.5, 0.9, 0.99].map(|q: f64| ((q * n as f64).ceil() as u64).max(1));
+        let mut found = [0u64; 3];
+        let mut seen = 0u64;
+        for v in h.iter_recorded() {
+            let value = v.value_iterated_to();
+            let c = v.count_at_value();
+            seen += c;
+            for (k, t) in targets.iter().enumerate() {
+                if found[k] == 0 && seen >= *t {
+                    found[k] = h.highest_equivalent(value);
+                }
+            }
+            // A value beyond the totals' range is the writer's bug; a report should
+            // still be made from the rest.
+            let _ = self.total.record_n(value, c);
+        }
+        self.points.push(LatencyPoint {
+            t_s,
+            count: n,
+            p50: found[0],
+            p90: found[1],
+            p99: found[2],
+            max: h.max(),
+        });
     }
 
     /// The percentile curve, HDR style: x = -log10(1 - q), y in ms.
@@ -283,6 +317,8 @@ pub struct Run {
     pub verify: Option<serde_json::Value>,
     pub deliveries: Option<Table>,
     pub delivery: Option<PhaseLog>,
+    /// `spate rr`'s response time per request class (classes.hlog), named by class.
+    pub classes: Vec<PhaseLog>,
 }
 
 fn read_json(path: &Path) -> Result<Option<serde_json::Value>, ReadError> {
@@ -363,6 +399,11 @@ impl Run {
             deliveries: Table::read(&dir.join("deliveries.csv"))?,
             delivery: PhaseLog::read(&dir.join("delivery.hlog"), "delivery")?
                 .filter(|l| !l.points.is_empty()),
+            classes: PhaseLog::read_tagged(&dir.join("classes.hlog"))?
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|(tag, log)| tag.map(|_| log))
+                .collect(),
         })
     }
 

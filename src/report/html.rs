@@ -170,6 +170,7 @@ pub fn render_run(run: &Run) -> String {
     headline(&mut b, run);
     throughput(&mut b, run);
     latency(&mut b, run);
+    super::classes::section(&mut b, run);
     errors(&mut b, run);
     delivery(&mut b, run);
     if let Some(m) = &run.monitor {
@@ -306,6 +307,15 @@ pub fn latency_chart(log: &PhaseLog, title: &str) -> Chart {
     c
 }
 
+/// Whole-run percentile curves, a series per log named by its phase (or class).
+pub fn distribution_chart(title: &str, logs: &[PhaseLog]) -> Chart {
+    let mut c = Chart::new(title, XKind::LogPercentile, "percentile", "latency (ms)");
+    for log in logs {
+        c.push(Series::line(&log.phase, log.percentile_curve()));
+    }
+    c
+}
+
 fn latency(b: &mut String, run: &Run) {
     if run.phases.is_empty() {
         return;
@@ -332,15 +342,7 @@ fn latency(b: &mut String, run: &Run) {
         );
     }
     b.push_str("</table>\n");
-    let mut dist = Chart::new(
-        "Latency distribution (whole run)",
-        XKind::LogPercentile,
-        "percentile",
-        "latency (ms)",
-    );
-    for p in &run.phases {
-        dist.push(Series::line(&p.phase, p.percentile_curve()));
-    }
+    let dist = distribution_chart("Latency distribution (whole run)", &run.phases);
     let mut list = vec![dist];
     list.extend(
         run.phases
@@ -373,19 +375,23 @@ fn errors(b: &mut String, run: &Run) {
     let mut ranked: Vec<(String, u64)> = totals.into_iter().collect();
     ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     let shown = 7;
-    let mut c = Chart::time("Errors over time by class", "errors per interval");
+    // Per second of each row: after --detail a row is a minute, and counts per row would
+    // jump sixty-fold there. A sliver (the run's cut last interval) counts as a second.
+    let mut c = Chart::time("Errors over time by class", "errors per second");
     let mut grid: Vec<f64> = times.clone();
     grid.extend(run.errors.iter().map(|e| e.t_s));
     grid.sort_by(|a, b| a.total_cmp(b));
     grid.dedup_by(|a, b| key(*a) == key(*b));
     let series_of = |classes: &[String]| -> Vec<(f64, f64)> {
+        let starts = std::iter::once(0.0).chain(grid.iter().copied());
         grid.iter()
-            .map(|&t| {
-                let v = classes
+            .zip(starts)
+            .map(|(&t, t0)| {
+                let v: f64 = classes
                     .iter()
                     .filter_map(|c| per_class.get(c).and_then(|m| m.get(&key(t))))
                     .sum();
-                (t, v)
+                (t, v / (t - t0).max(1.0))
             })
             .collect()
     };
@@ -489,14 +495,10 @@ fn delivery(b: &mut String, run: &Run) {
         list.push(c);
     }
     if let Some(log) = &run.delivery {
-        let mut dist = Chart::new(
+        list.push(distribution_chart(
             "Delivery latency distribution",
-            XKind::LogPercentile,
-            "percentile",
-            "latency (ms)",
-        );
-        dist.push(Series::line("delivery", log.percentile_curve()));
-        list.push(dist);
+            std::slice::from_ref(log),
+        ));
         list.push(latency_chart(log, "Delivery latency over time"));
     }
     charts(b, &list);

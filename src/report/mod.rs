@@ -2,6 +2,7 @@
 //! comparison). Nothing here follows a live run; the live views are in `ui`.
 
 pub mod chart;
+pub mod classes;
 pub mod compare;
 pub mod data;
 pub mod html;

@@ -3,9 +3,11 @@
 //! is killed still leaves a valid directory.
 //!
 //! - plan.json — what ran (all defaults resolved)
-//! - intervals.csv — one row per second
+//! - intervals.csv — one row per second (per minute after `--detail`)
 //! - postal.csv — Postal's per-minute line `time,messages,data(K),errors,connections,SSL connections`
 //! - `<phase>.hlog` — HdrHistogram interval logs (values in µs), one per phase
+//! - classes.hlog — `spate rr`'s response time per request class, one tagged line per
+//!   class and interval
 //! - errors.jsonl — one line per error class per interval, with a sample reply
 //! - sent.log — every accepted message: seq, accept time, digest, size, from, recipients
 //! - summary.json — totals, per-phase percentiles, error table, generator CPU
@@ -14,7 +16,9 @@
 
 pub mod merge;
 mod summary;
+mod tagged;
 mod writer;
 
 pub use summary::{ErrorRow, PhaseStats, Summary, SCHEMA_VERSION};
+pub use tagged::{decode_tag, encode_tag, TaggedLog};
 pub use writer::{hex, rfc3339, write_atomic, AddressBook, HlogFile, Writer, COARSE_S};

@@ -32,16 +32,62 @@ pub struct Writer {
     hlogs: HashMap<Phase, HlogFile>,
     minute: Option<(String, Counters)>,
     addresses: Option<Arc<dyn AddressBook>>,
-    /// Seconds of one-second rows (intervals.csv, *.hlog, errors.jsonl); after them the
-    /// rows are a minute each, so a soak of days keeps its files bounded.
-    detail_s: f64,
-    /// The minute being gathered after `detail_s`: its start, length so far, its
-    /// intervals added up, and the active sessions at its last second.
-    coarse: Option<(f64, f64, Shard, i64)>,
+    /// One-second rows (intervals.csv, *.hlog, errors.jsonl) for the detail period, then
+    /// a row a minute: the intervals added up, and the active sessions at the last one.
+    coarse: Coarse<(Shard, i64)>,
 }
 
 /// Length of one row once the detail period is over.
 pub const COARSE_S: f64 = 60.0;
+
+/// Rows of a second for `detail_s` seconds, then of a minute, so that a soak of days keeps
+/// its files bounded: what every interval file of the results directory follows.
+pub struct Coarse<T> {
+    detail_s: f64,
+    /// The minute being gathered: its start, its length so far, its intervals added up.
+    open: Option<(f64, f64, T)>,
+}
+
+/// A row gathered from several intervals: its start, its length and their sum.
+pub type Gathered<T> = (f64, f64, T);
+
+impl<T: Default> Coarse<T> {
+    pub fn new(detail: Duration) -> Self {
+        Coarse {
+            detail_s: detail.as_secs_f64(),
+            open: None,
+        }
+    }
+
+    /// Whether the interval `t0_s..t0_s + len_s` is a row of its own. By the interval's
+    /// middle: its end drifts a millisecond or so past the second.
+    pub fn is_detail(&self, t0_s: f64, len_s: f64) -> bool {
+        t0_s + len_s / 2.0 < self.detail_s
+    }
+
+    /// Adds an interval past the detail period to the minute being gathered (`add` adds
+    /// it to the sum); returns the minute once it is full.
+    pub fn gather(
+        &mut self,
+        t0_s: f64,
+        len_s: f64,
+        add: impl FnOnce(&mut T),
+    ) -> Option<Gathered<T>> {
+        let (_, len, acc) = self.open.get_or_insert_with(|| (t0_s, 0.0, T::default()));
+        *len += len_s;
+        add(acc);
+        if *len >= COARSE_S - 1e-6 {
+            self.open.take()
+        } else {
+            None
+        }
+    }
+
+    /// The minute gathered so far, at the end of the run.
+    pub fn rest(&mut self) -> Option<Gathered<T>> {
+        self.open.take()
+    }
+}
 
 fn create(dir: &Path, name: &str) -> io::Result<BufWriter<File>> {
     Ok(BufWriter::with_capacity(
@@ -110,12 +156,27 @@ impl HlogFile {
 
     /// Appends the interval that starts `t0_s` seconds after the start time, `len_s` long.
     pub fn append(&mut self, t0_s: f64, len_s: f64, h: &Histogram<u64>) -> io::Result<()> {
+        self.append_tagged(None, t0_s, len_s, h)
+    }
+
+    /// Appends an interval as [`HlogFile::append`], with `Tag=TAG,` before it when given
+    /// (HdrHistogram's tagged lines; the tag has no comma or space: see [`encode_tag`]).
+    pub fn append_tagged(
+        &mut self,
+        tag: Option<&str>,
+        t0_s: f64,
+        len_s: f64,
+        h: &Histogram<u64>,
+    ) -> io::Result<()> {
         self.scratch.clear();
         if self.serializer.serialize(h, &mut self.scratch).is_err() {
             return Ok(());
         }
         let encoded = base64::engine::general_purpose::STANDARD.encode(&self.scratch);
         let max_ms = h.max() as f64 / 1000.0;
+        if let Some(tag) = tag {
+            write!(self.out, "Tag={tag},")?;
+        }
         writeln!(self.out, "{t0_s:.3},{len_s:.3},{max_ms:.3},{encoded}")
     }
 
@@ -178,8 +239,7 @@ impl Writer {
             hlogs: HashMap::new(),
             minute: None,
             addresses,
-            detail_s: detail.as_secs_f64(),
-            coarse: None,
+            coarse: Coarse::new(detail),
         })
     }
 
@@ -198,26 +258,20 @@ impl Writer {
         }
         let errors: u64 = iv.errors.values().map(|e| e.count).sum();
         self.postal_minute(wall, &iv.counters, errors)?;
-        // By the interval's middle: its end drifts a millisecond or so past the second.
-        if t0_s + len_s / 2.0 < self.detail_s {
+        if self.coarse.is_detail(t0_s, len_s) {
             self.row(iv, t0_s, len_s, active)?;
-        } else {
-            let (_, len, acc, act) = self
-                .coarse
-                .get_or_insert_with(|| (t0_s, 0.0, Shard::default(), active));
-            *len += len_s;
-            *act = active;
+        } else if let Some((t0, len, (acc, act))) = self.coarse.gather(t0_s, len_s, |(acc, act)| {
             acc.add(iv);
-            if *len >= COARSE_S - 1e-6 {
-                self.flush_coarse()?;
-            }
+            *act = active;
+        }) {
+            self.row(&acc, t0, len, act)?;
         }
         self.flush()
     }
 
     /// Writes the minute gathered so far as one row.
     fn flush_coarse(&mut self) -> io::Result<()> {
-        if let Some((t0, len, acc, active)) = self.coarse.take() {
+        if let Some((t0, len, (acc, active))) = self.coarse.rest() {
             self.row(&acc, t0, len, active)?;
         }
         Ok(())

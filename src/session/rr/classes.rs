@@ -22,6 +22,8 @@ const NONE: u8 = u8::MAX;
 struct Class {
     name: String,
     latency: Mutex<Histogram<u64>>,
+    /// The same values since the last [`Classes::take_interval`].
+    interval: Mutex<Histogram<u64>>,
     /// Accepted, rejected, failed.
     outcomes: [AtomicU64; 3],
 }
@@ -42,6 +44,7 @@ impl Classes {
                 .map(|name| Class {
                     name,
                     latency: Mutex::new(new_histogram()),
+                    interval: Mutex::new(new_histogram()),
                     outcomes: Default::default(),
                 })
                 .collect(),
@@ -75,34 +78,45 @@ impl Classes {
         };
         c.outcomes[i].fetch_add(1, Relaxed);
         let response = report.timings.iter().rev().find(|t| t.0 == Phase::Response);
-        if let (Some(&(_, us)), Ok(mut h)) = (response, c.latency.lock()) {
-            let _ = h.record(us.max(1));
+        if let Some(&(_, us)) = response {
+            for h in [&c.latency, &c.interval] {
+                if let Ok(mut h) = h.lock() {
+                    let _ = h.record(us.max(1));
+                }
+            }
         }
     }
 
-    /// `{name: {accepted, rejected, failed, response_us: {count, mean, p50, p90, p99, max}}}`.
+    pub fn names(&self) -> Vec<String> {
+        self.classes.iter().map(|c| c.name.clone()).collect()
+    }
+
+    /// Each class's response times since the last call, in the order of [`Classes::names`].
+    /// A unit that ends between the engine's interval cut and this call is counted in
+    /// this interval rather than the next: a few milliseconds' worth, the totals exact.
+    pub fn take_interval(&self) -> Vec<Histogram<u64>> {
+        self.classes
+            .iter()
+            .map(|c| match c.interval.lock() {
+                Ok(mut h) => std::mem::replace(&mut *h, new_histogram()),
+                Err(_) => new_histogram(),
+            })
+            .collect()
+    }
+
+    /// `{name: {accepted, rejected, failed, response_us: {count, mean, p50, p90, p99, max}}}`;
+    /// a class without a timed response has null for what could not be measured.
     pub fn to_json(&self) -> Value {
         let mut out = serde_json::Map::new();
         for c in &self.classes {
             let Ok(h) = c.latency.lock() else { continue };
-            let q = |q: f64| {
-                if h.is_empty() {
-                    0
-                } else {
-                    h.value_at_quantile(q)
-                }
-            };
             out.insert(
                 c.name.clone(),
                 json!({
                     "accepted": c.outcomes[0].load(Relaxed),
                     "rejected": c.outcomes[1].load(Relaxed),
                     "failed": c.outcomes[2].load(Relaxed),
-                    "response_us": {
-                        "count": h.len(),
-                        "mean": if h.is_empty() { 0.0 } else { (h.mean() * 10.0).round() / 10.0 },
-                        "p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "max": h.max(),
-                    },
+                    "response_us": latency_json(&h),
                 }),
             );
         }
@@ -116,19 +130,39 @@ impl Classes {
             .iter()
             .filter_map(|c| {
                 let h = c.latency.lock().ok()?;
-                let q = |q: f64| if h.is_empty() { 0 } else { h.value_at_quantile(q) };
+                let latency = if h.is_empty() {
+                    "latency not measurable (no response timed)".to_string()
+                } else {
+                    format!(
+                        "p50 {:>8.2} ms  p90 {:>8.2} ms  p99 {:>8.2} ms  max {:>8.2} ms",
+                        ms(h.value_at_quantile(0.5)),
+                        ms(h.value_at_quantile(0.9)),
+                        ms(h.value_at_quantile(0.99)),
+                        ms(h.max()),
+                    )
+                };
                 Some(format!(
-                    "  {:<12} ok {:<8} rejected {:<6} failed {:<6} p50 {:>8.2} ms  p90 {:>8.2} ms  p99 {:>8.2} ms  max {:>8.2} ms",
+                    "  {:<12} ok {:<8} rejected {:<6} failed {:<6} {latency}",
                     c.name,
                     c.outcomes[0].load(Relaxed),
                     c.outcomes[1].load(Relaxed),
                     c.outcomes[2].load(Relaxed),
-                    ms(q(0.5)),
-                    ms(q(0.9)),
-                    ms(q(0.99)),
-                    ms(h.max()),
                 ))
             })
             .collect()
     }
+}
+
+/// A class's `response_us`: `{count, mean, p50, p90, p99, max}`, null for each number an
+/// empty histogram cannot give.
+pub fn latency_json(h: &Histogram<u64>) -> Value {
+    if h.is_empty() {
+        return json!({"count": 0, "mean": null, "p50": null, "p90": null, "p99": null, "max": null});
+    }
+    json!({
+        "count": h.len(),
+        "mean": (h.mean() * 10.0).round() / 10.0,
+        "p50": h.value_at_quantile(0.5), "p90": h.value_at_quantile(0.9),
+        "p99": h.value_at_quantile(0.99), "max": h.max(),
+    })
 }
