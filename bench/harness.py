@@ -540,7 +540,7 @@ def render_peers(rows, configs, tools, args, spate_cmd, started, sink_cmd):
     out.append(f"- repetitions: {args.reps} per tool and configuration, tools alternating; "
                f"figures are medians (min–max of msgs/s in brackets)")
     out.append("- CPU-µs/msg: generator = the child's own rusage (user+sys) / messages; "
-               "sink = smtp-sink's /proc utime+stime delta / messages")
+               "sink = the receiver's /proc utime+stime delta / messages")
     out.append(f"- postal: stopped by SIGTERM after {args.postal_seconds} s (it never exits); "
                "its -m/-M are KB; reuse = -c 100000 (random 1..100000 per connection: -c -1 sends no message at all in this version); -r 1000000")
     out.append(f"- spate: `SPATE_CMD={spate_cmd}`")
