@@ -155,18 +155,8 @@ impl Net {
         let mut child = self.server.take().expect("a server");
         // SAFETY: kill(2) on the PID of our own child, which has not been reaped.
         unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-        let start = Instant::now();
-        let status = loop {
-            if let Some(st) = child.try_wait().unwrap() {
-                break st;
-            }
-            if start.elapsed() > Duration::from_secs(15) {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("spate serve did not stop within 15 s of SIGTERM");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let status = common::wait_bounded(&mut child, Duration::from_secs(15))
+            .expect("spate serve stops within 15 s of SIGTERM");
         assert!(status.success(), "spate serve: {status}");
     }
 
@@ -219,39 +209,19 @@ fn four_shards_from_four_namespaces_are_four_clients_and_add_up() {
     let target = net.serve(&srv, &stats);
     assert!(target.starts_with(SERVER_IP), "{target}");
 
-    let start = tmp.path().join("start");
     let dirs: Vec<PathBuf> = (0..SHARDS)
         .map(|i| tmp.path().join(format!("shard-{i}")))
         .collect();
     let runs: Vec<_> = shard_ns
         .iter()
-        .zip(&dirs)
         .enumerate()
-        .map(|(i, (ns, dir))| {
-            let args: Vec<String> = [
-                "netns",
-                "exec",
-                ns,
-                common::SPATE,
-                "smtp",
-                &target,
-                "--shard",
-                &format!("{i}/{SHARDS}"),
-                "--start-at",
-                "+2s",
-                "--start-file",
-                start.to_str().unwrap(),
-                "-q",
-                "-o",
-                dir.to_str().unwrap(),
-                "-n",
-                "400",
-                "--users",
-                "4",
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        .map(|(i, ns)| {
+            let mut args: Vec<String> = ["netns", "exec", ns, common::SPATE]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+            args.extend(common::shard_args(&target, i, SHARDS, tmp.path()));
+            args.extend(["-n", "400", "--users", "4"].map(String::from));
             std::thread::spawn(move || run_blocking("ip", &args, &[], Duration::from_secs(60)))
         })
         .collect();

@@ -183,18 +183,7 @@ pub fn run_blocking<A: AsRef<std::ffi::OsStr>>(
         let _ = err.read_to_string(&mut s);
         s
     });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break Some(st);
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = wait_bounded(&mut child, limit);
     let stdout = t_out.join().unwrap_or_default();
     let stderr = t_err.join().unwrap_or_default();
     if status.is_none() {
@@ -206,6 +195,47 @@ pub fn run_blocking<A: AsRef<std::ffi::OsStr>>(
         stdout,
         stderr,
     }
+}
+
+/// Waits for `child` to exit; after `limit` kills it (by its PID) and gives None.
+pub fn wait_bounded(
+    child: &mut std::process::Child,
+    limit: Duration,
+) -> Option<std::process::ExitStatus> {
+    let start = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return Some(st);
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The arguments of shard `i` of `n` of an SMTP run against `target`: the shards start
+/// together 2 s after the first one created `root/start`, and write `root/shard-I`.
+pub fn shard_args(target: &str, i: usize, n: usize, root: &std::path::Path) -> Vec<String> {
+    let (start, dir) = (root.join("start"), root.join(format!("shard-{i}")));
+    [
+        "smtp",
+        target,
+        "--shard",
+        &format!("{i}/{n}"),
+        "--start-at",
+        "+2s",
+        "--start-file",
+        start.to_str().unwrap(),
+        "-q",
+        "-o",
+        dir.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
 }
 
 /// Runs a Python 3 script with arguments; the script prints its findings.
