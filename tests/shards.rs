@@ -12,26 +12,10 @@ use spate::serve;
 
 /// Runs `n` shards of one SMTP run against `addr` at once, into `root/shard-I`.
 async fn shards(addr: &str, root: &Path, n: u32, extra: &[&str]) -> Vec<PathBuf> {
-    let start = root.join("start");
     let mut tasks = Vec::new();
     for i in 0..n {
         let dir = root.join(format!("shard-{i}"));
-        let mut args: Vec<String> = [
-            "smtp",
-            addr,
-            "--shard",
-            &format!("{i}/{n}"),
-            "--start-at",
-            "+2s",
-            "--start-file",
-            start.to_str().unwrap(),
-            "-q",
-            "-o",
-            dir.to_str().unwrap(),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let mut args = common::shard_args(addr, i as usize, n as usize, root);
         args.extend(extra.iter().map(|s| s.to_string()));
         tasks.push(tokio::spawn(async move {
             let o =

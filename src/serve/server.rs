@@ -204,8 +204,8 @@ async fn accept_loop(
             r = listener.accept() => r,
             _ = shutdown.wait_for(|v| *v) => break,
         };
-        let tcp = match accepted {
-            Ok((tcp, _peer)) => tcp,
+        let (tcp, peer) = match accepted {
+            Ok(a) => a,
             Err(_) => {
                 // Out of file descriptors and the like: back off instead of spinning.
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -213,7 +213,7 @@ async fn accept_loop(
             }
         };
         let _ = tcp.set_nodelay(true);
-        shared.stats.connection(kind);
+        shared.stats.connection(kind, peer.ip());
         let shared = shared.clone();
         match limit.clone().try_acquire_owned() {
             Ok(permit) => {

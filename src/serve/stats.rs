@@ -1,19 +1,25 @@
 //! The embedded server's own counters, so tests and benchmarks can reconcile what the
-//! client saw with what the server did. Plain atomics: sessions bump them without locks;
+//! client saw with what the server did. Plain atomics: sessions bump them without locks
+//! (only the set of client addresses takes a lock, once per accepted connection);
 //! readers take a [`Counts`] (serializable, written to `--stats-file`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
+use std::net::IpAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use super::injection::{FaultKind, FaultPoint};
 use super::listener::Listener;
 
 const CODES: usize = 600;
+/// Distinct client addresses remembered (for the count).
+const MAX_CLIENT_ADDRESSES: usize = 4096;
 
 #[derive(Debug)]
 pub struct Stats {
     connections: [AtomicU64; Listener::ALL.len()],
+    client_addresses: Mutex<HashSet<IpAddr>>,
     refused_connections: AtomicU64,
     active: AtomicU64,
     tls_sessions: AtomicU64,
@@ -103,6 +109,7 @@ impl Default for Stats {
     fn default() -> Self {
         Stats {
             connections: Default::default(),
+            client_addresses: Mutex::default(),
             refused_connections: AtomicU64::new(0),
             active: AtomicU64::new(0),
             tls_sessions: AtomicU64::new(0),
@@ -134,6 +141,10 @@ fn get(a: &AtomicU64) -> u64 {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Counts {
     pub connections: BTreeMap<String, u64>,
+    /// Distinct IP addresses connections came from, on every listener (counted up to
+    /// 4096): how many hosts a distributed run really used.
+    #[serde(default)]
+    pub client_addresses: u64,
     pub refused_connections: u64,
     pub active_connections: u64,
     pub tls_sessions: u64,
@@ -160,8 +171,14 @@ pub struct Counts {
 }
 
 impl Stats {
-    pub fn connection(&self, l: Listener) {
+    /// A connection accepted on `l` from `peer`.
+    pub fn connection(&self, l: Listener, peer: IpAddr) {
         inc(&self.connections[l as usize]);
+        if let Ok(mut seen) = self.client_addresses.lock() {
+            if seen.len() < MAX_CLIENT_ADDRESSES {
+                seen.insert(peer);
+            }
+        }
     }
     pub fn refused(&self) {
         inc(&self.refused_connections);
@@ -329,6 +346,7 @@ impl Stats {
                 .map(|l| (l.name().to_string(), self.connections(*l)))
                 .filter(|(_, n)| *n > 0)
                 .collect(),
+            client_addresses: self.client_addresses.lock().map_or(0, |s| s.len() as u64),
             refused_connections: get(&self.refused_connections),
             active_connections: get(&self.active),
             tls_sessions: get(&self.tls_sessions),
@@ -372,7 +390,7 @@ impl Counts {
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         format!(
-            "connections: {} (refused {}), TLS sessions {}, auth ok {} failed {}\n\
+            "connections: {} (refused {}, client addresses {}), TLS sessions {}, auth ok {} failed {}\n\
              messages accepted {}, recipients delivered {}, bytes {}\n\
              rejections: {}\ninjected faults: {}\nmailbox logins {}, messages retrieved {}",
             if conns.is_empty() {
@@ -381,6 +399,7 @@ impl Counts {
                 conns.join(" ")
             },
             self.refused_connections,
+            self.client_addresses,
             self.tls_sessions,
             self.auth_successes,
             self.auth_failures,
@@ -457,7 +476,10 @@ mod tests {
     #[test]
     fn snapshot_counts_and_writes() {
         let s = Stats::default();
-        s.connection(Listener::Smtp);
+        let (a, b) = ("10.0.0.1".parse().unwrap(), "::1".parse().unwrap());
+        s.connection(Listener::Smtp, a);
+        s.connection(Listener::Smtp, a);
+        s.connection(Listener::Imap, b);
         s.reply(451);
         s.reply(451);
         s.reply(250);
@@ -465,7 +487,8 @@ mod tests {
         s.fault(FaultPoint::Rcpt, FaultKind::Fail);
         s.accepted(2, 100);
         let snap = s.snapshot();
-        assert_eq!(snap.connections.get("smtp"), Some(&1));
+        assert_eq!(snap.connections.get("smtp"), Some(&2));
+        assert_eq!(snap.client_addresses, 2, "two addresses, one twice");
         assert_eq!(snap.rejections.get(&451), Some(&2));
         assert_eq!(snap.rejections.len(), 1);
         assert_eq!(snap.faults.get("rcpt:fail"), Some(&1));
@@ -476,5 +499,6 @@ mod tests {
         let back: Counts = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
         assert_eq!(back, snap);
         assert!(snap.summary().contains("451x2"));
+        assert!(snap.summary().contains("client addresses 2"));
     }
 }

@@ -150,53 +150,92 @@ pub async fn run_tool_env(
     limit: Duration,
 ) -> Output {
     let program = program.to_string();
-    tokio::task::spawn_blocking(move || {
-        let mut child = Command::new(&program)
-            .args(&args)
-            .envs(env)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {program}: {e}"));
-        let mut out = child.stdout.take().unwrap();
-        let mut err = child.stderr.take().unwrap();
-        let t_out = std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = out.read_to_string(&mut s);
-            s
-        });
-        let t_err = std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = err.read_to_string(&mut s);
-            s
-        });
-        let start = Instant::now();
-        let status = loop {
-            if let Some(st) = child.try_wait().unwrap() {
-                break Some(st);
-            }
-            if start.elapsed() > limit {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let stdout = t_out.join().unwrap_or_default();
-        let stderr = t_err.join().unwrap_or_default();
-        if status.is_none() {
-            eprintln!("{program} timed out after {limit:?}");
+    tokio::task::spawn_blocking(move || run_blocking(&program, &args, &env, limit))
+        .await
+        .unwrap()
+}
+
+/// Runs a program to completion on this thread (killed after `limit`), with these
+/// environment variables set for it: for tests with no runtime of their own.
+pub fn run_blocking<A: AsRef<std::ffi::OsStr>>(
+    program: &str,
+    args: &[A],
+    env: &[(String, String)],
+    limit: Duration,
+) -> Output {
+    let mut child = Command::new(program)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {program}: {e}"));
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let t_out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let status = wait_bounded(&mut child, limit);
+    let stdout = t_out.join().unwrap_or_default();
+    let stderr = t_err.join().unwrap_or_default();
+    if status.is_none() {
+        eprintln!("{program} timed out after {limit:?}");
+    }
+    Output {
+        ok: status.is_some_and(|s| s.success()),
+        code: status.and_then(|s| s.code()),
+        stdout,
+        stderr,
+    }
+}
+
+/// Waits for `child` to exit; after `limit` kills it (by its PID) and gives None.
+pub fn wait_bounded(
+    child: &mut std::process::Child,
+    limit: Duration,
+) -> Option<std::process::ExitStatus> {
+    let start = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return Some(st);
         }
-        Output {
-            ok: status.is_some_and(|s| s.success()),
-            code: status.and_then(|s| s.code()),
-            stdout,
-            stderr,
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
         }
-    })
-    .await
-    .unwrap()
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The arguments of shard `i` of `n` of an SMTP run against `target`: the shards start
+/// together 2 s after the first one created `root/start`, and write `root/shard-I`.
+pub fn shard_args(target: &str, i: usize, n: usize, root: &std::path::Path) -> Vec<String> {
+    let (start, dir) = (root.join("start"), root.join(format!("shard-{i}")));
+    [
+        "smtp",
+        target,
+        "--shard",
+        &format!("{i}/{n}"),
+        "--start-at",
+        "+2s",
+        "--start-file",
+        start.to_str().unwrap(),
+        "-q",
+        "-o",
+        dir.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
 }
 
 /// Runs a Python 3 script with arguments; the script prints its findings.
@@ -269,5 +308,86 @@ impl Raw {
             }
         }
         false
+    }
+}
+
+/// The number of values in each `*.hlog` of a results directory (every interval's
+/// histogram decoded and counted), by file name.
+pub fn hlog_counts(dir: &std::path::Path) -> std::collections::BTreeMap<String, u64> {
+    use base64::Engine as _;
+    let mut counts = std::collections::BTreeMap::new();
+    let mut de = hdrhistogram::serialization::Deserializer::new();
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if !name.ends_with(".hlog") {
+            continue;
+        }
+        let mut n = 0u64;
+        for line in std::fs::read_to_string(&path).unwrap().lines() {
+            if line.is_empty() || line.starts_with('#') || line.starts_with('"') {
+                continue;
+            }
+            let encoded = line.splitn(4, ',').nth(3).expect("4 fields");
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(encoded.trim())
+                .unwrap_or_else(|e| panic!("{}: {e}: {line}", path.display()));
+            let h: hdrhistogram::Histogram<u64> = de
+                .deserialize(&mut std::io::Cursor::new(bytes))
+                .unwrap_or_else(|e| panic!("{}: {e}: {line}", path.display()));
+            n += h.len();
+        }
+        counts.insert(name, n);
+    }
+    counts
+}
+
+/// `spate merge SHARDS... -o OUT`, run to completion on this thread.
+pub fn merge(shards: &[std::path::PathBuf], out: &std::path::Path) -> Output {
+    let mut args: Vec<&std::ffi::OsStr> = vec!["merge".as_ref()];
+    args.extend(shards.iter().map(|d| d.as_os_str()));
+    args.extend(["-o".as_ref(), out.as_os_str()]);
+    run_blocking(SPATE, &args, &[], Duration::from_secs(60))
+}
+
+/// Checks that the merged results directory `merged` is exactly the sum of `shards`, one
+/// run, and what the server counted: accepted messages equal `server_accepted` and the
+/// shards' sum; every phase's histogram log (and summary count) the shards' sum.
+pub fn assert_merge_adds_up(
+    merged: &std::path::Path,
+    shards: &[std::path::PathBuf],
+    server_accepted: u64,
+) {
+    let m = summary(merged);
+    let parts: Vec<serde_json::Value> = shards.iter().map(|d| summary(d)).collect();
+    for (d, s) in shards.iter().zip(&parts) {
+        assert_eq!(s["run_id"], m["run_id"], "{}: one run", d.display());
+    }
+    let accepted = |s: &serde_json::Value| s["totals"]["accepted"].as_u64().unwrap();
+    assert!(server_accepted > 0, "the server accepted nothing");
+    assert_eq!(accepted(&m), server_accepted, "merged = the server's count");
+    assert_eq!(
+        accepted(&m),
+        parts.iter().map(accepted).sum::<u64>(),
+        "merged = the sum of the shards'"
+    );
+    assert_eq!(m["extra"]["shards"].as_array().unwrap().len(), shards.len());
+    let merged_logs = hlog_counts(merged);
+    let mut summed = std::collections::BTreeMap::<String, u64>::new();
+    for d in shards {
+        for (name, n) in hlog_counts(d) {
+            *summed.entry(name).or_default() += n;
+        }
+    }
+    assert_eq!(merged_logs, summed, "each phase's histograms add up");
+    assert!(merged_logs.get("transaction.hlog").is_some_and(|&n| n > 0));
+    for p in m["phases"].as_array().unwrap() {
+        let phase = p["phase"].as_str().unwrap();
+        let sum: u64 = parts.iter().map(|s| phase_count(s, phase)).sum();
+        assert_eq!(
+            phase_count(&m, phase),
+            sum,
+            "{phase}: summary counts add up"
+        );
     }
 }

@@ -1,0 +1,250 @@
+//! Shards as separate hosts: network namespaces made by the test (root), one for the
+//! embedded server and one per shard, joined by a bridge in the server's namespace with
+//! addresses that exist only inside them (10.231.0.0/24; no route leads anywhere else).
+//! Four `spate smtp --shard I/4` processes, each in its own namespace, load the server;
+//! the server sees four distinct client addresses, and the merge of the shards adds up
+//! to the server's own count. Every namespace (and with them the bridge and the veth
+//! pairs) is deleted in a Drop guard; processes are stopped by PID.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{assert_merge_adds_up, have, merge, run_blocking};
+
+const SHARDS: usize = 4;
+const SERVER_IP: &str = "10.231.0.1";
+/// Shard I's address: 10.231.0.(10 + I).
+const SHARD_IP_BASE: usize = 10;
+
+/// The test's namespaces (`spate-t<pid>-srv`, `spate-t<pid>-s0`...) and the server
+/// started in one of them; all gone when dropped.
+struct Net {
+    prefix: String,
+    created: Vec<String>,
+    server: Option<Child>,
+}
+
+impl Net {
+    fn new() -> Net {
+        Net {
+            prefix: format!("spate-t{}", std::process::id()),
+            created: Vec::new(),
+            server: None,
+        }
+    }
+
+    fn ns(&self, what: &str) -> String {
+        format!("{}-{what}", self.prefix)
+    }
+
+    /// `ip ARGS` (split at blanks), which must succeed.
+    fn ip(&self, args: &str) {
+        let argv: Vec<&str> = args.split_whitespace().collect();
+        let o = run_blocking("ip", &argv, &[], Duration::from_secs(10));
+        assert!(o.ok, "ip {args}: {}{}", o.stdout, o.stderr);
+    }
+
+    /// A namespace with its loopback up.
+    fn add(&mut self, what: &str) -> String {
+        let ns = self.ns(what);
+        let o = run_blocking("ip", &["netns", "add", &ns], &[], Duration::from_secs(10));
+        assert!(
+            o.ok,
+            "ip netns add {ns} failed: network namespaces need root (CAP_SYS_ADMIN) and a \
+             kernel that allows them here: {}",
+            o.stderr.trim()
+        );
+        self.created.push(ns.clone());
+        self.ip(&format!("-n {ns} link set lo up"));
+        ns
+    }
+
+    /// The server's namespace with a bridge at SERVER_IP, and per shard a namespace with
+    /// a veth pair from its eth0 to the bridge.
+    fn build(&mut self) -> Vec<String> {
+        let srv = self.add("srv");
+        self.ip(&format!("-n {srv} link add br0 type bridge"));
+        self.ip(&format!("-n {srv} addr add {SERVER_IP}/24 dev br0"));
+        self.ip(&format!("-n {srv} link set br0 up"));
+        let mut shards = Vec::new();
+        for i in 0..SHARDS {
+            let ns = self.add(&format!("s{i}"));
+            // Both ends are made inside namespaces of the test: nothing in this one.
+            self.ip(&format!(
+                "-n {srv} link add h{i} type veth peer name eth0 netns {ns}"
+            ));
+            self.ip(&format!("-n {srv} link set h{i} master br0"));
+            self.ip(&format!("-n {srv} link set h{i} up"));
+            let addr = format!("10.231.0.{}/24", SHARD_IP_BASE + i);
+            self.ip(&format!("-n {ns} addr add {addr} dev eth0"));
+            self.ip(&format!("-n {ns} link set eth0 up"));
+            shards.push(ns);
+        }
+        for i in 0..SHARDS {
+            self.wait_forwarding(&srv, &format!("h{i}"));
+        }
+        shards
+    }
+
+    /// Waits (bounded) until the bridge forwards on `port`: the links are ready.
+    fn wait_forwarding(&self, srv: &str, port: &str) {
+        let start = Instant::now();
+        loop {
+            let o = run_blocking(
+                "ip",
+                &["-n", srv, "-j", "-d", "link", "show", port],
+                &[],
+                Duration::from_secs(10),
+            );
+            let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap_or_default();
+            let link = &v[0];
+            if link["operstate"] == "UP"
+                && link["linkinfo"]["info_slave_data"]["state"] == "forwarding"
+            {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "bridge port {port} not forwarding: {}",
+                o.stdout
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts `spate serve` in namespace `ns` on SERVER_IP, port 0; its address, once it
+    /// printed it (the readiness signal).
+    fn serve(&mut self, ns: &str, stats: &std::path::Path) -> String {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", ns, common::SPATE, "serve", "--discard"])
+            .args(["--smtp", &format!("{SERVER_IP}:0")])
+            .arg("--stats-file")
+            .arg(stats)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            // Its warning (not loopback) and the counters it prints at exit.
+            .stderr(std::fs::File::create(stats.with_extension("err")).unwrap())
+            .spawn()
+            .expect("cannot start ip netns exec");
+        let stdout = child.stdout.take().unwrap();
+        // `ip netns exec` execs spate: this PID is the server's.
+        self.server = Some(child);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let start = Instant::now();
+        while let Ok(line) = rx.recv_timeout(Duration::from_secs(30)) {
+            if let Some(addr) = line.strip_prefix("spate serve: smtp") {
+                return addr.trim().to_string();
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "no address");
+        }
+        panic!("spate serve in {ns} printed no smtp address within 30 s (or exited)");
+    }
+
+    /// SIGTERM to the server (by its PID) and its exit, bounded: it writes its stats file
+    /// once more as it stops.
+    fn stop_server(&mut self) {
+        let mut child = self.server.take().expect("a server");
+        // SAFETY: kill(2) on the PID of our own child, which has not been reaped.
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        let status = common::wait_bounded(&mut child, Duration::from_secs(15))
+            .expect("spate serve stops within 15 s of SIGTERM");
+        assert!(status.success(), "spate serve: {status}");
+    }
+
+    /// Deletes every namespace made (the bridge and veth pairs go with them); the names
+    /// still listed by `ip netns list` afterwards.
+    fn teardown(&mut self) -> Vec<String> {
+        if let Some(mut child) = self.server.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for ns in self.created.drain(..).rev() {
+            let o = run_blocking("ip", &["netns", "del", &ns], &[], Duration::from_secs(10));
+            if !o.ok {
+                eprintln!("ip netns del {ns}: {}", o.stderr.trim());
+            }
+        }
+        let o = run_blocking("ip", &["netns", "list"], &[], Duration::from_secs(10));
+        o.stdout
+            .lines()
+            .filter(|l| l.starts_with(&format!("{}-", self.prefix)))
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        let left = self.teardown();
+        if !left.is_empty() {
+            eprintln!("namespaces left behind: {left:?}");
+        }
+    }
+}
+
+#[test]
+fn four_shards_from_four_namespaces_are_four_clients_and_add_up() {
+    if !have("ip") {
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        common::cannot_run("network namespaces need root (ip netns add)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut net = Net::new();
+    let shard_ns = net.build();
+    let stats = tmp.path().join("stats.json");
+    let srv = net.ns("srv");
+    let target = net.serve(&srv, &stats);
+    assert!(target.starts_with(SERVER_IP), "{target}");
+
+    let dirs: Vec<PathBuf> = (0..SHARDS)
+        .map(|i| tmp.path().join(format!("shard-{i}")))
+        .collect();
+    let runs: Vec<_> = shard_ns
+        .iter()
+        .enumerate()
+        .map(|(i, ns)| {
+            let mut args: Vec<String> = ["netns", "exec", ns, common::SPATE]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+            args.extend(common::shard_args(&target, i, SHARDS, tmp.path()));
+            args.extend(["-n", "400", "--users", "4"].map(String::from));
+            std::thread::spawn(move || run_blocking("ip", &args, &[], Duration::from_secs(60)))
+        })
+        .collect();
+    for (i, r) in runs.into_iter().enumerate() {
+        let o = r.join().unwrap();
+        assert_eq!(o.code, Some(0), "shard {i}: {o:?}");
+    }
+    net.stop_server();
+    let counts: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    assert_eq!(
+        counts["client_addresses"], SHARDS,
+        "one client address per shard namespace: {counts}"
+    );
+    let merged = tmp.path().join("merged");
+    let m = merge(&dirs, &merged);
+    assert!(m.ok, "{m:?}");
+    let accepted = counts["messages_accepted"].as_u64().unwrap();
+    assert_merge_adds_up(&merged, &dirs, accepted);
+    assert_eq!(accepted, 400, "{counts}");
+    assert_eq!(
+        net.teardown(),
+        Vec::<String>::new(),
+        "every namespace deleted"
+    );
+}
