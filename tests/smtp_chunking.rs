@@ -6,44 +6,9 @@
 
 mod common;
 
-use common::{phase_count, spate, summary};
+use common::{check_digests, errors_of, phase_count, spate, summary};
 use serde_json::Value;
-use spate::message::{body_digest, hex, split_message};
 use spate::serve::{self, faults};
-
-fn errors_of(s: &Value, phase: &str, code: u64) -> u64 {
-    s["errors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["phase"] == phase && e["code"] == code)
-        .map(|e| e["count"].as_u64().unwrap())
-        .sum()
-}
-
-/// Every message the server stored carries a digest that matches its body; returns
-/// how many were checked.
-fn check_digests(server: &serve::Running) -> usize {
-    let mut checked = 0;
-    for (mailbox, _, _) in server.store.mailbox_counts() {
-        server.store.with_mailbox(&mailbox, |mb| {
-            for m in &mb.messages {
-                let (head, body) = split_message(&m.data);
-                let head = String::from_utf8_lossy(head);
-                let digest = head
-                    .split("digest=")
-                    .nth(1)
-                    .expect("a spate message")
-                    .split(';')
-                    .next()
-                    .unwrap();
-                assert_eq!(digest, hex(&body_digest(body)), "{mailbox}");
-                checked += 1;
-            }
-        });
-    }
-    checked
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bdat_groups_carry_every_message_intact_and_no_chunking_uses_data() {

@@ -3,28 +3,16 @@
 
 mod common;
 
-use common::{spate, summary};
+use common::{errors_of, spate, summary};
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::process::Command;
 use std::time::Duration;
 
-use serde_json::Value;
-use spate::message::{body_digest, hex, split_message};
 use spate::serve::{self, faults};
 
 const SPATE: &str = env!("CARGO_BIN_EXE_spate");
-
-fn errors_of(s: &Value, phase: &str, code: u64) -> u64 {
-    s["errors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["phase"] == phase && e["code"] == code)
-        .map(|e| e["count"].as_u64().unwrap())
-        .sum()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closed_load_counts_match_the_server_and_every_body_is_intact() {
@@ -81,24 +69,7 @@ async fn closed_load_counts_match_the_server_and_every_body_is_intact() {
     assert_eq!(seqs.len(), 2000);
 
     // Every stored copy carries a digest that matches its body.
-    let mut checked = 0;
-    for (mailbox, n, _) in server.store.mailbox_counts() {
-        server.store.with_mailbox(&mailbox, |mb| {
-            for m in &mb.messages {
-                let (head, body) = split_message(&m.data);
-                let head = String::from_utf8_lossy(head);
-                let digest = head
-                    .split("digest=")
-                    .nth(1)
-                    .unwrap()
-                    .split(';')
-                    .next()
-                    .unwrap();
-                assert_eq!(digest, hex(&body_digest(body)), "{mailbox}");
-            }
-        });
-        checked += n;
-    }
+    let checked = common::check_digests(&server);
     assert_eq!(checked as u64, rcpts);
     for f in [
         "plan.json",

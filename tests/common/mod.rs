@@ -391,3 +391,39 @@ pub fn assert_merge_adds_up(
         );
     }
 }
+
+/// How many errors of `phase` with reply `code` a summary lists.
+pub fn errors_of(s: &serde_json::Value, phase: &str, code: u64) -> u64 {
+    s["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["phase"] == phase && e["code"] == code)
+        .map(|e| e["count"].as_u64().unwrap())
+        .sum()
+}
+
+/// Every message the embedded server stored carries a trace digest that matches its
+/// body; returns how many were checked.
+pub fn check_digests(server: &spate::serve::Running) -> usize {
+    use spate::message::{body_digest, hex, split_message};
+    let mut checked = 0;
+    for (mailbox, _, _) in server.store.mailbox_counts() {
+        server.store.with_mailbox(&mailbox, |mb| {
+            for m in &mb.messages {
+                let (head, body) = split_message(&m.data);
+                let head = String::from_utf8_lossy(head);
+                let digest = head
+                    .split("digest=")
+                    .nth(1)
+                    .expect("a spate message")
+                    .split(';')
+                    .next()
+                    .unwrap();
+                assert_eq!(digest, hex(&body_digest(body)), "{mailbox}");
+                checked += 1;
+            }
+        });
+    }
+    checked
+}

@@ -327,21 +327,7 @@ impl Session {
         };
         conn.send_parts(parts).await.map_err(tf(Phase::Bdat))?;
         report.counters.bytes += chunk.len() as u64;
-        let mail_fail = {
-            let r = read_reply(conn).await.map_err(tf(Phase::Mail))?;
-            (!r.is_positive()).then(|| refusal(Phase::Mail, &r))
-        };
-        for i in 0..self.built.rcpts.len() {
-            let r = read_reply(conn).await.map_err(tf(Phase::Rcpt))?;
-            if r.is_positive() {
-                self.rcpts.ok.push(self.built.rcpts[i]);
-            } else {
-                self.rcpts.rejected += 1;
-                if mail_fail.is_none() {
-                    self.fails.push(refusal(Phase::Rcpt, &r));
-                }
-            }
-        }
+        let mail_fail = self.envelope_replies(conn).await?;
         // The chunk's replies: LMTP gives one per accepted recipient, else one.
         let taken = mail_fail.is_none() && !self.rcpts.ok.is_empty();
         let replies = if self.s.lmtp && taken {
@@ -440,21 +426,7 @@ impl Session {
         let tf = |phase| move |e| Failure::transport(phase, e);
         let t = report.start(Phase::Envelope);
         conn.send(cmd).await.map_err(tf(Phase::Envelope))?;
-        let mail_fail = {
-            let r = read_reply(conn).await.map_err(tf(Phase::Mail))?;
-            (!r.is_positive()).then(|| refusal(Phase::Mail, &r))
-        };
-        for i in 0..self.built.rcpts.len() {
-            let r = read_reply(conn).await.map_err(tf(Phase::Rcpt))?;
-            if r.is_positive() {
-                self.rcpts.ok.push(self.built.rcpts[i]);
-            } else {
-                self.rcpts.rejected += 1;
-                if mail_fail.is_none() {
-                    self.fails.push(refusal(Phase::Rcpt, &r));
-                }
-            }
-        }
+        let mail_fail = self.envelope_replies(conn).await?;
         let data_ok = {
             let r = read_reply(conn).await.map_err(tf(Phase::Data))?;
             match r.code {
@@ -482,6 +454,32 @@ impl Session {
             return Ok(false);
         }
         Ok(data_ok)
+    }
+
+    /// The replies to a pipelined MAIL and RCPTs: the MAIL refusal, if any (recipients
+    /// refused after it are not failures of their own); accepted and refused recipients
+    /// are noted.
+    async fn envelope_replies(
+        &mut self,
+        conn: &mut Connection,
+    ) -> Result<Option<Failure>, Failure> {
+        let tf = |phase| move |e| Failure::transport(phase, e);
+        let mail_fail = {
+            let r = read_reply(conn).await.map_err(tf(Phase::Mail))?;
+            (!r.is_positive()).then(|| refusal(Phase::Mail, &r))
+        };
+        for i in 0..self.built.rcpts.len() {
+            let r = read_reply(conn).await.map_err(tf(Phase::Rcpt))?;
+            if r.is_positive() {
+                self.rcpts.ok.push(self.built.rcpts[i]);
+            } else {
+                self.rcpts.rejected += 1;
+                if mail_fail.is_none() {
+                    self.fails.push(refusal(Phase::Rcpt, &r));
+                }
+            }
+        }
+        Ok(mail_fail)
     }
 
     /// The envelope one command at a time, each its own phase.
