@@ -434,7 +434,7 @@ async fn real_runs_report_compare_and_render_in_chromium() {
     assert!(check_charts(&page) >= 6);
     no_network(&page);
     for want in [
-        "envelope latency over time",
+        "bdat latency over time",
         "Active sessions",
         "Latency distribution",
     ] {

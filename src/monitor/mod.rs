@@ -264,9 +264,9 @@ impl Monitor {
                 continue;
             };
             slopes.insert(t.group.clone(), json!(r3(s)));
-            let span_h = pts.last().map_or(0.0, |l| l.0) - pts.first().map_or(0.0, |f| f.0);
-            // A short run's noise makes steep slopes; a leak must also have grown a few MB.
-            if s > self.leak_warn_mb_h && s * span_h >= 4.0 {
+            // A short run's noise makes steep slopes, and memory taken once makes a step:
+            // a leak must have grown a few MB, and all along.
+            if let Some(s) = slope::leaks(&pts, self.leak_warn_mb_h, 4.0) {
                 warnings.push(format!(
                     "{} memory grows {:.1} MB/hour per process (more than --leak-warn {:.1} MB/h): a leak?",
                     t.group, s, self.leak_warn_mb_h

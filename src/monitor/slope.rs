@@ -14,6 +14,31 @@ pub fn slope(points: &[(f64, f64)]) -> Option<f64> {
     (sxx > 0.0).then(|| sxy / sxx)
 }
 
+/// Whether memory (MB against hours) grows like a leak: faster than `limit` MB/h over
+/// the points, by at least `min_mb` in all, and still in both halves of the time
+/// (each at more than half the limit, when each has 3 points or more). A step — memory
+/// taken once, say a buffer pool filled mid-run — steepens one half only and is not a
+/// leak; a leak grows all along.
+pub fn leaks(points: &[(f64, f64)], limit: f64, min_mb: f64) -> Option<f64> {
+    let s = slope(points)?;
+    let span = points.last()?.0 - points.first()?.0;
+    if s <= limit || s * span < min_mb {
+        return None;
+    }
+    let mid = points.first()?.0 + span / 2.0;
+    // The points are in time order.
+    let (a, b) = points.split_at(points.partition_point(|p| p.0 < mid));
+    if a.len() >= 3 && b.len() >= 3 {
+        let both = [a, b]
+            .iter()
+            .all(|h| slope(h).is_some_and(|hs| hs > limit / 2.0));
+        if !both {
+            return None;
+        }
+    }
+    Some(s)
+}
+
 /// Throughput at the start and at the end of a run: the first and last hour when the run
 /// lasted at least two hours, otherwise its first and last tenth.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -70,6 +95,29 @@ mod tests {
             .collect();
         assert!((slope(&pts).unwrap() - 0.5).abs() < 0.01);
         assert!(slope(&pts[..2]).is_none());
+    }
+
+    #[test]
+    fn a_leak_grows_all_along_a_step_does_not() {
+        // 12 s in one-second samples, as hours.
+        let h = |i: usize| i as f64 / 3600.0;
+        // 40 kB a message at 100/s: ~14 GB/h, all along (with a little noise).
+        let leak: Vec<(f64, f64)> = (0..12)
+            .map(|i| (h(i), 30.0 + 4.0 * i as f64 + (i % 2) as f64 * 0.3))
+            .collect();
+        let s = leaks(&leak, 100.0, 4.0).expect("a leak");
+        assert!((s / 14_400.0 - 1.0).abs() < 0.05, "{s}");
+        // 10 MB taken once, mid-run: steep over the whole run, flat in each half.
+        let step: Vec<(f64, f64)> = (0..12)
+            .map(|i| (h(i), if i < 6 { 33.0 } else { 43.0 }))
+            .collect();
+        assert!(slope(&step).unwrap() > 100.0);
+        assert_eq!(leaks(&step, 100.0, 4.0), None);
+        // Growth too small to matter, and a flat line.
+        let small: Vec<(f64, f64)> = (0..12).map(|i| (h(i), 30.0 + 0.2 * i as f64)).collect();
+        assert_eq!(leaks(&small, 100.0, 4.0), None);
+        let flat: Vec<(f64, f64)> = (0..12).map(|i| (h(i), 30.0)).collect();
+        assert_eq!(leaks(&flat, 100.0, 4.0), None);
     }
 
     #[test]
