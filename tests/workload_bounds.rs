@@ -80,3 +80,91 @@ async fn rate_times_duration_stages_and_the_default_bound() {
     assert!(!tmp.path().join("zero").exists());
     server.shutdown().await;
 }
+
+/// `--connect-rate`: a closed workload's sessions start at the rate given, not all at
+/// once; above 1000 users the default rate is 1000/s; an open workload refuses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_start_at_the_connect_rate() {
+    let server = serve::start(serve::Config::loopback()).await.unwrap();
+    let addr = server.addrs.smtp.unwrap().to_string();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("ramp");
+    let o = spate(&[
+        "smtp",
+        &addr,
+        "-u",
+        "20",
+        "--connect-rate",
+        "10/s",
+        "-d",
+        "3s",
+        "--think",
+        "100ms",
+        "-m",
+        "0",
+        "-q",
+        "-o",
+        out.to_str().unwrap(),
+    ])
+    .await;
+    assert!(o.ok, "{}", o.stderr);
+    let s = summary(&out);
+    assert!(s["totals"]["accepted"].as_u64().unwrap() > 20, "{s}");
+    assert_eq!(s["totals"]["connections"], 20);
+    // Session i connects i/10 s after the start: ten in the first second, ten in the next.
+    let text = std::fs::read_to_string(out.join("intervals.csv")).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = header.iter().position(|h| *h == "connections").unwrap();
+    let per_second: Vec<u64> = lines
+        .map(|l| l.split(',').nth(col).unwrap().parse().unwrap())
+        .collect();
+    assert!(per_second.len() >= 2, "{per_second:?}");
+    assert!(
+        (9..=11).contains(&per_second[0]) && per_second[0] + per_second[1] == 20,
+        "{per_second:?}"
+    );
+    let plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("plan.json")).unwrap()).unwrap();
+    assert_eq!(plan["connect_rate"], 10.0, "{plan}");
+
+    // Many users: 1000/s unless told otherwise (1 001 sessions, one message each).
+    let out = tmp.path().join("many");
+    let o = spate(&[
+        "smtp",
+        &addr,
+        "-u",
+        "1001",
+        "-n",
+        "1001",
+        "-q",
+        "-o",
+        out.to_str().unwrap(),
+    ])
+    .await;
+    assert!(o.ok, "{}", o.stderr);
+    let plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("plan.json")).unwrap()).unwrap();
+    assert_eq!(plan["connect_rate"], 1000.0, "{plan}");
+    assert_eq!(summary(&out)["totals"]["accepted"], 1001);
+
+    let o = spate(&[
+        "smtp",
+        &addr,
+        "--rate",
+        "5/s",
+        "--connect-rate",
+        "10/s",
+        "-n",
+        "5",
+    ])
+    .await;
+    assert_eq!(o.code, Some(2), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("--connect-rate is for closed workloads")
+            && o.stderr.lines().count() == 1,
+        "{}",
+        o.stderr
+    );
+    server.shutdown().await;
+}

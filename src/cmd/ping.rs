@@ -422,6 +422,7 @@ async fn smtp(a: Args, wait: Duration, ctx: &Ctx) -> anyhow::Result<ExitCode> {
             duration_s: None,
             count_is_default: false,
             after_setup: false,
+            connect_rate: None,
             shard: None,
             run_id: None,
             start: None,

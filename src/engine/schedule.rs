@@ -39,6 +39,9 @@ pub struct Workload {
     /// through no fault of the server's or the generator's.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub after_setup: bool,
+    /// Closed workload: sessions start at this rate (per second), session i at i/rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_rate: Option<f64>,
     /// This run is one shard of a larger one (its share of the load is above).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<crate::opts::shard::ShardOf>,

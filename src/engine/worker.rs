@@ -189,13 +189,35 @@ pub(super) fn spawn<D: Driver>(
             },
             (None, Model::Open { .. }) => unreachable!("an open model has its channel"),
         };
-        workers.spawn(session(id, make(id, rng(id)), slots, shared.clone()));
+        // --connect-rate: session i starts i/rate after the start (closed workloads).
+        let start_after = match (&workload.model, workload.connect_rate) {
+            (Model::Closed { .. }, Some(r)) => Duration::from_secs_f64(id as f64 / r),
+            _ => Duration::ZERO,
+        };
+        workers.spawn(session(
+            id,
+            make(id, rng(id)),
+            slots,
+            shared.clone(),
+            start_after,
+        ));
     }
     scheduler
 }
 
 /// One session: its setup, its units, its finish.
-async fn session<D: Driver>(id: usize, mut driver: D, mut slots: Slots, shared: Arc<Shared>) {
+async fn session<D: Driver>(
+    id: usize,
+    mut driver: D,
+    mut slots: Slots,
+    shared: Arc<Shared>,
+    start_after: Duration,
+) {
+    if !start_after.is_zero() && !wait_for_turn(&shared, start_after).await {
+        // Stopped before its turn: nothing done, nothing to count.
+        shared.setup_done.one_done();
+        return;
+    }
     let rec = &shared.recorder;
     let mut report = UnitReport::new(shared.clock);
     driver.setup(&mut report).await;
@@ -215,6 +237,22 @@ async fn session<D: Driver>(id: usize, mut driver: D, mut slots: Slots, shared: 
     }
     driver.finish(&mut report).await;
     commit_step(rec, id, &mut report);
+}
+
+/// Waits until `after` past the run's start, looking at the stop flag every 100 ms; false
+/// when the run stopped first.
+async fn wait_for_turn(shared: &Shared, after: Duration) -> bool {
+    let at = tokio::time::Instant::from_std(shared.clock.origin() + after);
+    loop {
+        if shared.stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        let now = tokio::time::Instant::now();
+        if now >= at {
+            return true;
+        }
+        tokio::time::sleep_until(at.min(now + Duration::from_millis(100))).await;
+    }
 }
 
 /// Hands out open-model arrivals at their times until the profile, the count or the

@@ -39,6 +39,12 @@ pub struct WorkloadArgs {
     /// Open workload: most units of work in flight at once (also the number of connections).
     #[arg(long, default_value_t = 1000, help_heading = "Workload")]
     pub max_in_flight: u32,
+    /// Closed workload: sessions start at this rate (500/s): session i begins i/RATE after
+    /// the start, so thousands of --users do not open their connections as one SYN storm
+    /// that overflows the server's accept queue [default: 1000/s above 1000 users, all at
+    /// once up to 1000].
+    #[arg(long, value_name = "RATE", help_heading = "Workload")]
+    pub connect_rate: Option<String>,
     /// Run shard I of N (I from 0, as SLURM_PROCID counts): this process takes its share
     /// of --users, --rate, --stages and --count (the shares sum to the whole), a disjoint
     /// slice of the account pools and its own sequence numbers; `spate merge` makes one
@@ -70,6 +76,11 @@ pub struct WorkloadArgs {
 
 /// Units of work a run with no --count, --duration or --stages stops after.
 pub const DEFAULT_COUNT: u64 = 1000;
+
+/// Above this many sessions a closed workload starts them at [`DEFAULT_CONNECT_RATE`]
+/// unless --connect-rate says otherwise.
+const BIG_USERS: u32 = 1000;
+const DEFAULT_CONNECT_RATE: f64 = 1000.0;
 
 impl WorkloadArgs {
     /// Validates the options. `unit` names a unit of work in error messages.
@@ -138,6 +149,22 @@ impl WorkloadArgs {
                 }
             }
         };
+        let connect_rate = match (&self.connect_rate, &model) {
+            (Some(_), Model::Open { .. }) => {
+                return usage(
+                    "--connect-rate is for closed workloads (--users); an open workload opens connections as its arrivals need them",
+                )
+            }
+            (Some(text), _) => {
+                let r = units::parse_rate(text)?;
+                if r <= 0.0 {
+                    return usage("--connect-rate must be more than 0");
+                }
+                Some(r)
+            }
+            (None, Model::Closed { users, .. }) if *users > BIG_USERS => Some(DEFAULT_CONNECT_RATE),
+            (None, _) => None,
+        };
         let duration_s = match (&model, duration) {
             (_, Some(d)) => Some(d.as_secs_f64()),
             (Model::Open { profile, .. }, None) if profile.total_duration().is_finite() => {
@@ -151,6 +178,7 @@ impl WorkloadArgs {
             duration_s,
             count_is_default,
             after_setup: false,
+            connect_rate,
             shard: None,
             run_id: None,
             start: None,
@@ -216,6 +244,10 @@ impl Workload {
                     s.rate /= n as f64;
                 }
             }
+        }
+        // The shards together open connections at the rate given (or the default).
+        if let Some(r) = &mut self.connect_rate {
+            *r /= n as f64;
         }
         Ok(())
     }
