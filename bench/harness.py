@@ -203,6 +203,20 @@ def stop(proc, name, secs=10):
         proc.wait(timeout=secs)
 
 
+def settled(read, every, limit):
+    """read() once it gives the same count twice `every` seconds apart (bounded by `limit`
+    seconds): a receiver's counter that stopped moving."""
+    last = -1
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        time.sleep(every)
+        n = read()
+        if n == last:
+            return n
+        last = n
+    return last
+
+
 class Sink:
     """smtp-sink with -c: its counter line `sess=N quit=N mesg=N\\r` is the exact count."""
 
@@ -222,25 +236,20 @@ class Sink:
             sys.exit("smtp-sink did not start")
         self.cmd = " ".join(cmd)
 
+    def _read(self):
+        self.out.flush()
+        with open(self.out_path, "rb") as f:
+            try:
+                f.seek(-200, os.SEEK_END)
+            except OSError:
+                f.seek(0)
+            tail = f.read()
+        m = re.findall(rb"mesg=(\d+)", tail)
+        return int(m[-1]) if m else 0
+
     def count(self, settle=0.3):
         """Messages accepted so far (waits until the counter stops moving, bounded)."""
-        last = -1
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            time.sleep(settle)
-            self.out.flush()
-            with open(self.out_path, "rb") as f:
-                try:
-                    f.seek(-200, os.SEEK_END)
-                except OSError:
-                    f.seek(0)
-                tail = f.read()
-            m = re.findall(rb"mesg=(\d+)", tail)
-            n = int(m[-1]) if m else 0
-            if n == last:
-                return n
-            last = n
-        return last
+        return settled(self._read, settle, 10)
 
     def cpu(self):
         return proc_cpu_seconds(self.proc.pid)
@@ -275,15 +284,7 @@ class ServeSink:
 
     def count(self, settle=0.3):
         """Messages accepted so far: two readings of the stats file a rewrite apart agree."""
-        last = self._read()
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            time.sleep(1.1)
-            n = self._read()
-            if n == last:
-                return n
-            last = n
-        return last
+        return settled(self._read, 1.1, 15)
 
     def cpu(self):
         return proc_cpu_seconds(self.proc.pid)

@@ -282,33 +282,27 @@ impl Inbox {
     }
 }
 
-/// Writes all of `bytes` (and flushes TLS) within `timeout`.
-async fn send(
-    io: &mut (impl AsyncWrite + Unpin),
-    bytes: &[u8],
-    timeout: Duration,
-) -> Result<(), TransportError> {
-    let fut = async {
-        io.write_all(bytes).await?;
-        io.flush().await
-    };
-    tokio::time::timeout(timeout, fut)
-        .await
-        .map_err(|_| TransportError::Timeout(timeout))?
-        .map_err(TransportError::from_io)
-}
+/// The most parts one write takes: a command group, a message and a pipelined QUIT.
+const MAX_PARTS: usize = 4;
 
 /// Writes every part in order (and flushes TLS) within `timeout`, in one vectored write
 /// when the kernel takes it all: a command group, the message and a pipelined QUIT leave
-/// in one segment train, without copying the message.
-async fn send_parts(
+/// in one segment train, without copying the message or allocating.
+async fn send(
     io: &mut (impl AsyncWrite + Unpin),
     parts: &[&[u8]],
     timeout: Duration,
 ) -> Result<(), TransportError> {
+    assert!(
+        parts.len() <= MAX_PARTS,
+        "at most {MAX_PARTS} parts a write"
+    );
     let fut = async {
-        let mut slices: Vec<io::IoSlice<'_>> = parts.iter().map(|p| io::IoSlice::new(p)).collect();
-        let mut rest: &mut [io::IoSlice<'_>] = &mut slices;
+        let mut slices = [io::IoSlice::new(&[]); MAX_PARTS];
+        for (s, p) in slices.iter_mut().zip(parts) {
+            *s = io::IoSlice::new(p);
+        }
+        let mut rest: &mut [io::IoSlice<'_>] = &mut slices[..parts.len()];
         while rest.iter().any(|s| !s.is_empty()) {
             let n = io.write_vectored(rest).await?;
             if n == 0 {
@@ -410,12 +404,12 @@ impl Connection {
 
     /// Writes all of `bytes`; returns when they are handed to the kernel.
     pub async fn send(&mut self, bytes: &[u8]) -> Result<(), TransportError> {
-        send(&mut self.stream, bytes, self.timeout).await
+        send(&mut self.stream, &[bytes], self.timeout).await
     }
 
     /// Writes every part in order, in one vectored write where it can.
     pub async fn send_parts(&mut self, parts: &[&[u8]]) -> Result<(), TransportError> {
-        send_parts(&mut self.stream, parts, self.timeout).await
+        send(&mut self.stream, parts, self.timeout).await
     }
 
     /// Reads one protocol unit whose extent a codec's framer decides (an SMTP reply, a
@@ -500,7 +494,7 @@ pub struct WriteHalf {
 impl WriteHalf {
     /// As [`Connection::send`].
     pub async fn send(&mut self, bytes: &[u8]) -> Result<(), TransportError> {
-        send(&mut self.io, bytes, self.timeout).await
+        send(&mut self.io, &[bytes], self.timeout).await
     }
 
     /// Closes the write side politely.

@@ -87,6 +87,22 @@ impl Net {
         for i in 0..SHARDS {
             self.wait_forwarding(&srv, &format!("h{i}"));
         }
+        // The addresses exist only inside the test's namespaces: none of them has a route
+        // but its own subnet, so no packet of the test can leave them.
+        for ns in std::iter::once(&srv).chain(&shards) {
+            let o = run_blocking(
+                "ip",
+                &["-n", ns, "route", "show"],
+                &[],
+                Duration::from_secs(10),
+            );
+            assert!(o.ok, "{}", o.stderr);
+            let routes: Vec<&str> = o.stdout.lines().collect();
+            assert!(
+                routes.len() == 1 && routes[0].starts_with("10.231.0.0/24 "),
+                "{ns} routes: {routes:?}"
+            );
+        }
         shards
     }
 

@@ -39,6 +39,24 @@ fn rr(args: &[&str], out: &Path) -> (Option<i32>, Value, String) {
     (o.status.code(), common::summary(out), stdout)
 }
 
+/// nginx's HTTPS authorization service with the bed's client certificate.
+fn https(bed: &Bed) -> [&str; 12] {
+    [
+        bed.var("SPATE_AUTHZ"),
+        "--frame",
+        "http",
+        "--path",
+        "/authz",
+        "--tls",
+        "--ca",
+        bed.var("SPATE_AUTHZ_CA"),
+        "--cert",
+        bed.var("SPATE_AUTHZ_CERT"),
+        "--key",
+        bed.var("SPATE_AUTHZ_KEY"),
+    ]
+}
+
 /// The lines of the line service's request log (`PID SUBJECT KEY`).
 fn line_log(bed: &Bed) -> Vec<String> {
     match std::fs::read_to_string(bed.var("SPATE_AUTHZ_LINE_LOG")) {
@@ -176,31 +194,23 @@ fn nginx_hit_and_miss_classes_reconcile_with_the_servers_counters() {
     let before = bed.authz_stats();
     let (code, s, stdout) = rr(
         &[
-            bed.var("SPATE_AUTHZ"),
-            "--frame",
-            "http",
-            "--path",
-            "/authz",
-            "--tls",
-            "--ca",
-            bed.var("SPATE_AUTHZ_CA"),
-            "--cert",
-            bed.var("SPATE_AUTHZ_CERT"),
-            "--key",
-            bed.var("SPATE_AUTHZ_KEY"),
-            "--requests",
-            reqs.to_str().unwrap(),
-            "--expect-status",
-            "200",
-            "--expect",
-            // the body ends with a line end, which `$` alone does not skip
-            "(?m)^Permit subject=CN=client key=[0-9a-f]{32}$",
-            "-n",
-            "40",
-            // one at a time: a hit never waits behind a miss in nginx's one worker
-            "--users",
-            "1",
-        ],
+            &https(&bed)[..],
+            &[
+                "--requests",
+                reqs.to_str().unwrap(),
+                "--expect-status",
+                "200",
+                "--expect",
+                // the body ends with a line end, which `$` alone does not skip
+                "(?m)^Permit subject=CN=client key=[0-9a-f]{32}$",
+                "-n",
+                "40",
+                // one at a time: a hit never waits behind a miss in nginx's one worker
+                "--users",
+                "1",
+            ],
+        ]
+        .concat(),
         &tmp.path().join("classes"),
     );
     assert_eq!(code, Some(0), "{stdout}");
@@ -264,21 +274,9 @@ fn nginx_cache_cliff_shows_in_a_sweep_over_variants() {
         .args(["sweep", "--param", "variants", "--values", "100,400"])
         .args(["--cool-down", "0s", "--before-step", &hook, "-o"])
         .arg(&out)
+        .args(["--", "rr"])
+        .args(https(&bed))
         .args([
-            "--",
-            "rr",
-            bed.var("SPATE_AUTHZ"),
-            "--frame",
-            "http",
-            "--path",
-            "/authz",
-            "--tls",
-            "--ca",
-            bed.var("SPATE_AUTHZ_CA"),
-            "--cert",
-            bed.var("SPATE_AUTHZ_CERT"),
-            "--key",
-            bed.var("SPATE_AUTHZ_KEY"),
             "--template",
             "subject=CN=client action=read resource=r{variant}",
             "--pick",

@@ -112,12 +112,9 @@ async fn sessions_start_at_the_connect_rate() {
     assert!(s["totals"]["accepted"].as_u64().unwrap() > 20, "{s}");
     assert_eq!(s["totals"]["connections"], 20);
     // Session i connects i/10 s after the start: ten in the first second, ten in the next.
-    let text = std::fs::read_to_string(out.join("intervals.csv")).unwrap();
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
-    let col = header.iter().position(|h| *h == "connections").unwrap();
-    let per_second: Vec<u64> = lines
-        .map(|l| l.split(',').nth(col).unwrap().parse().unwrap())
+    let per_second: Vec<u64> = common::column_rows(&out, &["connections"])
+        .into_iter()
+        .map(|r| r[0])
         .collect();
     assert!(per_second.len() >= 2, "{per_second:?}");
     assert!(

@@ -303,15 +303,27 @@ fn corrupt(path: &Path, line: usize) -> anyhow::Error {
     .into()
 }
 
+/// The shard's histogram logs, a phase at a time, with their lines; the phases it has
+/// no log of are left out.
+fn hlogs(i: &Input) -> impl Iterator<Item = (Phase, PathBuf, HlogLines)> + '_ {
+    Phase::ALL.iter().filter_map(|&phase| {
+        let path = i.dir.join(format!("{}.hlog", phase.name()));
+        let file = std::fs::File::open(&path).ok()?;
+        Some((
+            phase,
+            path,
+            std::io::BufReader::new(file).lines().enumerate(),
+        ))
+    })
+}
+
+type HlogLines = std::iter::Enumerate<std::io::Lines<std::io::BufReader<std::fs::File>>>;
+
 /// Makes the timeline's bucket of every interval in the shard's hlogs (their histograms
 /// are read later, in step with the writing: [`HlogCursor`]).
 fn hlog_buckets(i: &Input, tl: &mut Timeline) -> anyhow::Result<()> {
-    for &phase in Phase::ALL {
-        let path = i.dir.join(format!("{}.hlog", phase.name()));
-        let Ok(file) = std::fs::File::open(&path) else {
-            continue;
-        };
-        for (k, line) in std::io::BufReader::new(file).lines().enumerate() {
+    for (_, path, lines) in hlogs(i) {
+        for (k, line) in lines {
             let line = line.map_err(|e| UsageError(format!("{}: {e}", path.display())))?;
             if let Some((start, len, _)) = hlog_line(&line).map_err(|_| corrupt(&path, k))? {
                 tl.at(i.started, start + len);
@@ -331,7 +343,7 @@ struct HlogCursor {
     /// The shard's index in the inputs.
     input: usize,
     started: SystemTime,
-    lines: std::iter::Enumerate<std::io::Lines<std::io::BufReader<std::fs::File>>>,
+    lines: HlogLines,
     /// The next interval: its bucket, its line number, its histogram (base64).
     next: Option<(i64, usize, String)>,
     /// Values added so far.
@@ -343,17 +355,13 @@ impl HlogCursor {
     fn open_all(inputs: &[Input], tl: &Timeline) -> anyhow::Result<Vec<HlogCursor>> {
         let mut all = Vec::new();
         for (input, i) in inputs.iter().enumerate() {
-            for &phase in Phase::ALL {
-                let path = i.dir.join(format!("{}.hlog", phase.name()));
-                let Ok(file) = std::fs::File::open(&path) else {
-                    continue;
-                };
+            for (phase, path, lines) in hlogs(i) {
                 let mut c = HlogCursor {
                     path,
                     phase,
                     input,
                     started: i.started,
-                    lines: std::io::BufReader::new(file).lines().enumerate(),
+                    lines,
                     next: None,
                     values: 0,
                 };

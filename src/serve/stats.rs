@@ -476,7 +476,7 @@ mod tests {
     #[test]
     fn snapshot_counts_and_writes() {
         let s = Stats::default();
-        let (a, b) = ("10.0.0.1".parse().unwrap(), "::1".parse().unwrap());
+        let (a, b) = ("127.0.0.2".parse().unwrap(), "::1".parse().unwrap());
         s.connection(Listener::Smtp, a);
         s.connection(Listener::Smtp, a);
         s.connection(Listener::Imap, b);

@@ -29,8 +29,8 @@ pub fn summary(dir: &std::path::Path) -> serde_json::Value {
     serde_json::from_str(&text).expect("valid JSON")
 }
 
-/// The sums of counter columns of a results directory's intervals.csv, in the order asked.
-pub fn column_sums(dir: &std::path::Path, cols: &[&str]) -> Vec<u64> {
+/// Counter columns of a results directory's intervals.csv, row by row, in the order asked.
+pub fn column_rows(dir: &std::path::Path, cols: &[&str]) -> Vec<Vec<u64>> {
     let text = std::fs::read_to_string(dir.join("intervals.csv")).expect("intervals.csv");
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().expect("a header").split(',').collect();
@@ -43,13 +43,25 @@ pub fn column_sums(dir: &std::path::Path, cols: &[&str]) -> Vec<u64> {
                 .unwrap_or_else(|| panic!("no column {c}"))
         })
         .collect();
+    lines
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            at.iter()
+                .map(|&i| {
+                    f[i].parse::<u64>()
+                        .unwrap_or_else(|_| panic!("not a count in {l}"))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The sums of counter columns of a results directory's intervals.csv, in the order asked.
+pub fn column_sums(dir: &std::path::Path, cols: &[&str]) -> Vec<u64> {
     let mut sums = vec![0u64; cols.len()];
-    for l in lines {
-        let f: Vec<&str> = l.split(',').collect();
-        for (sum, &i) in sums.iter_mut().zip(&at) {
-            *sum += f[i]
-                .parse::<u64>()
-                .unwrap_or_else(|_| panic!("not a count in {l}"));
+    for row in column_rows(dir, cols) {
+        for (sum, v) in sums.iter_mut().zip(row) {
+            *sum += v;
         }
     }
     sums
