@@ -192,21 +192,28 @@ impl AsyncWrite for Stream {
 const INITIAL_BUF: usize = 4096;
 
 /// Bytes read and not yet handed out: a bounded buffer that codecs' framers delimit.
+/// It is allocated when bytes arrive, not before, and a connection that waits without
+/// anything buffered can give it back (see [`Inbox::idle`] and `bare_waits`): ten
+/// thousand chat sessions waiting for pushed stanzas then hold no read buffers.
 struct Inbox {
     buf: Vec<u8>,
     start: usize,
     end: usize,
     /// Bytes of the last frame handed out, released at the next read.
     pending: usize,
+    /// A read that finds nothing buffered and has to wait gives the buffer back first,
+    /// and takes bytes through the stack when they come (reads of pushed data).
+    bare_waits: bool,
 }
 
 impl Inbox {
     fn new() -> Self {
         Inbox {
-            buf: vec![0; INITIAL_BUF],
+            buf: Vec::new(),
             start: 0,
             end: 0,
             pending: 0,
+            bare_waits: false,
         }
     }
 
@@ -221,6 +228,14 @@ impl Inbox {
                 self.buf.truncate(INITIAL_BUF);
                 self.buf.shrink_to_fit();
             }
+        }
+    }
+
+    /// Frees the buffer if nothing is in it (the last frame handed out is done with).
+    fn idle(&mut self) {
+        self.release();
+        if self.start == self.end {
+            self.buf = Vec::new();
         }
     }
 
@@ -259,26 +274,64 @@ impl Inbox {
         timeout: Duration,
         cap: usize,
     ) -> Result<(), TransportError> {
-        if self.start > 0 && self.end == self.buf.len() {
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-        }
-        if self.end == self.buf.len() {
-            if self.buf.len() >= cap {
-                return Err(TransportError::Protocol("reply too long".into()));
+        let n = if self.bare_waits && self.start == self.end {
+            tokio::time::timeout_at(deadline, self.read_bare(io)).await
+        } else {
+            if self.start > 0 && self.end == self.buf.len() {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
             }
-            self.buf.resize((self.buf.len() * 2).min(cap), 0);
+            if self.end == self.buf.len() {
+                if self.buf.len() >= cap {
+                    return Err(TransportError::Protocol("reply too long".into()));
+                }
+                self.buf
+                    .resize((self.buf.len() * 2).max(INITIAL_BUF).min(cap), 0);
+            }
+            tokio::time::timeout_at(deadline, io.read(&mut self.buf[self.end..])).await
         }
-        let n = tokio::time::timeout_at(deadline, io.read(&mut self.buf[self.end..]))
-            .await
-            .map_err(|_| TransportError::Timeout(timeout))?
-            .map_err(TransportError::from_io)?;
+        .map_err(|_| TransportError::Timeout(timeout))?
+        .map_err(TransportError::from_io)?;
         if n == 0 {
             return Err(TransportError::Closed);
         }
         self.end += n;
         Ok(())
+    }
+
+    /// A read into an empty inbox that gives the buffer back while it waits: tried in
+    /// the buffer first (bytes already there cost nothing more); when the read has to
+    /// wait, the buffer is freed and the bytes that wake it are taken through the stack,
+    /// then copied into a new one.
+    async fn read_bare(&mut self, io: &mut (impl AsyncRead + Unpin)) -> io::Result<usize> {
+        std::future::poll_fn(|cx| {
+            if !self.buf.is_empty() {
+                let mut rb = ReadBuf::new(&mut self.buf);
+                return match Pin::new(&mut *io).poll_read(cx, &mut rb) {
+                    Poll::Ready(r) => Poll::Ready(r.map(|()| rb.filled().len())),
+                    Poll::Pending => {
+                        self.buf = Vec::new();
+                        Poll::Pending
+                    }
+                };
+            }
+            let mut stack = [0u8; INITIAL_BUF];
+            let mut rb = ReadBuf::new(&mut stack);
+            match Pin::new(&mut *io).poll_read(cx, &mut rb) {
+                Poll::Ready(Ok(())) => {
+                    let got = rb.filled();
+                    if !got.is_empty() {
+                        self.buf = vec![0; INITIAL_BUF];
+                        self.buf[..got.len()].copy_from_slice(got);
+                    }
+                    Poll::Ready(Ok(got.len()))
+                }
+                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                Poll::Pending => Poll::Pending,
+            }
+        })
+        .await
     }
 }
 
@@ -436,6 +489,18 @@ impl Connection {
         self.timeout = timeout;
     }
 
+    /// The session is about to wait with nothing to read (between messages): the read
+    /// buffer is freed if nothing is left in it, and allocated again when bytes come.
+    pub fn idle(&mut self) {
+        self.inbox.idle();
+    }
+
+    /// Reads that wait for data the server pushes when it likes (IMAP IDLE, a chat
+    /// stream): each read that finds nothing buffered frees the buffer while it waits.
+    pub fn set_bare_waits(&mut self, on: bool) {
+        self.inbox.bare_waits = on;
+    }
+
     /// A read half and a write half, for a session that receives while it sends (a
     /// chat session's incoming stanzas, pipelined commands). Bytes already buffered stay
     /// with the read half.
@@ -482,6 +547,11 @@ impl ReadHalf {
     /// The deadline of each read (a session that waits for pushed data sets it long).
     pub fn set_timeout(&mut self, timeout: Duration) {
         self.timeout = timeout;
+    }
+
+    /// As [`Connection::set_bare_waits`].
+    pub fn set_bare_waits(&mut self, on: bool) {
+        self.inbox.bare_waits = on;
     }
 }
 

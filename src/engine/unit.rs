@@ -41,6 +41,10 @@ pub trait Driver: Send + 'static {
         seq: u64,
         report: &mut UnitReport,
     ) -> impl Future<Output = Outcome> + Send;
+    /// The session has to wait for its next unit (an arrival not yet due, a think
+    /// time): a driver that keeps a connection open gives back what it need not hold
+    /// while it waits (its read buffer). Not called when the next unit is ready at once.
+    fn idle(&mut self) {}
     /// The run is over: close the connection politely (phases may be recorded).
     fn finish(&mut self, report: &mut UnitReport) -> impl Future<Output = ()> + Send;
 }

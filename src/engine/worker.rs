@@ -2,8 +2,10 @@
 //! next unit after its think time, or the next open-model arrival), runs the unit and
 //! commits it, until the schedule runs dry.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use rand::rngs::SmallRng;
@@ -225,7 +227,21 @@ async fn session<D: Driver>(
     shared.setup_done.one_done();
     let mut first = true;
     let mut give_up = shared.give_up.listener();
-    while let Some(slot) = slots.next(shared.clock, first).await {
+    loop {
+        // A session whose next unit is not ready at once gives back what it need not
+        // hold while it waits (see Driver::idle); one that is never waits, and never
+        // reallocates.
+        let slot = {
+            let mut next = std::pin::pin!(slots.next(shared.clock, first));
+            match std::future::poll_fn(|cx| Poll::Ready(next.as_mut().poll(cx))).await {
+                Poll::Ready(slot) => slot,
+                Poll::Pending => {
+                    driver.idle();
+                    next.await
+                }
+            }
+        };
+        let Some(slot) = slot else { break };
         first = false;
         rec.session_started();
         let hook = shared.on_unit.as_deref();
@@ -312,5 +328,71 @@ fn wait_until(t: std::time::Instant, stop: &AtomicBool) -> bool {
             return true;
         }
         std::thread::sleep((t - now).min(Duration::from_millis(50)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::unit::Outcome;
+    use crate::metrics::Phase;
+
+    /// Counts its units and how often the engine told it it would wait.
+    struct Counting {
+        units: Arc<AtomicU64>,
+        idles: Arc<AtomicU64>,
+    }
+
+    impl Driver for Counting {
+        const PHASES: &'static [Phase] = &[];
+        async fn run_one(&mut self, _seq: u64, _report: &mut UnitReport) -> Outcome {
+            self.units.fetch_add(1, Ordering::SeqCst);
+            Outcome::Accepted
+        }
+        fn idle(&mut self) {
+            self.idles.fetch_add(1, Ordering::SeqCst);
+        }
+        async fn finish(&mut self, _report: &mut UnitReport) {}
+    }
+
+    /// Units and idle calls of one session doing `count` units with `think_ms` between.
+    async fn one_session(think_ms: f64, count: u64) -> (u64, u64) {
+        let workload = Workload {
+            model: Model::Closed { users: 1, think_ms },
+            count: Some(count),
+            duration_s: None,
+            count_is_default: false,
+            after_setup: false,
+            connect_rate: None,
+            shard: None,
+            run_id: None,
+            start: None,
+        };
+        let shared = Arc::new(Shared {
+            clock: Clock::new(),
+            recorder: Arc::new(Recorder::new(1)),
+            stop: Arc::new(AtomicBool::new(false)),
+            on_unit: None,
+            give_up: GiveUp::default(),
+            setup_done: SetupDone::new(1),
+        });
+        let (units, idles) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let mut workers = JoinSet::new();
+        let (u, i) = (units.clone(), idles.clone());
+        spawn(&workload, 1, &shared, &mut workers, move |_, _| Counting {
+            units: u.clone(),
+            idles: i.clone(),
+        });
+        while workers.join_next().await.is_some() {}
+        (units.load(Ordering::SeqCst), idles.load(Ordering::SeqCst))
+    }
+
+    #[tokio::test]
+    async fn a_session_that_waits_is_told_so_and_one_that_does_not_is_not() {
+        // Think time: the first unit starts at once, each later one after a wait, and
+        // the session waits once more before it finds the count reached.
+        assert_eq!(one_session(5.0, 3).await, (3, 3));
+        // Back to back: the next unit is always ready, nothing is given back.
+        assert_eq!(one_session(0.0, 50).await, (50, 0));
     }
 }

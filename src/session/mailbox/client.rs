@@ -352,6 +352,7 @@ impl Imap {
         let waiting = std::time::Instant::now();
         let saved = self.conn.timeout();
         self.conn.set_timeout(limit + saved);
+        self.conn.set_bare_waits(true);
         let mut wake = Wake::Done;
         let mut until = std::pin::pin!(until);
         let result: Result<(), ClientError> = async {
@@ -382,6 +383,7 @@ impl Imap {
         }
         .await;
         self.conn.set_timeout(saved);
+        self.conn.set_bare_waits(false);
         self.idle_waited = waiting.elapsed();
         result?;
         self.conn.send(b"DONE\r\n").await?;

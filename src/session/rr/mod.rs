@@ -327,6 +327,12 @@ impl Driver for Session {
         outcome
     }
 
+    fn idle(&mut self) {
+        if let Some(c) = self.conn.as_mut() {
+            c.idle();
+        }
+    }
+
     async fn finish(&mut self, _report: &mut UnitReport) {
         self.close().await;
     }

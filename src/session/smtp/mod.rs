@@ -614,6 +614,12 @@ impl Driver for Session {
         self.send(seq, report).await
     }
 
+    fn idle(&mut self) {
+        if let Some(c) = self.conn.as_mut() {
+            c.idle();
+        }
+    }
+
     async fn finish(&mut self, report: &mut UnitReport) {
         if let Some(us) = self.close(report).await {
             report.record(Phase::Quit, us);

@@ -336,7 +336,7 @@ impl Session {
             alive: Arc::new(AtomicBool::new(false)),
             closing: Arc::new(AtomicBool::new(false)),
             next_rr: id + 1,
-            stanza: String::with_capacity(512),
+            stanza: String::new(),
             asked: Arc::default(),
             replies: Arc::default(),
             retry: None,
@@ -377,7 +377,9 @@ impl Session {
             r.abort();
         }
         report.counters.reconnections += 1;
-        match login::login(&self.s, self.id, &mut self.rng, report).await {
+        // Boxed: a login's state is large and lives only while it logs in; inline, it
+        // would be part of every waiting session's future (1.9 KiB each).
+        match Box::pin(login::login(&self.s, self.id, &mut self.rng, report)).await {
             Ok(l) => {
                 // The roster lives on the server: a --roster all run subscribed already.
                 self.online(l);
@@ -709,7 +711,9 @@ impl Driver for Session {
     async fn setup(&mut self, report: &mut UnitReport) {
         self.pace().await;
         let mut subscribe = Vec::new();
-        match login::login(&self.s, self.id, &mut self.rng, report).await {
+        // Boxed: a login's state is large and lives only while it logs in; inline, it
+        // would be part of every waiting session's future (1.9 KiB each).
+        match Box::pin(login::login(&self.s, self.id, &mut self.rng, report)).await {
             Ok(l) => {
                 if self.s.roster == RosterMode::All {
                     // Counted before the gate opens, so that no session finds the run's
@@ -860,6 +864,8 @@ impl Reader {
     async fn run(self, mut rd: ReadHalf, mut framer: Framer) {
         // Pushed stanzas come when they come: the read waits as long as the run lasts.
         rd.set_timeout(Duration::from_secs(365 * 86_400));
+        // ... and holds no read buffer while it waits.
+        rd.set_bare_waits(true);
         let end = loop {
             let mut kind = None;
             let got = rd
@@ -896,6 +902,13 @@ impl Reader {
         }
     }
 
+    /// Writes an answer the server asked for (a subscription approval, an IQ result).
+    /// Boxed: rare, and inline its write would be part of every waiting reader.
+    async fn answer(&self, reply: &str) {
+        let w = &self.writer;
+        let _ = Box::pin(async move { w.lock().await.send(reply.as_bytes()).await }).await;
+    }
+
     /// Handles one incoming stanza; a stream error ends the session.
     async fn stanza(&self, e: &Element) -> Option<Failure> {
         match e.local_name() {
@@ -922,7 +935,7 @@ impl Reader {
                     xmpp::escape(from, &mut reply);
                 }
                 reply.push_str("'/>");
-                let _ = self.writer.lock().await.send(reply.as_bytes()).await;
+                self.answer(&reply).await;
                 self.tally(1);
             }
             "iq" => self.tally(0),
@@ -952,7 +965,7 @@ impl Reader {
                 let mut reply = String::from("<presence type='subscribed' to='");
                 xmpp::escape(&bare, &mut reply);
                 reply.push_str("'/>");
-                let _ = self.writer.lock().await.send(reply.as_bytes()).await;
+                self.answer(&reply).await;
                 return 1;
             }
             Some(t @ ("subscribed" | "error")) => {
