@@ -551,15 +551,17 @@ impl Session {
         report.counters.bytes += self.wire.len() as u64;
         let lmtp = self.s.lmtp;
         let replies = if lmtp { self.rcpts.ok.len() } else { 1 };
-        let mut delivered = Vec::with_capacity(replies);
+        // LMTP recipients refused at the end (allocated only when one is).
+        let mut refused = Vec::new();
         for i in 0..replies {
             let r = read_reply(conn)
                 .await
                 .map_err(|e| Failure::transport(Phase::Body, e))?;
             if r.is_positive() {
-                delivered.push(i);
+                continue;
             } else if lmtp {
                 self.fails.push(refusal(Phase::Body, &r));
+                refused.push(i);
             } else {
                 let f = refusal(Phase::Body, &r);
                 report.timed(Phase::Body, t);
@@ -567,10 +569,13 @@ impl Session {
             }
         }
         report.timed(Phase::Body, t);
-        if lmtp && delivered.len() < self.rcpts.ok.len() {
-            self.rcpts.rejected += (self.rcpts.ok.len() - delivered.len()) as u64;
-            let kept: Vec<u32> = delivered.iter().map(|&i| self.rcpts.ok[i]).collect();
-            self.rcpts.ok = kept;
+        if !refused.is_empty() {
+            self.rcpts.rejected += refused.len() as u64;
+            let mut i = 0;
+            self.rcpts.ok.retain(|_| {
+                i += 1;
+                !refused.contains(&(i - 1))
+            });
         }
         Ok(!self.rcpts.ok.is_empty())
     }
