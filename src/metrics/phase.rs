@@ -58,8 +58,8 @@ phases! {
     Expunge => "expunge", "IMAP EXPUNGE to its tagged reply";
     Idle => "idle", "IMAP IDLE to its continuation plus DONE to its tagged reply";
     Append => "append", "IMAP APPEND of one message (its literal's continuation included, none with LITERAL+) to its tagged reply";
-    Copy => "copy", "IMAP COPY of one message to the --to-mailbox to its tagged reply";
-    Move => "move", "IMAP MOVE (RFC 6851) of one message to the --to-mailbox to its tagged reply";
+    Copy => "copy", "IMAP COPY of one message to the --to-mailbox to its tagged reply (a CREATE after [TRYCREATE] included)";
+    Move => "move", "IMAP MOVE (RFC 6851) of one message to the --to-mailbox to its tagged reply (a CREATE after [TRYCREATE] included)";
     MoveEmulated => "move_emulated", "IMAP move on a server without MOVE: COPY, STORE \\Deleted and EXPUNGE together";
     Create => "create", "IMAP CREATE of the --to-mailbox after a COPY/MOVE refused with [TRYCREATE]";
     SearchDate => "search_date", "IMAP SEARCH SINCE/BEFORE (a window of days) to its tagged reply";
