@@ -287,6 +287,7 @@ def main():
         sys.exit(f"{IMAPTEST}: not built (scripts/build-imaptest, or set IMAPTEST)")
     os.makedirs(RESULTS, exist_ok=True)
     workdir = tempfile.mkdtemp(prefix="spate-bench-imap-")
+    os.chmod(workdir, 0o755)  # the bed's daemons (postfix, dovecot's users) must reach the bed
     started = datetime.datetime.now().isoformat(timespec="seconds")
 
     def on_term(signum, frame):
@@ -296,7 +297,9 @@ def main():
     rows = []
     try:
         if not bed_dir:
-            bed_dir, ours = bed_up(workdir, "--users", str(max(100, args.accounts))), True
+            # Ours from the start: a bed that fails half-way up is brought down too.
+            bed_dir, ours = os.path.join(workdir, "bed"), True
+            bed_up(workdir, "--users", str(max(100, args.accounts)))
         env = bed_env(bed_dir)
         env["_DOVECOT_PIDFILE"] = os.path.join(bed_dir, "dovecot-run", "master.pid")
         bed_note = (f"`scripts/testbed up` (Dovecot {dovecot_version()}, Maildir, imap "

@@ -65,8 +65,8 @@ fn chosen_before(seq: u64, pct: u8) -> u64 {
     seq * u64::from(pct) / 100
 }
 
-/// A visit's own state for the mix: the spreads over touched messages, the message
-/// builder and its buffers.
+/// A session's own state for the mix, kept from visit to visit: the spreads over touched
+/// messages, the rng that picks parts, the message builder and its buffers.
 pub struct State {
     rng: SmallRng,
     copy: Spread,
@@ -396,4 +396,45 @@ pub async fn append(
     let run = m.append("INBOX", &mix.append_flags, message, literal_plus, |_| {});
     step(r, Phase::Append, run).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn share_is_exact_over_the_run_and_alternates() {
+        for pct in [0u8, 1, 20, 50, 99, 100] {
+            let chosen: Vec<u64> = (0..300).filter(|&s| share(s, pct)).collect();
+            assert_eq!(chosen.len(), 3 * pct as usize, "{pct}");
+            for (i, &s) in chosen.iter().enumerate() {
+                assert_eq!(chosen_before(s, pct), i as u64, "{pct} {s}");
+            }
+        }
+    }
+
+    #[test]
+    fn position_follows_expunges() {
+        let mut p = Position::first();
+        p.advance();
+        p.advance();
+        assert_eq!(p.at, 3);
+        // Another session expunges message 1: ours is now 2.
+        p.saw(&Untagged::Expunge(1));
+        assert_eq!((p.at, p.gone), (2, false));
+        // A later message goes: no change.
+        p.saw(&Untagged::Expunge(5));
+        assert_eq!((p.at, p.gone), (2, false));
+        // Ours goes (a MOVE): the next message takes its number.
+        p.saw(&Untagged::Expunge(2));
+        assert_eq!((p.at, p.gone), (2, true));
+        p.advance();
+        assert_eq!((p.at, p.gone), (2, false));
+        p.advance();
+        assert_eq!(p.at, 3);
+        // An emulated move's EXPUNGE: an earlier \Deleted one, then ours.
+        p.saw(&Untagged::Expunge(1));
+        p.saw(&Untagged::Expunge(2));
+        assert_eq!((p.at, p.gone), (2, true));
+    }
 }
