@@ -22,6 +22,9 @@ enum Fault {
     BadStructure,
     CopyRefused,
     MoveWithoutExpunge,
+    /// Nothing broken: a plain IMAP4rev1 server without LITERAL+ and MOVE, whose LOGIN
+    /// reply lists no capabilities; it refuses a non-synchronizing literal.
+    Plain,
 }
 
 /// The answer to one command line (tag and the rest).
@@ -29,7 +32,19 @@ fn answer(fault: Fault, tag: &str, cmd: &str) -> String {
     let up = cmd.to_ascii_uppercase();
     let ok = format!("{tag} OK done\r\n");
     if up.starts_with("LOGIN") {
-        return format!("{tag} OK [CAPABILITY IMAP4rev1 LITERAL+ MOVE] logged in\r\n");
+        return match fault {
+            Fault::Plain => format!("{tag} OK logged in\r\n"),
+            _ => format!("{tag} OK [CAPABILITY IMAP4rev1 LITERAL+ MOVE] logged in\r\n"),
+        };
+    }
+    if up.starts_with("CAPABILITY") {
+        return format!("* CAPABILITY IMAP4rev1\r\n{tag} OK done\r\n");
+    }
+    if up.starts_with("APPEND") {
+        return format!("{tag} OK [APPENDUID 1 3] appended\r\n");
+    }
+    if up.starts_with("STORE") {
+        return ok;
     }
     if up.starts_with("SELECT") {
         return format!(
@@ -88,25 +103,44 @@ fn session(fault: Fault, s: TcpStream) {
     let mut r = BufReader::new(s);
     let _ = w.write_all(b"* OK [CAPABILITY IMAP4rev1 LITERAL+] scripted\r\n");
     let mut line = String::new();
+    // Messages flagged \Deleted, for EXPUNGE to announce.
+    let mut deleted = Vec::new();
     for _ in 0..100 {
         line.clear();
         if r.read_line(&mut line).unwrap_or(0) == 0 {
             return;
         }
-        // A literal (APPEND's message) is read and answered as its command.
-        if let Some(n) = line
-            .trim_end()
-            .strip_suffix("+}")
-            .and_then(|l| l.rsplit_once('{'))
-            .and_then(|(_, n)| n.parse::<usize>().ok())
-        {
-            let mut lit = vec![0u8; n + 2];
-            let _ = r.read_exact(&mut lit);
-        }
         let Some((tag, cmd)) = line.trim_end().split_once(' ') else {
             return;
         };
-        if w.write_all(answer(fault, tag, cmd).as_bytes()).is_err() {
+        // A literal (APPEND's message) is read, after a continuation unless it is {n+}.
+        if let Some((_, size)) = cmd.strip_suffix('}').and_then(|l| l.rsplit_once('{')) {
+            let non_sync = size.ends_with('+');
+            let n: usize = size.trim_end_matches('+').parse().unwrap();
+            if non_sync && matches!(fault, Fault::Plain) {
+                let _ = w.write_all(format!("{tag} BAD LITERAL+ was not offered\r\n").as_bytes());
+                return;
+            }
+            if !non_sync {
+                let _ = w.write_all(b"+ go ahead\r\n");
+            }
+            let mut lit = vec![0u8; n + 2];
+            let _ = r.read_exact(&mut lit);
+        }
+        let up = cmd.to_ascii_uppercase();
+        if up.starts_with("STORE") && up.contains("\\DELETED") {
+            deleted.push(up.split(' ').nth(1).unwrap_or("1").to_string());
+        }
+        let reply = if up == "EXPUNGE" {
+            let gone: String = deleted
+                .drain(..)
+                .map(|n| format!("* {n} EXPUNGE\r\n"))
+                .collect();
+            format!("{gone}{tag} OK expunged\r\n")
+        } else {
+            answer(fault, tag, cmd)
+        };
+        if w.write_all(reply.as_bytes()).is_err() {
             return;
         }
     }
@@ -219,4 +253,25 @@ fn a_refusal_is_counted_by_command_and_code() {
     assert!(text.starts_with("[OVERQUOTA] Quota exceeded"), "{text}");
     // The visit logged out politely after the refusal: the server saw no failure.
     assert_eq!(s["totals"]["failed"], 0);
+}
+
+/// A server without LITERAL+ and MOVE that lists no capabilities at login: spate asks for
+/// them (phase capability), APPENDs with a synchronizing literal after the continuation
+/// and moves with COPY, STORE \Deleted and EXPUNGE, whose EXPUNGE it expects.
+#[test]
+fn a_plain_server_gets_the_fallbacks() {
+    let s = run(
+        Fault::Plain,
+        &["--append", "100", "--move", "100", "-m", "1"],
+    );
+    assert_eq!(s["totals"]["accepted"], 1, "{s}");
+    assert_eq!(s["errors"], serde_json::json!([]), "{s}");
+    for (p, n) in [
+        ("capability", 1),
+        ("append", 1),
+        ("move_emulated", 1),
+        ("move", 0),
+    ] {
+        assert_eq!(common::phase_count(&s, p), n, "{p}: {s}");
+    }
 }
