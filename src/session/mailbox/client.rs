@@ -173,7 +173,7 @@ pub struct Imap {
     /// LOGIN reply. Before that they may lack what only a logged-in session has (MOVE).
     pub capabilities_current: bool,
     next_tag: u32,
-    /// The latest EXISTS count seen in any response.
+    /// Messages in the selected mailbox: the latest EXISTS, less the EXPUNGEs since.
     pub exists: u32,
     /// How long the last IDLE waited between the continuation and its end (so callers
     /// can time the server's part of IDLE apart from the wait).
@@ -278,8 +278,11 @@ impl Imap {
                     return Err(ClientError::protocol("unexpected continuation request"))
                 }
                 Response::Untagged(u) => {
-                    if let Untagged::Exists(n) = u {
-                        self.exists = n;
+                    match u {
+                        Untagged::Exists(n) => self.exists = n,
+                        // RFC 3501 7.4.1: each EXPUNGE decrements the number of messages.
+                        Untagged::Expunge(_) => self.exists = self.exists.saturating_sub(1),
+                        _ => {}
                     }
                     if let Untagged::Capability(c) = &u {
                         self.capabilities = c.iter().map(|s| s.to_string()).collect();
@@ -466,6 +469,9 @@ impl Imap {
                 Response::Continue(_) => return Ok(()),
                 Response::Tagged { status, text, .. } => return Err(refusal(status, text)),
                 Response::Untagged(Untagged::Exists(n)) => self.exists = n,
+                Response::Untagged(Untagged::Expunge(_)) => {
+                    self.exists = self.exists.saturating_sub(1)
+                }
                 Response::Untagged(_) => {}
             }
         }
