@@ -248,9 +248,9 @@ def render(rows, args, spate, started, bed_note):
         out.append("")
     out.append("The two mixes are alike, not equal: imaptest has LIST, STATUS and range FETCHes "
                "spate does not send; spate has SEARCH, BODYSTRUCTURE+part and COPY that "
-               "imaptest's default profile does not. Dovecot is the bottleneck on this "
-               "machine (its CPU per command is many times either generator's), so commands/s "
-               "compares the mixes' cost to the server as much as the generators.")
+               "imaptest's default profile does not. Neither generator is near a core; "
+               "Dovecot costs many times either generator's CPU per command (table), so "
+               "commands/s compares what the two mixes cost the server as much as the tools.")
     return "\n".join(out) + "\n"
 
 
