@@ -69,7 +69,7 @@ const IMAP_EXAMPLES: &str = "EXAMPLES:
       --append 10 --copy 5 --move 5 --search-date 20 --search-header 20 --structure 20
 
 CLIENT MIX: --append, --search-date and --search-header are percentages of visits (exactly \
-that share of the run's visits, spread evenly); --copy, --move and --structure are \
+that share of the run's IMAP visits, spread evenly); --copy, --move and --structure are \
 percentages of the messages a visit touches, like --download and --delete. Each command is \
 a phase of its own: append, copy, move (or move_emulated), create, search_date, \
 search_header, structure, part (and capability, when the login reply did not list them).";

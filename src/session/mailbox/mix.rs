@@ -60,8 +60,8 @@ pub fn share(seq: u64, pct: u8) -> bool {
     (seq + 1) * p / 100 > seq * p / 100
 }
 
-/// How many visits before `seq` [`share`] chose.
-fn chosen_before(seq: u64, pct: u8) -> u64 {
+/// How many visits before `seq` [`share`] chose (for a chosen one: its index among them).
+pub fn chosen_before(seq: u64, pct: u8) -> u64 {
     seq * u64::from(pct) / 100
 }
 
@@ -410,6 +410,22 @@ mod tests {
             for (i, &s) in chosen.iter().enumerate() {
                 assert_eq!(chosen_before(s, pct), i as u64, "{pct} {s}");
             }
+        }
+    }
+
+    /// In a POP3/IMAP run the IMAP visits number themselves 0, 1, 2, ... (the mix's
+    /// shares are then exact over them, not aliased with the IMAP share: at 50 % IMAP and
+    /// 50 % APPEND, half the IMAP visits append, not all of them).
+    #[test]
+    fn imap_visits_have_their_own_sequence() {
+        for imap in [30u8, 50, 100] {
+            let seqs: Vec<u64> = (0..200)
+                .filter(|&s| share(s, imap))
+                .map(|s| chosen_before(s, imap))
+                .collect();
+            assert_eq!(seqs, (0..2 * u64::from(imap)).collect::<Vec<_>>());
+            let appending = seqs.iter().filter(|&&s| share(s, 50)).count();
+            assert_eq!(appending, imap as usize, "{imap}");
         }
     }
 

@@ -386,13 +386,14 @@ impl Driver for Visitor {
     ];
 
     async fn run_one(&mut self, seq: u64, r: &mut UnitReport) -> Outcome {
-        // Exactly imap_percent of the run's visits are IMAP, spread evenly by sequence.
-        let p = u64::from(self.s.imap_percent);
-        let imap = (seq + 1) * p / 100 > seq * p / 100;
+        // Exactly imap_percent of the run's visits are IMAP, spread evenly by sequence;
+        // the mix's visit shares count over the IMAP visits (their own sequence).
+        let imap = mix::share(seq, self.s.imap_percent);
+        let imap_seq = mix::chosen_before(seq, self.s.imap_percent);
         let acct = self.account();
         let s = self.s.clone();
         let result = match (imap, &s.imap, &s.pop3) {
-            (true, Some(ep), _) | (false, Some(ep), None) => self.imap(ep, seq, acct, r).await,
+            (true, Some(ep), _) | (false, Some(ep), None) => self.imap(ep, imap_seq, acct, r).await,
             (_, _, Some(ep)) => self.pop3(ep, acct, r).await,
             (_, None, None) => unreachable!("the plan has at least one endpoint"),
         };
