@@ -209,6 +209,40 @@ fn client_mix_against_dovecot_reconciles() {
     assert_eq!(inbox as u64, 50 + 5 - moved - deleted, "{s}");
     assert_eq!(archived as u64, copied + moved, "{s}");
     assert!(moved >= 10 && deleted >= 10, "{s}");
+
+    // A POP3/IMAP run: half the 8 visits IMAP, and half of those append and search.
+    let (s, _) = run(&[
+        "pop3",
+        bed.var("SPATE_POP3"),
+        "--imap-percent",
+        "50",
+        "--imap-target",
+        bed.var("SPATE_IMAP"),
+        "--users-file",
+        users,
+        "--users",
+        "2",
+        "--count",
+        "8",
+        "-m",
+        "1",
+        "--append",
+        "50",
+        "--search-header",
+        "50",
+        "-o",
+        &o("mixed"),
+        "-q",
+    ]);
+    assert_eq!(s["totals"]["accepted"], 8, "{s}");
+    for (p, n) in [
+        ("stat", 4),
+        ("select", 4),
+        ("append", 2),
+        ("search_header", 2),
+    ] {
+        assert_eq!(phase_count(&s, p), n, "{p}: {s}");
+    }
 }
 
 fn one_line_exit_2(args: &[&str], want: &str) {
