@@ -293,15 +293,16 @@ class ServeSink:
         stop(self.proc, "spate serve")
 
 
-def run_child(argv, timeout=RUN_TIMEOUT, term_after=None, out_path=None, cwd=None):
+def run_child(argv, timeout=RUN_TIMEOUT, term_after=None, out_path=None, cwd=None, env=None):
     """Run a generator; return (rc, wall seconds, cpu seconds from its own rusage, output).
 
     term_after: send SIGTERM after this many seconds (postal never exits by itself).
+    env: the child's environment (default: this one).
     """
     out = open(out_path, "wb") if out_path else subprocess.DEVNULL
     t0 = time.monotonic()
     p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                         cwd=cwd or (os.path.dirname(out_path) if out_path else None))
+                         cwd=cwd or (os.path.dirname(out_path) if out_path else None), env=env)
     deadline = t0 + (term_after if term_after else timeout)
     termed = False
     status = None

@@ -131,6 +131,14 @@ fn check_parse(frame: &[u8]) {
                         assert!(within(frame, d.as_bytes()));
                         let _ = internal_date(d);
                     }
+                    if let Some(st) = f.structure {
+                        assert!(within(frame, st));
+                        // Bounded whatever the bytes: parts kept, depth (no stack overflow).
+                        if let Ok(parts) = imap::structure::parts(st) {
+                            assert!(!parts.is_empty());
+                            assert!(parts.len() <= imap::structure::MAX_PARTS);
+                        }
+                    }
                     if let Some((name, body)) = f.body {
                         assert!(within(frame, name.as_bytes()));
                         assert!(within(frame, body));

@@ -11,12 +11,14 @@ use serde::Serialize;
 use super::{observers, print_outcome, Finished};
 use crate::ctx::Ctx;
 use crate::engine::{self, PlanHead, Workload};
+use crate::message::{AddressPool, Factory, Pick};
 use crate::opts::accounts::AccountsArgs;
 use crate::opts::{MonitorArgs, OutputArgs, PickArg, TransportArgs, WorkloadArgs};
 use crate::session::mailbox::fetch::Account;
+use crate::session::mailbox::mix::Mix;
 use crate::session::mailbox::{Login, Settings, Visitor};
 use crate::session::{Endpoint, TlsMode};
-use crate::units;
+use crate::units::{self, Range};
 use crate::usage;
 
 /// Which mailbox protocol a command loads.
@@ -60,7 +62,17 @@ const POP3_EXAMPLES: &str = "EXAMPLES:
 const IMAP_EXAMPLES: &str = "EXAMPLES:
   spate imap 127.0.0.1:1143 --users-file users.txt --rate 600/min --duration 5m --delete 50
   spate imap 127.0.0.1:993 --tls --ca ca.pem --users-file users.txt \\
-      --download 20 --flag --idle 2s";
+      --download 20 --flag --idle 2s
+  # A client mix: per visit, 10% APPEND and 20% each search; per touched message, 5%
+  # copied and 5% moved to Archive, 20% BODYSTRUCTURE and one part.
+  spate imap 127.0.0.1:1143 --users-file users.txt --users 50 --duration 1m -m 10 \\
+      --append 10 --copy 5 --move 5 --search-date 20 --search-header 20 --structure 20
+
+CLIENT MIX: --append, --search-date and --search-header are percentages of visits (exactly \
+that share of the run's IMAP visits, spread evenly); --copy, --move and --structure are \
+percentages of the messages a visit touches, like --download and --delete. Each command is \
+a phase of its own: append, copy, move (or move_emulated), create, search_date, \
+search_header, structure, part (and capability, when the login reply did not list them).";
 
 /// What `spate pop3` and `spate imap` share: the server, the load, the accounts, what a
 /// visit does to each message, and the transport, output and monitoring options.
@@ -136,6 +148,80 @@ pub struct ImapOptions {
     /// IDLE this long at the end of each visit (e.g. 2s).
     #[arg(long)]
     pub idle: Option<String>,
+
+    // ---- the client mix (percentages, spread evenly like --delete)
+    /// Percentage of visits that APPEND one message to INBOX (at the end of the visit,
+    /// before IDLE; a non-synchronizing literal when the server has LITERAL+).
+    #[arg(long, value_name = "PCT", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=100), help_heading = "Client mix")]
+    pub append: u8,
+    /// Size of the generated APPEND messages, or a uniform range [default: 2k].
+    #[arg(long, value_name = "SIZE", help_heading = "Client mix")]
+    pub append_size: Option<String>,
+    /// Flags the APPEND messages get, e.g. '\Seen \Flagged' ('' for none) [default: \Seen].
+    #[arg(long, value_name = "FLAGS", help_heading = "Client mix")]
+    pub append_flags: Option<String>,
+    /// APPEND the .eml files of DIR in turn instead of generated messages.
+    #[arg(long, value_name = "DIR", help_heading = "Client mix")]
+    pub append_from: Option<std::path::PathBuf>,
+    /// Attach FILE to every generated APPEND message (multipart/mixed: two parts for
+    /// --structure to choose from).
+    #[arg(long, value_name = "FILE", help_heading = "Client mix")]
+    pub append_attach: Option<std::path::PathBuf>,
+    /// Percentage of touched messages COPYed to --to-mailbox.
+    #[arg(long, value_name = "PCT", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=100), help_heading = "Client mix")]
+    pub copy: u8,
+    /// Percentage of touched messages (of those not deleted) moved to --to-mailbox: MOVE
+    /// when the server offers it, else COPY + STORE \Deleted + EXPUNGE (phase
+    /// move_emulated; that EXPUNGE also commits the visit's earlier deletions).
+    #[arg(long = "move", value_name = "PCT", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=100), help_heading = "Client mix")]
+    pub moves: u8,
+    /// Mailbox that COPY and MOVE go to, created when the server answers [TRYCREATE]
+    /// [default: Archive].
+    #[arg(long, value_name = "MAILBOX", help_heading = "Client mix")]
+    pub to_mailbox: Option<String>,
+    /// Percentage of visits that SEARCH SINCE (today - --search-days) BEFORE tomorrow.
+    #[arg(long, value_name = "PCT", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=100), help_heading = "Client mix")]
+    pub search_date: u8,
+    /// Days back that --search-date looks [default: 7].
+    #[arg(long, value_name = "DAYS", value_parser = clap::value_parser!(u32).range(0..=36500), help_heading = "Client mix")]
+    pub search_days: Option<u32>,
+    /// Percentage of visits that SEARCH HEADER Subject TEXT, or FROM TEXT (in turn).
+    #[arg(long, value_name = "PCT", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=100), help_heading = "Client mix")]
+    pub search_header: u8,
+    /// The TEXT of --search-header [default: spate, which every message spate generates
+    /// has in its Subject and From].
+    #[arg(long, value_name = "TEXT", help_heading = "Client mix")]
+    pub search_text: Option<String>,
+    /// Percentage of touched messages whose BODYSTRUCTURE is fetched, then one part of it
+    /// chosen at random (BODY.PEEK[section]; checked against the structure's size).
+    #[arg(long, value_name = "PCT", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=100), help_heading = "Client mix")]
+    pub structure: u8,
+    /// Act as a client that does not know these extensions even when the server offers
+    /// them: MOVE (moves become COPY + STORE + EXPUNGE), LITERAL+ (APPEND waits for the
+    /// continuation). Comma-separated.
+    #[arg(
+        long,
+        value_name = "EXT,..",
+        value_delimiter = ',',
+        help_heading = "Client mix"
+    )]
+    pub without: Vec<String>,
+}
+
+impl ImapOptions {
+    /// Whether any of the client mix is asked for.
+    fn mix(&self) -> bool {
+        [
+            self.append,
+            self.copy,
+            self.moves,
+            self.search_date,
+            self.search_header,
+            self.structure,
+        ]
+        .iter()
+        .any(|p| *p > 0)
+    }
 }
 
 /// `spate pop3`: the shared options, POP3's own, and IMAP's for a mixed run.
@@ -268,6 +354,10 @@ pub fn prepare(
         (args.imap.search.is_some(), "--search"),
         (args.imap.flag, "--flag"),
         (args.imap.idle.is_some(), "--idle"),
+        (
+            args.imap.mix(),
+            "the client mix (--append, --copy, --move, --search-*, --structure)",
+        ),
     ];
     if let Some((_, name)) = imap_only.iter().find(|(on, _)| *on && imap_percent == 0) {
         return usage(format!(
@@ -295,18 +385,18 @@ pub fn prepare(
         .map(units::parse_duration)
         .transpose()?;
     let seed = args.common.output.seed.unwrap_or_else(rand::random);
+    let head = PlanHead::new::<Visitor>(
+        command,
+        protocol_name(proto, imap_percent),
+        &args.common.target,
+    );
+    let mix = mix(&args.imap, &accounts, &head.run_id)?;
     let main = pop3
         .as_ref()
         .or(imap.as_ref())
         .expect("at least one endpoint");
-    let protocol = match (proto, imap_percent) {
-        (Protocol::Imap, _) => "imap",
-        (Protocol::Pop3, 0) => "pop3",
-        (Protocol::Pop3, 100) => "imap",
-        _ => "pop3+imap",
-    };
     let plan = Plan {
-        head: PlanHead::new::<Visitor>(command, protocol, &args.common.target).of(&workload),
+        head: head.of(&workload),
         address: main.addr,
         imap_address: imap.as_ref().map(|e| e.addr),
         imap_percent,
@@ -335,9 +425,165 @@ pub fn prepare(
         search: args.imap.search,
         flag: args.imap.flag,
         idle,
+        mix,
         next_account: AtomicU64::new(0),
     };
     Ok((plan, settings))
+}
+
+fn protocol_name(proto: Protocol, imap_percent: u8) -> &'static str {
+    match (proto, imap_percent) {
+        (Protocol::Imap, _) => "imap",
+        (Protocol::Pop3, 0) => "pop3",
+        (Protocol::Pop3, 100) => "imap",
+        _ => "pop3+imap",
+    }
+}
+
+/// A name spate sends as an IMAP quoted string: printable ASCII without `"` and `\`
+/// (no literals, no modified UTF-7).
+fn quotable(what: &str, v: &str) -> anyhow::Result<()> {
+    if v.is_empty()
+        || !v
+            .bytes()
+            .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+    {
+        return usage(format!(
+            "{what} '{v}': give printable ASCII without '\"' or '\\'"
+        ));
+    }
+    Ok(())
+}
+
+/// `--append-flags`: flag names (`\\Seen`, `$Label`, `Junk`), space-separated.
+fn append_flags(v: &str) -> anyhow::Result<String> {
+    let ok = |w: &str| {
+        let name = w.strip_prefix('\\').unwrap_or(w);
+        !name.is_empty()
+            && !w.eq_ignore_ascii_case("\\Recent")
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_graphic() && !b"(){%*\"\\]".contains(&b))
+    };
+    match v.split_whitespace().find(|w| !ok(w)) {
+        Some(w) => usage(format!(
+            "--append-flags: '{w}' is not a flag a client may set (e.g. '\\Seen \\Flagged $Work')"
+        )),
+        None => Ok(v.split_whitespace().collect::<Vec<_>>().join(" ")),
+    }
+}
+
+/// The client mix, checked: its options need their percentage, names must be quotable,
+/// and APPEND's messages are built for the accounts in the order visits pick them.
+fn mix(o: &ImapOptions, accounts: &[Account], run_id: &str) -> anyhow::Result<Mix> {
+    let needs = [
+        (
+            o.append_size.is_some(),
+            "--append-size",
+            o.append,
+            "--append",
+        ),
+        (
+            o.append_flags.is_some(),
+            "--append-flags",
+            o.append,
+            "--append",
+        ),
+        (
+            o.append_from.is_some(),
+            "--append-from",
+            o.append,
+            "--append",
+        ),
+        (
+            o.append_attach.is_some(),
+            "--append-attach",
+            o.append,
+            "--append",
+        ),
+        (
+            o.to_mailbox.is_some(),
+            "--to-mailbox",
+            o.copy.max(o.moves),
+            "--copy or --move",
+        ),
+        (
+            o.search_days.is_some(),
+            "--search-days",
+            o.search_date,
+            "--search-date",
+        ),
+        (
+            o.search_text.is_some(),
+            "--search-text",
+            o.search_header,
+            "--search-header",
+        ),
+    ];
+    if let Some((_, name, _, main)) = needs.iter().find(|(given, _, pct, _)| *given && *pct == 0) {
+        return usage(format!("{name} needs {main}"));
+    }
+    let mut without = (false, false);
+    for ext in &o.without {
+        match ext.to_ascii_uppercase().as_str() {
+            "MOVE" if o.moves > 0 => without.0 = true,
+            "LITERAL+" if o.append > 0 => without.1 = true,
+            "MOVE" => return usage("--without MOVE needs --move"),
+            "LITERAL+" => return usage("--without LITERAL+ needs --append"),
+            _ => return usage(format!("--without '{ext}': spate knows MOVE and LITERAL+")),
+        }
+    }
+    if o.append_from.is_some() && (o.append_size.is_some() || o.append_attach.is_some()) {
+        return usage("--append-from sends files as they are: no --append-size or --append-attach");
+    }
+    let to_mailbox = o.to_mailbox.clone().unwrap_or_else(|| "Archive".into());
+    quotable("--to-mailbox", &to_mailbox)?;
+    if to_mailbox.eq_ignore_ascii_case("INBOX") {
+        return usage("--to-mailbox: copies and moves go from INBOX to another mailbox");
+    }
+    let search_text = o.search_text.clone().unwrap_or_else(|| "spate".into());
+    quotable("--search-text", &search_text)?;
+    let messages = if o.append > 0 {
+        let bad = |e: crate::message::MessageError| crate::UsageError(e.to_string());
+        let size = units::parse_size_range(o.append_size.as_deref().unwrap_or("2k"))?;
+        let from = AddressPool::from_pattern("spate@example.test").map_err(bad)?;
+        let to = AddressPool {
+            addrs: accounts.iter().map(|a| a.user.clone()).collect(),
+        };
+        let mut f = Factory::new(
+            run_id.into(),
+            size,
+            Range::fixed(1),
+            from,
+            to,
+            Pick::RoundRobin,
+        )
+        .map_err(bad)?;
+        if let Some(a) = &o.append_attach {
+            f.attach(a).map_err(bad)?;
+        }
+        if let Some(d) = &o.append_from {
+            f.load_corpus(d).map_err(bad)?;
+        }
+        Some(Arc::new(f))
+    } else {
+        None
+    };
+    Ok(Mix {
+        append: o.append,
+        append_flags: append_flags(o.append_flags.as_deref().unwrap_or("\\Seen"))?,
+        messages,
+        copy: o.copy,
+        moves: o.moves,
+        to_mailbox,
+        search_date: o.search_date,
+        search_days: o.search_days.unwrap_or(7),
+        search_header: o.search_header,
+        search_text,
+        structure: o.structure,
+        without_move: without.0,
+        without_literal_plus: without.1,
+    })
 }
 
 fn strip_scheme(t: &str) -> &str {

@@ -57,6 +57,16 @@ phases! {
     Store => "store", "IMAP STORE (flags, \\Deleted) to its tagged reply";
     Expunge => "expunge", "IMAP EXPUNGE to its tagged reply";
     Idle => "idle", "IMAP IDLE to its continuation plus DONE to its tagged reply";
+    Append => "append", "IMAP APPEND of one message (its literal's continuation included, none with LITERAL+) to its tagged reply";
+    Copy => "copy", "IMAP COPY of one message to the --to-mailbox to its tagged reply (a CREATE after [TRYCREATE] included)";
+    Move => "move", "IMAP MOVE (RFC 6851) of one message to the --to-mailbox to its tagged reply (a CREATE after [TRYCREATE] included)";
+    MoveEmulated => "move_emulated", "IMAP move on a server without MOVE: COPY, STORE \\Deleted and EXPUNGE together";
+    Create => "create", "IMAP CREATE of the --to-mailbox after a COPY/MOVE refused with [TRYCREATE]";
+    SearchDate => "search_date", "IMAP SEARCH SINCE/BEFORE (a window of days) to its tagged reply";
+    SearchHeader => "search_header", "IMAP SEARCH HEADER Subject / FROM to its tagged reply";
+    Structure => "structure", "IMAP FETCH BODYSTRUCTURE to its tagged reply";
+    Part => "part", "IMAP FETCH BODY.PEEK[section] of one part chosen from the structure to its tagged reply";
+    Capability => "capability", "IMAP CAPABILITY after login (when the login reply did not list them)";
     Logout => "logout", "POP3 QUIT (commits deletions) or IMAP LOGOUT to its reply";
     Session => "session", "POP3/IMAP: a whole mailbox visit, connect to logout";
     Stream => "stream", "XMPP: stream header sent to the server's stream features (each (re)start)";

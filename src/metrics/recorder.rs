@@ -56,6 +56,9 @@ pub struct Counters {
     /// POP3/IMAP: messages deleted (DELE before QUIT, \Deleted before EXPUNGE).
     #[serde(default)]
     pub deleted: u64,
+    /// IMAP: message numbers returned by SEARCH commands (all of a run's searches).
+    #[serde(default)]
+    pub search_hits: u64,
     /// XMPP: stamped stanzas of this run received by a recipient (each recipient counts),
     /// and those received more than once.
     #[serde(default)]
@@ -90,6 +93,7 @@ impl Counters {
         self.retrieved += o.retrieved;
         self.retrieved_bytes += o.retrieved_bytes;
         self.deleted += o.deleted;
+        self.search_hits += o.search_hits;
         self.delivered += o.delivered;
         self.duplicates += o.duplicates;
         self.stanzas_in += o.stanzas_in;

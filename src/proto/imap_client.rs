@@ -1,7 +1,9 @@
 //! Client side of IMAP4rev1 (RFC 3501): framing of server responses (lines and the
 //! `{n}` literals inside them, capped) and parsing of what a load client needs: tagged
 //! status, untagged EXISTS/EXPUNGE/SEARCH/CAPABILITY/status, and FETCH data (UID, FLAGS,
-//! RFC822.SIZE, INTERNALDATE, a BODY[...] literal).
+//! RFC822.SIZE, INTERNALDATE, a BODY[...] literal, BODYSTRUCTURE read by [`structure`]).
+
+pub mod structure;
 
 /// Longest line between literals.
 pub const MAX_LINE: usize = 64 * 1024;
@@ -145,6 +147,8 @@ pub struct Fetch<'a> {
     pub internal_date: Option<&'a str>,
     /// The section name (`BODY[]`, `BODY[HEADER]`, `RFC822`, ...) and its bytes.
     pub body: Option<(&'a str, &'a [u8])>,
+    /// BODYSTRUCTURE: the bytes inside its parentheses, for [`structure::parts`].
+    pub structure: Option<&'a [u8]>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -205,11 +209,9 @@ pub fn parse(frame: &[u8]) -> Result<Response<'_>, Error> {
         )));
     }
     if word.eq_ignore_ascii_case("SEARCH") {
-        let hits = tail
-            .split_whitespace()
-            .map_while(|w| w.parse().ok())
-            .collect();
-        return Ok(Response::Untagged(Untagged::Search(hits)));
+        return Ok(Response::Untagged(Untagged::Search(
+            search_hits(tail).ok_or_else(bad)?,
+        )));
     }
     if let Ok(n) = word.parse::<u32>() {
         let (what, _) = tail.split_once(' ').unwrap_or((tail, ""));
@@ -231,6 +233,26 @@ pub fn parse(frame: &[u8]) -> Result<Response<'_>, Error> {
         return Ok(Response::Untagged(u));
     }
     Ok(Response::Untagged(Untagged::Other))
+}
+
+/// `mailbox-data = "SEARCH" *(SP nz-number)`, and the `(MODSEQ n)` RFC 7162 adds at the
+/// end: anything else is a broken response, not a shorter list.
+fn search_hits(tail: &str) -> Option<Vec<u32>> {
+    let (numbers, modseq) = match tail.find('(') {
+        Some(i) => (&tail[..i], Some(&tail[i..])),
+        None => (tail, None),
+    };
+    if let Some(m) = modseq {
+        let inner = m.trim().strip_prefix('(')?.strip_suffix(')')?;
+        let (word, n) = inner.split_once(' ')?;
+        if !word.eq_ignore_ascii_case("MODSEQ") || n.trim().parse::<u64>().is_err() {
+            return None;
+        }
+    }
+    numbers
+        .split_whitespace()
+        .map(|w| w.parse::<u32>().ok().filter(|&n| n > 0))
+        .collect()
 }
 
 /// A cursor over FETCH data items.
@@ -350,6 +372,7 @@ fn fetch_items(frame: &[u8], at: usize) -> Option<Fetch<'_>> {
             _ => {
                 let name = c.name()?;
                 c.skip_spaces();
+                let is_list = c.peek() == Some(b'(');
                 let v = c.value()?;
                 let text = || std::str::from_utf8(v).ok();
                 let upper = name.to_ascii_uppercase();
@@ -358,6 +381,8 @@ fn fetch_items(frame: &[u8], at: usize) -> Option<Fetch<'_>> {
                     "RFC822.SIZE" => f.size = text()?.parse().ok(),
                     "INTERNALDATE" => f.internal_date = text(),
                     "FLAGS" => f.flags = Some(text()?.split_whitespace().collect()),
+                    "BODYSTRUCTURE" if is_list => f.structure = Some(v),
+                    "BODYSTRUCTURE" => return None,
                     _ if upper.starts_with("BODY[")
                         || upper.starts_with("BINARY[")
                         || upper.starts_with("RFC822") =>
@@ -413,6 +438,54 @@ pub mod command {
     pub fn uid_fetch_whole(set: &str) -> String {
         format!("UID FETCH {set} (UID INTERNALDATE BODY.PEEK[])")
     }
+    /// `COPY n mailbox`, or `MOVE n mailbox` (RFC 6851) when `moving`.
+    pub fn copy(n: u32, mailbox: &str, moving: bool) -> Vec<u8> {
+        let mut c = format!("{} {n} ", if moving { "MOVE" } else { "COPY" }).into_bytes();
+        super::astring(mailbox, &mut c);
+        c
+    }
+    pub fn create(mailbox: &str) -> Vec<u8> {
+        let mut c = b"CREATE ".to_vec();
+        super::astring(mailbox, &mut c);
+        c
+    }
+    /// `FETCH n (BODYSTRUCTURE)`.
+    pub fn fetch_structure(n: u32) -> String {
+        format!("FETCH {n} (BODYSTRUCTURE)")
+    }
+    /// `FETCH n (BODY.PEEK[section])`: one part, `\Seen` left alone.
+    pub fn fetch_part(n: u32, section: &str) -> String {
+        format!("FETCH {n} (BODY.PEEK[{section}])")
+    }
+    /// `SEARCH SINCE d1 BEFORE d2`: internal dates in `[since, before)`.
+    pub fn search_dates(since: chrono::NaiveDate, before: chrono::NaiveDate) -> String {
+        format!(
+            "SEARCH SINCE {} BEFORE {}",
+            since.format("%-d-%b-%Y"),
+            before.format("%-d-%b-%Y")
+        )
+    }
+    /// `SEARCH HEADER field "text"`, or `SEARCH FROM "text"` when `field` is From (the
+    /// two ways clients ask; servers may index them differently).
+    pub fn search_header(field: &str, text: &str) -> Vec<u8> {
+        let mut c = if field.eq_ignore_ascii_case("from") {
+            b"SEARCH FROM ".to_vec()
+        } else {
+            format!("SEARCH HEADER {field} ").into_bytes()
+        };
+        super::astring(text, &mut c);
+        c
+    }
+    /// `APPEND mailbox (flags) {n}` or `{n+}`: the line that announces the message.
+    pub fn append(mailbox: &str, flags: &str, len: usize, non_sync: bool) -> Vec<u8> {
+        let mut c = b"APPEND ".to_vec();
+        super::astring(mailbox, &mut c);
+        c.extend_from_slice(
+            format!(" ({flags}) {{{len}{}}}", if non_sync { "+" } else { "" }).as_bytes(),
+        );
+        c
+    }
+    pub const CAPABILITY: &[u8] = b"CAPABILITY";
     pub const STARTTLS: &[u8] = b"STARTTLS";
     pub const EXPUNGE: &[u8] = b"EXPUNGE";
     pub const LOGOUT: &[u8] = b"LOGOUT";
@@ -493,6 +566,69 @@ mod tests {
             ))
         ));
         assert!(parse(b"a1 MAYBE\r\n").is_err());
+    }
+
+    #[test]
+    fn search_is_strict() {
+        assert_eq!(
+            parse(b"* SEARCH\r\n").unwrap(),
+            Response::Untagged(Untagged::Search(vec![]))
+        );
+        assert_eq!(
+            parse(b"* SEARCH 2 7 (MODSEQ 917)\r\n").unwrap(),
+            Response::Untagged(Untagged::Search(vec![2, 7]))
+        );
+        for r in [
+            &b"* SEARCH 1 x 3\r\n"[..],
+            b"* SEARCH 1 0\r\n",
+            b"* SEARCH -1\r\n",
+            b"* SEARCH 4294967296\r\n",
+            b"* SEARCH 1 (MODSEQ x)\r\n",
+            b"* SEARCH 1 (FOO 3)\r\n",
+        ] {
+            assert!(parse(r).is_err(), "{:?}", String::from_utf8_lossy(r));
+        }
+    }
+
+    #[test]
+    fn bodystructure_is_kept_for_the_structure_parser() {
+        let r = b"* 2 FETCH (UID 5 BODYSTRUCTURE (\"TEXT\" \"PLAIN\" (\"CHARSET\" \"us-ascii\") NIL NIL \"7BIT\" {2}\r\n12 1 NIL NIL NIL))\r\n";
+        let mut f = Framer::new(100);
+        assert_eq!(f.frame(r).unwrap(), Some(r.len()));
+        let Response::Untagged(Untagged::Fetch(2, x)) = parse(r).unwrap() else {
+            panic!()
+        };
+        let parts = structure::parts(x.structure.unwrap()).unwrap();
+        assert_eq!(parts[0].section, "1");
+        assert_eq!(parts[0].size, 12);
+        assert!(parse(b"* 2 FETCH (BODYSTRUCTURE NIL)\r\n").is_err());
+    }
+
+    #[test]
+    fn mix_commands() {
+        use chrono::NaiveDate;
+        let d = |m, day| NaiveDate::from_ymd_opt(2026, m, day).unwrap();
+        assert_eq!(
+            command::search_dates(d(11, 1), d(11, 26)),
+            "SEARCH SINCE 1-Nov-2026 BEFORE 26-Nov-2026"
+        );
+        assert_eq!(
+            command::search_header("From", "spate"),
+            b"SEARCH FROM \"spate\""
+        );
+        assert_eq!(
+            command::search_header("Subject", "a b"),
+            b"SEARCH HEADER Subject \"a b\""
+        );
+        assert_eq!(command::copy(3, "Archive", true), b"MOVE 3 \"Archive\"");
+        assert_eq!(
+            command::append("INBOX", "\\Seen", 12, false),
+            b"APPEND \"INBOX\" (\\Seen) {12}"
+        );
+        assert_eq!(
+            command::append("INBOX", "", 1, true),
+            b"APPEND \"INBOX\" () {1+}"
+        );
     }
 
     #[test]

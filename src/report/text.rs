@@ -71,6 +71,7 @@ fn headline(o: &mut String, s: &Summary, retrieval: bool) {
             c.tls_connections,
             c.connect_failures
         );
+        client_mix(o, s);
     } else if s.protocol == "rr" {
         let _ = writeln!(
             o,
@@ -127,6 +128,56 @@ fn headline(o: &mut String, s: &Summary, retrieval: bool) {
     }
 }
 
+/// What `spate imap`'s client mix did, from the counts of its phases (a phase counts the
+/// commands that succeeded, each on one message): nothing when it did nothing.
+fn client_mix(o: &mut String, s: &Summary) {
+    let n = |p: &str| {
+        s.phases
+            .iter()
+            .find(|x| x.phase == p)
+            .map_or(0, |x| x.count)
+    };
+    let (moved, emulated) = (n("move"), n("move_emulated"));
+    let searches = [n("search"), n("search_date"), n("search_header")];
+    let mut said = Vec::new();
+    for (count, what) in [(n("append"), "appended"), (n("copy"), "copied")] {
+        if count > 0 {
+            said.push(format!("{what} {count}"));
+        }
+    }
+    if moved + emulated > 0 {
+        let how = match (moved > 0, emulated > 0) {
+            (true, false) => "by MOVE",
+            (false, true) => "by COPY+STORE+EXPUNGE, no MOVE",
+            _ => "by MOVE and by COPY+STORE+EXPUNGE",
+        };
+        said.push(format!("moved {} ({how})", moved + emulated));
+    }
+    if n("create") > 0 {
+        said.push(format!("target mailbox created {} times", n("create")));
+    }
+    if searches.iter().sum::<u64>() > 0 {
+        said.push(format!(
+            "searches {} (date {}, header {}, --search {}) with {} hits",
+            searches.iter().sum::<u64>(),
+            searches[1],
+            searches[2],
+            searches[0],
+            s.totals.search_hits
+        ));
+    }
+    if n("structure") > 0 {
+        said.push(format!(
+            "structures {}, parts {}",
+            n("structure"),
+            n("part")
+        ));
+    }
+    if !said.is_empty() {
+        let _ = writeln!(o, "  client mix: {}", said.join("  "));
+    }
+}
+
 /// `  LABEL N (condition n, ...)` for the errors of one kind, or nothing when there are none.
 fn by_condition(s: &Summary, kind: &str, label: &str) -> String {
     // The same condition can end streams in several phases: one count per condition.
@@ -147,15 +198,17 @@ fn phases(o: &mut String, s: &Summary) {
     if s.phases.is_empty() {
         return;
     }
+    // 12 wide, wider only for a longer name (move_emulated, multicast_last).
+    let w = s.phases.iter().map(|p| p.phase.len()).fold(12, usize::max);
     let _ = writeln!(
         o,
-        "\n  {:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "\n  {:<w$} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
         "phase", "count", "mean", "p50", "p90", "p99", "p99.9", "max"
     );
     for p in &s.phases {
         let _ = writeln!(
             o,
-            "  {:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "  {:<w$} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
             p.phase,
             p.count,
             d(p.mean_us as u64),

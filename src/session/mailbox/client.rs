@@ -37,6 +37,17 @@ impl ClientError {
     }
 }
 
+/// A tagged refusal (NO, BAD) as the error, its response code kept (`[TRYCREATE] ...`).
+fn refusal(status: Status, text: imap::Text<'_>) -> ClientError {
+    ClientError::server(
+        status.name(),
+        match text.code {
+            Some(c) => format!("[{c}] {}", text.text),
+            None => text.text.to_string(),
+        },
+    )
+}
+
 /// A POP3 session.
 pub struct Pop3 {
     pub conn: Connection,
@@ -157,8 +168,12 @@ pub struct Selected {
 pub struct Imap {
     pub conn: Connection,
     pub capabilities: Vec<String>,
+    /// The capabilities were listed since the last change of state (login, STARTTLS):
+    /// an untagged CAPABILITY or a `[CAPABILITY ...]` code, as Dovecot puts in its
+    /// LOGIN reply. Before that they may lack what only a logged-in session has (MOVE).
+    pub capabilities_current: bool,
     next_tag: u32,
-    /// The latest EXISTS count seen in any response.
+    /// Messages in the selected mailbox: the latest EXISTS, less the EXPUNGEs since.
     pub exists: u32,
     /// How long the last IDLE waited between the continuation and its end (so callers
     /// can time the server's part of IDLE apart from the wait).
@@ -177,7 +192,7 @@ pub enum Wake {
 impl Imap {
     /// Reads the greeting (`* OK` or `* PREAUTH`).
     pub async fn greet(mut conn: Connection) -> Result<Imap, ClientError> {
-        let caps = {
+        let caps: Vec<String> = {
             let mut framer = imap::Framer::new(0);
             let frame = conn.read_frame(imap::MAX_LINE, |b| framer.frame(b)).await?;
             match imap::parse(frame).map_err(ClientError::protocol)? {
@@ -194,6 +209,7 @@ impl Imap {
         };
         Ok(Imap {
             conn,
+            capabilities_current: !caps.is_empty(),
             capabilities: caps,
             next_tag: 1,
             exists: 0,
@@ -248,15 +264,13 @@ impl Imap {
                     status,
                     text,
                 } if t == tag => {
+                    if let Some(c) = text.code.and_then(|c| c.strip_prefix("CAPABILITY ")) {
+                        self.capabilities = c.split_whitespace().map(str::to_string).collect();
+                        self.capabilities_current = true;
+                    }
                     return match status {
                         Status::Ok => Ok(text.text.to_string()),
-                        s => Err(ClientError::server(
-                            s.name(),
-                            match text.code {
-                                Some(c) => format!("[{c}] {}", text.text),
-                                None => text.text.to_string(),
-                            },
-                        )),
+                        s => Err(refusal(s, text)),
                     };
                 }
                 Response::Tagged { .. } => {}
@@ -264,11 +278,15 @@ impl Imap {
                     return Err(ClientError::protocol("unexpected continuation request"))
                 }
                 Response::Untagged(u) => {
-                    if let Untagged::Exists(n) = u {
-                        self.exists = n;
+                    match u {
+                        Untagged::Exists(n) => self.exists = n,
+                        // RFC 3501 7.4.1: each EXPUNGE decrements the number of messages.
+                        Untagged::Expunge(_) => self.exists = self.exists.saturating_sub(1),
+                        _ => {}
                     }
                     if let Untagged::Capability(c) = &u {
                         self.capabilities = c.iter().map(|s| s.to_string()).collect();
+                        self.capabilities_current = true;
                     }
                     each(&u);
                 }
@@ -284,6 +302,7 @@ impl Imap {
         ep.start_tls(&mut self.conn).await?;
         // RFC 3501 6.2.1: capabilities before STARTTLS are not to be trusted.
         self.capabilities.clear();
+        self.capabilities_current = false;
         Ok(())
     }
 
@@ -292,8 +311,56 @@ impl Imap {
         imap::astring(user, &mut cmd);
         cmd.push(b' ');
         imap::astring(pass, &mut cmd);
+        self.capabilities_current = false;
         self.command(&cmd, |_| {}).await?;
         Ok(())
+    }
+
+    /// Asks for the capabilities unless they are current.
+    pub async fn refresh_capabilities(&mut self) -> Result<(), ClientError> {
+        if !self.capabilities_current {
+            self.command(imap::command::CAPABILITY, |_| {}).await?;
+            if !self.capabilities_current {
+                return Err(ClientError::protocol("CAPABILITY answered without a list"));
+            }
+        }
+        Ok(())
+    }
+
+    /// APPEND `message` to `mailbox` with `flags`: a non-synchronizing literal when
+    /// `literal_plus` allows it and the server has LITERAL+ (or LITERAL- and the message
+    /// is at most 4096 bytes, RFC 7888), else a synchronizing one, sent after the
+    /// server's continuation. `each` sees the untagged responses. Returns whether the
+    /// literal was non-synchronizing.
+    pub async fn append(
+        &mut self,
+        mailbox: &str,
+        flags: &str,
+        message: &[u8],
+        literal_plus: bool,
+        mut each: impl FnMut(&Untagged<'_>),
+    ) -> Result<bool, ClientError> {
+        let non_sync = literal_plus
+            && (self.has_capability("LITERAL+")
+                || (self.has_capability("LITERAL-") && message.len() <= 4096));
+        let tag = self.tag();
+        let mut line = format!("{tag} ").into_bytes();
+        line.extend_from_slice(&imap::command::append(
+            mailbox,
+            flags,
+            message.len(),
+            non_sync,
+        ));
+        line.extend_from_slice(b"\r\n");
+        if non_sync {
+            self.conn.send_parts(&[&line, message, b"\r\n"]).await?;
+        } else {
+            self.conn.send(&line).await?;
+            self.continuation().await?;
+            self.conn.send_parts(&[message, b"\r\n"]).await?;
+        }
+        self.complete(&tag, &mut each).await?;
+        Ok(non_sync)
     }
 
     /// AUTHENTICATE PLAIN, the response after the continuation (works without SASL-IR).
@@ -402,10 +469,11 @@ impl Imap {
                 .await?;
             match imap::parse(frame).map_err(ClientError::protocol)? {
                 Response::Continue(_) => return Ok(()),
-                Response::Tagged { status, text, .. } => {
-                    return Err(ClientError::server(status.name(), text.text))
-                }
+                Response::Tagged { status, text, .. } => return Err(refusal(status, text)),
                 Response::Untagged(Untagged::Exists(n)) => self.exists = n,
+                Response::Untagged(Untagged::Expunge(_)) => {
+                    self.exists = self.exists.saturating_sub(1)
+                }
                 Response::Untagged(_) => {}
             }
         }

@@ -8,6 +8,7 @@
 
 pub mod client;
 pub mod fetch;
+pub mod mix;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rand::rngs::SmallRng;
-use rand::Rng;
+use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use super::{Endpoint, Failure, TlsMode};
@@ -53,6 +54,8 @@ pub struct Settings {
     pub search: Option<String>,
     pub flag: bool,
     pub idle: Option<Duration>,
+    /// APPEND, COPY/MOVE, SEARCH by date and header, BODYSTRUCTURE and a part.
+    pub mix: mix::Mix,
     /// Round-robin position over the accounts.
     pub next_account: AtomicU64,
 }
@@ -117,13 +120,16 @@ pub struct Visitor {
     rng: SmallRng,
     download: Spread,
     delete: Spread,
+    mix: mix::State,
     connections_made: u64,
 }
 
 impl Visitor {
-    pub fn new(id: usize, s: Arc<Settings>, rng: SmallRng) -> Self {
+    pub fn new(id: usize, s: Arc<Settings>, mut rng: SmallRng) -> Self {
+        let mix_rng = SmallRng::seed_from_u64(rng.random());
         Visitor {
             id,
+            mix: mix::State::new(&s.mix, mix_rng, id),
             s,
             rng,
             download: Spread::default(),
@@ -208,6 +214,7 @@ impl Visitor {
     async fn imap(
         &mut self,
         ep: &Endpoint,
+        seq: u64,
         acct: usize,
         r: &mut UnitReport,
     ) -> Result<(), Failure> {
@@ -228,20 +235,33 @@ impl Visitor {
                 }
             };
             step(r, Phase::Auth, login).await?;
+            if s.mix.needs_capabilities() && !m.capabilities_current {
+                step(r, Phase::Capability, m.refresh_capabilities()).await?;
+            }
             let sel = step(r, Phase::Select, m.select("INBOX")).await?;
             if let Some(criteria) = &s.search {
-                step(r, Phase::Search, m.search(false, criteria)).await?;
+                let cmd = format!("SEARCH {criteria}");
+                mix::search(&mut m, Phase::Search, cmd.as_bytes(), r).await?;
             }
+            mix::searches(&s.mix, seq, &mut m, r).await?;
             let k = match s.messages_per_connection {
                 0 => sel.exists,
                 n => n.min(sel.exists),
             };
-            for i in 1..=k {
-                self.imap_message(&mut m, i, &mut visit, r).await?;
+            let mut pos = mix::Position::first();
+            for _ in 0..k {
+                if pos.at > m.exists {
+                    break; // another session expunged the rest
+                }
+                self.imap_message(&mut m, &mut pos, &mut visit, r).await?;
+                pos.advance();
             }
             if visit.pending_deletes > 0 {
                 step(r, Phase::Expunge, m.command(imap_cmd::EXPUNGE, |_| {})).await?;
                 r.counters.deleted += std::mem::take(&mut visit.pending_deletes);
+            }
+            if mix::share(seq, s.mix.append) {
+                mix::append(&s.mix, &mut self.mix, seq, acct, &mut m, r).await?;
             }
             if let Some(d) = s.idle {
                 idle(&mut m, d, r).await?;
@@ -252,19 +272,21 @@ impl Visitor {
         finish(r, &mut visit, result, false, m.logout()).await
     }
 
-    /// FETCH (whole or header), then the flags asked for.
+    /// FETCH (whole or header), the flags asked for, then the mix's work on the message.
     async fn imap_message(
         &mut self,
         m: &mut Imap,
-        i: u32,
+        pos: &mut mix::Position,
         visit: &mut Visit,
         r: &mut UnitReport,
     ) -> Result<(), Failure> {
         let s = &self.s;
+        let i = pos.at;
         let whole = self.download.next(s.download);
         let cmd = imap_cmd::fetch(i, whole);
         let mut got = 0u64;
         let fetch = m.command(cmd.as_bytes(), |u| {
+            pos.saw(u);
             if let Untagged::Fetch(_, f) = u {
                 if let Some((_, b)) = f.body {
                     got += b.len() as u64;
@@ -278,14 +300,15 @@ impl Visitor {
         }
         if s.flag {
             let cmd = imap_cmd::add_flag(i, "\\Seen");
-            step(r, Phase::Store, m.command(cmd.as_bytes(), |_| {})).await?;
+            step(r, Phase::Store, m.command(cmd.as_bytes(), |u| pos.saw(u))).await?;
         }
-        if self.delete.next(s.delete) {
+        let deleting = self.delete.next(s.delete);
+        if deleting {
             let cmd = imap_cmd::add_flag(i, "\\Deleted");
-            step(r, Phase::Store, m.command(cmd.as_bytes(), |_| {})).await?;
+            step(r, Phase::Store, m.command(cmd.as_bytes(), |u| pos.saw(u))).await?;
             visit.pending_deletes += 1;
         }
-        Ok(())
+        mix::message(&s.mix, &mut self.mix, m, pos, deleting, visit, r).await
     }
 }
 
@@ -348,18 +371,29 @@ impl Driver for Visitor {
         Phase::Store,
         Phase::Expunge,
         Phase::Idle,
+        Phase::Capability,
+        Phase::SearchDate,
+        Phase::SearchHeader,
+        Phase::Structure,
+        Phase::Part,
+        Phase::Copy,
+        Phase::Move,
+        Phase::MoveEmulated,
+        Phase::Create,
+        Phase::Append,
         Phase::Logout,
         Phase::Session,
     ];
 
     async fn run_one(&mut self, seq: u64, r: &mut UnitReport) -> Outcome {
-        // Exactly imap_percent of the run's visits are IMAP, spread evenly by sequence.
-        let p = u64::from(self.s.imap_percent);
-        let imap = (seq + 1) * p / 100 > seq * p / 100;
+        // Exactly imap_percent of the run's visits are IMAP, spread evenly by sequence;
+        // the mix's visit shares count over the IMAP visits (their own sequence).
+        let imap = mix::share(seq, self.s.imap_percent);
+        let imap_seq = mix::chosen_before(seq, self.s.imap_percent);
         let acct = self.account();
         let s = self.s.clone();
         let result = match (imap, &s.imap, &s.pop3) {
-            (true, Some(ep), _) | (false, Some(ep), None) => self.imap(ep, acct, r).await,
+            (true, Some(ep), _) | (false, Some(ep), None) => self.imap(ep, imap_seq, acct, r).await,
             (_, _, Some(ep)) => self.pop3(ep, acct, r).await,
             (_, None, None) => unreachable!("the plan has at least one endpoint"),
         };
