@@ -7,6 +7,7 @@ This is a benchmark, never a test: it asserts nothing about speed, it measures a
   bench/xmpp.sh [--sessions 300] [--login-rate 50] [--messages 3] [--stay 10] [--reps 3]
                 [--tls starttls|plain] [--server ejabberd|prosody] [--tools spate,tsung]
                 [--mem-ks 1000,5000,10000] [--mem-k0 10] [--mem-modes plain,starttls]
+                [--mem-roster shared|subscriptions]
                 [--skip-compare] [--skip-memory] [--bed DIR]
 
 Part 1 (compare): each tool logs --sessions accounts in at --login-rate (stream, STARTTLS,
@@ -596,7 +597,8 @@ def mem_run(spate, mode, k, args, workdir, users_file):
     """One K: a fresh spate serve, spate xmpp holding K idle sessions; RSS sampled."""
     rundir = tempfile.mkdtemp(prefix=f"mem-{mode}-{k}-", dir=workdir)
     serve_argv = [spate, "serve", "--xmpp", None, "--users-file", users_file,
-                  "--max-connections", "0", "--stats-file", None, "--cert-out", None]
+                  "--max-connections", "0", "--stats-file", None, "--cert-out", None,
+                  "--xmpp-roster", args.mem_roster]
     port = free_port(22000 + int.from_bytes(os.urandom(2), "big") % 700 * 10)
     stats = os.path.join(rundir, "serve.json")
     cert = os.path.join(rundir, "serve.pem")
@@ -606,7 +608,8 @@ def mem_run(spate, mode, k, args, workdir, users_file):
     serve = subprocess.Popen(serve_argv,
                              stdout=slog, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                              cwd=rundir, preexec_fn=set_nofile)
-    row = dict(date=None, mode=mode, k=k, login_rate=args.mem_rate, busy_before=None)
+    row = dict(date=None, mode=mode, k=k, login_rate=args.mem_rate, busy_before=None,
+               roster=args.mem_roster)
     note = []
     try:
         if not wait_listen(port, 15):
@@ -739,9 +742,12 @@ def render_memory(rows, args):
            f"`spate xmpp --users K --login-rate {args.mem_rate}/s --sasl plain --stages "
            f"{args.mem_hold}s:0/s,1s:2/s,5s:2/s --count 2` (+ `--starttls --ca` for starttls): every "
            f"session logs in (no roster), stays idle {args.mem_hold} s, then 2 messages",
-           "- the embedded server sends each initial presence to every available session of the "
-           "domain: K logins deliver K(K+1)/2 presences (50 M at 10 000), so logins take longer than "
-           "K / login rate",
+           ("- `--xmpp-roster shared`: the embedded server sends each initial presence to every "
+            "available session of the domain: K logins deliver K(K+1)/2 presences (50 M at 10 000), "
+            "so logins take longer than K / login rate, and the memory is what is left after that storm"
+            if args.mem_roster == "shared" else
+            "- `--xmpp-roster subscriptions` with no subscription: an initial presence goes to no one "
+            "(no presence storm): the memory of sessions that only log in and wait"),
            "- RSS idle: median of up to 6 VmRSS samples (0.5 s apart) of the spate xmpp process once "
            "the server counts K sessions and the generator used < 2 % of a core for 1 s; "
            f"KiB/session = (RSS idle(K) − RSS idle({args.mem_k0})) / (K − {args.mem_k0})",
@@ -803,6 +809,9 @@ def main():
     ap.add_argument("--mem-rate", type=int, default=500, help="part 2: logins per second")
     ap.add_argument("--mem-hold", type=int, default=10, help="part 2: idle seconds after the last login")
     ap.add_argument("--mem-modes", type=lambda s: s.split(","), default=["plain", "starttls"])
+    ap.add_argument("--mem-roster", choices=["shared", "subscriptions"], default="shared",
+                    help="part 2: the server's rosters (shared: every login's presence goes to "
+                         "every session; subscriptions: to no one)")
     ap.add_argument("--skip-compare", action="store_true")
     ap.add_argument("--skip-memory", action="store_true")
     ap.add_argument("--pause", type=float, default=1.0)
