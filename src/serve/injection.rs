@@ -23,10 +23,56 @@ pub enum FaultPoint {
     /// rr: each request (fail: HTTP status CODE, or `ERR CODE` in the other framings;
     /// drop: the connection closes without an answer).
     Rr,
+    /// IMAP commands (fail: `NO` for a 4xx code, `BAD` for 5xx, `BYE` and close for 421;
+    /// drop: the connection closes without an answer). LOGIN and AUTHENTICATE.
+    ImapLogin,
+    /// SELECT and EXAMINE.
+    ImapSelect,
+    /// FETCH and UID FETCH.
+    ImapFetch,
+    /// STORE and UID STORE.
+    ImapStore,
+    /// SEARCH and UID SEARCH.
+    ImapSearch,
+    ImapAppend,
+    /// COPY, MOVE and their UID forms.
+    ImapCopy,
+    /// EXPUNGE, UID EXPUNGE and CLOSE.
+    ImapExpunge,
+    ImapIdle,
+    /// LIST and LSUB.
+    ImapList,
+    ImapStatus,
+    /// CREATE, DELETE, RENAME, SUBSCRIBE, UNSUBSCRIBE.
+    ImapMailbox,
 }
 
 impl FaultPoint {
-    pub const ALL: [FaultPoint; 9] = [
+    /// The fault point of an IMAP command, if it has one.
+    pub fn of_imap(cmd: &crate::proto::imap::Command) -> Option<FaultPoint> {
+        use crate::proto::imap::Command as C;
+        Some(match cmd {
+            C::Login { .. } | C::Authenticate { .. } => FaultPoint::ImapLogin,
+            C::Select(_) | C::Examine(_) => FaultPoint::ImapSelect,
+            C::Fetch { .. } => FaultPoint::ImapFetch,
+            C::Store { .. } => FaultPoint::ImapStore,
+            C::Search { .. } => FaultPoint::ImapSearch,
+            C::Append { .. } => FaultPoint::ImapAppend,
+            C::Copy { .. } | C::Move { .. } => FaultPoint::ImapCopy,
+            C::Expunge(_) | C::Close => FaultPoint::ImapExpunge,
+            C::Idle => FaultPoint::ImapIdle,
+            C::List { .. } | C::Lsub { .. } => FaultPoint::ImapList,
+            C::Status { .. } => FaultPoint::ImapStatus,
+            C::Create(_)
+            | C::Delete(_)
+            | C::Rename { .. }
+            | C::Subscribe(_)
+            | C::Unsubscribe(_) => FaultPoint::ImapMailbox,
+            _ => return None,
+        })
+    }
+
+    pub const ALL: [FaultPoint; 21] = [
         FaultPoint::Connect,
         FaultPoint::Ehlo,
         FaultPoint::Mail,
@@ -36,6 +82,18 @@ impl FaultPoint {
         FaultPoint::XmppLogin,
         FaultPoint::XmppStanza,
         FaultPoint::Rr,
+        FaultPoint::ImapLogin,
+        FaultPoint::ImapSelect,
+        FaultPoint::ImapFetch,
+        FaultPoint::ImapStore,
+        FaultPoint::ImapSearch,
+        FaultPoint::ImapAppend,
+        FaultPoint::ImapCopy,
+        FaultPoint::ImapExpunge,
+        FaultPoint::ImapIdle,
+        FaultPoint::ImapList,
+        FaultPoint::ImapStatus,
+        FaultPoint::ImapMailbox,
     ];
 
     pub fn name(self) -> &'static str {
@@ -49,6 +107,18 @@ impl FaultPoint {
             FaultPoint::XmppLogin => "xmpp-login",
             FaultPoint::XmppStanza => "xmpp-stanza",
             FaultPoint::Rr => "rr",
+            FaultPoint::ImapLogin => "login",
+            FaultPoint::ImapSelect => "select",
+            FaultPoint::ImapFetch => "fetch",
+            FaultPoint::ImapStore => "store",
+            FaultPoint::ImapSearch => "search",
+            FaultPoint::ImapAppend => "append",
+            FaultPoint::ImapCopy => "copy",
+            FaultPoint::ImapExpunge => "expunge",
+            FaultPoint::ImapIdle => "idle",
+            FaultPoint::ImapList => "list",
+            FaultPoint::ImapStatus => "status",
+            FaultPoint::ImapMailbox => "mailbox",
         }
     }
 
@@ -63,6 +133,18 @@ impl FaultPoint {
             "xmpp-login" => FaultPoint::XmppLogin,
             "xmpp-stanza" => FaultPoint::XmppStanza,
             "rr" => FaultPoint::Rr,
+            "login" | "authenticate" => FaultPoint::ImapLogin,
+            "select" | "examine" => FaultPoint::ImapSelect,
+            "fetch" => FaultPoint::ImapFetch,
+            "store" => FaultPoint::ImapStore,
+            "search" => FaultPoint::ImapSearch,
+            "append" => FaultPoint::ImapAppend,
+            "copy" | "move" => FaultPoint::ImapCopy,
+            "expunge" => FaultPoint::ImapExpunge,
+            "idle" => FaultPoint::ImapIdle,
+            "list" | "lsub" => FaultPoint::ImapList,
+            "status" => FaultPoint::ImapStatus,
+            "mailbox" => FaultPoint::ImapMailbox,
             _ => return None,
         })
     }

@@ -1,0 +1,441 @@
+//! The mailbox commands: SELECT/EXAMINE, CREATE, DELETE, RENAME (RFC 3501 6.3), LIST and
+//! LSUB with `*` and `%`, SUBSCRIBE/UNSUBSCRIBE, STATUS and APPEND (with APPENDUID).
+//! Names use `/` as the hierarchy delimiter; INBOX is case-insensitive.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use super::{astring, bad, flags_lines, no, ok, Done, Selected, Session};
+use crate::serve::store::{flags, is_inbox, Account, StoredMessage};
+
+/// INBOX in its one spelling, anything else as given.
+fn canonical(name: &str) -> String {
+    if is_inbox(name) {
+        "INBOX".into()
+    } else {
+        name.to_string()
+    }
+}
+
+/// Can a mailbox have this name? (No wildcards, no empty levels, no control characters.)
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 512
+        && !name.starts_with('/')
+        && !name.contains("//")
+        && !name.ends_with('/')
+        && !name.chars().any(|c| c == '*' || c == '%' || c.is_control())
+        && name.split('/').count() <= 20
+}
+
+/// The names above `name` in the hierarchy (`a`, `a/b` for `a/b/c`).
+fn parents(name: &str) -> impl Iterator<Item = &str> {
+    name.match_indices('/').map(move |(i, _)| &name[..i])
+}
+
+fn has_children(a: &Account, name: &str) -> bool {
+    let prefix = format!("{name}/");
+    a.folders
+        .range(prefix.clone()..)
+        .next()
+        .is_some_and(|(k, _)| k.starts_with(&prefix))
+}
+
+/// RFC 3501 LIST matching: `*` matches anything, `%` anything but the delimiter.
+fn wild(pattern: &[u8], name: &[u8]) -> bool {
+    // Iterative with backtracking to the last wildcard; `%` may not cross a `/`.
+    match pattern.split_first() {
+        None => name.is_empty(),
+        Some((b'*', rest)) => (0..=name.len()).any(|i| wild(rest, &name[i..])),
+        Some((b'%', rest)) => (0..=name.len())
+            .take_while(|&i| i == 0 || name[i - 1] != b'/')
+            .any(|i| wild(rest, &name[i..])),
+        Some((c, rest)) => name.first() == Some(c) && wild(rest, &name[1..]),
+    }
+}
+
+/// Does `name` match the LIST pattern? INBOX matches case-insensitively.
+fn matches(pattern: &str, name: &str) -> bool {
+    if name == "INBOX" {
+        // Compare as if INBOX were written in the pattern's case.
+        let p = pattern.as_bytes();
+        let folded: Vec<u8> = p
+            .iter()
+            .zip(b"INBOX")
+            .map(|(a, b)| if a.eq_ignore_ascii_case(b) { *b } else { *a })
+            .chain(p.iter().skip(5).copied())
+            .collect();
+        return wild(&folded, name.as_bytes());
+    }
+    wild(pattern.as_bytes(), name.as_bytes())
+}
+
+/// SPECIAL-USE (RFC 6154) attribute of a top-level mailbox by its usual name.
+fn special_use(name: &str) -> Option<&'static str> {
+    Some(match name.to_ascii_lowercase().as_str() {
+        "sent" | "sent messages" | "sent items" => "\\Sent",
+        "drafts" => "\\Drafts",
+        "trash" | "deleted messages" => "\\Trash",
+        "junk" | "spam" => "\\Junk",
+        "archive" => "\\Archive",
+        _ => return None,
+    })
+}
+
+impl Session<'_> {
+    pub(super) fn select(&mut self, name: &str, read_only: bool) -> Done {
+        self.selected = None;
+        let name = canonical(name);
+        let found = self.account(|a| {
+            let mb = a.get_mut(&name).filter(|mb| !mb.noselect)?;
+            let view: Vec<u32> = mb.messages.iter().map(|m| m.uid).collect();
+            let recent: Vec<u32> = if read_only {
+                Vec::new()
+            } else {
+                view.iter()
+                    .copied()
+                    .filter(|u| *u > mb.recent_upto)
+                    .collect()
+            };
+            if !read_only {
+                mb.recent_upto = mb.next_uid - 1;
+            }
+            let unseen = mb.messages.iter().position(|m| m.flags & flags::SEEN == 0);
+            let head = flags_lines(mb, read_only);
+            let ids = (mb.uid_validity, mb.next_uid, mb.highest_modseq);
+            Some((view, recent, unseen, head, ids, mb.keywords.len()))
+        });
+        let Some((view, recent, unseen, head, (validity, next, modseq), keywords)) = found else {
+            return no("[NONEXISTENT] no such mailbox");
+        };
+        let mut out = head;
+        let _ = write!(
+            out,
+            "* {} EXISTS\r\n* {} RECENT\r\n",
+            view.len(),
+            recent.len()
+        );
+        if let Some(u) = unseen {
+            let _ = write!(out, "* OK [UNSEEN {}] First unseen\r\n", u + 1);
+        }
+        let _ = write!(
+            out,
+            "* OK [UIDVALIDITY {validity}] UIDs valid\r\n* OK [UIDNEXT {next}] Predicted next UID\r\n"
+        );
+        self.conn.queue(out.as_bytes());
+        self.selected = Some(Selected {
+            name,
+            validity,
+            read_only,
+            view,
+            recent,
+            modseq,
+            keywords,
+        });
+        let code = if read_only { "READ-ONLY" } else { "READ-WRITE" };
+        ok(format!("[{code}] completed"))
+    }
+
+    pub(super) fn create(&mut self, name: &str) -> Done {
+        let name = name.strip_suffix('/').unwrap_or(name);
+        if is_inbox(name) {
+            return no("[ALREADYEXISTS] INBOX always exists");
+        }
+        if !valid_name(name) {
+            return no("[CANNOT] invalid mailbox name");
+        }
+        let store = self.sh.store.clone();
+        self.account(|a| {
+            if let Some(mb) = a.folders.get_mut(name) {
+                if !mb.noselect {
+                    return no("[ALREADYEXISTS] mailbox exists");
+                }
+                mb.noselect = false;
+                return ok("CREATE completed");
+            }
+            for p in parents(name) {
+                if !is_inbox(p) && !a.folders.contains_key(p) {
+                    a.folders.insert(p.to_string(), store.new_mailbox());
+                }
+            }
+            a.folders.insert(name.to_string(), store.new_mailbox());
+            ok("CREATE completed")
+        })
+    }
+
+    pub(super) fn delete(&mut self, name: &str) -> Done {
+        if is_inbox(name) {
+            return no("[CANNOT] INBOX cannot be deleted");
+        }
+        self.account(|a| {
+            let children = has_children(a, name);
+            let Some(mb) = a.folders.get_mut(name) else {
+                return no("[NONEXISTENT] no such mailbox");
+            };
+            if children {
+                if mb.noselect {
+                    return no("[INUSE] mailbox has children");
+                }
+                // RFC 3501 6.3.4: the messages go, the name stays for its children.
+                mb.remove_where(|_| true);
+                mb.noselect = true;
+            } else if let Some(mut mb) = a.folders.remove(name) {
+                mb.remove_where(|_| true);
+                mb.touch();
+            }
+            ok("DELETE completed")
+        })
+    }
+
+    pub(super) fn rename(&mut self, from: &str, to: &str) -> Done {
+        let to = to.strip_suffix('/').unwrap_or(to);
+        if is_inbox(to) {
+            return no("[ALREADYEXISTS] INBOX exists");
+        }
+        if !valid_name(to) {
+            return no("[CANNOT] invalid mailbox name");
+        }
+        let store = self.sh.store.clone();
+        self.account(|a| {
+            if a.get(from).is_none() {
+                return no("[NONEXISTENT] no such mailbox");
+            }
+            if a.folders.contains_key(to) {
+                return no("[ALREADYEXISTS] target mailbox exists");
+            }
+            if to.starts_with(&format!("{from}/")) {
+                return no("[CANNOT] cannot move a mailbox into itself");
+            }
+            for p in parents(to) {
+                if !is_inbox(p) && !a.folders.contains_key(p) {
+                    a.folders.insert(p.to_string(), store.new_mailbox());
+                }
+            }
+            if is_inbox(from) {
+                // RFC 3501 6.3.5: INBOX's messages move to the new name; INBOX stays,
+                // empty, and its children stay where they are.
+                let mut target = store.new_mailbox();
+                let moved: Vec<StoredMessage> = a.inbox.messages.clone();
+                a.inbox.remove_where(|_| true);
+                target.keywords = a.inbox.keywords.clone();
+                for m in moved {
+                    target.push(m);
+                }
+                a.folders.insert(to.to_string(), target);
+                return ok("RENAME completed");
+            }
+            let prefix = format!("{from}/");
+            let names: Vec<String> = a
+                .folders
+                .keys()
+                .filter(|k| *k == from || k.starts_with(&prefix))
+                .cloned()
+                .collect();
+            for old in names {
+                if let Some(mb) = a.folders.remove(&old) {
+                    // Sessions that had the old name selected see it gone.
+                    mb.touch();
+                    a.folders.insert(format!("{to}{}", &old[from.len()..]), mb);
+                }
+            }
+            ok("RENAME completed")
+        })
+    }
+
+    pub(super) fn subscribe(&mut self, name: &str, on: bool) -> Done {
+        let name = canonical(name);
+        self.account(|a| {
+            if on {
+                if a.get(&name).is_none() {
+                    return no("[NONEXISTENT] no such mailbox");
+                }
+                a.subscribed.insert(name);
+                ok("SUBSCRIBE completed")
+            } else {
+                a.subscribed.remove(&name);
+                ok("UNSUBSCRIBE completed")
+            }
+        })
+    }
+
+    /// LIST, or LSUB (`lsub`): names matching reference + pattern, with attributes.
+    pub(super) fn list(&mut self, lsub: bool, reference: &str, pattern: &str) -> Done {
+        let verb = if lsub { "LSUB" } else { "LIST" };
+        if pattern.is_empty() && !lsub {
+            self.conn.queue(b"* LIST (\\Noselect) \"/\" \"\"\r\n");
+            return ok("LIST completed");
+        }
+        let full = format!("{reference}{pattern}");
+        let rows = self.account(|a| {
+            let mut rows: Vec<(String, Vec<&str>)> = Vec::new();
+            let names = std::iter::once("INBOX").chain(a.folders.keys().map(String::as_str));
+            if lsub {
+                let subscribed = a.subscribed.iter();
+                let mut seen = std::collections::BTreeSet::new();
+                for s in subscribed {
+                    if matches(&full, s) {
+                        if seen.insert(s.clone()) {
+                            rows.push((s.clone(), Vec::new()));
+                        }
+                    } else if full.contains('%') {
+                        // A subscribed child under an unsubscribed parent that matches.
+                        for p in parents(s) {
+                            if matches(&full, p)
+                                && !a.subscribed.contains(p)
+                                && seen.insert(p.to_string())
+                            {
+                                rows.push((p.to_string(), vec!["\\Noselect"]));
+                            }
+                        }
+                    }
+                }
+                return rows;
+            }
+            for name in names {
+                if !matches(&full, name) {
+                    continue;
+                }
+                let mut attrs = Vec::new();
+                if a.get(name).is_some_and(|m| m.noselect) {
+                    attrs.push("\\Noselect");
+                }
+                attrs.push(if has_children(a, name) {
+                    "\\HasChildren"
+                } else {
+                    "\\HasNoChildren"
+                });
+                if a.subscribed.contains(name) {
+                    attrs.push("\\Subscribed");
+                }
+                if let Some(u) = special_use(name) {
+                    attrs.push(u);
+                }
+                rows.push((name.to_string(), attrs));
+            }
+            rows
+        });
+        let mut out = String::new();
+        for (name, attrs) in rows {
+            let attrs: Vec<&str> = attrs
+                .into_iter()
+                .filter(|a| !(lsub && *a == "\\Subscribed"))
+                .collect();
+            let _ = write!(
+                out,
+                "* {verb} ({}) \"/\" {}\r\n",
+                attrs.join(" "),
+                astring(&name)
+            );
+        }
+        self.conn.queue(out.as_bytes());
+        ok(format!("{verb} completed"))
+    }
+
+    pub(super) fn status(&mut self, name: &str, items: &[String]) -> Done {
+        let name = canonical(name);
+        let known = ["MESSAGES", "RECENT", "UIDNEXT", "UIDVALIDITY", "UNSEEN"];
+        if let Some(i) = items.iter().find(|i| !known.contains(&i.as_str())) {
+            return bad(format!("unknown STATUS item {i}"));
+        }
+        let values = self.account(|a| {
+            let mb = a.get(&name).filter(|m| !m.noselect)?;
+            let recent = mb
+                .messages
+                .iter()
+                .filter(|m| m.uid > mb.recent_upto)
+                .count();
+            let unseen = mb
+                .messages
+                .iter()
+                .filter(|m| m.flags & flags::SEEN == 0)
+                .count();
+            Some(
+                items
+                    .iter()
+                    .map(|i| {
+                        let v = match i.as_str() {
+                            "MESSAGES" => mb.messages.len() as u64,
+                            "RECENT" => recent as u64,
+                            "UIDNEXT" => mb.next_uid.into(),
+                            "UIDVALIDITY" => mb.uid_validity.into(),
+                            _ => unseen as u64,
+                        };
+                        format!("{i} {v}")
+                    })
+                    .collect::<Vec<_>>(),
+            )
+        });
+        let Some(values) = values else {
+            return no("[NONEXISTENT] no such mailbox");
+        };
+        let line = format!("* STATUS {} ({})\r\n", astring(&name), values.join(" "));
+        self.conn.queue(line.as_bytes());
+        ok("STATUS completed")
+    }
+
+    pub(super) fn append(
+        &mut self,
+        name: &str,
+        names: &[String],
+        date: Option<i64>,
+        message: Vec<u8>,
+    ) -> Done {
+        let name = canonical(name);
+        let (system, keywords) = match super::fetch::split_flags(names) {
+            Ok(x) => x,
+            Err(e) => return bad(e),
+        };
+        if !self.sh.store.has_room(message.len() as u64) {
+            return no("[OVERQUOTA] mail store full");
+        }
+        let received = match date {
+            Some(s) if s >= 0 => SystemTime::UNIX_EPOCH + Duration::from_secs(s as u64),
+            Some(_) => SystemTime::UNIX_EPOCH,
+            None => SystemTime::now(),
+        };
+        let data: Arc<[u8]> = Arc::from(message);
+        self.account(|a| {
+            let Some(mb) = a.get_mut(&name).filter(|m| !m.noselect) else {
+                return no("[TRYCREATE] no such mailbox");
+            };
+            let mut m = StoredMessage::new(0, data, received);
+            m.flags = system;
+            for k in keywords {
+                match mb.keyword_bit(k, true) {
+                    Some(bit) => m.keywords |= bit,
+                    None => return no("[LIMIT] too many keywords"),
+                }
+            }
+            let uid = mb.push(m);
+            ok(format!(
+                "[APPENDUID {} {uid}] APPEND completed",
+                mb.uid_validity
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcards() {
+        assert!(matches("*", "a/b/c"));
+        assert!(matches("%", "a"));
+        assert!(!matches("%", "a/b"));
+        assert!(matches("a/%", "a/b"));
+        assert!(!matches("a/%", "a/b/c"));
+        assert!(matches("a/*", "a/b/c"));
+        assert!(matches("inbox", "INBOX"));
+        assert!(matches("In%", "INBOX"));
+        assert!(matches("*c", "a/b/c"));
+        assert!(matches("%/%", "a/b"));
+        assert!(!matches("x", "y"));
+        assert!(valid_name("a/b"));
+        assert!(!valid_name("a//b"));
+        assert!(!valid_name("a*"));
+        assert_eq!(parents("a/b/c").collect::<Vec<_>>(), vec!["a", "a/b"]);
+    }
+}
