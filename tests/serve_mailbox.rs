@@ -218,7 +218,7 @@ async fn pop3_and_imap_survive_garbage() {
         c.send(b"a FETCH 1 FLAGS\r\nb LOGIN {999999999}\r\n");
         assert_eq!(c.line(), "a BAD log in first");
         assert_eq!(c.line(), "* BAD literal too large");
-        let mut long = vec![b'x'; 20_000];
+        let mut long = vec![b'x'; 70_000];
         long.extend_from_slice(b"\r\n");
         c.send(&long);
         assert_eq!(c.line(), "* BAD line too long");

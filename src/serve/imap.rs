@@ -25,7 +25,8 @@ mod search;
 
 pub use mime::Structure;
 
-const MAX_LINE: usize = 8192;
+/// Dovecot's limit too: long ID and SEARCH lines fit.
+const MAX_LINE: usize = 64 * 1024;
 /// Literals outside APPEND (logins, search strings).
 const MAX_LITERAL: u64 = 64 * 1024;
 /// An APPENDed message.
@@ -461,13 +462,13 @@ impl Session<'_> {
                         out.push_str(&flags_lines(mb, sel.read_only));
                         sel.keywords = mb.keywords.len();
                     }
+                    let fresh = mb
+                        .messages
+                        .iter()
+                        .map(|m| m.uid)
+                        .filter(|u| *u > view_last && *u > mb.recent_upto);
+                    sel.recent.extend(fresh);
                     if !sel.read_only {
-                        let fresh = mb
-                            .messages
-                            .iter()
-                            .map(|m| m.uid)
-                            .filter(|u| *u > view_last && *u > mb.recent_upto);
-                        sel.recent.extend(fresh);
                         mb.recent_upto = mb.recent_upto.max(mb.next_uid - 1);
                     }
                     let changed = mb

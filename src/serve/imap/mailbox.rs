@@ -90,14 +90,12 @@ impl Session<'_> {
         let found = self.account(|a| {
             let mb = a.get_mut(&name).filter(|mb| !mb.noselect)?;
             let view: Vec<u32> = mb.messages.iter().map(|m| m.uid).collect();
-            let recent: Vec<u32> = if read_only {
-                Vec::new()
-            } else {
-                view.iter()
-                    .copied()
-                    .filter(|u| *u > mb.recent_upto)
-                    .collect()
-            };
+            // EXAMINE shows them as \Recent too, without taking them from others.
+            let recent: Vec<u32> = view
+                .iter()
+                .copied()
+                .filter(|u| *u > mb.recent_upto)
+                .collect();
             if !read_only {
                 mb.recent_upto = mb.next_uid - 1;
             }

@@ -103,9 +103,18 @@ fn matches(c: &Search, m: &Item, ctx: &Ctx) -> bool {
             .is_some_and(|d| date_matches(*cmp, d, *day)),
         Search::Larger(n) => m.size > *n,
         Search::Smaller(n) => m.size < *n,
-        Search::Header(name, value) => super::header_values(data, name)
-            .iter()
-            .any(|v| contains(v.as_bytes(), value)),
+        Search::Header(name, value) => {
+            let address = ["FROM", "TO", "CC", "BCC", "SENDER", "REPLY-TO"]
+                .iter()
+                .any(|a| a.eq_ignore_ascii_case(name));
+            super::header_values(data, name).iter().any(|v| {
+                contains(v.as_bytes(), value)
+                    || (address
+                        && super::envelope::addresses(v)
+                            .iter()
+                            .any(|a| contains(a.as_bytes(), value)))
+            })
+        }
         Search::Body(s) => contains(&data[end..], s),
         Search::Text(s) => contains(data, s),
         Search::Not(x) => !matches(x, m, ctx),
