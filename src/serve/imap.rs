@@ -59,6 +59,8 @@ struct Selected {
     modseq: u64,
     /// Keywords announced in FLAGS so far.
     keywords: usize,
+    /// Flag changes (UID, change counter) this session made and told its client itself.
+    told: Vec<(u32, u64)>,
 }
 
 struct Session<'a> {
@@ -475,9 +477,11 @@ impl Session<'_> {
                         .messages
                         .iter()
                         .filter(|m| m.modseq > sel.modseq && m.uid <= view_last)
+                        .filter(|m| !sel.told.contains(&(m.uid, m.modseq)))
                         .map(|m| (m.uid, message_flags(mb, m)))
                         .collect();
                     sel.modseq = mb.highest_modseq;
+                    sel.told.clear();
                     Some((mb.messages.iter().map(|m| m.uid).collect(), changed))
                 })
         };

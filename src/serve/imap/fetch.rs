@@ -79,9 +79,9 @@ impl Session<'_> {
         let sets_seen = !sel.read_only && items.iter().any(marks_seen);
         let targets: Vec<(u32, u32)> = idx.iter().map(|&i| (i as u32 + 1, sel.view[i])).collect();
         let recent = sel.recent.clone();
-        let modseq_seen = sel.modseq;
         let taken = self.in_selected(|mb| {
             let before = mb.highest_modseq;
+            let mut told = Vec::new();
             let mut snaps = Vec::with_capacity(targets.len());
             let mut missing = false;
             for &(seq, uid) in &targets {
@@ -95,6 +95,7 @@ impl Session<'_> {
                     let m = &mut mb.messages[p];
                     m.flags |= flags::SEEN;
                     m.modseq = ms;
+                    told.push((uid, ms));
                 }
                 let m = &mb.messages[p];
                 snaps.push(Snap {
@@ -112,15 +113,13 @@ impl Session<'_> {
             if mb.highest_modseq != before {
                 mb.touch();
             }
-            (snaps, missing, before, mb.highest_modseq)
+            (snaps, missing, told)
         });
-        let Some((mut snaps, missing, before, after)) = taken else {
+        let Some((mut snaps, missing, told)) = taken else {
             return no("[EXPUNGEISSUED] the mailbox is gone");
         };
         if let Some(sel) = self.selected.as_mut() {
-            if sel.modseq == before && modseq_seen == before {
-                sel.modseq = after;
-            }
+            sel.told.extend(told);
         }
         if items.iter().any(needs_mime) {
             self.parse_all(&mut snaps);
@@ -183,7 +182,7 @@ impl Session<'_> {
             return bad("select a mailbox first");
         };
         let targets: Vec<(u32, u32)> = idx.iter().map(|&i| (i as u32 + 1, sel.view[i])).collect();
-        let (known_keywords, read_only, seen_modseq) = (sel.keywords, sel.read_only, sel.modseq);
+        let (known_keywords, read_only) = (sel.keywords, sel.read_only);
         let recent = sel.recent.clone();
         let done = self.in_selected(|mb| {
             let mut kw = 0u64;
@@ -195,6 +194,7 @@ impl Session<'_> {
                 }
             }
             let before = mb.highest_modseq;
+            let mut told = Vec::new();
             let mut lines = String::new();
             if mb.keywords.len() != known_keywords {
                 lines.push_str(&flags_lines(mb, read_only));
@@ -212,6 +212,8 @@ impl Session<'_> {
                     let m = &mut mb.messages[p];
                     (m.flags, m.keywords, m.modseq) = (f, k, ms);
                 }
+                // Said now (or, with .SILENT, known to the client): not again at sync.
+                told.push((u, mb.messages[p].modseq));
                 if !silent {
                     let m = &mb.messages[p];
                     let text = message_flags(mb, m);
@@ -231,18 +233,16 @@ impl Session<'_> {
             if mb.highest_modseq != before {
                 mb.touch();
             }
-            Ok((lines, mb.keywords.len(), before, mb.highest_modseq))
+            Ok((lines, mb.keywords.len(), told))
         });
-        let (lines, keywords_now, before, after) = match done {
+        let (lines, keywords_now, told) = match done {
             Some(Ok(x)) => x,
             Some(Err(d)) => return d,
             None => return ok("STORE completed"),
         };
         if let Some(sel) = self.selected.as_mut() {
             sel.keywords = keywords_now;
-            if seen_modseq == before && sel.modseq == before {
-                sel.modseq = after;
-            }
+            sel.told.extend(told);
         }
         self.conn.queue(lines.as_bytes());
         ok("STORE completed")

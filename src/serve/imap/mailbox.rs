@@ -130,6 +130,7 @@ impl Session<'_> {
             recent,
             modseq,
             keywords,
+            told: Vec::new(),
         });
         let code = if read_only { "READ-ONLY" } else { "READ-WRITE" };
         ok(format!("[{code}] completed"))
