@@ -9,6 +9,9 @@ use std::time::{Duration, SystemTime};
 use super::{astring, bad, flags_lines, no, ok, Done, Selected, Session};
 use crate::serve::store::{flags, is_inbox, Account, StoredMessage};
 
+/// Mailboxes one user may have (memory stays bounded whatever a client creates).
+const MAX_MAILBOXES: usize = 10_000;
+
 /// INBOX in its one spelling, anything else as given.
 fn canonical(name: &str) -> String {
     if is_inbox(name) {
@@ -42,17 +45,33 @@ fn has_children(a: &Account, name: &str) -> bool {
         .is_some_and(|(k, _)| k.starts_with(&prefix))
 }
 
-/// RFC 3501 LIST matching: `*` matches anything, `%` anything but the delimiter.
+/// RFC 3501 LIST matching: `*` matches anything, `%` anything but the delimiter. Dynamic
+/// programming over (pattern, name) positions, so hostile patterns cost O(p·n) at worst.
 fn wild(pattern: &[u8], name: &[u8]) -> bool {
-    // Iterative with backtracking to the last wildcard; `%` may not cross a `/`.
-    match pattern.split_first() {
-        None => name.is_empty(),
-        Some((b'*', rest)) => (0..=name.len()).any(|i| wild(rest, &name[i..])),
-        Some((b'%', rest)) => (0..=name.len())
-            .take_while(|&i| i == 0 || name[i - 1] != b'/')
-            .any(|i| wild(rest, &name[i..])),
-        Some((c, rest)) => name.first() == Some(c) && wild(rest, &name[1..]),
+    // reach[j]: the pattern so far can match name[..j].
+    let mut reach = vec![false; name.len() + 1];
+    reach[0] = true;
+    for &c in pattern {
+        let mut next = vec![false; name.len() + 1];
+        match c {
+            b'*' | b'%' => {
+                for j in 0..=name.len() {
+                    next[j] =
+                        reach[j] || (j > 0 && next[j - 1] && (c == b'*' || name[j - 1] != b'/'));
+                }
+            }
+            _ => {
+                for j in 1..=name.len() {
+                    next[j] = reach[j - 1] && name[j - 1] == c;
+                }
+            }
+        }
+        reach = next;
+        if !reach.contains(&true) {
+            return false;
+        }
     }
+    reach[name.len()]
 }
 
 /// Does `name` match the LIST pattern? INBOX matches case-insensitively.
@@ -153,6 +172,9 @@ impl Session<'_> {
                 mb.noselect = false;
                 return ok("CREATE completed");
             }
+            if a.folders.len() + name.split('/').count() > MAX_MAILBOXES {
+                return no("[LIMIT] too many mailboxes");
+            }
             for p in parents(name) {
                 if !is_inbox(p) && !a.folders.contains_key(p) {
                     a.folders.insert(p.to_string(), store.new_mailbox());
@@ -205,6 +227,9 @@ impl Session<'_> {
             }
             if to.starts_with(&format!("{from}/")) {
                 return no("[CANNOT] cannot move a mailbox into itself");
+            }
+            if a.folders.len() + to.split('/').count() > MAX_MAILBOXES {
+                return no("[LIMIT] too many mailboxes");
             }
             for p in parents(to) {
                 if !is_inbox(p) && !a.folders.contains_key(p) {
@@ -432,6 +457,10 @@ mod tests {
         assert!(matches("*c", "a/b/c"));
         assert!(matches("%/%", "a/b"));
         assert!(!matches("x", "y"));
+        // Many stars against a long name: no exponential backtracking.
+        let name = "a".repeat(500);
+        assert!(!matches(&format!("{}b", "*a".repeat(200)), &name));
+        assert!(matches(&"*a".repeat(200), &name));
         assert!(valid_name("a/b"));
         assert!(!valid_name("a//b"));
         assert!(!valid_name("a*"));

@@ -175,7 +175,7 @@ fn message_part(m: &Message, id: usize, data: &[u8], limit: Range<usize>) -> Par
     };
     let p: &MessagePart = &m.parts[id];
     let clamp = |x: u32| (base + x as usize).clamp(limit.start, limit.end);
-    let header = clamp(p.offset_header)..clamp(p.offset_body);
+    let header = clamp(p.offset_header)..clamp(p.offset_body).max(clamp(p.offset_header));
     let mut body = header.end..clamp(p.offset_end).max(header.end);
     if id == 0 {
         body.end = limit.end;
@@ -373,5 +373,49 @@ mod tests {
         assert_eq!(s.section(m, &sec(&[1], None)).unwrap(), b"body\r\n");
         assert_eq!(header_end(b"\r\nbody"), 2);
         assert_eq!(header_end(b"A: b\nC: d\n\nbody"), 11);
+    }
+
+    fn exercise(bytes: &[u8]) {
+        let s = Structure::parse(bytes);
+        let _ = s.render(bytes, true);
+        let _ = s.render(bytes, false);
+        for part in [
+            vec![],
+            vec![1],
+            vec![2],
+            vec![1, 1],
+            vec![2, 1],
+            vec![2, 2, 1],
+        ] {
+            for text in [
+                None,
+                Some(SectionText::Mime),
+                Some(SectionText::Header),
+                Some(SectionText::Text),
+            ] {
+                let _ = s.section(bytes, &sec(&part, text));
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..300)
+        ) {
+            exercise(&bytes);
+        }
+
+        #[test]
+        fn mangled_multiparts_never_panic(
+            cut in 0usize..400,
+            junk in proptest::collection::vec(proptest::num::u8::ANY, 0..40)
+        ) {
+            let m = b"Content-Type: multipart/mixed; boundary=x\r\n\r\n--x\r\nContent-Type: message/rfc822\r\n\r\nContent-Type: multipart/alternative; boundary=y\r\n\r\n--y\r\n\r\na\r\n--y--\r\n--x\r\nContent-Transfer-Encoding: base64\r\nContent-Type: message/rfc822\r\n\r\nU3ViamVjdDogeA0KDQp5DQo=\r\n--x--\r\n";
+            let mut bytes = m[..cut.min(m.len())].to_vec();
+            bytes.extend_from_slice(&junk);
+            bytes.extend_from_slice(&m[cut.min(m.len())..]);
+            exercise(&bytes);
+        }
     }
 }
