@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::Raw;
+use common::{until_tag, Raw};
 use spate::serve::faults::{parse_delay, parse_drop, parse_fail, FaultKind, FaultPoint};
 use spate::serve::{self, Config, Faults, Running, Users};
 
@@ -26,20 +26,6 @@ async fn server(faults: Faults) -> Running {
             .unwrap();
     }
     running
-}
-
-/// The lines up to and including the completion of `tag`.
-fn until_tag(c: &mut Raw, tag: &str) -> Vec<String> {
-    let mut lines = Vec::new();
-    for _ in 0..100 {
-        let l = c.line();
-        let done = l.is_empty() || l.starts_with(&format!("{tag} "));
-        lines.push(l);
-        if done {
-            break;
-        }
-    }
-    lines
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::{astring, bad, flags_lines, no, ok, Done, Selected, Session};
-use crate::serve::store::{flags, is_inbox, Account, StoredMessage};
+use crate::serve::store::{flags, is_inbox, Account, Store, StoredMessage};
 
 /// Mailboxes one user may have (memory stays bounded whatever a client creates).
 const MAX_MAILBOXES: usize = 10_000;
@@ -35,6 +35,32 @@ fn valid_name(name: &str) -> bool {
 /// The names above `name` in the hierarchy (`a`, `a/b` for `a/b/c`).
 fn parents(name: &str) -> impl Iterator<Item = &str> {
     name.match_indices('/').map(move |(i, _)| &name[..i])
+}
+
+/// The name a new mailbox (CREATE, the target of RENAME) may take: a trailing delimiter
+/// dropped, never INBOX.
+fn new_name(name: &str) -> Result<&str, Done> {
+    let name = name.strip_suffix('/').unwrap_or(name);
+    if is_inbox(name) {
+        return Err(no("[ALREADYEXISTS] INBOX always exists"));
+    }
+    if !valid_name(name) {
+        return Err(no("[CANNOT] invalid mailbox name"));
+    }
+    Ok(name)
+}
+
+/// Creates the missing superiors of `name` (RFC 3501 6.3.3), within the mailbox cap.
+fn make_parents(a: &mut Account, store: &Store, name: &str) -> Result<(), Done> {
+    if a.folders.len() + name.split('/').count() > MAX_MAILBOXES {
+        return Err(no("[LIMIT] too many mailboxes"));
+    }
+    for p in parents(name) {
+        if !is_inbox(p) && !a.folders.contains_key(p) {
+            a.folders.insert(p.to_string(), store.new_mailbox());
+        }
+    }
+    Ok(())
 }
 
 fn has_children(a: &Account, name: &str) -> bool {
@@ -156,13 +182,10 @@ impl Session<'_> {
     }
 
     pub(super) fn create(&mut self, name: &str) -> Done {
-        let name = name.strip_suffix('/').unwrap_or(name);
-        if is_inbox(name) {
-            return no("[ALREADYEXISTS] INBOX always exists");
-        }
-        if !valid_name(name) {
-            return no("[CANNOT] invalid mailbox name");
-        }
+        let name = match new_name(name) {
+            Ok(n) => n,
+            Err(d) => return d,
+        };
         let store = self.sh.store.clone();
         self.account(|a| {
             if let Some(mb) = a.folders.get_mut(name) {
@@ -172,13 +195,8 @@ impl Session<'_> {
                 mb.noselect = false;
                 return ok("CREATE completed");
             }
-            if a.folders.len() + name.split('/').count() > MAX_MAILBOXES {
-                return no("[LIMIT] too many mailboxes");
-            }
-            for p in parents(name) {
-                if !is_inbox(p) && !a.folders.contains_key(p) {
-                    a.folders.insert(p.to_string(), store.new_mailbox());
-                }
+            if let Err(d) = make_parents(a, &store, name) {
+                return d;
             }
             a.folders.insert(name.to_string(), store.new_mailbox());
             ok("CREATE completed")
@@ -210,13 +228,10 @@ impl Session<'_> {
     }
 
     pub(super) fn rename(&mut self, from: &str, to: &str) -> Done {
-        let to = to.strip_suffix('/').unwrap_or(to);
-        if is_inbox(to) {
-            return no("[ALREADYEXISTS] INBOX exists");
-        }
-        if !valid_name(to) {
-            return no("[CANNOT] invalid mailbox name");
-        }
+        let to = match new_name(to) {
+            Ok(n) => n,
+            Err(d) => return d,
+        };
         let store = self.sh.store.clone();
         self.account(|a| {
             if a.get(from).is_none() {
@@ -228,13 +243,8 @@ impl Session<'_> {
             if to.starts_with(&format!("{from}/")) {
                 return no("[CANNOT] cannot move a mailbox into itself");
             }
-            if a.folders.len() + to.split('/').count() > MAX_MAILBOXES {
-                return no("[LIMIT] too many mailboxes");
-            }
-            for p in parents(to) {
-                if !is_inbox(p) && !a.folders.contains_key(p) {
-                    a.folders.insert(p.to_string(), store.new_mailbox());
-                }
+            if let Err(d) = make_parents(a, &store, to) {
+                return d;
             }
             if is_inbox(from) {
                 // RFC 3501 6.3.5: INBOX's messages move to the new name; INBOX stays,
