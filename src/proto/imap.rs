@@ -33,6 +33,7 @@ pub enum SeqNum {
 pub type SeqSet = Vec<(SeqNum, SeqNum)>;
 
 pub use fetch::{FetchItem, Section, SectionText};
+
 pub use search::{DateCmp, Search, BADCHARSET};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,13 +86,10 @@ pub enum Command {
         mailbox: String,
         items: Vec<String>,
     },
+    /// APPEND, with several messages under MULTIAPPEND (RFC 3502).
     Append {
         mailbox: String,
-        /// As written (`\Seen`, `$Label`).
-        flags: Vec<String>,
-        /// Seconds since the epoch.
-        date: Option<i64>,
-        message: Vec<u8>,
+        messages: Vec<Appended>,
     },
     Copy {
         uid: bool,
@@ -119,11 +117,24 @@ pub enum Command {
     Search {
         uid: bool,
         criteria: Vec<Search>,
+        /// ESEARCH (RFC 4731) `RETURN (...)` options, upper-cased; `Some(empty)` for
+        /// `RETURN ()`.
+        ret: Option<Vec<String>>,
     },
     /// RFC 2971: the client's fields are read and ignored.
     Id,
     /// RFC 5161: the capabilities asked for.
     Enable(Vec<String>),
+}
+
+/// One message of an APPEND.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Appended {
+    /// As written (`\Seen`, `$Label`).
+    pub flags: Vec<String>,
+    /// Seconds since the epoch.
+    pub date: Option<i64>,
+    pub message: Vec<u8>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,8 +152,8 @@ pub struct ParseError {
 }
 
 pub(crate) struct P<'a> {
-    s: &'a [u8],
-    i: usize,
+    pub(crate) s: &'a [u8],
+    pub(crate) i: usize,
 }
 
 pub(crate) type R<T> = Result<T, &'static str>;
@@ -524,28 +535,36 @@ fn id_params(p: &mut P) -> R<()> {
     Ok(())
 }
 
-/// APPEND mailbox [(flags)] ["date-time"] literal.
+/// APPEND mailbox [(flags)] ["date-time"] literal, repeated for MULTIAPPEND (at most 100).
 fn append(p: &mut P) -> R<Command> {
     p.sp()?;
     let mailbox = p.astring()?;
-    p.sp()?;
-    let mut flags = Vec::new();
-    if p.peek() == Some(b'(') {
-        flags = flag_list(p)?;
-        p.sp()?;
+    let mut messages = Vec::new();
+    while p.eat(b' ') {
+        let mut flags = Vec::new();
+        if p.peek() == Some(b'(') {
+            flags = flag_list(p)?;
+            p.sp()?;
+        }
+        let mut date = None;
+        if p.peek() == Some(b'"') {
+            date = Some(date_time(&p.quoted()?).ok_or("bad date-time")?);
+            p.sp()?;
+        }
+        let message = p.literal_bytes()?.to_vec();
+        messages.push(Appended {
+            flags,
+            date,
+            message,
+        });
+        if messages.len() > 100 {
+            return Err("too many messages in one APPEND");
+        }
     }
-    let mut date = None;
-    if p.peek() == Some(b'"') {
-        date = Some(date_time(&p.quoted()?).ok_or("bad date-time")?);
-        p.sp()?;
+    if messages.is_empty() {
+        return Err("APPEND needs a message");
     }
-    let message = p.literal_bytes()?.to_vec();
-    Ok(Command::Append {
-        mailbox,
-        flags,
-        date,
-        message,
-    })
+    Ok(Command::Append { mailbox, messages })
 }
 
 /// RFC 3501 date-time: `dd-Mon-yyyy hh:mm:ss +zzzz` (day may be space-padded).

@@ -40,7 +40,7 @@ const FLAG_NAMES: [(u8, &str); 5] = [
     (flags::DRAFT, "\\Draft"),
 ];
 const CAPS: &str = "IMAP4rev1 LITERAL+ SASL-IR IDLE NAMESPACE ID ENABLE UIDPLUS MOVE UNSELECT \
-                    CHILDREN SPECIAL-USE";
+                    CHILDREN SPECIAL-USE MULTIAPPEND ESEARCH";
 
 /// The UIDs a mailbox holds now, and the flags of those changed since last looked.
 type Current = (Vec<u32>, Vec<(u32, String)>);
@@ -365,12 +365,7 @@ impl Session<'_> {
             Command::List { reference, pattern } => self.list(false, &reference, &pattern),
             Command::Lsub { reference, pattern } => self.list(true, &reference, &pattern),
             Command::Status { mailbox, items } => self.status(&mailbox, &items),
-            Command::Append {
-                mailbox,
-                flags,
-                date,
-                message,
-            } => self.append(&mailbox, &flags, date, message),
+            Command::Append { mailbox, messages } => self.append(&mailbox, messages),
             _ if self.selected.is_none() => bad("select a mailbox first"),
             Command::Check => ok("completed"),
             Command::Close | Command::Unselect => {
@@ -396,7 +391,7 @@ impl Session<'_> {
             } => self.store(uid, &set, mode, silent, &flags),
             Command::Copy { uid, set, mailbox } => self.copy(uid, &set, &mailbox, false),
             Command::Move { uid, set, mailbox } => self.copy(uid, &set, &mailbox, true),
-            Command::Search { uid, criteria } => self.search(uid, &criteria),
+            Command::Search { uid, criteria, ret } => self.search(tag, uid, &criteria, ret),
         })
     }
 

@@ -173,6 +173,28 @@ fn key(p: &mut P, depth: u32) -> R<Search> {
 /// known (anything else: `BADCHARSET`, said by the caller from the error text).
 pub(super) fn command(p: &mut P, uid: bool) -> R<Command> {
     let mut criteria = Vec::new();
+    let mut ret = None;
+    if p.s[p.i..].len() > 7 && p.s[p.i..p.i + 7].eq_ignore_ascii_case(b" RETURN") {
+        p.sp()?;
+        p.atom()?;
+        p.sp()?;
+        if p.peek() != Some(b'(') {
+            return Err("expected RETURN options in parentheses");
+        }
+        let opts = p.list_or_atom()?;
+        let opts: Vec<String> = opts.into_iter().map(|o| o.to_ascii_uppercase()).collect();
+        if let Some(o) = opts
+            .iter()
+            .find(|o| !["MIN", "MAX", "ALL", "COUNT"].contains(&o.as_str()))
+        {
+            return Err(if o == "SAVE" {
+                "RETURN (SAVE) is not supported"
+            } else {
+                "unknown RETURN option"
+            });
+        }
+        ret = Some(opts);
+    }
     while p.eat(b' ') {
         if criteria.is_empty() && p.eat_word("CHARSET") {
             p.sp()?;
@@ -190,7 +212,7 @@ pub(super) fn command(p: &mut P, uid: bool) -> R<Command> {
     if criteria.is_empty() {
         return Err("SEARCH needs a key");
     }
-    Ok(Command::Search { uid, criteria })
+    Ok(Command::Search { uid, criteria, ret })
 }
 
 /// The parse error of an unknown charset (answered `NO [BADCHARSET]`).

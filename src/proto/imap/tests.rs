@@ -77,7 +77,8 @@ fn known_answers() {
                     flag: "SEEN".into(),
                     set: false
                 }
-            ]
+            ],
+            ret: None
         }
     );
     assert_eq!(
@@ -138,9 +139,11 @@ fn rfc3501_commands() {
         cmd("a APPEND Drafts (\\Seen $Label) \" 7-Feb-1994 21:52:25 -0800\" {3+}\r\na\r\n"),
         Command::Append {
             mailbox: "Drafts".into(),
-            flags: vec!["\\Seen".into(), "$Label".into()],
-            date: Some(760_686_745),
-            message: b"a\r\n".to_vec()
+            messages: vec![Appended {
+                flags: vec!["\\Seen".into(), "$Label".into()],
+                date: Some(760_686_745),
+                message: b"a\r\n".to_vec()
+            }]
         }
     );
     assert_eq!(
@@ -166,7 +169,8 @@ fn rfc3501_commands() {
                     ))))
                 ),
                 Search::Seq(vec![(SeqNum::Num(2), SeqNum::Num(4))])
-            ]
+            ],
+            ret: None
         }
     );
     assert_eq!(

@@ -79,7 +79,11 @@ impl Session<'_> {
         let sets_seen = !sel.read_only && items.iter().any(marks_seen);
         let targets: Vec<(u32, u32)> = idx.iter().map(|&i| (i as u32 + 1, sel.view[i])).collect();
         let recent = sel.recent.clone();
+        let (known_keywords, read_only) = (sel.keywords, sel.read_only);
         let taken = self.in_selected(|mb| {
+            // Keywords another session added are announced before they are shown.
+            let head = (mb.keywords.len() != known_keywords)
+                .then(|| (flags_lines(mb, read_only), mb.keywords.len()));
             let before = mb.highest_modseq;
             let mut told = Vec::new();
             let mut snaps = Vec::with_capacity(targets.len());
@@ -113,13 +117,17 @@ impl Session<'_> {
             if mb.highest_modseq != before {
                 mb.touch();
             }
-            (snaps, missing, told)
+            (snaps, missing, told, head)
         });
-        let Some((mut snaps, missing, told)) = taken else {
+        let Some((mut snaps, missing, told, head)) = taken else {
             return no("[EXPUNGEISSUED] the mailbox is gone");
         };
         if let Some(sel) = self.selected.as_mut() {
             sel.told.extend(told);
+            if let Some((lines, n)) = head {
+                sel.keywords = n;
+                self.conn.queue(lines.as_bytes());
+            }
         }
         if items.iter().any(needs_mime) {
             self.parse_all(&mut snaps);

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::{astring, bad, flags_lines, no, ok, Done, Selected, Session};
+use crate::proto::imap::Appended;
 use crate::serve::store::{flags, is_inbox, Account, Store, StoredMessage};
 
 /// Mailboxes one user may have (memory stays bounded whatever a client creates).
@@ -408,43 +409,54 @@ impl Session<'_> {
         ok("STATUS completed")
     }
 
-    pub(super) fn append(
-        &mut self,
-        name: &str,
-        names: &[String],
-        date: Option<i64>,
-        message: Vec<u8>,
-    ) -> Done {
+    /// APPEND of one message or several (MULTIAPPEND): all of them or none.
+    pub(super) fn append(&mut self, name: &str, messages: Vec<Appended>) -> Done {
         let name = canonical(name);
-        let (system, keywords) = match super::fetch::split_flags(names) {
-            Ok(x) => x,
-            Err(e) => return bad(e),
-        };
-        if !self.sh.store.has_room(message.len() as u64) {
+        let mut prepared = Vec::with_capacity(messages.len());
+        for m in messages {
+            let (system, keywords) = match super::fetch::split_flags(&m.flags) {
+                Ok((s, k)) => (s, k.into_iter().map(str::to_string).collect::<Vec<_>>()),
+                Err(e) => return bad(e),
+            };
+            let received = match m.date {
+                Some(s) if s >= 0 => SystemTime::UNIX_EPOCH + Duration::from_secs(s as u64),
+                Some(_) => SystemTime::UNIX_EPOCH,
+                None => SystemTime::now(),
+            };
+            let mut stored = StoredMessage::new(0, Arc::from(m.message), received);
+            stored.flags = system;
+            prepared.push((stored, keywords));
+        }
+        if !self
+            .sh
+            .store
+            .has_room(prepared.iter().map(|(m, _)| m.size).sum())
+        {
             return no("[OVERQUOTA] mail store full");
         }
-        let received = match date {
-            Some(s) if s >= 0 => SystemTime::UNIX_EPOCH + Duration::from_secs(s as u64),
-            Some(_) => SystemTime::UNIX_EPOCH,
-            None => SystemTime::now(),
-        };
-        let data: Arc<[u8]> = Arc::from(message);
         self.account(|a| {
             let Some(mb) = a.get_mut(&name).filter(|m| !m.noselect) else {
                 return no("[TRYCREATE] no such mailbox");
             };
-            let mut m = StoredMessage::new(0, data, received);
-            m.flags = system;
-            for k in keywords {
-                match mb.keyword_bit(k, true) {
-                    Some(bit) => m.keywords |= bit,
-                    None => return no("[LIMIT] too many keywords"),
-                }
+            let needed: Vec<&String> = prepared.iter().flat_map(|(_, k)| k).collect();
+            let new = needed
+                .iter()
+                .filter(|k| !mb.keywords.iter().any(|x| x.eq_ignore_ascii_case(k)))
+                .count();
+            if mb.keywords.len() + new > crate::serve::store::MAX_KEYWORDS {
+                return no("[LIMIT] too many keywords");
             }
-            let uid = mb.push(m);
+            let mut uids = Vec::with_capacity(prepared.len());
+            for (mut m, keywords) in prepared {
+                for k in &keywords {
+                    m.keywords |= mb.keyword_bit(k, true).unwrap_or(0);
+                }
+                uids.push(mb.push(m));
+            }
             ok(format!(
-                "[APPENDUID {} {uid}] APPEND completed",
-                mb.uid_validity
+                "[APPENDUID {} {}] APPEND completed",
+                mb.uid_validity,
+                super::uid_set(&uids)
             ))
         })
     }

@@ -124,7 +124,13 @@ fn matches(c: &Search, m: &Item, ctx: &Ctx) -> bool {
 }
 
 impl Session<'_> {
-    pub(super) fn search(&mut self, uid: bool, criteria: &[Search]) -> Done {
+    pub(super) fn search(
+        &mut self,
+        tag: &str,
+        uid: bool,
+        criteria: &[Search],
+        ret: Option<Vec<String>>,
+    ) -> Done {
         let Some(sel) = self.selected.as_ref() else {
             return ok("SEARCH completed");
         };
@@ -165,14 +171,44 @@ impl Session<'_> {
             count: view.len() as u32,
             max_uid: view.last().copied().unwrap_or(0),
         };
-        let mut out = String::from("* SEARCH");
-        for m in &items {
-            if criteria.iter().all(|c| matches(c, m, &ctx)) {
-                let _ = write!(out, " {}", if uid { m.uid } else { m.seq });
+        let hits: Vec<u32> = items
+            .iter()
+            .filter(|m| criteria.iter().all(|c| matches(c, m, &ctx)))
+            .map(|m| if uid { m.uid } else { m.seq })
+            .collect();
+        let out = match ret {
+            Some(opts) => esearch(tag, uid, &opts, &hits),
+            None => {
+                let mut out = String::from("* SEARCH");
+                for h in &hits {
+                    let _ = write!(out, " {h}");
+                }
+                out + "\r\n"
             }
-        }
-        out.push_str("\r\n");
+        };
         self.conn.queue(out.as_bytes());
         ok("SEARCH completed")
     }
+}
+
+/// The ESEARCH response (RFC 4731) for `RETURN (opts)`; `RETURN ()` means ALL.
+fn esearch(tag: &str, uid: bool, opts: &[String], hits: &[u32]) -> String {
+    let mut out = format!("* ESEARCH (TAG {})", crate::proto::imap::quote(tag));
+    if uid {
+        out.push_str(" UID");
+    }
+    let want = |o: &str| opts.iter().any(|x| x == o) || (opts.is_empty() && o == "ALL");
+    if let (true, Some(min)) = (want("MIN"), hits.first()) {
+        let _ = write!(out, " MIN {min}");
+    }
+    if let (true, Some(max)) = (want("MAX"), hits.last()) {
+        let _ = write!(out, " MAX {max}");
+    }
+    if want("COUNT") {
+        let _ = write!(out, " COUNT {}", hits.len());
+    }
+    if want("ALL") && !hits.is_empty() {
+        let _ = write!(out, " ALL {}", super::uid_set(hits));
+    }
+    out + "\r\n"
 }
