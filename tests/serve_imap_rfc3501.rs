@@ -91,9 +91,9 @@ fn login(addr: std::net::SocketAddr) -> Raw {
     let mut c = Raw::connect(addr);
     replay(
         &mut c,
-        "S: * OK [CAPABILITY IMAP4rev1 LITERAL+ SASL-IR IDLE NAMESPACE ID ENABLE UIDPLUS MOVE UNSELECT CHILDREN SPECIAL-USE MULTIAPPEND ESEARCH AUTH=PLAIN STARTTLS] spate IMAP ready
+        "S: * OK [CAPABILITY IMAP4rev1 LITERAL+ SASL-IR IDLE NAMESPACE ID ENABLE UIDPLUS MOVE UNSELECT CHILDREN SPECIAL-USE MULTIAPPEND ESEARCH CONDSTORE AUTH=PLAIN STARTTLS] spate IMAP ready
          C: a001 LOGIN carol pw
-         S: a001 OK [CAPABILITY IMAP4rev1 LITERAL+ SASL-IR IDLE NAMESPACE ID ENABLE UIDPLUS MOVE UNSELECT CHILDREN SPECIAL-USE MULTIAPPEND ESEARCH] logged in",
+         S: a001 OK [CAPABILITY IMAP4rev1 LITERAL+ SASL-IR IDLE NAMESPACE ID ENABLE UIDPLUS MOVE UNSELECT CHILDREN SPECIAL-USE MULTIAPPEND ESEARCH CONDSTORE] logged in",
     );
     c
 }
@@ -496,11 +496,65 @@ async fn oversized_append_gets_a_clear_no_and_standard_commands_are_no_errors() 
             S: * ID ("name" "spate" "vendor" "spate")
             S: i1 OK ID completed
             C: e1 ENABLE CONDSTORE
-            S: * ENABLED
+            S: * ENABLED CONDSTORE
             S: e1 OK ENABLE completed
             C: c1 CAPABILITY
-            S: * CAPABILITY IMAP4rev1 LITERAL+ SASL-IR IDLE NAMESPACE ID ENABLE UIDPLUS MOVE UNSELECT CHILDREN SPECIAL-USE MULTIAPPEND ESEARCH
+            S: * CAPABILITY IMAP4rev1 LITERAL+ SASL-IR IDLE NAMESPACE ID ENABLE UIDPLUS MOVE UNSELECT CHILDREN SPECIAL-USE MULTIAPPEND ESEARCH CONDSTORE
             S: c1 OK CAPABILITY completed"#,
+        );
+    })
+    .await;
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn condstore_as_in_rfc7162() {
+    let running = server().await;
+    let addr = running.addrs.imap.unwrap();
+    for i in 0..3 {
+        running
+            .store
+            .deliver(
+                "carol@example.test",
+                format!("Subject: {i}\r\n\r\nx\r\n").as_bytes(),
+            )
+            .unwrap();
+    }
+    blocking(move || {
+        let mut c = login(addr);
+        // Each delivery took the next mod-sequence: 2, 3, 4.
+        replay(
+            &mut c,
+            r#"C: c1 SELECT INBOX (CONDSTORE)
+            S: * FLAGS ...
+            S: * OK [PERMANENTFLAGS ...
+            S: * 3 EXISTS
+            S: * 3 RECENT
+            S: * OK [UNSEEN 1] First unseen
+            S: * OK [UIDVALIDITY ...] UIDs valid
+            S: * OK [UIDNEXT 4] Predicted next UID
+            S: * OK [HIGHESTMODSEQ 4] Highest
+            S: c1 OK [READ-WRITE] completed
+            C: c2 STORE 1:2 (UNCHANGEDSINCE 2) +FLAGS (\Seen)
+            S: * 1 FETCH (FLAGS (\Seen \Recent) MODSEQ (5))
+            S: c2 OK [MODIFIED 2] conditional STORE completed
+            C: c3 UID FETCH 1:* (FLAGS) (CHANGEDSINCE 4)
+            S: * 1 FETCH (UID 1 FLAGS (\Seen \Recent) MODSEQ (5))
+            S: c3 OK FETCH completed
+            C: c4 SEARCH MODSEQ 4
+            S: * SEARCH 1 3 (MODSEQ 5)
+            S: c4 OK SEARCH completed
+            C: c5 SEARCH RETURN (MIN COUNT) MODSEQ "/flags/\\seen" all 3
+            S: * ESEARCH (TAG "c5") MIN 1 COUNT 3 MODSEQ 5
+            S: c5 OK SEARCH completed
+            C: c6 STATUS INBOX (HIGHESTMODSEQ MESSAGES)
+            S: * STATUS INBOX (HIGHESTMODSEQ 5 MESSAGES 3)
+            S: c6 OK STATUS completed
+            C: c7 FETCH 2 (BODY[TEXT])
+            S: * 2 FETCH (BODY[TEXT] {3}
+            S: x
+            S:  FLAGS (\Seen \Recent) MODSEQ (6))
+            S: c7 OK FETCH completed"#,
         );
     })
     .await;

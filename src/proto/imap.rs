@@ -64,8 +64,9 @@ pub enum Command {
         mechanism: String,
         initial: Option<String>,
     },
-    Select(String),
-    Examine(String),
+    /// SELECT mailbox, and whether `(CONDSTORE)` was given (RFC 7162).
+    Select(String, bool),
+    Examine(String, bool),
     Create(String),
     Delete(String),
     Rename {
@@ -105,10 +106,14 @@ pub enum Command {
         uid: bool,
         set: SeqSet,
         items: Vec<FetchItem>,
+        /// `(CHANGEDSINCE n)` (RFC 7162).
+        changed_since: Option<u64>,
     },
     Store {
         uid: bool,
         set: SeqSet,
+        /// `(UNCHANGEDSINCE n)` (RFC 7162).
+        unchanged_since: Option<u64>,
         mode: StoreMode,
         silent: bool,
         /// As written (`\Seen`, `$Label`).
@@ -308,6 +313,18 @@ impl<'a> P<'a> {
             .and_then(|d| d.parse().ok())
             .ok_or("expected a number")
     }
+    /// A mod-sequence value (RFC 7162: up to 2^63 - 1).
+    pub(crate) fn number64(&mut self) -> R<u64> {
+        let start = self.i;
+        while self.peek().is_some_and(|b| b.is_ascii_digit()) {
+            self.i += 1;
+        }
+        std::str::from_utf8(&self.s[start..self.i])
+            .ok()
+            .and_then(|d| d.parse::<u64>().ok())
+            .filter(|n| *n < 1 << 63)
+            .ok_or("expected a number")
+    }
     pub(crate) fn seq_num(&mut self) -> R<SeqNum> {
         if self.eat(b'*') {
             return Ok(SeqNum::Star);
@@ -423,10 +440,16 @@ fn command(p: &mut P) -> R<Command> {
         (false, "SELECT" | "EXAMINE" | "CREATE" | "DELETE" | "SUBSCRIBE" | "UNSUBSCRIBE") => {
             p.sp()?;
             let mailbox = p.astring()?;
-            // RFC 4466 select parameters (CONDSTORE) are not supported; say so clearly.
+            // RFC 4466 select parameters: only CONDSTORE is known.
+            let condstore = matches!(name.as_str(), "SELECT" | "EXAMINE") && p.eat(b' ') && {
+                if !p.eat_word("(CONDSTORE") || !p.eat(b')') {
+                    return Err("unknown SELECT parameter");
+                }
+                true
+            };
             match name.as_str() {
-                "SELECT" => Command::Select(mailbox),
-                "EXAMINE" => Command::Examine(mailbox),
+                "SELECT" => Command::Select(mailbox, condstore),
+                "EXAMINE" => Command::Examine(mailbox, condstore),
                 "CREATE" => Command::Create(mailbox),
                 "DELETE" => Command::Delete(mailbox),
                 "SUBSCRIBE" => Command::Subscribe(mailbox),
@@ -479,10 +502,24 @@ fn command(p: &mut P) -> R<Command> {
             p.sp()?;
             let set = p.seq_set()?;
             p.sp()?;
+            let items = fetch::items(p)?;
+            let changed_since = if p.eat(b' ') {
+                if !p.eat_word("(CHANGEDSINCE") || !p.eat(b' ') {
+                    return Err("unknown FETCH modifier");
+                }
+                let n = p.number64()?;
+                if !p.eat(b')') {
+                    return Err("expected ')'");
+                }
+                Some(n)
+            } else {
+                None
+            };
             Command::Fetch {
                 uid,
                 set,
-                items: fetch::items(p)?,
+                items,
+                changed_since,
             }
         }
         (_, "STORE") => store(p, uid)?,
@@ -599,6 +636,17 @@ fn store(p: &mut P, uid: bool) -> R<Command> {
     p.sp()?;
     let set = p.seq_set()?;
     p.sp()?;
+    let unchanged_since = if p.eat_word("(UNCHANGEDSINCE") {
+        p.sp()?;
+        let n = p.number64()?;
+        if !p.eat(b')') {
+            return Err("expected ')'");
+        }
+        p.sp()?;
+        Some(n)
+    } else {
+        None
+    };
     let what = p.atom()?.to_ascii_uppercase();
     let (mode, rest) = match what.as_bytes().first() {
         Some(b'+') => (StoreMode::Add, &what[1..]),
@@ -626,6 +674,7 @@ fn store(p: &mut P, uid: bool) -> R<Command> {
     Ok(Command::Store {
         uid,
         set,
+        unchanged_since,
         mode,
         silent,
         flags,

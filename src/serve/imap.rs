@@ -14,7 +14,7 @@ use super::conn::{Conn, ConnError};
 use super::faults::{FaultPoint, FaultSession, Injected};
 use super::shared::Shared;
 use super::store::{flags, Account, Mailbox};
-use crate::proto::imap::{self, literal_at_end, Command, SeqNum, SeqSet};
+use crate::proto::imap::{self, literal_at_end, Command, FetchItem, SeqNum, SeqSet};
 use crate::proto::sasl;
 
 mod envelope;
@@ -40,10 +40,11 @@ const FLAG_NAMES: [(u8, &str); 5] = [
     (flags::DRAFT, "\\Draft"),
 ];
 const CAPS: &str = "IMAP4rev1 LITERAL+ SASL-IR IDLE NAMESPACE ID ENABLE UIDPLUS MOVE UNSELECT \
-                    CHILDREN SPECIAL-USE MULTIAPPEND ESEARCH";
+                    CHILDREN SPECIAL-USE MULTIAPPEND ESEARCH CONDSTORE";
 
-/// The UIDs a mailbox holds now, and the flags of those changed since last looked.
-type Current = (Vec<u32>, Vec<(u32, String)>);
+/// The UIDs a mailbox holds now, and the flags (and mod-sequence) of those changed since
+/// last looked.
+type Current = (Vec<u32>, Vec<(u32, String, u64)>);
 
 struct Selected {
     /// "INBOX" or the folder's full name.
@@ -69,6 +70,9 @@ struct Session<'a> {
     faults: FaultSession<'a>,
     user: Option<String>,
     selected: Option<Selected>,
+    /// CONDSTORE (RFC 7162) is on: MODSEQ in every FETCH of flags, HIGHESTMODSEQ at
+    /// SELECT.
+    condstore: bool,
 }
 
 /// How a command ends: its tagged status and text.
@@ -105,6 +109,7 @@ pub(crate) async fn run(conn: &mut Conn, sh: &Shared, conn_no: u64) -> Result<()
         faults: sh.faults.session(conn_no),
         user: None,
         selected: None,
+        condstore: false,
     };
     match s.serve().await {
         Err(ConnError::Shutdown) => {
@@ -297,6 +302,7 @@ impl Session<'_> {
     }
 
     async fn command(&mut self, tag: &str, cmd: Command) -> Result<Done, ConnError> {
+        let read_only = matches!(cmd, Command::Examine(..));
         Ok(match cmd {
             Command::Capability => {
                 let caps = format!("* CAPABILITY {}\r\n", self.capabilities());
@@ -350,13 +356,22 @@ impl Session<'_> {
                 self.conn.queue(b"* NAMESPACE ((\"\" \"/\")) NIL NIL\r\n");
                 ok("NAMESPACE completed")
             }
-            Command::Enable(_) => {
-                // Nothing here changes behaviour when enabled (no CONDSTORE/QRESYNC).
-                self.conn.queue(b"* ENABLED\r\n");
+            Command::Enable(caps) => {
+                if caps.iter().any(|c| c == "CONDSTORE") {
+                    self.enable_condstore();
+                    self.conn.queue(b"* ENABLED CONDSTORE\r\n");
+                } else {
+                    self.conn.queue(b"* ENABLED\r\n");
+                }
                 ok("ENABLE completed")
             }
-            Command::Select(m) => self.select(&m, false),
-            Command::Examine(m) => self.select(&m, true),
+            Command::Select(m, condstore) | Command::Examine(m, condstore) => {
+                self.selected = None;
+                if condstore {
+                    self.enable_condstore();
+                }
+                self.select(&m, read_only)
+            }
             Command::Create(m) => self.create(&m),
             Command::Delete(m) => self.delete(&m),
             Command::Rename { from, to } => self.rename(&from, &to),
@@ -381,18 +396,51 @@ impl Session<'_> {
                 })
             }
             Command::Expunge(uids) => self.expunge(uids.as_ref()),
-            Command::Fetch { uid, set, items } => self.fetch(uid, &set, &items),
+            Command::Fetch {
+                uid,
+                set,
+                items,
+                changed_since,
+            } => {
+                if changed_since.is_some() || items.contains(&FetchItem::ModSeq) {
+                    self.enable_condstore();
+                }
+                self.fetch(uid, &set, &items, changed_since)
+            }
             Command::Store {
                 uid,
                 set,
+                unchanged_since,
                 mode,
                 silent,
                 flags,
-            } => self.store(uid, &set, mode, silent, &flags),
+            } => {
+                if unchanged_since.is_some() {
+                    self.enable_condstore();
+                }
+                self.store(uid, &set, unchanged_since, mode, silent, &flags)
+            }
             Command::Copy { uid, set, mailbox } => self.copy(uid, &set, &mailbox, false),
             Command::Move { uid, set, mailbox } => self.copy(uid, &set, &mailbox, true),
-            Command::Search { uid, criteria, ret } => self.search(tag, uid, &criteria, ret),
+            Command::Search { uid, criteria, ret } => {
+                if criteria.iter().any(search::uses_modseq) {
+                    self.enable_condstore();
+                }
+                self.search(tag, uid, &criteria, ret)
+            }
         })
+    }
+
+    /// Turns CONDSTORE on (RFC 7162 3.1: by ENABLE, SELECT (CONDSTORE) or the first
+    /// command that uses it, which then learns HIGHESTMODSEQ).
+    fn enable_condstore(&mut self) {
+        if std::mem::replace(&mut self.condstore, true) {
+            return;
+        }
+        if let Some(n) = self.in_selected(|mb| mb.highest_modseq) {
+            let line = format!("* OK [HIGHESTMODSEQ {n}] Highest\r\n");
+            self.conn.queue(line.as_bytes());
+        }
     }
 
     fn login(&mut self, user: &str, pass: &str) -> Done {
@@ -473,7 +521,7 @@ impl Session<'_> {
                         .iter()
                         .filter(|m| m.modseq > sel.modseq && m.uid <= view_last)
                         .filter(|m| !sel.told.contains(&(m.uid, m.modseq)))
-                        .map(|m| (m.uid, message_flags(mb, m)))
+                        .map(|m| (m.uid, message_flags(mb, m), m.modseq))
                         .collect();
                     sel.modseq = mb.highest_modseq;
                     sel.told.clear();
@@ -502,14 +550,19 @@ impl Session<'_> {
             let recent = sel.recent.len();
             let _ = write!(out, "* {} EXISTS\r\n* {recent} RECENT\r\n", sel.view.len());
         }
-        for (uid, f) in changed {
+        for (uid, f, modseq) in changed {
             if let Ok(i) = sel.view.binary_search(&uid) {
                 let r = if sel.recent.binary_search(&uid).is_ok() {
                     recent_flag(&f)
                 } else {
                     String::new()
                 };
-                let _ = write!(out, "* {} FETCH (FLAGS ({f}{r}))\r\n", i + 1);
+                let m = if self.condstore {
+                    format!(" MODSEQ ({modseq})")
+                } else {
+                    String::new()
+                };
+                let _ = write!(out, "* {} FETCH (FLAGS ({f}{r}){m})\r\n", i + 1);
             }
         }
         self.conn.queue(out.as_bytes());

@@ -53,7 +53,7 @@ impl FaultPoint {
         use crate::proto::imap::Command as C;
         Some(match cmd {
             C::Login { .. } | C::Authenticate { .. } => FaultPoint::ImapLogin,
-            C::Select(_) | C::Examine(_) => FaultPoint::ImapSelect,
+            C::Select(..) | C::Examine(..) => FaultPoint::ImapSelect,
             C::Fetch { .. } => FaultPoint::ImapFetch,
             C::Store { .. } => FaultPoint::ImapStore,
             C::Search { .. } => FaultPoint::ImapSearch,

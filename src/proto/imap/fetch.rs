@@ -49,6 +49,8 @@ pub enum FetchItem {
     Rfc822Size,
     InternalDate,
     Envelope,
+    /// MODSEQ (RFC 7162).
+    ModSeq,
     /// BODY without a section: the structure without extension data.
     Body,
     BodyStructure,
@@ -136,6 +138,7 @@ fn item(p: &mut P, out: &mut Vec<FetchItem>) -> R<()> {
         "RFC822.SIZE" => out.push(FetchItem::Rfc822Size),
         "INTERNALDATE" => out.push(FetchItem::InternalDate),
         "ENVELOPE" => out.push(FetchItem::Envelope),
+        "MODSEQ" => out.push(FetchItem::ModSeq),
         "BODYSTRUCTURE" => out.push(FetchItem::BodyStructure),
         "RFC822" => out.push(FetchItem::Rfc822),
         "RFC822.HEADER" => out.push(FetchItem::Rfc822Header),

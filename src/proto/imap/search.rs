@@ -41,6 +41,9 @@ pub enum Search {
     Header(String, String),
     Body(String),
     Text(String),
+    /// MODSEQ n (RFC 7162): changed at or after n (an entry name and type are read and
+    /// ignored: flags have one mod-sequence here).
+    ModSeq(u64),
     Not(Box<Search>),
     Or(Box<Search>, Box<Search>),
     And(Vec<Search>),
@@ -153,6 +156,16 @@ fn key(p: &mut P, depth: u32) -> R<Search> {
         "SENTBEFORE" => date_key(p, true, DateCmp::Before)?,
         "SENTON" => date_key(p, true, DateCmp::On)?,
         "SENTSINCE" => date_key(p, true, DateCmp::Since)?,
+        "MODSEQ" => {
+            p.sp()?;
+            if p.peek() == Some(b'"') {
+                p.quoted()?;
+                p.sp()?;
+                p.atom()?;
+                p.sp()?;
+            }
+            Search::ModSeq(p.number64()?)
+        }
         "NOT" => {
             p.sp()?;
             Search::Not(Box::new(key(p, depth + 1)?))

@@ -20,6 +20,7 @@ fn known_answers() {
         cmd("x UID FETCH 1:*,4 (UID BODY.PEEK[HEADER.FIELDS (Subject From)] BODY[]<0.10>)"),
         Command::Fetch {
             uid: true,
+            changed_since: None,
             set: vec![
                 (SeqNum::Num(1), SeqNum::Star),
                 (SeqNum::Num(4), SeqNum::Num(4))
@@ -49,6 +50,7 @@ fn known_answers() {
         cmd("x FETCH 2 FAST"),
         Command::Fetch {
             uid: false,
+            changed_since: None,
             set: vec![(SeqNum::Num(2), SeqNum::Num(2))],
             items: vec![
                 FetchItem::Flags,
@@ -61,6 +63,7 @@ fn known_answers() {
         cmd("x STORE 1:3 +FLAGS.SILENT (\\Seen \\Deleted)"),
         Command::Store {
             uid: false,
+            unchanged_since: None,
             set: vec![(SeqNum::Num(1), SeqNum::Num(3))],
             mode: StoreMode::Add,
             silent: true,
@@ -88,7 +91,14 @@ fn known_answers() {
             pattern: "*".into()
         }
     );
-    assert_eq!(cmd("x select inbox"), Command::Select("inbox".into()));
+    assert_eq!(
+        cmd("x select inbox"),
+        Command::Select("inbox".into(), false)
+    );
+    assert_eq!(
+        cmd("x EXAMINE a (CONDSTORE)"),
+        Command::Examine("a".into(), true)
+    );
     assert_eq!(
         cmd("x LSUB \"\" %"),
         Command::Lsub {
@@ -109,6 +119,7 @@ fn rfc3501_commands() {
         ),
         Command::Fetch {
             uid: false,
+            changed_since: None,
             set: vec![(SeqNum::Num(1), SeqNum::Num(1))],
             items: vec![
                 FetchItem::Body,

@@ -23,6 +23,7 @@ struct Snap {
     size: u64,
     received: SystemTime,
     mime: Option<Arc<Structure>>,
+    modseq: u64,
 }
 
 fn marks_seen(i: &FetchItem) -> bool {
@@ -69,7 +70,19 @@ pub(super) fn split_flags(names: &[String]) -> Result<(u8, Vec<&str>), String> {
 }
 
 impl Session<'_> {
-    pub(super) fn fetch(&mut self, uid: bool, set: &SeqSet, items: &[FetchItem]) -> Done {
+    pub(super) fn fetch(
+        &mut self,
+        uid: bool,
+        set: &SeqSet,
+        items: &[FetchItem],
+        changed_since: Option<u64>,
+    ) -> Done {
+        // CHANGEDSINCE implies MODSEQ (RFC 7162 3.1.4.1).
+        let mut items = items.to_vec();
+        if changed_since.is_some() && !items.contains(&FetchItem::ModSeq) {
+            items.push(FetchItem::ModSeq);
+        }
+        let items = &items[..];
         let Ok(idx) = self.resolve(uid, set) else {
             return bad(BadSet::TEXT);
         };
@@ -93,6 +106,9 @@ impl Session<'_> {
                     missing = true;
                     continue;
                 };
+                if changed_since.is_some_and(|c| mb.messages[p].modseq <= c) {
+                    continue;
+                }
                 let newly_seen = sets_seen && mb.messages[p].flags & flags::SEEN == 0;
                 if newly_seen {
                     let ms = mb.next_modseq();
@@ -112,6 +128,7 @@ impl Session<'_> {
                     size: m.size,
                     received: m.received,
                     mime: m.mime.get().cloned(),
+                    modseq: m.modseq,
                 });
             }
             if mb.highest_modseq != before {
@@ -134,8 +151,9 @@ impl Session<'_> {
         }
         let mut out = Vec::new();
         let mut retrieved = 0;
+        let condstore = self.condstore;
         for s in &snaps {
-            retrieved += render(&mut out, s, uid, items);
+            retrieved += render(&mut out, s, uid, items, condstore);
         }
         for _ in 0..retrieved {
             self.sh.stats.retrieved();
@@ -172,10 +190,12 @@ impl Session<'_> {
         &mut self,
         uid: bool,
         set: &SeqSet,
+        unchanged_since: Option<u64>,
         mode: StoreMode,
         silent: bool,
         names: &[String],
     ) -> Done {
+        let condstore = self.condstore;
         if self.selected.as_ref().is_some_and(|s| s.read_only) {
             return no("[READ-ONLY] mailbox is read-only");
         }
@@ -207,9 +227,14 @@ impl Session<'_> {
             if mb.keywords.len() != known_keywords {
                 lines.push_str(&flags_lines(mb, read_only));
             }
+            let mut modified = Vec::new();
             for &(seq, u) in &targets {
                 let Some(p) = mb.find(u) else { continue };
                 let m = &mb.messages[p];
+                if unchanged_since.is_some_and(|n| m.modseq > n) {
+                    modified.push(if uid { u } else { seq });
+                    continue;
+                }
                 let (f, k) = match mode {
                     StoreMode::Replace => (bits, kw),
                     StoreMode::Add => (m.flags | bits, m.keywords | kw),
@@ -230,20 +255,23 @@ impl Session<'_> {
                     } else {
                         String::new()
                     };
-                    let uid_part = if uid {
+                    let mut extra = if uid {
                         format!(" UID {u}")
                     } else {
                         String::new()
                     };
-                    lines.push_str(&format!("* {seq} FETCH (FLAGS ({text}{r}){uid_part})\r\n"));
+                    if condstore {
+                        extra.push_str(&format!(" MODSEQ ({})", m.modseq));
+                    }
+                    lines.push_str(&format!("* {seq} FETCH (FLAGS ({text}{r}){extra})\r\n"));
                 }
             }
             if mb.highest_modseq != before {
                 mb.touch();
             }
-            Ok((lines, mb.keywords.len(), told))
+            Ok((lines, mb.keywords.len(), told, modified))
         });
-        let (lines, keywords_now, told) = match done {
+        let (lines, keywords_now, told, modified) = match done {
             Some(Ok(x)) => x,
             Some(Err(d)) => return d,
             None => return ok("STORE completed"),
@@ -253,6 +281,13 @@ impl Session<'_> {
             sel.told.extend(told);
         }
         self.conn.queue(lines.as_bytes());
+        if !modified.is_empty() {
+            // RFC 7162 3.1.3: these changed since UNCHANGEDSINCE and were left alone.
+            return ok(format!(
+                "[MODIFIED {}] conditional STORE completed",
+                uid_set(&modified)
+            ));
+        }
         ok("STORE completed")
     }
 
@@ -344,7 +379,7 @@ impl Session<'_> {
 }
 
 /// One message's FETCH response; returns 1 if it carried the whole message.
-fn render(out: &mut Vec<u8>, s: &Snap, uid: bool, items: &[FetchItem]) -> u32 {
+fn render(out: &mut Vec<u8>, s: &Snap, uid: bool, items: &[FetchItem], condstore: bool) -> u32 {
     let mut retrieved = 0;
     out.extend_from_slice(format!("* {} FETCH (", s.seq).as_bytes());
     let mut first = true;
@@ -371,6 +406,7 @@ fn render(out: &mut Vec<u8>, s: &Snap, uid: bool, items: &[FetchItem]) -> u32 {
         match item {
             FetchItem::Flags => out.extend_from_slice(flags().as_bytes()),
             FetchItem::Uid => out.extend_from_slice(format!("UID {}", s.uid).as_bytes()),
+            FetchItem::ModSeq => out.extend_from_slice(format!("MODSEQ ({})", s.modseq).as_bytes()),
             FetchItem::Rfc822Size => {
                 out.extend_from_slice(format!("RFC822.SIZE {}", s.size).as_bytes())
             }
@@ -432,6 +468,10 @@ fn render(out: &mut Vec<u8>, s: &Snap, uid: bool, items: &[FetchItem]) -> u32 {
     if s.newly_seen && !items.contains(&FetchItem::Flags) {
         sep(out);
         out.extend_from_slice(flags().as_bytes());
+    }
+    if s.newly_seen && condstore && !items.contains(&FetchItem::ModSeq) {
+        sep(out);
+        out.extend_from_slice(format!("MODSEQ ({})", s.modseq).as_bytes());
     }
     out.extend_from_slice(b")\r\n");
     retrieved

@@ -167,6 +167,9 @@ impl Session<'_> {
             out,
             "* OK [UIDVALIDITY {validity}] UIDs valid\r\n* OK [UIDNEXT {next}] Predicted next UID\r\n"
         );
+        if self.condstore {
+            let _ = write!(out, "* OK [HIGHESTMODSEQ {modseq}] Highest\r\n");
+        }
         self.conn.queue(out.as_bytes());
         self.selected = Some(Selected {
             name,
@@ -369,7 +372,14 @@ impl Session<'_> {
 
     pub(super) fn status(&mut self, name: &str, items: &[String]) -> Done {
         let name = canonical(name);
-        let known = ["MESSAGES", "RECENT", "UIDNEXT", "UIDVALIDITY", "UNSEEN"];
+        let known = [
+            "MESSAGES",
+            "RECENT",
+            "UIDNEXT",
+            "UIDVALIDITY",
+            "UNSEEN",
+            "HIGHESTMODSEQ",
+        ];
         if let Some(i) = items.iter().find(|i| !known.contains(&i.as_str())) {
             return bad(format!("unknown STATUS item {i}"));
         }
@@ -394,6 +404,7 @@ impl Session<'_> {
                             "RECENT" => recent as u64,
                             "UIDNEXT" => mb.next_uid.into(),
                             "UIDVALIDITY" => mb.uid_validity.into(),
+                            "HIGHESTMODSEQ" => mb.highest_modseq,
                             _ => unseen as u64,
                         };
                         format!("{i} {v}")

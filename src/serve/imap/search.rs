@@ -19,12 +19,24 @@ struct Item {
     received: SystemTime,
     data: Arc<[u8]>,
     mime: Option<Arc<Structure>>,
+    modseq: u64,
 }
 
 /// Context of one evaluation: messages in view and the largest UID.
 struct Ctx {
     count: u32,
     max_uid: u32,
+}
+
+/// Does the search use MODSEQ (and so turn CONDSTORE on)?
+pub(super) fn uses_modseq(c: &Search) -> bool {
+    match c {
+        Search::ModSeq(_) => true,
+        Search::Not(x) => uses_modseq(x),
+        Search::Or(a, b) => uses_modseq(a) || uses_modseq(b),
+        Search::And(v) => v.iter().any(uses_modseq),
+        _ => false,
+    }
 }
 
 fn needs_mime(c: &Search) -> bool {
@@ -101,6 +113,7 @@ fn matches(c: &Search, m: &Item, ctx: &Ctx) -> bool {
             .as_ref()
             .and_then(|s| s.sent_day)
             .is_some_and(|d| date_matches(*cmp, d, *day)),
+        Search::ModSeq(n) => m.modseq >= *n,
         Search::Larger(n) => m.size > *n,
         Search::Smaller(n) => m.size < *n,
         Search::Header(name, value) => {
@@ -157,6 +170,7 @@ impl Session<'_> {
                         received: m.received,
                         data: m.data.clone(),
                         mime: m.mime.get().cloned(),
+                        modseq: m.modseq,
                     })
                 })
                 .collect::<Vec<_>>()
@@ -171,17 +185,22 @@ impl Session<'_> {
             count: view.len() as u32,
             max_uid: view.last().copied().unwrap_or(0),
         };
-        let hits: Vec<u32> = items
+        let found: Vec<(u32, u64)> = items
             .iter()
             .filter(|m| criteria.iter().all(|c| matches(c, m, &ctx)))
-            .map(|m| if uid { m.uid } else { m.seq })
+            .map(|m| (if uid { m.uid } else { m.seq }, m.modseq))
             .collect();
+        // RFC 7162 3.1.5: with MODSEQ in the keys, the highest mod-sequence returned.
+        let modseq = criteria.iter().any(uses_modseq);
         let out = match ret {
-            Some(opts) => esearch(tag, uid, &opts, &hits),
+            Some(opts) => esearch(tag, uid, &opts, &found, modseq),
             None => {
                 let mut out = String::from("* SEARCH");
-                for h in &hits {
+                for (h, _) in &found {
                     let _ = write!(out, " {h}");
+                }
+                if let (true, Some(max)) = (modseq, found.iter().map(|f| f.1).max()) {
+                    let _ = write!(out, " (MODSEQ {max})");
                 }
                 out + "\r\n"
             }
@@ -192,7 +211,8 @@ impl Session<'_> {
 }
 
 /// The ESEARCH response (RFC 4731) for `RETURN (opts)`; `RETURN ()` means ALL.
-fn esearch(tag: &str, uid: bool, opts: &[String], hits: &[u32]) -> String {
+fn esearch(tag: &str, uid: bool, opts: &[String], found: &[(u32, u64)], modseq: bool) -> String {
+    let hits: Vec<u32> = found.iter().map(|f| f.0).collect();
     let mut out = format!("* ESEARCH (TAG {})", crate::proto::imap::quote(tag));
     if uid {
         out.push_str(" UID");
@@ -208,7 +228,24 @@ fn esearch(tag: &str, uid: bool, opts: &[String], hits: &[u32]) -> String {
         let _ = write!(out, " COUNT {}", hits.len());
     }
     if want("ALL") && !hits.is_empty() {
-        let _ = write!(out, " ALL {}", super::uid_set(hits));
+        let _ = write!(out, " ALL {}", super::uid_set(&hits));
+    }
+    // The mod-sequence of what was returned: of MIN and/or MAX alone, else of all.
+    let returned: Vec<u64> = if want("ALL") || want("COUNT") {
+        found.iter().map(|f| f.1).collect()
+    } else {
+        [
+            want("MIN").then(|| found.first()),
+            want("MAX").then(|| found.last()),
+        ]
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|f| f.1)
+        .collect()
+    };
+    if let (true, Some(max)) = (modseq, returned.into_iter().max()) {
+        let _ = write!(out, " MODSEQ {max}");
     }
     out + "\r\n"
 }
