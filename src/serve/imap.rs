@@ -62,6 +62,8 @@ struct Selected {
     keywords: usize,
     /// Flag changes (UID, change counter) this session made and told its client itself.
     told: Vec<(u32, u64)>,
+    /// The mailbox's change counter at the last sync that could report everything.
+    version: u64,
 }
 
 struct Session<'a> {
@@ -495,7 +497,7 @@ impl Session<'_> {
             return;
         };
         let mut out = String::new();
-        let now: Option<Current> = {
+        let now: Option<Option<Current>> = {
             let view_last = sel.view.last().copied().unwrap_or(0);
             self.sh
                 .store
@@ -503,6 +505,15 @@ impl Session<'_> {
                     let mb = a
                         .get_mut(&sel.name)
                         .filter(|mb| mb.uid_validity == sel.validity)?;
+                    // Nothing happened to the mailbox since the last full look: done, in
+                    // O(1) instead of a scan of every message.
+                    let version = mb.version();
+                    if version == sel.version {
+                        return Some(None);
+                    }
+                    if expunges {
+                        sel.version = version;
+                    }
                     if mb.keywords.len() != sel.keywords {
                         out.push_str(&flags_lines(mb, sel.read_only));
                         sel.keywords = mb.keywords.len();
@@ -525,10 +536,15 @@ impl Session<'_> {
                         .collect();
                     sel.modseq = mb.highest_modseq;
                     sel.told.clear();
-                    Some((mb.messages.iter().map(|m| m.uid).collect(), changed))
+                    Some(Some((mb.messages.iter().map(|m| m.uid).collect(), changed)))
                 })
         };
-        let (now, changed) = now.unwrap_or_default();
+        // A mailbox gone (deleted, renamed) is one whose messages all went.
+        let (now, changed) = match now {
+            Some(None) => return,
+            Some(Some(c)) => c,
+            None => Default::default(),
+        };
         if expunges {
             let mut i = 0;
             while i < sel.view.len() {

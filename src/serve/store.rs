@@ -102,6 +102,12 @@ impl Mailbox {
         self.changes.send_modify(|v| *v += 1);
     }
 
+    /// Counts every change (delivery, flags, expunge, rename, delete): equal counts, same
+    /// mailbox.
+    pub fn version(&self) -> u64 {
+        *self.changes.borrow()
+    }
+
     /// The next change counter, for a message whose flags change now.
     pub fn next_modseq(&mut self) -> u64 {
         self.highest_modseq += 1;

@@ -147,10 +147,16 @@ impl Session<'_> {
             }
             let unseen = mb.messages.iter().position(|m| m.flags & flags::SEEN == 0);
             let head = flags_lines(mb, read_only);
-            let ids = (mb.uid_validity, mb.next_uid, mb.highest_modseq);
+            let ids = (
+                mb.uid_validity,
+                mb.next_uid,
+                mb.highest_modseq,
+                mb.version(),
+            );
             Some((view, recent, unseen, head, ids, mb.keywords.len()))
         });
-        let Some((view, recent, unseen, head, (validity, next, modseq), keywords)) = found else {
+        let Some((view, recent, unseen, head, (validity, next, modseq, version), keywords)) = found
+        else {
             return no("[NONEXISTENT] no such mailbox");
         };
         let mut out = head;
@@ -180,6 +186,7 @@ impl Session<'_> {
             modseq,
             keywords,
             told: Vec::new(),
+            version,
         });
         let code = if read_only { "READ-ONLY" } else { "READ-WRITE" };
         ok(format!("[{code}] completed"))
