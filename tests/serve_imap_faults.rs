@@ -1,6 +1,7 @@
-//! IMAP fault injection on the embedded server: `--fail fetch:NO:P`, `--delay select:D`,
-//! `--drop idle:P`, `--fail login:BYE:P`; every fault the client sees is one the server
-//! counted, and a failed command leaves the session usable.
+//! IMAP (and POP3) fault injection on the embedded server: `--fail fetch:NO:P`,
+//! `--delay select:D`, `--drop idle:P`, `--fail login:BYE:P`, `--fail retr:-ERR:P`; every
+//! fault the client sees is one the server counted, and a failed command leaves the
+//! session usable.
 
 mod common;
 
@@ -13,6 +14,7 @@ use spate::serve::{self, Config, Faults, Running, Users};
 async fn server(faults: Faults) -> Running {
     let mut config = Config::loopback();
     config.listen.imap = Some("127.0.0.1:0".parse().unwrap());
+    config.listen.pop3 = Some("127.0.0.1:0".parse().unwrap());
     config.users = Users::parse("carol@example.test pw\n").unwrap();
     config.faults = faults;
     let running = serve::start(config).await.unwrap();
@@ -116,4 +118,49 @@ async fn bye_on_login_closes_and_bad_words_are_refused() {
     .await;
     assert_eq!(o.code, Some(2), "{}", o.stderr);
     assert_eq!(o.stderr.trim().lines().count(), 1, "{}", o.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pop3_retr_failures_and_dele_drops_are_counted() {
+    let faults = Faults {
+        fails: vec![parse_fail("retr:-ERR:0.5").unwrap()],
+        drops: vec![parse_drop("dele:1").unwrap()],
+        seed: Some(5),
+        ..Default::default()
+    };
+    let running = server(faults).await;
+    let addr = running.addrs.pop3.unwrap();
+    let seen = tokio::task::spawn_blocking(move || {
+        let mut c = Raw::connect(addr);
+        assert!(c.line().starts_with("+OK"));
+        c.send(b"USER carol\r\nPASS pw\r\n");
+        assert!(c.line().starts_with("+OK"));
+        assert!(c.line().starts_with("+OK 3 messages"));
+        let mut failed = 0;
+        for i in 0..30 {
+            c.send(format!("RETR {}\r\n", i % 3 + 1).as_bytes());
+            let l = c.line();
+            if l == "-ERR [SYS/TEMP] Injected fault (retr)" {
+                failed += 1;
+                continue;
+            }
+            assert!(l.starts_with("+OK"), "{l}");
+            while c.line() != "." {}
+        }
+        c.send(b"DELE 1\r\n");
+        assert!(c.closed(), "DELE was to be dropped");
+        failed
+    })
+    .await
+    .unwrap();
+    assert!((3..27).contains(&seen), "{seen}");
+    let stats = &running.stats;
+    assert_eq!(stats.faults(FaultPoint::Pop3Retr, FaultKind::Fail), seen);
+    assert_eq!(stats.faults(FaultPoint::Pop3Dele, FaultKind::Drop), 1);
+    // The dropped session committed nothing.
+    let left = running
+        .store
+        .with_mailbox("carol@example.test", |mb| mb.messages.len());
+    assert_eq!(left, 3);
+    running.shutdown().await;
 }

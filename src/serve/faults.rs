@@ -50,7 +50,8 @@ fn phase(text: &str, whole: &str, flag: &str) -> Result<FaultPoint, UsageError> 
         UsageError(format!(
             "{flag} '{whole}': unknown phase '{text}' (expected connect, banner, ehlo, mail, \
              rcpt, data, dot, xmpp-login, xmpp-stanza, rr, or an IMAP command: login, \
-             select, fetch, store, search, append, copy, expunge, idle, list, status, mailbox)"
+             select, fetch, store, search, append, copy, expunge, idle, list, status, mailbox, \
+             or a POP3 one: login, list, retr, dele, quit)"
         ))
     })
 }
@@ -65,7 +66,7 @@ fn probability(text: &str, whole: &str, flag: &str) -> Result<f64, UsageError> {
 }
 
 /// `PHASE:CODE:PROB`, e.g. `rcpt:451:0.02`; for IMAP commands CODE may be `NO` (450),
-/// `BAD` (500) or `BYE` (421: the server says BYE and closes).
+/// `BAD` (500) or `BYE` (421: the server says BYE and closes), for POP3 ones `-ERR` (450).
 pub fn parse_fail(text: &str) -> Result<Fail, UsageError> {
     let parts: Vec<&str> = text.split(':').collect();
     let [p, code, prob] = parts[..] else {
@@ -74,7 +75,7 @@ pub fn parse_fail(text: &str) -> Result<Fail, UsageError> {
         )));
     };
     let word = match code.to_ascii_uppercase().as_str() {
-        "NO" => Some(450),
+        "NO" | "-ERR" => Some(450),
         "BAD" => Some(500),
         "BYE" => Some(421),
         _ => None,
@@ -83,7 +84,7 @@ pub fn parse_fail(text: &str) -> Result<Fail, UsageError> {
         Ok(c) if (400..600).contains(&c) => c,
         _ => {
             return Err(UsageError(format!(
-                "--fail '{text}': reply code '{code}' must be 400..599, or NO, BAD or BYE for IMAP"
+                "--fail '{text}': reply code '{code}' must be 400..599, or NO, BAD or BYE for IMAP, -ERR for POP3"
             )))
         }
     };

@@ -24,7 +24,8 @@ pub enum FaultPoint {
     /// drop: the connection closes without an answer).
     Rr,
     /// IMAP commands (fail: `NO` for a 4xx code, `BAD` for 5xx, `BYE` and close for 421;
-    /// drop: the connection closes without an answer). LOGIN and AUTHENTICATE.
+    /// drop: the connection closes without an answer), and POP3 ones (fail: `-ERR`, and
+    /// close for 421). IMAP LOGIN and AUTHENTICATE; POP3 PASS, APOP and AUTH.
     ImapLogin,
     /// SELECT and EXAMINE.
     ImapSelect,
@@ -40,14 +41,33 @@ pub enum FaultPoint {
     /// EXPUNGE, UID EXPUNGE and CLOSE.
     ImapExpunge,
     ImapIdle,
-    /// LIST and LSUB.
+    /// IMAP LIST and LSUB; POP3 LIST, UIDL and STAT.
     ImapList,
     ImapStatus,
     /// CREATE, DELETE, RENAME, SUBSCRIBE, UNSUBSCRIBE.
     ImapMailbox,
+    /// POP3 RETR and TOP.
+    Pop3Retr,
+    /// POP3 DELE.
+    Pop3Dele,
+    /// POP3 QUIT in the TRANSACTION state (the deletions' commit).
+    Pop3Quit,
 }
 
 impl FaultPoint {
+    /// The fault point of a POP3 command (`transaction`: in the TRANSACTION state).
+    pub fn of_pop3(cmd: &crate::proto::pop3::Command, transaction: bool) -> Option<FaultPoint> {
+        use crate::proto::pop3::Command as C;
+        Some(match cmd {
+            C::Pass(_) | C::Apop { .. } | C::Auth { .. } => FaultPoint::ImapLogin,
+            C::List(_) | C::Uidl(_) | C::Stat => FaultPoint::ImapList,
+            C::Retr(_) | C::Top { .. } => FaultPoint::Pop3Retr,
+            C::Dele(_) => FaultPoint::Pop3Dele,
+            C::Quit if transaction => FaultPoint::Pop3Quit,
+            _ => return None,
+        })
+    }
+
     /// The fault point of an IMAP command, if it has one.
     pub fn of_imap(cmd: &crate::proto::imap::Command) -> Option<FaultPoint> {
         use crate::proto::imap::Command as C;
@@ -72,7 +92,7 @@ impl FaultPoint {
         })
     }
 
-    pub const ALL: [FaultPoint; 21] = [
+    pub const ALL: [FaultPoint; 24] = [
         FaultPoint::Connect,
         FaultPoint::Ehlo,
         FaultPoint::Mail,
@@ -94,6 +114,9 @@ impl FaultPoint {
         FaultPoint::ImapList,
         FaultPoint::ImapStatus,
         FaultPoint::ImapMailbox,
+        FaultPoint::Pop3Retr,
+        FaultPoint::Pop3Dele,
+        FaultPoint::Pop3Quit,
     ];
 
     pub fn name(self) -> &'static str {
@@ -119,6 +142,9 @@ impl FaultPoint {
             FaultPoint::ImapList => "list",
             FaultPoint::ImapStatus => "status",
             FaultPoint::ImapMailbox => "mailbox",
+            FaultPoint::Pop3Retr => "retr",
+            FaultPoint::Pop3Dele => "dele",
+            FaultPoint::Pop3Quit => "quit",
         }
     }
 
@@ -145,6 +171,9 @@ impl FaultPoint {
             "list" | "lsub" => FaultPoint::ImapList,
             "status" => FaultPoint::ImapStatus,
             "mailbox" => FaultPoint::ImapMailbox,
+            "retr" | "top" => FaultPoint::Pop3Retr,
+            "dele" => FaultPoint::Pop3Dele,
+            "quit" => FaultPoint::Pop3Quit,
             _ => return None,
         })
     }
