@@ -1,7 +1,9 @@
-//! Server side of an IMAP4rev1 subset (RFC 3501, RFC 2177 IDLE, RFC 7888 LITERAL+):
+//! Server side of IMAP4rev1 (RFC 3501) with the extensions `spate serve` speaks (IDLE,
+//! LITERAL+, UIDPLUS, MOVE, MULTIAPPEND, ESEARCH, CONDSTORE, ID, ENABLE, NAMESPACE):
 //! parsing of one complete client command. Framing comes first: [`literal_at_end`] tells
 //! the caller that a line announces a literal, which it reads (capped) and appends after
-//! the line's CRLF before calling [`parse`] on the whole.
+//! the line's CRLF before calling [`parse`] on the whole. FETCH items are in `fetch`,
+//! SEARCH keys in `search`.
 
 /// `{n}` or `{n+}` at the end of a line: (n, synchronizing).
 pub fn literal_at_end(line: &[u8]) -> Option<(u64, bool)> {

@@ -1,6 +1,6 @@
 //! The IMAP session: IMAP4rev1 (RFC 3501) over the store's per-user mailboxes, with
-//! LITERAL+, IDLE, UIDPLUS, MOVE, UNSELECT, NAMESPACE, ID, ENABLE, CHILDREN and
-//! SPECIAL-USE. The session keeps its own view of the selected mailbox (sequence number →
+//! LITERAL+, SASL-IR, IDLE, UIDPLUS, MOVE, UNSELECT, NAMESPACE, ID, ENABLE, CHILDREN,
+//! SPECIAL-USE, MULTIAPPEND, ESEARCH and CONDSTORE. The session keeps its own view of the selected mailbox (sequence number →
 //! UID) and reconciles it with the store after each command, sending EXISTS, RECENT,
 //! EXPUNGE and FETCH FLAGS as RFC 3501 7.4.1 asks: never an EXPUNGE while answering
 //! FETCH, STORE or SEARCH (their UID forms may).

@@ -1,6 +1,8 @@
-//! The embedded server's mail store: mailboxes in memory (optionally written through to a
-//! Maildir tree), a memory cap, a discard mode that keeps only counts, and change
-//! notification for IMAP IDLE. Also the user table used by AUTH, POP3 and IMAP logins.
+//! The embedded server's mail store: per user an account of mailboxes in memory — INBOX,
+//! where SMTP/LMTP deliver (optionally written through to a Maildir tree) and POP3 reads,
+//! and the ones IMAP creates, with keywords, mod-sequences and subscriptions — a memory
+//! cap, a discard mode that keeps only counts, and change notification for IMAP IDLE.
+//! Also the user table used by AUTH, POP3 and IMAP logins.
 //!
 //! One mutex guards the mailbox map; every operation under it is short (a push, a scan of
 //! one mailbox), and bodies are shared `Arc<[u8]>`s so readers copy no message bytes.
