@@ -139,7 +139,7 @@ async fn mailbox_commands_as_in_rfc3501_section_6_3() {
             C: A682 DELETE foo
             S: A682 OK DELETE completed
             C: A683 LIST "" *
-            S: * LIST (\HasNoChildren \Subscribed) "/" INBOX
+            S: * LIST (\HasNoChildren) "/" INBOX
             S: * LIST (\HasNoChildren) "/" blurdybloop
             S: * LIST (\Noselect \HasChildren) "/" foo
             S: * LIST (\HasNoChildren) "/" foo/bar
@@ -151,7 +151,7 @@ async fn mailbox_commands_as_in_rfc3501_section_6_3() {
             C: A685 DELETE foo/bar
             S: A685 OK DELETE completed
             C: A686 LIST "" %
-            S: * LIST (\HasNoChildren \Subscribed) "/" INBOX
+            S: * LIST (\HasNoChildren) "/" INBOX
             S: * LIST (\HasNoChildren) "/" blurdybloop
             S: * LIST (\Noselect \HasNoChildren) "/" foo
             S: * LIST (\HasChildren) "/" owatagusiam
@@ -164,7 +164,7 @@ async fn mailbox_commands_as_in_rfc3501_section_6_3() {
             S: A689 NO [NONEXISTENT] no such mailbox
             # 6.3.5 RENAME, with inferiors; and RENAME INBOX moves its messages.
             C: A682 LIST "" *
-            S: * LIST (\HasNoChildren \Subscribed) "/" INBOX
+            S: * LIST (\HasNoChildren) "/" INBOX
             S: * LIST (\HasNoChildren) "/" blurdybloop
             S: * LIST (\HasChildren) "/" owatagusiam
             S: * LIST (\HasNoChildren) "/" owatagusiam/blurdybloop
@@ -174,7 +174,7 @@ async fn mailbox_commands_as_in_rfc3501_section_6_3() {
             C: A684 RENAME owatagusiam zowie
             S: A684 OK RENAME completed
             C: A685 LIST "" *
-            S: * LIST (\HasNoChildren \Subscribed) "/" INBOX
+            S: * LIST (\HasNoChildren) "/" INBOX
             S: * LIST (\HasNoChildren) "/" sarasoop
             S: * LIST (\HasChildren) "/" zowie
             S: * LIST (\HasNoChildren) "/" zowie/blurdybloop
@@ -206,7 +206,7 @@ async fn mailbox_commands_as_in_rfc3501_section_6_3() {
             S: * LIST (\HasNoChildren) "/" zowie/blurdybloop
             S: A102 OK LIST completed
             C: A103 LIST "" inBox
-            S: * LIST (\HasNoChildren \Subscribed) "/" INBOX
+            S: * LIST (\HasNoChildren) "/" INBOX
             S: A103 OK LIST completed
             # SPECIAL-USE attributes by name.
             C: A104 CREATE Trash

@@ -350,9 +350,6 @@ impl Session<'_> {
                 } else {
                     "\\HasNoChildren"
                 });
-                if a.subscribed.contains(name) {
-                    attrs.push("\\Subscribed");
-                }
                 if let Some(u) = special_use(name) {
                     attrs.push(u);
                 }
@@ -362,10 +359,6 @@ impl Session<'_> {
         });
         let mut out = String::new();
         for (name, attrs) in rows {
-            let attrs: Vec<&str> = attrs
-                .into_iter()
-                .filter(|a| !(lsub && *a == "\\Subscribed"))
-                .collect();
             let _ = write!(
                 out,
                 "* {verb} ({}) \"/\" {}\r\n",
