@@ -119,6 +119,24 @@ impl Structure {
     }
 }
 
+/// Do the decoded (base64, quoted-printable, charset) text parts of the message contain
+/// `needle` (case-insensitively)? `None` when no part is encoded, so the raw bytes, which
+/// the caller searched already, are all there is.
+pub fn decoded_text_contains(data: &[u8], needle: &str) -> Option<bool> {
+    let encoded = [&b"base64"[..], b"quoted-printable"]
+        .iter()
+        .any(|e| data.windows(e.len()).any(|w| w.eq_ignore_ascii_case(e)));
+    if !encoded {
+        return None;
+    }
+    let m = MessageParser::new().parse(data)?;
+    let needle = needle.to_lowercase();
+    Some(m.parts.iter().any(|p| match &p.body {
+        PartType::Text(t) | PartType::Html(t) => t.to_lowercase().contains(&needle),
+        _ => false,
+    }))
+}
+
 /// HEADER, HEADER.FIELDS (.NOT), TEXT or all of the message in `range`.
 fn text_of(data: &[u8], range: Range<usize>, text: &Option<SectionText>) -> Vec<u8> {
     let msg = &data[range];
@@ -360,6 +378,19 @@ mod tests {
             "{b}"
         );
         assert!(b.ends_with(" 3) \"MIXED\")"), "{b}");
+    }
+
+    #[test]
+    fn encoded_bodies_are_searched_decoded() {
+        let m = b"Content-Type: text/plain\r\nContent-Transfer-Encoding: base64\r\n\r\naGVsbG8gV29ybGQ=\r\n";
+        assert_eq!(decoded_text_contains(m, "world"), Some(true));
+        assert_eq!(decoded_text_contains(m, "planet"), Some(false));
+        let q = b"Content-Transfer-Encoding: quoted-printable\r\n\r\ncaf=C3=A9 ol=\r\ne\r\n";
+        assert_eq!(decoded_text_contains(q, "CAF\u{e9} OLE"), Some(true));
+        assert_eq!(
+            decoded_text_contains(b"A: b\r\n\r\nplain\r\n", "plain"),
+            None
+        );
     }
 
     #[test]

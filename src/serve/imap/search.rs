@@ -128,8 +128,12 @@ fn matches(c: &Search, m: &Item, ctx: &Ctx) -> bool {
                             .any(|a| contains(a.as_bytes(), value)))
             })
         }
-        Search::Body(s) => contains(&data[end..], s),
-        Search::Text(s) => contains(data, s),
+        Search::Body(s) => {
+            contains(&data[end..], s) || super::mime::decoded_text_contains(data, s) == Some(true)
+        }
+        Search::Text(s) => {
+            contains(data, s) || super::mime::decoded_text_contains(data, s) == Some(true)
+        }
         Search::Not(x) => !matches(x, m, ctx),
         Search::Or(a, b) => matches(a, m, ctx) || matches(b, m, ctx),
         Search::And(v) => v.iter().all(|x| matches(x, m, ctx)),
