@@ -305,11 +305,7 @@ impl Session<'_> {
         };
         let uids: Vec<u32> = idx.iter().map(|&i| sel.view[i]).collect();
         let (src_name, validity) = (sel.name.clone(), sel.validity);
-        let dest = if crate::serve::store::is_inbox(dest) {
-            "INBOX".to_string()
-        } else {
-            dest.to_string()
-        };
+        let dest = super::mailbox::canonical(dest);
         let store = self.sh.store.clone();
         let done = self.account(|a| {
             let Some(src) = a.get(&src_name).filter(|m| m.uid_validity == validity) else {

@@ -13,12 +13,14 @@ use crate::serve::store::{flags, is_inbox, Account, Store, StoredMessage};
 /// Mailboxes one user may have (memory stays bounded whatever a client creates).
 const MAX_MAILBOXES: usize = 10_000;
 
-/// INBOX in its one spelling, anything else as given.
-fn canonical(name: &str) -> String {
+/// INBOX (and the INBOX/ of its children) in one spelling, anything else as given.
+pub(super) fn canonical(name: &str) -> String {
     if is_inbox(name) {
-        "INBOX".into()
-    } else {
-        name.to_string()
+        return "INBOX".into();
+    }
+    match name.get(..6) {
+        Some(head) if head.eq_ignore_ascii_case("INBOX/") => format!("INBOX/{}", &name[6..]),
+        _ => name.to_string(),
     }
 }
 
@@ -40,12 +42,12 @@ fn parents(name: &str) -> impl Iterator<Item = &str> {
 
 /// The name a new mailbox (CREATE, the target of RENAME) may take: a trailing delimiter
 /// dropped, never INBOX.
-fn new_name(name: &str) -> Result<&str, Done> {
-    let name = name.strip_suffix('/').unwrap_or(name);
-    if is_inbox(name) {
+fn new_name(name: &str) -> Result<String, Done> {
+    let name = canonical(name.strip_suffix('/').unwrap_or(name));
+    if is_inbox(&name) {
         return Err(no("[ALREADYEXISTS] INBOX always exists"));
     }
-    if !valid_name(name) {
+    if !valid_name(&name) {
         return Err(no("[CANNOT] invalid mailbox name"));
     }
     Ok(name)
@@ -103,7 +105,7 @@ fn wild(pattern: &[u8], name: &[u8]) -> bool {
 
 /// Does `name` match the LIST pattern? INBOX matches case-insensitively.
 fn matches(pattern: &str, name: &str) -> bool {
-    if name == "INBOX" {
+    if name == "INBOX" || name.starts_with("INBOX/") {
         // Compare as if INBOX were written in the pattern's case.
         let p = pattern.as_bytes();
         let folded: Vec<u8> = p
@@ -193,7 +195,7 @@ impl Session<'_> {
     }
 
     pub(super) fn create(&mut self, name: &str) -> Done {
-        let name = match new_name(name) {
+        let name = &match new_name(name) {
             Ok(n) => n,
             Err(d) => return d,
         };
@@ -215,6 +217,7 @@ impl Session<'_> {
     }
 
     pub(super) fn delete(&mut self, name: &str) -> Done {
+        let name = &canonical(name);
         if is_inbox(name) {
             return no("[CANNOT] INBOX cannot be deleted");
         }
@@ -239,7 +242,8 @@ impl Session<'_> {
     }
 
     pub(super) fn rename(&mut self, from: &str, to: &str) -> Done {
-        let to = match new_name(to) {
+        let from = &canonical(from);
+        let to = &match new_name(to) {
             Ok(n) => n,
             Err(d) => return d,
         };
@@ -494,6 +498,9 @@ mod tests {
         let name = "a".repeat(500);
         assert!(!matches(&format!("{}b", "*a".repeat(200)), &name));
         assert!(matches(&"*a".repeat(200), &name));
+        assert!(matches("inbox/%", "INBOX/sub"));
+        assert_eq!(canonical("Inbox/Sub"), "INBOX/Sub");
+        assert_eq!(canonical("inboxes"), "inboxes");
         assert!(valid_name("a/b"));
         assert!(!valid_name("a//b"));
         assert!(!valid_name("a*"));
