@@ -37,10 +37,23 @@ inner body\r\n\
 --b1--\r\n";
 
 async fn server() -> Running {
+    server_with(0).await
+}
+
+/// The server with `n` small messages in carol's INBOX.
+async fn server_with(n: usize) -> Running {
     let mut config = Config::loopback();
     config.listen.imap = Some("127.0.0.1:0".parse().unwrap());
     config.users = Users::parse("carol@example.test pw\n").unwrap();
-    serve::start(config).await.unwrap()
+    let running = serve::start(config).await.unwrap();
+    for i in 0..n {
+        let msg = format!("Subject: {i}\r\n\r\nx\r\n");
+        running
+            .store
+            .deliver("carol@example.test", msg.as_bytes())
+            .unwrap();
+    }
+    running
 }
 
 /// Does `got` match `want`, where `...` in `want` matches any text?
@@ -395,17 +408,8 @@ async fn append_status_select_fetch_store_copy_expunge() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn other_sessions_see_changes_at_the_right_moments() {
-    let running = server().await;
+    let running = server_with(3).await;
     let addr = running.addrs.imap.unwrap();
-    for i in 0..3 {
-        running
-            .store
-            .deliver(
-                "carol@example.test",
-                format!("Subject: {i}\r\n\r\nx\r\n").as_bytes(),
-            )
-            .unwrap();
-    }
     let store = running.store.clone();
     blocking(move || {
         let mut a = login(addr);
@@ -509,17 +513,8 @@ async fn oversized_append_gets_a_clear_no_and_standard_commands_are_no_errors() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn condstore_as_in_rfc7162() {
-    let running = server().await;
+    let running = server_with(3).await;
     let addr = running.addrs.imap.unwrap();
-    for i in 0..3 {
-        running
-            .store
-            .deliver(
-                "carol@example.test",
-                format!("Subject: {i}\r\n\r\nx\r\n").as_bytes(),
-            )
-            .unwrap();
-    }
     blocking(move || {
         let mut c = login(addr);
         // Each delivery took the next mod-sequence: 2, 3, 4.

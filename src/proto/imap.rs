@@ -305,25 +305,22 @@ impl<'a> P<'a> {
             atom.to_string()
         })
     }
-    pub(crate) fn number(&mut self) -> R<u32> {
+    /// The digits here (maybe none).
+    fn digits(&mut self) -> &'a str {
         let start = self.i;
         while self.peek().is_some_and(|b| b.is_ascii_digit()) {
             self.i += 1;
         }
-        std::str::from_utf8(&self.s[start..self.i])
-            .ok()
-            .and_then(|d| d.parse().ok())
-            .ok_or("expected a number")
+        std::str::from_utf8(&self.s[start..self.i]).unwrap_or_default()
+    }
+    pub(crate) fn number(&mut self) -> R<u32> {
+        self.digits().parse().map_err(|_| "expected a number")
     }
     /// A mod-sequence value (RFC 7162: up to 2^63 - 1).
     pub(crate) fn number64(&mut self) -> R<u64> {
-        let start = self.i;
-        while self.peek().is_some_and(|b| b.is_ascii_digit()) {
-            self.i += 1;
-        }
-        std::str::from_utf8(&self.s[start..self.i])
+        self.digits()
+            .parse::<u64>()
             .ok()
-            .and_then(|d| d.parse::<u64>().ok())
             .filter(|n| *n < 1 << 63)
             .ok_or("expected a number")
     }
