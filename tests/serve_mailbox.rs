@@ -142,9 +142,9 @@ async fn imaplib_reads_searches_flags_and_expunges() {
         "select OK [b'5']",
         "search 1 2 3 4 5",
         "uid search 4",
-        "fetch2 2 (FLAGS () UID 2 RFC822.SIZE",
+        "fetch2 2 (FLAGS (\\Recent) UID 2 RFC822.SIZE",
         "Subject: number 1",
-        "flags1 1 (FLAGS (\\Seen))",
+        "flags1 1 (FLAGS (\\Seen \\Recent))",
         "expunge ['1', '1']",
         "unseen 1 2 3",
         "examine 3",
@@ -182,6 +182,8 @@ async fn idle_reports_new_mail() {
             .deliver("carol@example.test", b"Subject: new\r\n\r\nx\r\n")
             .unwrap();
         assert_eq!(c.line(), "* 2 EXISTS");
+        // Both are \Recent in the only session that has INBOX selected.
+        assert_eq!(c.line(), "* 2 RECENT");
         c.send(b"DONE\r\n");
         assert_eq!(c.line(), "a3 OK IDLE terminated");
         c.send(b"a4 LOGOUT\r\n");
@@ -216,7 +218,7 @@ async fn pop3_and_imap_survive_garbage() {
         c.send(b"a FETCH 1 FLAGS\r\nb LOGIN {999999999}\r\n");
         assert_eq!(c.line(), "a BAD log in first");
         assert_eq!(c.line(), "* BAD literal too large");
-        let mut long = vec![b'x'; 20_000];
+        let mut long = vec![b'x'; 70_000];
         long.extend_from_slice(b"\r\n");
         c.send(&long);
         assert_eq!(c.line(), "* BAD line too long");

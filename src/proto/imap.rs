@@ -1,7 +1,9 @@
-//! Server side of an IMAP4rev1 subset (RFC 3501, RFC 2177 IDLE, RFC 7888 LITERAL+):
+//! Server side of IMAP4rev1 (RFC 3501) with the extensions `spate serve` speaks (IDLE,
+//! LITERAL+, UIDPLUS, MOVE, MULTIAPPEND, ESEARCH, CONDSTORE, ID, ENABLE, NAMESPACE):
 //! parsing of one complete client command. Framing comes first: [`literal_at_end`] tells
 //! the caller that a line announces a literal, which it reads (capped) and appends after
-//! the line's CRLF before calling [`parse`] on the whole.
+//! the line's CRLF before calling [`parse`] on the whole. FETCH items are in `fetch`,
+//! SEARCH keys in `search`.
 
 /// `{n}` or `{n+}` at the end of a line: (n, synchronizing).
 pub fn literal_at_end(line: &[u8]) -> Option<(u64, bool)> {
@@ -32,51 +34,15 @@ pub enum SeqNum {
 /// A sequence set such as `1:*,3,5:7`.
 pub type SeqSet = Vec<(SeqNum, SeqNum)>;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Section {
-    /// `[]`: the whole message.
-    Full,
-    Header,
-    Text,
-    HeaderFields {
-        not: bool,
-        fields: Vec<String>,
-    },
-}
+pub use fetch::{FetchItem, Section, SectionText};
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FetchItem {
-    Flags,
-    Uid,
-    Rfc822Size,
-    InternalDate,
-    Envelope,
-    /// RFC822 (= BODY[]), RFC822.HEADER (= BODY.PEEK[HEADER]), RFC822.TEXT (= BODY[TEXT]).
-    Rfc822(Option<Section>),
-    Body {
-        peek: bool,
-        section: Section,
-        partial: Option<(u32, u32)>,
-    },
-}
+pub use search::{DateCmp, Search, BADCHARSET};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StoreMode {
     Replace,
     Add,
     Remove,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Search {
-    All,
-    Seq(SeqSet),
-    Uid(SeqSet),
-    Header(String, String),
-    Flag { flag: String, set: bool },
-    Larger(u64),
-    Smaller(u64),
-    Not(Box<Search>),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,8 +53,11 @@ pub enum Command {
     Starttls,
     Check,
     Close,
-    Expunge,
+    Unselect,
+    Namespace,
     Idle,
+    /// EXPUNGE, or UID EXPUNGE with its set (RFC 4315).
+    Expunge(Option<SeqSet>),
     Login {
         user: String,
         pass: String,
@@ -97,8 +66,17 @@ pub enum Command {
         mechanism: String,
         initial: Option<String>,
     },
-    Select(String),
-    Examine(String),
+    /// SELECT mailbox, and whether `(CONDSTORE)` was given (RFC 7162).
+    Select(String, bool),
+    Examine(String, bool),
+    Create(String),
+    Delete(String),
+    Rename {
+        from: String,
+        to: String,
+    },
+    Subscribe(String),
+    Unsubscribe(String),
     List {
         reference: String,
         pattern: String,
@@ -111,22 +89,59 @@ pub enum Command {
         mailbox: String,
         items: Vec<String>,
     },
+    /// APPEND, with several messages under MULTIAPPEND (RFC 3502).
+    Append {
+        mailbox: String,
+        messages: Vec<Appended>,
+    },
+    Copy {
+        uid: bool,
+        set: SeqSet,
+        mailbox: String,
+    },
+    Move {
+        uid: bool,
+        set: SeqSet,
+        mailbox: String,
+    },
     Fetch {
         uid: bool,
         set: SeqSet,
         items: Vec<FetchItem>,
+        /// `(CHANGEDSINCE n)` (RFC 7162).
+        changed_since: Option<u64>,
     },
     Store {
         uid: bool,
         set: SeqSet,
+        /// `(UNCHANGEDSINCE n)` (RFC 7162).
+        unchanged_since: Option<u64>,
         mode: StoreMode,
         silent: bool,
+        /// As written (`\Seen`, `$Label`).
         flags: Vec<String>,
     },
     Search {
         uid: bool,
         criteria: Vec<Search>,
+        /// ESEARCH (RFC 4731) `RETURN (...)` options, upper-cased; `Some(empty)` for
+        /// `RETURN ()`.
+        ret: Option<Vec<String>>,
     },
+    /// RFC 2971: the client's fields are read and ignored.
+    Id,
+    /// RFC 5161: the capabilities asked for.
+    Enable(Vec<String>),
+}
+
+/// One message of an APPEND.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Appended {
+    /// As written (`\Seen`, `$Label`).
+    pub flags: Vec<String>,
+    /// Seconds since the epoch.
+    pub date: Option<i64>,
+    pub message: Vec<u8>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,18 +158,18 @@ pub struct ParseError {
     pub msg: &'static str,
 }
 
-struct P<'a> {
-    s: &'a [u8],
-    i: usize,
+pub(crate) struct P<'a> {
+    pub(crate) s: &'a [u8],
+    pub(crate) i: usize,
 }
 
-type R<T> = Result<T, &'static str>;
+pub(crate) type R<T> = Result<T, &'static str>;
 
 impl<'a> P<'a> {
-    fn peek(&self) -> Option<u8> {
+    pub(crate) fn peek(&self) -> Option<u8> {
         self.s.get(self.i).copied()
     }
-    fn eat(&mut self, b: u8) -> bool {
+    pub(crate) fn eat(&mut self, b: u8) -> bool {
         if self.peek() == Some(b) {
             self.i += 1;
             true
@@ -162,17 +177,17 @@ impl<'a> P<'a> {
             false
         }
     }
-    fn sp(&mut self) -> R<()> {
+    pub(crate) fn sp(&mut self) -> R<()> {
         if self.eat(b' ') {
             Ok(())
         } else {
             Err("expected a space")
         }
     }
-    fn at_end(&self) -> bool {
+    pub(crate) fn at_end(&self) -> bool {
         self.i >= self.s.len()
     }
-    fn end(&self) -> R<()> {
+    pub(crate) fn end(&self) -> R<()> {
         if self.at_end() {
             Ok(())
         } else {
@@ -180,7 +195,7 @@ impl<'a> P<'a> {
         }
     }
     /// Atom characters (RFC 3501 ATOM-CHAR, plus `]` where the caller allows it).
-    fn atom_with(&mut self, extra_stop: &[u8]) -> R<&'a str> {
+    pub(crate) fn atom_with(&mut self, extra_stop: &[u8]) -> R<&'a str> {
         let start = self.i;
         while let Some(b) = self.peek() {
             if b <= b' ' || b >= 0x7f || b"(){\"%\\".contains(&b) || extra_stop.contains(&b) {
@@ -193,10 +208,10 @@ impl<'a> P<'a> {
         }
         std::str::from_utf8(&self.s[start..self.i]).map_err(|_| "bad atom")
     }
-    fn atom(&mut self) -> R<&'a str> {
+    pub(crate) fn atom(&mut self) -> R<&'a str> {
         self.atom_with(b"]")
     }
-    fn quoted(&mut self) -> R<String> {
+    pub(crate) fn quoted(&mut self) -> R<String> {
         if !self.eat(b'"') {
             return Err("expected a quoted string");
         }
@@ -224,7 +239,26 @@ impl<'a> P<'a> {
         }
         String::from_utf8(out).map_err(|_| "quoted string is not UTF-8")
     }
-    fn literal(&mut self) -> R<String> {
+    pub(crate) fn literal(&mut self) -> R<String> {
+        let bytes = self.literal_bytes()?;
+        String::from_utf8(bytes.to_vec()).map_err(|_| "literal is not UTF-8")
+    }
+    pub(crate) fn astring(&mut self) -> R<String> {
+        match self.peek() {
+            Some(b'"') => self.quoted(),
+            Some(b'{') => self.literal(),
+            _ => self.atom_with(b"").map(str::to_string),
+        }
+    }
+    /// A quoted string or a literal.
+    pub(crate) fn string(&mut self) -> R<String> {
+        match self.peek() {
+            Some(b'"') => self.quoted(),
+            _ => self.literal(),
+        }
+    }
+    /// A literal's bytes, whatever they are (APPEND).
+    pub(crate) fn literal_bytes(&mut self) -> R<&'a [u8]> {
         if !self.eat(b'{') {
             return Err("expected a literal");
         }
@@ -246,26 +280,51 @@ impl<'a> P<'a> {
             .get(self.i..end)
             .ok_or("literal shorter than announced")?;
         self.i = end;
-        String::from_utf8(bytes.to_vec()).map_err(|_| "literal is not UTF-8")
+        Ok(bytes)
     }
-    fn astring(&mut self) -> R<String> {
-        match self.peek() {
-            Some(b'"') => self.quoted(),
-            Some(b'{') => self.literal(),
-            _ => self.atom_with(b"").map(str::to_string),
+    /// A case-insensitive word followed by a delimiter (or the end).
+    pub(crate) fn eat_word(&mut self, word: &str) -> bool {
+        let end = self.i + word.len();
+        let fits = self
+            .s
+            .get(self.i..end)
+            .is_some_and(|w| w.eq_ignore_ascii_case(word.as_bytes()));
+        let delimited = matches!(self.s.get(end), None | Some(b' ' | b')' | b'('));
+        if fits && delimited {
+            self.i = end;
         }
+        fits && delimited
     }
-    fn number(&mut self) -> R<u32> {
+    /// A flag as written: `\Seen` or a keyword atom.
+    pub(crate) fn flag(&mut self) -> R<String> {
+        let slash = self.eat(b'\\');
+        let atom = self.atom()?;
+        Ok(if slash {
+            format!("\\{atom}")
+        } else {
+            atom.to_string()
+        })
+    }
+    /// The digits here (maybe none).
+    fn digits(&mut self) -> &'a str {
         let start = self.i;
         while self.peek().is_some_and(|b| b.is_ascii_digit()) {
             self.i += 1;
         }
-        std::str::from_utf8(&self.s[start..self.i])
+        std::str::from_utf8(&self.s[start..self.i]).unwrap_or_default()
+    }
+    pub(crate) fn number(&mut self) -> R<u32> {
+        self.digits().parse().map_err(|_| "expected a number")
+    }
+    /// A mod-sequence value (RFC 7162: up to 2^63 - 1).
+    pub(crate) fn number64(&mut self) -> R<u64> {
+        self.digits()
+            .parse::<u64>()
             .ok()
-            .and_then(|d| d.parse().ok())
+            .filter(|n| *n < 1 << 63)
             .ok_or("expected a number")
     }
-    fn seq_num(&mut self) -> R<SeqNum> {
+    pub(crate) fn seq_num(&mut self) -> R<SeqNum> {
         if self.eat(b'*') {
             return Ok(SeqNum::Star);
         }
@@ -274,7 +333,7 @@ impl<'a> P<'a> {
             n => Ok(SeqNum::Num(n)),
         }
     }
-    fn seq_set(&mut self) -> R<SeqSet> {
+    pub(crate) fn seq_set(&mut self) -> R<SeqSet> {
         let mut set = Vec::new();
         loop {
             let a = self.seq_num()?;
@@ -289,7 +348,7 @@ impl<'a> P<'a> {
         }
     }
     /// `(a b c)` or a single atom.
-    fn list_or_atom(&mut self) -> R<Vec<String>> {
+    pub(crate) fn list_or_atom(&mut self) -> R<Vec<String>> {
         if self.eat(b'(') {
             let mut v = Vec::new();
             while !self.eat(b')') {
@@ -306,145 +365,6 @@ impl<'a> P<'a> {
             Ok(vec![self.astring()?])
         }
     }
-}
-
-fn section(p: &mut P) -> R<Section> {
-    if !p.eat(b'[') {
-        return Err("expected '['");
-    }
-    if p.eat(b']') {
-        return Ok(Section::Full);
-    }
-    let name = p.atom()?.to_ascii_uppercase();
-    let s = match name.as_str() {
-        "HEADER" => Section::Header,
-        "TEXT" => Section::Text,
-        "HEADER.FIELDS" | "HEADER.FIELDS.NOT" => {
-            p.sp()?;
-            let fields = p.list_or_atom()?;
-            Section::HeaderFields {
-                not: name.ends_with(".NOT"),
-                fields: fields.into_iter().map(|f| f.to_ascii_uppercase()).collect(),
-            }
-        }
-        _ => return Err("unsupported body section"),
-    };
-    if !p.eat(b']') {
-        return Err("expected ']'");
-    }
-    Ok(s)
-}
-
-fn fetch_item(p: &mut P, out: &mut Vec<FetchItem>) -> R<()> {
-    let name = p.atom_with(b"[")?.to_ascii_uppercase();
-    match name.as_str() {
-        "FLAGS" => out.push(FetchItem::Flags),
-        "UID" => out.push(FetchItem::Uid),
-        "RFC822.SIZE" => out.push(FetchItem::Rfc822Size),
-        "INTERNALDATE" => out.push(FetchItem::InternalDate),
-        "ENVELOPE" => out.push(FetchItem::Envelope),
-        "RFC822" => out.push(FetchItem::Rfc822(None)),
-        "RFC822.HEADER" => out.push(FetchItem::Rfc822(Some(Section::Header))),
-        "RFC822.TEXT" => out.push(FetchItem::Rfc822(Some(Section::Text))),
-        "FAST" | "ALL" | "FULL" => {
-            out.extend([
-                FetchItem::Flags,
-                FetchItem::InternalDate,
-                FetchItem::Rfc822Size,
-            ]);
-            if name != "FAST" {
-                out.push(FetchItem::Envelope);
-            }
-        }
-        "BODY" | "BODY.PEEK" if p.peek() == Some(b'[') => {
-            let section = section(p)?;
-            let partial = if p.eat(b'<') {
-                let a = p.number()?;
-                if !p.eat(b'.') {
-                    return Err("expected <origin.count>");
-                }
-                let b = p.number()?;
-                if !p.eat(b'>') {
-                    return Err("expected '>'");
-                }
-                Some((a, b))
-            } else {
-                None
-            };
-            out.push(FetchItem::Body {
-                peek: name == "BODY.PEEK",
-                section,
-                partial,
-            });
-        }
-        _ => return Err("unsupported FETCH item"),
-    }
-    Ok(())
-}
-
-fn fetch_items(p: &mut P) -> R<Vec<FetchItem>> {
-    let mut out = Vec::new();
-    if p.eat(b'(') {
-        while !p.eat(b')') {
-            if !out.is_empty() {
-                p.sp()?;
-            }
-            fetch_item(p, &mut out)?;
-            if out.len() > 50 {
-                return Err("too many FETCH items");
-            }
-        }
-    } else {
-        fetch_item(p, &mut out)?;
-    }
-    Ok(out)
-}
-
-fn search_key(p: &mut P, depth: u32) -> R<Search> {
-    if depth > 10 {
-        return Err("search nested too deeply");
-    }
-    if p.peek().is_some_and(|b| b.is_ascii_digit() || b == b'*') {
-        return Ok(Search::Seq(p.seq_set()?));
-    }
-    let key = p.atom()?.to_ascii_uppercase();
-    let flag = |f: &str, set| Search::Flag {
-        flag: f.to_string(),
-        set,
-    };
-    Ok(match key.as_str() {
-        "ALL" => Search::All,
-        "UID" => {
-            p.sp()?;
-            Search::Uid(p.seq_set()?)
-        }
-        "HEADER" => {
-            p.sp()?;
-            let name = p.astring()?;
-            p.sp()?;
-            Search::Header(name, p.astring()?)
-        }
-        "SUBJECT" | "FROM" | "TO" | "CC" => {
-            p.sp()?;
-            Search::Header(key.clone(), p.astring()?)
-        }
-        "LARGER" | "SMALLER" => {
-            p.sp()?;
-            let n = p.number()? as u64;
-            if key == "LARGER" {
-                Search::Larger(n)
-            } else {
-                Search::Smaller(n)
-            }
-        }
-        "NOT" => {
-            p.sp()?;
-            Search::Not(Box::new(search_key(p, depth + 1)?))
-        }
-        "SEEN" | "ANSWERED" | "FLAGGED" | "DELETED" | "DRAFT" => flag(&key, true),
-        "UNSEEN" | "UNANSWERED" | "UNFLAGGED" | "UNDELETED" | "UNDRAFT" => flag(&key[2..], false),
-        _ => return Err("unsupported SEARCH key"),
-    })
 }
 
 /// Parses one complete command (literals inlined after their `{n}\r\n`), without the
@@ -507,16 +427,41 @@ fn command(p: &mut P) -> R<Command> {
         (false, "STARTTLS") => Command::Starttls,
         (false, "CHECK") => Command::Check,
         (false, "CLOSE") => Command::Close,
-        (false, "EXPUNGE") => Command::Expunge,
+        (false, "UNSELECT") => Command::Unselect,
+        (false, "NAMESPACE") => Command::Namespace,
+        (false, "EXPUNGE") => Command::Expunge(None),
+        (true, "EXPUNGE") => {
+            p.sp()?;
+            Command::Expunge(Some(p.seq_set()?))
+        }
         (false, "IDLE") => Command::Idle,
         (false, "LOGIN" | "AUTHENTICATE") => login(p, &name)?,
-        (false, "SELECT" | "EXAMINE") => {
+        (false, "SELECT" | "EXAMINE" | "CREATE" | "DELETE" | "SUBSCRIBE" | "UNSUBSCRIBE") => {
             p.sp()?;
             let mailbox = p.astring()?;
-            if name == "SELECT" {
-                Command::Select(mailbox)
-            } else {
-                Command::Examine(mailbox)
+            // RFC 4466 select parameters: only CONDSTORE is known.
+            let condstore = matches!(name.as_str(), "SELECT" | "EXAMINE") && p.eat(b' ') && {
+                if !p.eat_word("(CONDSTORE") || !p.eat(b')') {
+                    return Err("unknown SELECT parameter");
+                }
+                true
+            };
+            match name.as_str() {
+                "SELECT" => Command::Select(mailbox, condstore),
+                "EXAMINE" => Command::Examine(mailbox, condstore),
+                "CREATE" => Command::Create(mailbox),
+                "DELETE" => Command::Delete(mailbox),
+                "SUBSCRIBE" => Command::Subscribe(mailbox),
+                _ => Command::Unsubscribe(mailbox),
+            }
+        }
+        (false, "RENAME") => {
+            p.sp()?;
+            let from = p.astring()?;
+            p.sp()?;
+            Command::Rename {
+                from,
+                to: p.astring()?,
             }
         }
         (false, "LIST") => {
@@ -531,28 +476,138 @@ fn command(p: &mut P) -> R<Command> {
             p.sp()?;
             let mailbox = p.astring()?;
             p.sp()?;
+            if p.peek() != Some(b'(') {
+                return Err("expected a list of STATUS items");
+            }
             let items = p.list_or_atom()?;
             Command::Status {
                 mailbox,
                 items: items.into_iter().map(|i| i.to_ascii_uppercase()).collect(),
             }
         }
+        (false, "APPEND") => append(p)?,
+        (_, "COPY" | "MOVE") => {
+            p.sp()?;
+            let set = p.seq_set()?;
+            p.sp()?;
+            let mailbox = p.astring()?;
+            if name == "COPY" {
+                Command::Copy { uid, set, mailbox }
+            } else {
+                Command::Move { uid, set, mailbox }
+            }
+        }
         (_, "FETCH") => {
             p.sp()?;
             let set = p.seq_set()?;
             p.sp()?;
+            let items = fetch::items(p)?;
+            let changed_since = if p.eat(b' ') {
+                if !p.eat_word("(CHANGEDSINCE") || !p.eat(b' ') {
+                    return Err("unknown FETCH modifier");
+                }
+                let n = p.number64()?;
+                if !p.eat(b')') {
+                    return Err("expected ')'");
+                }
+                Some(n)
+            } else {
+                None
+            };
             Command::Fetch {
                 uid,
                 set,
-                items: fetch_items(p)?,
+                items,
+                changed_since,
             }
         }
         (_, "STORE") => store(p, uid)?,
-        (_, "SEARCH") => search(p, uid)?,
+        (_, "SEARCH") => search::command(p, uid)?,
+        (false, "ID") => {
+            p.sp()?;
+            id_params(p)?;
+            Command::Id
+        }
+        (false, "ENABLE") => {
+            let mut caps = Vec::new();
+            while p.eat(b' ') {
+                caps.push(p.atom()?.to_ascii_uppercase());
+                if caps.len() > 20 {
+                    return Err("too many capabilities");
+                }
+            }
+            if caps.is_empty() {
+                return Err("ENABLE needs a capability");
+            }
+            Command::Enable(caps)
+        }
         _ => return Err("unknown command"),
     };
     p.end()?;
     Ok(c)
+}
+
+/// `NIL` or `("field" "value" ...)` of ID; at most 30 pairs.
+fn id_params(p: &mut P) -> R<()> {
+    if p.eat_word("NIL") {
+        return Ok(());
+    }
+    if !p.eat(b'(') {
+        return Err("expected NIL or a list of ID fields");
+    }
+    let mut n = 0;
+    while !p.eat(b')') {
+        if n > 0 {
+            p.sp()?;
+        }
+        if !p.eat_word("NIL") {
+            p.string()?;
+        }
+        n += 1;
+        if n > 60 {
+            return Err("too many ID fields");
+        }
+    }
+    Ok(())
+}
+
+/// APPEND mailbox [(flags)] ["date-time"] literal, repeated for MULTIAPPEND (at most 100).
+fn append(p: &mut P) -> R<Command> {
+    p.sp()?;
+    let mailbox = p.astring()?;
+    let mut messages = Vec::new();
+    while p.eat(b' ') {
+        let mut flags = Vec::new();
+        if p.peek() == Some(b'(') {
+            flags = flag_list(p)?;
+            p.sp()?;
+        }
+        let mut date = None;
+        if p.peek() == Some(b'"') {
+            date = Some(date_time(&p.quoted()?).ok_or("bad date-time")?);
+            p.sp()?;
+        }
+        let message = p.literal_bytes()?.to_vec();
+        messages.push(Appended {
+            flags,
+            date,
+            message,
+        });
+        if messages.len() > 100 {
+            return Err("too many messages in one APPEND");
+        }
+    }
+    if messages.is_empty() {
+        return Err("APPEND needs a message");
+    }
+    Ok(Command::Append { mailbox, messages })
+}
+
+/// RFC 3501 date-time: `dd-Mon-yyyy hh:mm:ss +zzzz` (day may be space-padded).
+pub fn date_time(s: &str) -> Option<i64> {
+    chrono::DateTime::parse_from_str(s.trim_start(), "%d-%b-%Y %H:%M:%S %z")
+        .ok()
+        .map(|d| d.timestamp())
 }
 
 /// LOGIN user pass, or AUTHENTICATE mechanism [initial-response].
@@ -580,6 +635,17 @@ fn store(p: &mut P, uid: bool) -> R<Command> {
     p.sp()?;
     let set = p.seq_set()?;
     p.sp()?;
+    let unchanged_since = if p.eat_word("(UNCHANGEDSINCE") {
+        p.sp()?;
+        let n = p.number64()?;
+        if !p.eat(b')') {
+            return Err("expected ')'");
+        }
+        p.sp()?;
+        Some(n)
+    } else {
+        None
+    };
     let what = p.atom()?.to_ascii_uppercase();
     let (mode, rest) = match what.as_bytes().first() {
         Some(b'+') => (StoreMode::Add, &what[1..]),
@@ -592,64 +658,44 @@ fn store(p: &mut P, uid: bool) -> R<Command> {
         _ => return Err("expected FLAGS, +FLAGS or -FLAGS"),
     };
     p.sp()?;
-    Ok(Command::Store {
-        uid,
-        set,
-        mode,
-        silent,
-        flags: flags(p)?,
-    })
-}
-
-/// A parenthesized flag list, or flags separated by spaces; at most 50.
-fn flags(p: &mut P) -> R<Vec<String>> {
-    let mut v = Vec::new();
-    if p.peek() == Some(b'(') {
-        p.i += 1;
-        while !p.eat(b')') {
-            if !v.is_empty() {
-                p.sp()?;
-            }
-            p.eat(b'\\');
-            v.push(p.atom()?.to_ascii_uppercase());
+    let flags = if p.peek() == Some(b'(') {
+        flag_list(p)?
+    } else {
+        let mut v = vec![p.flag()?];
+        while p.eat(b' ') {
+            v.push(p.flag()?);
             if v.len() > 50 {
                 return Err("too many flags");
             }
         }
-    } else {
-        loop {
-            p.eat(b'\\');
-            v.push(p.atom()?.to_ascii_uppercase());
-            if !p.eat(b' ') || v.len() > 50 {
-                break;
-            }
+        v
+    };
+    Ok(Command::Store {
+        uid,
+        set,
+        unchanged_since,
+        mode,
+        silent,
+        flags,
+    })
+}
+
+/// A parenthesized flag list; at most 50.
+fn flag_list(p: &mut P) -> R<Vec<String>> {
+    if !p.eat(b'(') {
+        return Err("expected a flag list");
+    }
+    let mut v = Vec::new();
+    while !p.eat(b')') {
+        if !v.is_empty() {
+            p.sp()?;
+        }
+        v.push(p.flag()?);
+        if v.len() > 50 {
+            return Err("too many flags");
         }
     }
     Ok(v)
-}
-
-/// [UID] SEARCH [CHARSET x] keys; at most 50 keys.
-fn search(p: &mut P, uid: bool) -> R<Command> {
-    let mut criteria = Vec::new();
-    while p.eat(b' ') {
-        if criteria.is_empty()
-            && p.s[p.i..].len() >= 7
-            && p.s[p.i..p.i + 7].eq_ignore_ascii_case(b"CHARSET")
-        {
-            p.atom()?;
-            p.sp()?;
-            p.astring()?;
-            continue;
-        }
-        criteria.push(search_key(p, 0)?);
-        if criteria.len() > 50 {
-            return Err("too many SEARCH keys");
-        }
-    }
-    if criteria.is_empty() {
-        return Err("SEARCH needs a key");
-    }
-    Ok(Command::Search { uid, criteria })
 }
 
 /// A quoted string for responses (falls back to a literal when it cannot be quoted).
@@ -669,5 +715,7 @@ pub fn quote(s: &str) -> String {
     out
 }
 
+mod fetch;
+mod search;
 #[cfg(test)]
 mod tests;

@@ -37,7 +37,12 @@ reply after the message); rr (each request of --rr/--rrs: a fail answers HTTP CO
 'ERR CODE', a drop closes the connection); for XMPP connect (before the stream header; a fail is a stream
 error), xmpp-login (the answer to SASL auth; a fail is temporary-auth-failure for 4xx,
 not-authorized for 5xx) and xmpp-stanza (each stanza of a bound session; a fail is a
-stream error, resource-constraint for 4xx, internal-server-error for 5xx). Every
+stream error, resource-constraint for 4xx, internal-server-error for 5xx); for IMAP the
+commands login, select, fetch, store, search, append, copy (and move), expunge (and
+close), idle, list, status and mailbox (create, delete, rename, subscribe): CODE may be
+NO, BAD or BYE (BYE closes the session), e.g. --fail fetch:NO:0.01; for POP3 login
+(PASS, APOP, AUTH), list (LIST, UIDL, STAT), retr (RETR, TOP), dele and quit (the commit
+of deletions): a fail is -ERR [SYS/TEMP] (and a close for 421). Every
 injected fault is counted (see --stats-file and the summary printed at exit), so a
 client's error counts can be checked against them.
 

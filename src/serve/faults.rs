@@ -49,7 +49,9 @@ fn phase(text: &str, whole: &str, flag: &str) -> Result<FaultPoint, UsageError> 
     FaultPoint::parse(text).ok_or_else(|| {
         UsageError(format!(
             "{flag} '{whole}': unknown phase '{text}' (expected connect, banner, ehlo, mail, \
-             rcpt, data, dot, xmpp-login or xmpp-stanza)"
+             rcpt, data, dot, xmpp-login, xmpp-stanza, rr, or an IMAP command: login, \
+             select, fetch, store, search, append, copy, expunge, idle, list, status, mailbox, \
+             or a POP3 one: login, list, retr, dele, quit)"
         ))
     })
 }
@@ -63,7 +65,8 @@ fn probability(text: &str, whole: &str, flag: &str) -> Result<f64, UsageError> {
     }
 }
 
-/// `PHASE:CODE:PROB`, e.g. `rcpt:451:0.02`.
+/// `PHASE:CODE:PROB`, e.g. `rcpt:451:0.02`; for IMAP commands CODE may be `NO` (450),
+/// `BAD` (500) or `BYE` (421: the server says BYE and closes), for POP3 ones `-ERR` (450).
 pub fn parse_fail(text: &str) -> Result<Fail, UsageError> {
     let parts: Vec<&str> = text.split(':').collect();
     let [p, code, prob] = parts[..] else {
@@ -71,11 +74,17 @@ pub fn parse_fail(text: &str) -> Result<Fail, UsageError> {
             "--fail '{text}': expected PHASE:CODE:PROB, e.g. rcpt:451:0.02"
         )));
     };
-    let code = match code.parse::<u16>() {
+    let word = match code.to_ascii_uppercase().as_str() {
+        "NO" | "-ERR" => Some(450),
+        "BAD" => Some(500),
+        "BYE" => Some(421),
+        _ => None,
+    };
+    let code = match word.map_or_else(|| code.parse::<u16>(), Ok) {
         Ok(c) if (400..600).contains(&c) => c,
         _ => {
             return Err(UsageError(format!(
-                "--fail '{text}': reply code '{code}' must be 400..599"
+                "--fail '{text}': reply code '{code}' must be 400..599, or NO, BAD or BYE for IMAP, -ERR for POP3"
             )))
         }
     };

@@ -1,23 +1,38 @@
-//! The IMAP session: an IMAP4rev1 subset over the store, one mailbox (INBOX) per user.
-//! The session keeps its own view (sequence number → UID) and reconciles it with the
-//! store at NOOP, CHECK, IDLE and after EXPUNGE, sending EXISTS/EXPUNGE as RFC 3501 asks.
+//! The IMAP session: IMAP4rev1 (RFC 3501) over the store's per-user mailboxes, with
+//! LITERAL+, SASL-IR, IDLE, UIDPLUS, MOVE, UNSELECT, NAMESPACE, ID, ENABLE, CHILDREN,
+//! SPECIAL-USE, MULTIAPPEND, ESEARCH and CONDSTORE. The session keeps its own view of the selected mailbox (sequence number →
+//! UID) and reconciles it with the store after each command, sending EXISTS, RECENT,
+//! EXPUNGE and FETCH FLAGS as RFC 3501 7.4.1 asks: never an EXPUNGE while answering
+//! FETCH, STORE or SEARCH (their UID forms may).
+//!
+//! Modules: `mailbox` (the mailbox commands and APPEND), `fetch` (FETCH, STORE, COPY,
+//! MOVE), `search`, `updates` (what a session is told of changes: after each command and
+//! in IDLE), `mime` (the parsed structure of a message), `envelope`.
 
 use std::fmt::Write as _;
-use std::time::SystemTime;
 
 use super::conn::{Conn, ConnError};
+use super::faults::{FaultPoint, FaultSession, Injected};
 use super::shared::Shared;
-use super::store::{flags, StoredMessage};
-use crate::proto::imap::{
-    self, literal_at_end, Command, FetchItem, Search, Section, SeqNum, SeqSet, StoreMode,
-};
+use super::store::{flags, Account, Mailbox};
+use crate::proto::imap::{self, literal_at_end, Command, FetchItem, SeqNum, SeqSet};
 use crate::proto::sasl;
 
 mod envelope;
+mod fetch;
+mod mailbox;
+mod mime;
+mod search;
+mod updates;
 
-const MAX_LINE: usize = 8192;
-/// Literals are only used for logins and search strings here.
+pub use mime::Structure;
+
+/// Dovecot's limit too: long ID and SEARCH lines fit.
+const MAX_LINE: usize = 64 * 1024;
+/// Literals outside APPEND (logins, search strings).
 const MAX_LITERAL: u64 = 64 * 1024;
+/// An APPENDed message.
+const MAX_APPEND: u64 = 64 * 1024 * 1024;
 const MAX_ERRORS: u32 = 20;
 const FLAG_NAMES: [(u8, &str); 5] = [
     (flags::ANSWERED, "\\Answered"),
@@ -26,24 +41,58 @@ const FLAG_NAMES: [(u8, &str); 5] = [
     (flags::SEEN, "\\Seen"),
     (flags::DRAFT, "\\Draft"),
 ];
+const CAPS: &str = "IMAP4rev1 LITERAL+ SASL-IR IDLE NAMESPACE ID ENABLE UIDPLUS MOVE UNSELECT \
+                    CHILDREN SPECIAL-USE MULTIAPPEND ESEARCH CONDSTORE";
 
 struct Selected {
-    mailbox: String,
+    /// "INBOX" or the folder's full name.
+    name: String,
+    /// Which mailbox of that name (a deleted and re-created one has another).
+    validity: u32,
     read_only: bool,
     /// UIDs in sequence-number order, as the client knows them.
     view: Vec<u32>,
+    /// UIDs that are \Recent in this session (sorted).
+    recent: Vec<u32>,
+    /// The mailbox's change counter up to which flag changes were reported.
+    modseq: u64,
+    /// Keywords announced in FLAGS so far.
+    keywords: usize,
+    /// Flag changes (UID, change counter) this session made and told its client itself.
+    told: Vec<(u32, u64)>,
+    /// The mailbox's change counter at the last sync that could report everything.
+    version: u64,
 }
 
 struct Session<'a> {
     conn: &'a mut Conn,
     sh: &'a Shared,
+    faults: FaultSession<'a>,
     user: Option<String>,
     selected: Option<Selected>,
+    /// CONDSTORE (RFC 7162) is on: MODSEQ in every FETCH of flags, HIGHESTMODSEQ at
+    /// SELECT.
+    condstore: bool,
 }
 
-enum Next {
-    Continue,
+/// How a command ends: its tagged status and text.
+enum Done {
+    Ok(String),
+    No(String),
+    Bad(String),
     Logout,
+    /// The tagged answer is out already (STARTTLS).
+    Answered,
+}
+
+fn ok(t: impl Into<String>) -> Done {
+    Done::Ok(t.into())
+}
+fn no(t: impl Into<String>) -> Done {
+    Done::No(t.into())
+}
+fn bad(t: impl Into<String>) -> Done {
+    Done::Bad(t.into())
 }
 
 /// A message set that names a sequence number the client has not been told exists.
@@ -53,70 +102,134 @@ impl BadSet {
     const TEXT: &'static str = "Invalid messageset: message number above EXISTS";
 }
 
-pub(crate) async fn run(conn: &mut Conn, sh: &Shared) -> Result<(), ConnError> {
+pub(crate) async fn run(conn: &mut Conn, sh: &Shared, conn_no: u64) -> Result<(), ConnError> {
     let mut s = Session {
         conn,
         sh,
+        faults: sh.faults.session(conn_no),
         user: None,
         selected: None,
+        condstore: false,
     };
-    let greeting = format!(
-        "* OK [CAPABILITY {}] spate IMAP ready\r\n",
-        s.capabilities()
-    );
-    s.conn.queue(greeting.as_bytes());
-    let mut errors = 0;
-    loop {
-        let input = match s.read_command().await {
-            Ok(Some(i)) => i,
-            Ok(None) => {
-                errors += 1;
-                if errors >= MAX_ERRORS {
-                    s.conn.queue(b"* BYE too many errors\r\n");
-                    return Ok(());
-                }
-                continue;
-            }
-            Err(ConnError::Shutdown) => {
-                s.conn.queue(b"* BYE server shutting down\r\n");
-                return Ok(());
-            }
-            Err(ConnError::Idle) => {
-                s.conn.queue(b"* BYE idle timeout\r\n");
-                return Ok(());
-            }
-            Err(e) => return Err(e),
-        };
-        let req = match imap::parse(&input) {
-            Ok(r) => r,
-            Err(e) => {
-                let tag = e.tag.as_deref().unwrap_or("*");
-                s.conn.queue(format!("{tag} BAD {}\r\n", e.msg).as_bytes());
-                errors += 1;
-                if errors >= MAX_ERRORS {
-                    s.conn.queue(b"* BYE too many errors\r\n");
-                    return Ok(());
-                }
-                continue;
-            }
-        };
-        match s.command(&req.tag, req.command).await {
-            Ok(Next::Continue) => {}
-            Ok(Next::Logout) => return Ok(()),
-            Err(ConnError::Shutdown) => {
-                s.conn.queue(b"* BYE server shutting down\r\n");
-                return Ok(());
-            }
-            Err(ConnError::Idle) => {
-                s.conn.queue(b"* BYE idle timeout\r\n");
-                return Ok(());
-            }
-            Err(e) => return Err(e),
+    match s.serve().await {
+        Err(ConnError::Shutdown) => {
+            s.conn.queue(b"* BYE server shutting down\r\n");
+            Ok(())
         }
+        Err(ConnError::Idle) => {
+            s.conn.queue(b"* BYE idle timeout\r\n");
+            Ok(())
+        }
+        r => r,
     }
 }
 
 impl Session<'_> {
+    async fn serve(&mut self) -> Result<(), ConnError> {
+        if let Some(done) = self.fault(FaultPoint::Connect).await? {
+            let text = match done {
+                Done::No(t) | Done::Bad(t) | Done::Ok(t) => t,
+                Done::Logout | Done::Answered => String::new(),
+            };
+            self.conn.queue(format!("* BYE {text}\r\n").as_bytes());
+            return Ok(());
+        }
+        let greeting = format!(
+            "* OK [CAPABILITY {}] spate IMAP ready\r\n",
+            self.capabilities()
+        );
+        self.conn.queue(greeting.as_bytes());
+        let mut errors = 0;
+        loop {
+            let Some(input) = self.read_command().await? else {
+                errors += 1;
+                if errors >= MAX_ERRORS {
+                    self.conn.queue(b"* BYE too many errors\r\n");
+                    return Ok(());
+                }
+                continue;
+            };
+            let req = match imap::parse(&input) {
+                Ok(r) => r,
+                Err(e) => {
+                    let tag = e.tag.as_deref().unwrap_or("*");
+                    if e.msg == imap::BADCHARSET {
+                        self.conn
+                            .queue(format!("{tag} NO {}\r\n", e.msg).as_bytes());
+                        continue;
+                    }
+                    self.conn
+                        .queue(format!("{tag} BAD {}\r\n", e.msg).as_bytes());
+                    errors += 1;
+                    if errors >= MAX_ERRORS {
+                        self.conn.queue(b"* BYE too many errors\r\n");
+                        return Ok(());
+                    }
+                    continue;
+                }
+            };
+            // RFC 3501 7.4.1: no EXPUNGE while answering FETCH, STORE or SEARCH.
+            let expunges = !matches!(
+                req.command,
+                Command::Fetch { uid: false, .. }
+                    | Command::Store { uid: false, .. }
+                    | Command::Search { uid: false, .. }
+            );
+            let done = match self.fault_for(&req.command).await? {
+                Some(d) => d,
+                None => self.command(&req.tag, req.command).await?,
+            };
+            if !matches!(done, Done::Logout) {
+                self.sync(expunges);
+            }
+            let tag = &req.tag;
+            let line = match done {
+                Done::Ok(t) => format!("{tag} OK {t}\r\n"),
+                Done::No(t) => format!("{tag} NO {t}\r\n"),
+                Done::Bad(t) => format!("{tag} BAD {t}\r\n"),
+                Done::Answered => continue,
+                Done::Logout => {
+                    self.conn.queue(b"* BYE logging out\r\n");
+                    self.conn
+                        .queue(format!("{tag} OK LOGOUT completed\r\n").as_bytes());
+                    return Ok(());
+                }
+            };
+            self.conn.queue(line.as_bytes());
+        }
+    }
+
+    /// Faults drawn for this command (`--fail fetch:NO:0.1`, `--delay select:50ms`,
+    /// `--drop idle:0.01`): a failure answers the command instead of running it.
+    async fn fault_for(&mut self, cmd: &Command) -> Result<Option<Done>, ConnError> {
+        let Some(point) = FaultPoint::of_imap(cmd) else {
+            return Ok(None);
+        };
+        self.fault(point).await
+    }
+
+    async fn fault(&mut self, point: FaultPoint) -> Result<Option<Done>, ConnError> {
+        if self.sh.faults.is_empty() {
+            return Ok(None);
+        }
+        let (delay, what) = self.faults.draw(point, &self.sh.stats);
+        self.conn.pause(delay).await?;
+        Ok(match what {
+            Injected::None => None,
+            Injected::Drop => return Err(ConnError::Dropped),
+            Injected::Fail(421) => {
+                let text = format!("* BYE Injected fault ({})\r\n", point.name());
+                self.conn.queue(text.as_bytes());
+                self.conn.flush().await?;
+                return Err(ConnError::Closed);
+            }
+            Injected::Fail(code) => {
+                let text = format!("[UNAVAILABLE] Injected fault ({})", point.name());
+                Some(if code >= 500 { bad(text) } else { no(text) })
+            }
+        })
+    }
+
     /// Reads one command with its literals. `None` after a framing error (already
     /// answered).
     async fn read_command(&mut self) -> Result<Option<Vec<u8>>, ConnError> {
@@ -133,7 +246,8 @@ impl Session<'_> {
                         &input
                     };
                     let tag = imap::tag_of(head).unwrap_or("*").to_string();
-                    self.bad(&tag, "line too long");
+                    self.conn
+                        .queue(format!("{tag} BAD line too long\r\n").as_bytes());
                     return Ok(None);
                 }
                 Err(e) => return Err(e),
@@ -142,7 +256,20 @@ impl Session<'_> {
             let Some((n, sync)) = literal_at_end(&line) else {
                 return Ok(Some(input));
             };
-            if input.len() as u64 + n > MAX_LITERAL {
+            let cap = if is_append(&input) {
+                MAX_APPEND
+            } else {
+                MAX_LITERAL
+            };
+            if input.len() as u64 + n > cap {
+                if sync && cap == MAX_APPEND {
+                    // RFC 7888 4: the tagged NO tells the client the message is too big.
+                    let tag = imap::tag_of(&input).unwrap_or("*").to_string();
+                    let text =
+                        format!("{tag} NO [TOOBIG] message too large (at most {cap} bytes)\r\n");
+                    self.conn.queue(text.as_bytes());
+                    return Ok(None);
+                }
                 if sync {
                     self.conn.queue(b"* BAD literal too large\r\n");
                     return Ok(None);
@@ -161,20 +288,10 @@ impl Session<'_> {
         }
     }
 
-    fn ok(&mut self, tag: &str, text: &str) {
-        self.conn.queue(format!("{tag} OK {text}\r\n").as_bytes());
-    }
-    fn no(&mut self, tag: &str, text: &str) {
-        self.conn.queue(format!("{tag} NO {text}\r\n").as_bytes());
-    }
-    fn bad(&mut self, tag: &str, text: &str) {
-        self.conn.queue(format!("{tag} BAD {text}\r\n").as_bytes());
-    }
-
     /// What works in the current state: STARTTLS and AUTH only before login, and
     /// STARTTLS only on a connection that is not TLS already.
     fn capabilities(&self) -> String {
-        let mut caps = String::from("IMAP4rev1 LITERAL+ IDLE");
+        let mut caps = String::from(CAPS);
         if self.user.is_none() {
             caps.push_str(" AUTH=PLAIN");
             if !self.conn.is_tls() {
@@ -184,218 +301,191 @@ impl Session<'_> {
         caps
     }
 
-    async fn command(&mut self, tag: &str, cmd: Command) -> Result<Next, ConnError> {
-        match cmd {
+    async fn command(&mut self, tag: &str, cmd: Command) -> Result<Done, ConnError> {
+        let read_only = matches!(cmd, Command::Examine(..));
+        Ok(match cmd {
             Command::Capability => {
                 let caps = format!("* CAPABILITY {}\r\n", self.capabilities());
                 self.conn.queue(caps.as_bytes());
-                self.ok(tag, "CAPABILITY completed");
+                ok("CAPABILITY completed")
             }
-            Command::Noop | Command::Check => {
-                self.sync();
-                self.ok(tag, "completed");
-            }
-            Command::Logout => {
-                self.conn.queue(b"* BYE logging out\r\n");
-                self.ok(tag, "LOGOUT completed");
-                return Ok(Next::Logout);
+            Command::Noop => ok("completed"),
+            Command::Logout => Done::Logout,
+            Command::Id => {
+                self.conn
+                    .queue(b"* ID (\"name\" \"spate\" \"vendor\" \"spate\")\r\n");
+                ok("ID completed")
             }
             Command::Starttls if self.conn.is_tls() || self.user.is_some() => {
-                self.bad(tag, "STARTTLS not allowed now")
+                bad("STARTTLS not allowed now")
             }
             Command::Starttls => {
-                self.ok(tag, "Begin TLS negotiation now");
+                self.conn
+                    .queue(format!("{tag} OK Begin TLS negotiation now\r\n").as_bytes());
                 self.conn.starttls(&self.sh.tls).await?;
                 self.sh.stats.tls_session();
+                return Ok(Done::Answered);
             }
             Command::Login { .. } | Command::Authenticate { .. } if self.user.is_some() => {
-                self.bad(tag, "already authenticated")
+                bad("already authenticated")
             }
-            Command::Login { user, pass } => self.login(tag, &user, &pass),
+            Command::Login { user, pass } => self.login(&user, &pass),
             Command::Authenticate { mechanism, initial } => {
                 if mechanism != "PLAIN" {
-                    self.no(tag, "unsupported mechanism");
-                    return Ok(Next::Continue);
+                    return Ok(no("unsupported mechanism"));
                 }
                 let decoded = match initial {
                     Some(i) => sasl::decode(&i),
                     None => {
                         self.conn.queue(b"+ \r\n");
                         let line = self.conn.read_line(MAX_LINE).await?;
+                        if line == b"*" {
+                            return Ok(bad("AUTHENTICATE cancelled"));
+                        }
                         sasl::decode(&String::from_utf8_lossy(&line))
                     }
                 };
                 match decoded.and_then(|d| sasl::plain(&d)) {
-                    Ok((u, p)) => self.login(tag, &u, &p),
-                    Err(e) => self.bad(tag, &e.to_string()),
+                    Ok((u, p)) => self.login(&u, &p),
+                    Err(e) => bad(e.to_string()),
                 }
             }
-            _ if self.user.is_none() => self.bad(tag, "log in first"),
-            Command::Select(m) | Command::Examine(m) if !m.eq_ignore_ascii_case("INBOX") => {
-                self.selected = None;
-                self.no(tag, "[NONEXISTENT] only INBOX exists here");
+            _ if self.user.is_none() => bad("log in first"),
+            Command::Idle => self.idle().await?,
+            Command::Namespace => {
+                self.conn.queue(b"* NAMESPACE ((\"\" \"/\")) NIL NIL\r\n");
+                ok("NAMESPACE completed")
             }
-            Command::Select(_) => self.select(tag, false),
-            Command::Examine(_) => self.select(tag, true),
-            Command::List { pattern, .. } => self.list(tag, "LIST", &pattern),
-            Command::Lsub { pattern, .. } => self.list(tag, "LSUB", &pattern),
-            Command::Status { mailbox, items } => self.status(tag, &mailbox, &items),
-            _ if self.selected.is_none() => self.bad(tag, "select a mailbox first"),
-            Command::Close => {
-                if self.selected.as_ref().is_some_and(|s| !s.read_only) {
-                    self.expunge(false);
-                }
-                self.selected = None;
-                self.ok(tag, "CLOSE completed");
-            }
-            Command::Expunge => {
-                if self.selected.as_ref().is_some_and(|s| s.read_only) {
-                    self.no(tag, "[READ-ONLY] mailbox is read-only");
+            Command::Enable(caps) => {
+                if caps.iter().any(|c| c == "CONDSTORE") {
+                    self.enable_condstore();
+                    self.conn.queue(b"* ENABLED CONDSTORE\r\n");
                 } else {
-                    self.expunge(true);
-                    self.ok(tag, "EXPUNGE completed");
+                    self.conn.queue(b"* ENABLED\r\n");
                 }
+                ok("ENABLE completed")
             }
-            Command::Fetch { uid, set, items } => self.fetch(tag, uid, &set, &items),
+            Command::Select(m, condstore) | Command::Examine(m, condstore) => {
+                self.selected = None;
+                if condstore {
+                    self.enable_condstore();
+                }
+                self.select(&m, read_only)
+            }
+            Command::Create(m) => self.create(&m),
+            Command::Delete(m) => self.delete(&m),
+            Command::Rename { from, to } => self.rename(&from, &to),
+            Command::Subscribe(m) => self.subscribe(&m, true),
+            Command::Unsubscribe(m) => self.subscribe(&m, false),
+            Command::List { reference, pattern } => self.list(false, &reference, &pattern),
+            Command::Lsub { reference, pattern } => self.list(true, &reference, &pattern),
+            Command::Status { mailbox, items } => self.status(&mailbox, &items),
+            Command::Append { mailbox, messages } => self.append(&mailbox, messages),
+            _ if self.selected.is_none() => bad("select a mailbox first"),
+            Command::Check => ok("completed"),
+            Command::Close | Command::Unselect => {
+                let close = matches!(cmd, Command::Close);
+                if close && self.selected.as_ref().is_some_and(|s| !s.read_only) {
+                    self.in_selected(|mb| mb.expunge_deleted());
+                }
+                self.selected = None;
+                ok(if close {
+                    "CLOSE completed"
+                } else {
+                    "UNSELECT completed"
+                })
+            }
+            Command::Expunge(uids) => self.expunge(uids.as_ref()),
+            Command::Fetch {
+                uid,
+                set,
+                items,
+                changed_since,
+            } => {
+                if changed_since.is_some() || items.contains(&FetchItem::ModSeq) {
+                    self.enable_condstore();
+                }
+                self.fetch(uid, &set, &items, changed_since)
+            }
             Command::Store {
                 uid,
                 set,
+                unchanged_since,
                 mode,
                 silent,
                 flags,
-            } => self.store(tag, uid, &set, mode, silent, &flags),
-            Command::Search { uid, criteria } => self.search(tag, uid, &criteria),
-            Command::Idle => self.idle(tag).await?,
-        }
-        Ok(Next::Continue)
-    }
-
-    fn login(&mut self, tag: &str, user: &str, pass: &str) {
-        let ok = self.sh.users.check(user, pass);
-        self.sh.stats.auth(ok);
-        if ok {
-            self.sh.stats.login();
-            self.user = Some(self.sh.users.mailbox_for_login(user));
-            self.ok(tag, "[CAPABILITY IMAP4rev1 LITERAL+ IDLE] logged in");
-        } else {
-            self.no(tag, "[AUTHENTICATIONFAILED] invalid credentials");
-        }
-    }
-
-    /// LIST, or LSUB (which names INBOX as subscribed: the only mailbox there is).
-    fn list(&mut self, tag: &str, verb: &str, pattern: &str) {
-        if pattern.is_empty() {
-            let line = format!("* {verb} (\\Noselect) \"/\" \"\"\r\n");
-            self.conn.queue(line.as_bytes());
-        } else if matches!(pattern, "*" | "%") || pattern.eq_ignore_ascii_case("INBOX") {
-            let line = format!("* {verb} (\\HasNoChildren) \"/\" INBOX\r\n");
-            self.conn.queue(line.as_bytes());
-        }
-        self.ok(tag, &format!("{verb} completed"));
-    }
-
-    fn mailbox(&self) -> String {
-        self.user.clone().unwrap_or_default()
-    }
-
-    fn select(&mut self, tag: &str, read_only: bool) {
-        let mailbox = self.mailbox();
-        let (view, validity, next) = self.sh.store.with_mailbox(&mailbox, |mb| {
-            (
-                mb.messages.iter().map(|m| m.uid).collect::<Vec<_>>(),
-                mb.uid_validity,
-                mb.next_uid,
-            )
-        });
-        let mut out = String::from("* FLAGS (\\Answered \\Flagged \\Deleted \\Seen \\Draft)\r\n");
-        out.push_str(
-            "* OK [PERMANENTFLAGS (\\Answered \\Flagged \\Deleted \\Seen \\Draft)] Limited\r\n",
-        );
-        let _ = write!(
-            out,
-            "* {} EXISTS\r\n* 0 RECENT\r\n* OK [UIDVALIDITY {validity}] UIDs valid\r\n* OK [UIDNEXT {next}] Predicted next UID\r\n",
-            view.len()
-        );
-        self.conn.queue(out.as_bytes());
-        self.selected = Some(Selected {
-            mailbox,
-            read_only,
-            view,
-        });
-        let code = if read_only { "READ-ONLY" } else { "READ-WRITE" };
-        self.ok(tag, &format!("[{code}] completed"));
-    }
-
-    fn status(&mut self, tag: &str, mailbox: &str, items: &[String]) {
-        if !mailbox.eq_ignore_ascii_case("INBOX") {
-            return self.no(tag, "[NONEXISTENT] only INBOX exists here");
-        }
-        let mb = self.mailbox();
-        let (n, unseen, validity, next) = self.sh.store.with_mailbox(&mb, |m| {
-            (
-                m.messages.len(),
-                m.messages
-                    .iter()
-                    .filter(|x| x.flags & flags::SEEN == 0)
-                    .count(),
-                m.uid_validity,
-                m.next_uid,
-            )
-        });
-        let parts: Vec<String> = items
-            .iter()
-            .filter_map(|i| match i.as_str() {
-                "MESSAGES" => Some(format!("MESSAGES {n}")),
-                "RECENT" => Some("RECENT 0".into()),
-                "UNSEEN" => Some(format!("UNSEEN {unseen}")),
-                "UIDVALIDITY" => Some(format!("UIDVALIDITY {validity}")),
-                "UIDNEXT" => Some(format!("UIDNEXT {next}")),
-                _ => None,
-            })
-            .collect();
-        self.conn
-            .queue(format!("* STATUS INBOX ({})\r\n", parts.join(" ")).as_bytes());
-        self.ok(tag, "STATUS completed");
-    }
-
-    /// Tells the client about messages that arrived or vanished since it last looked.
-    fn sync(&mut self) {
-        let Some(sel) = &mut self.selected else {
-            return;
-        };
-        let now: Vec<u32> = self.sh.store.with_mailbox(&sel.mailbox, |mb| {
-            mb.messages.iter().map(|m| m.uid).collect()
-        });
-        let mut out = String::new();
-        let mut i = 0;
-        while i < sel.view.len() {
-            if now.binary_search(&sel.view[i]).is_err() {
-                sel.view.remove(i);
-                let _ = write!(out, "* {} EXPUNGE\r\n", i + 1);
-            } else {
-                i += 1;
+            } => {
+                if unchanged_since.is_some() {
+                    self.enable_condstore();
+                }
+                self.store(uid, &set, unchanged_since, mode, silent, &flags)
             }
-        }
-        let last = sel.view.last().copied().unwrap_or(0);
-        let before = sel.view.len();
-        sel.view.extend(now.iter().filter(|u| **u > last));
-        if sel.view.len() != before {
-            let _ = write!(out, "* {} EXISTS\r\n", sel.view.len());
-        }
-        self.conn.queue(out.as_bytes());
+            Command::Copy { uid, set, mailbox } => self.copy(uid, &set, &mailbox, false),
+            Command::Move { uid, set, mailbox } => self.copy(uid, &set, &mailbox, true),
+            Command::Search { uid, criteria, ret } => {
+                if criteria.iter().any(search::uses_modseq) {
+                    self.enable_condstore();
+                }
+                self.search(tag, uid, &criteria, ret)
+            }
+        })
     }
 
-    fn expunge(&mut self, report: bool) {
-        let Some(sel) = &self.selected else {
+    /// Turns CONDSTORE on (RFC 7162 3.1: by ENABLE, SELECT (CONDSTORE) or the first
+    /// command that uses it, which then learns HIGHESTMODSEQ).
+    fn enable_condstore(&mut self) {
+        if std::mem::replace(&mut self.condstore, true) {
             return;
-        };
-        let mailbox = sel.mailbox.clone();
-        self.sh
-            .store
-            .with_mailbox(&mailbox, |mb| mb.expunge_deleted());
-        if report {
-            self.sync();
         }
+        if let Some(n) = self.in_selected(|mb| mb.highest_modseq) {
+            let line = format!("* OK [HIGHESTMODSEQ {n}] Highest\r\n");
+            self.conn.queue(line.as_bytes());
+        }
+    }
+
+    fn login(&mut self, user: &str, pass: &str) -> Done {
+        let good = self.sh.users.check(user, pass);
+        self.sh.stats.auth(good);
+        if !good {
+            return no("[AUTHENTICATIONFAILED] invalid credentials");
+        }
+        self.sh.stats.login();
+        self.user = Some(self.sh.users.mailbox_for_login(user));
+        ok(format!("[CAPABILITY {}] logged in", self.capabilities()))
+    }
+
+    fn user(&self) -> &str {
+        self.user.as_deref().unwrap_or_default()
+    }
+
+    /// Runs `f` on the user's mailboxes.
+    fn account<R>(&self, f: impl FnOnce(&mut Account) -> R) -> R {
+        self.sh.store.with_account(self.user(), f)
+    }
+
+    /// Runs `f` on the selected mailbox, if it still exists (as the one selected).
+    fn in_selected<R>(&self, f: impl FnOnce(&mut Mailbox) -> R) -> Option<R> {
+        let sel = self.selected.as_ref()?;
+        self.account(|a| {
+            a.get_mut(&sel.name)
+                .filter(|mb| mb.uid_validity == sel.validity)
+                .map(f)
+        })
+    }
+
+    /// `UID EXPUNGE set` or EXPUNGE: removes the \Deleted messages (of the set); the
+    /// EXPUNGE responses follow from the sync after the command.
+    fn expunge(&mut self, uids: Option<&SeqSet>) -> Done {
+        if self.selected.as_ref().is_some_and(|s| s.read_only) {
+            return no("[READ-ONLY] mailbox is read-only");
+        }
+        self.in_selected(|mb| {
+            let max = mb.messages.last().map_or(0, |m| m.uid);
+            mb.remove_where(|m| {
+                m.flags & flags::DELETED != 0 && uids.is_none_or(|s| in_set(s, m.uid, max))
+            })
+        });
+        ok("EXPUNGE completed")
     }
 
     /// Indexes (into the view) of the messages a set names. A sequence number above
@@ -422,15 +512,12 @@ impl Session<'_> {
                 (a.min(b), a.max(b))
             };
             if uid {
-                out.extend(
-                    view.iter()
-                        .enumerate()
-                        .filter(|(_, u)| (lo..=hi).contains(*u))
-                        .map(|(i, _)| i),
-                );
+                let from = view.partition_point(|u| *u < lo);
+                let to = view.partition_point(|u| *u <= hi);
+                out.extend(from..to);
             } else {
                 // A range with `*` stays lenient (`1:*` of an empty mailbox names
-                // nothing), as it always was here.
+                // nothing).
                 let starred = *a == SeqNum::Star || *b == SeqNum::Star;
                 if hi > max && !starred {
                     return Err(BadSet);
@@ -442,206 +529,99 @@ impl Session<'_> {
         out.dedup();
         Ok(out)
     }
-
-    /// Runs `f` on each named message still in the store, with its sequence number.
-    fn each(
-        &self,
-        uid: bool,
-        set: &SeqSet,
-        mut f: impl FnMut(u32, &mut StoredMessage),
-    ) -> Result<(), BadSet> {
-        let idx = self.resolve(uid, set)?;
-        let Some(sel) = &self.selected else {
-            return Ok(());
-        };
-        let uids: Vec<(u32, u32)> = idx.iter().map(|&i| (i as u32 + 1, sel.view[i])).collect();
-        self.sh.store.with_mailbox(&sel.mailbox, |mb| {
-            for (seq, u) in uids {
-                if let Ok(pos) = mb.messages.binary_search_by_key(&u, |m| m.uid) {
-                    f(seq, &mut mb.messages[pos]);
-                }
-            }
-        });
-        Ok(())
-    }
-
-    fn fetch(&mut self, tag: &str, uid: bool, set: &SeqSet, items: &[FetchItem]) {
-        let read_only = self.selected.as_ref().is_some_and(|s| s.read_only);
-        let mut out = Vec::new();
-        let mut retrieved = 0;
-        let done = self.each(uid, set, |seq, m| {
-            let mut parts: Vec<Vec<u8>> = Vec::new();
-            if uid && !items.contains(&FetchItem::Uid) {
-                parts.push(format!("UID {}", m.uid).into_bytes());
-            }
-            for item in items {
-                let marks_seen = matches!(item, FetchItem::Body { peek: false, .. })
-                    || matches!(item, FetchItem::Rfc822(None | Some(Section::Text)));
-                if marks_seen && !read_only {
-                    m.flags |= flags::SEEN;
-                }
-                if matches!(
-                    item,
-                    FetchItem::Body {
-                        section: Section::Full,
-                        ..
-                    } | FetchItem::Rfc822(None)
-                ) {
-                    retrieved += 1;
-                }
-                parts.push(fetch_part(item, m));
-            }
-            out.extend_from_slice(format!("* {seq} FETCH (").as_bytes());
-            out.extend_from_slice(&parts.join(&b' '));
-            out.extend_from_slice(b")\r\n");
-        });
-        if done.is_err() {
-            return self.bad(tag, BadSet::TEXT);
-        }
-        for _ in 0..retrieved {
-            self.sh.stats.retrieved();
-        }
-        self.conn.queue(&out);
-        self.ok(tag, "FETCH completed");
-    }
-
-    fn store(
-        &mut self,
-        tag: &str,
-        uid: bool,
-        set: &SeqSet,
-        mode: StoreMode,
-        silent: bool,
-        names: &[String],
-    ) {
-        if self.selected.as_ref().is_some_and(|s| s.read_only) {
-            return self.no(tag, "[READ-ONLY] mailbox is read-only");
-        }
-        let bits = names.iter().fold(0u8, |acc, n| {
-            acc | FLAG_NAMES
-                .iter()
-                .find(|(_, name)| name[1..].eq_ignore_ascii_case(n))
-                .map(|(b, _)| *b)
-                .unwrap_or(0)
-        });
-        let mut out = String::new();
-        let done = self.each(uid, set, |seq, m| {
-            m.flags = match mode {
-                StoreMode::Replace => bits,
-                StoreMode::Add => m.flags | bits,
-                StoreMode::Remove => m.flags & !bits,
-            };
-            if !silent {
-                let uid_part = if uid {
-                    format!("UID {} ", m.uid)
-                } else {
-                    String::new()
-                };
-                let _ = write!(
-                    out,
-                    "* {seq} FETCH ({uid_part}FLAGS ({}))\r\n",
-                    flag_list(m.flags)
-                );
-            }
-        });
-        if done.is_err() {
-            return self.bad(tag, BadSet::TEXT);
-        }
-        self.conn.queue(out.as_bytes());
-        self.ok(tag, "STORE completed");
-    }
-
-    fn search(&mut self, tag: &str, uid: bool, criteria: &[Search]) {
-        let Some(sel) = &self.selected else {
-            return;
-        };
-        let view = sel.view.clone();
-        let hits: Vec<u32> = self.sh.store.with_mailbox(&sel.mailbox, |mb| {
-            view.iter()
-                .enumerate()
-                .filter_map(|(i, u)| {
-                    let m = mb.messages.iter().find(|m| m.uid == *u)?;
-                    let ctx = (
-                        i as u32 + 1,
-                        view.len() as u32,
-                        view.last().copied().unwrap_or(0),
-                    );
-                    criteria
-                        .iter()
-                        .all(|c| matches(c, m, ctx))
-                        .then_some(if uid { m.uid } else { i as u32 + 1 })
-                })
-                .collect()
-        });
-        let mut out = String::from("* SEARCH");
-        for h in hits {
-            let _ = write!(out, " {h}");
-        }
-        out.push_str("\r\n");
-        self.conn.queue(out.as_bytes());
-        self.ok(tag, "SEARCH completed");
-    }
-
-    /// RFC 2177: report changes as they happen until the client says DONE.
-    async fn idle(&mut self, tag: &str) -> Result<(), ConnError> {
-        let mailbox = self.mailbox();
-        let mut changes = self.sh.store.watch(&mailbox);
-        changes.borrow_and_update();
-        let mut shutdown = self.conn.shutdown_signal();
-        self.conn.queue(b"+ idling\r\n");
-        self.sync();
-        loop {
-            self.conn.flush().await?;
-            if self.conn.has_line() {
-                break;
-            }
-            tokio::select! {
-                r = changes.changed() => {
-                    if r.is_err() {
-                        break;
-                    }
-                    self.sync();
-                }
-                r = self.conn.fill_unbounded() => r?,
-                _ = shutdown.wait_for(|v| *v) => return Err(ConnError::Shutdown),
-                _ = tokio::time::sleep(self.sh.idle.max(std::time::Duration::from_secs(1800))) => {
-                    return Err(ConnError::Idle)
-                }
-            }
-        }
-        let line = self.conn.read_line(MAX_LINE).await?;
-        if line.eq_ignore_ascii_case(b"DONE") {
-            self.ok(tag, "IDLE terminated");
-        } else {
-            self.bad(tag, "expected DONE");
-        }
-        Ok(())
-    }
 }
 
-fn flag_list(bits: u8) -> String {
-    FLAG_NAMES
+/// Does the command being read start `tag APPEND `?
+fn is_append(input: &[u8]) -> bool {
+    let mut words = input.splitn(3, |&b| b == b' ');
+    words.next();
+    words
+        .next()
+        .is_some_and(|w| w.eq_ignore_ascii_case(b"APPEND"))
+}
+
+/// Is `n` in the set (`*` being `max`)?
+fn in_set(set: &SeqSet, n: u32, max: u32) -> bool {
+    set.iter().any(|(a, b)| {
+        let v = |x: &SeqNum| match x {
+            SeqNum::Num(n) => *n,
+            SeqNum::Star => max,
+        };
+        let (lo, hi) = (v(a).min(v(b)), v(a).max(v(b)));
+        (lo..=hi).contains(&n)
+    })
+}
+
+/// The system flags and keywords of a message, space-separated (without \Recent).
+fn message_flags(mb: &Mailbox, m: &super::store::StoredMessage) -> String {
+    let mut out: Vec<&str> = FLAG_NAMES
         .iter()
-        .filter(|(b, _)| bits & b != 0)
+        .filter(|(b, _)| m.flags & b != 0)
         .map(|(_, n)| *n)
-        .collect::<Vec<_>>()
-        .join(" ")
+        .collect();
+    for (i, k) in mb.keywords.iter().enumerate() {
+        if m.keywords & (1 << i) != 0 {
+            out.push(k);
+        }
+    }
+    out.join(" ")
 }
 
-fn header_end(data: &[u8]) -> usize {
-    data.windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map(|p| p + 4)
-        .unwrap_or(data.len())
+/// ` \Recent` to append to a flag list (`f` being the rest).
+fn recent_flag(f: &str) -> String {
+    if f.is_empty() {
+        "\\Recent".into()
+    } else {
+        " \\Recent".into()
+    }
+}
+
+/// FLAGS and PERMANENTFLAGS for a mailbox (keywords included).
+fn flags_lines(mb: &Mailbox, read_only: bool) -> String {
+    let mut all = String::from("\\Answered \\Flagged \\Deleted \\Seen \\Draft");
+    for k in &mb.keywords {
+        all.push(' ');
+        all.push_str(k);
+    }
+    let permanent = if read_only {
+        String::new()
+    } else {
+        format!("{all} \\*")
+    };
+    format!("* FLAGS ({all})\r\n* OK [PERMANENTFLAGS ({permanent})] Flags permitted\r\n")
+}
+
+/// A UID set in its shortest form (`1:3,7`), for COPYUID and APPENDUID.
+fn uid_set(uids: &[u32]) -> String {
+    let mut out = String::new();
+    let mut i = 0;
+    while i < uids.len() {
+        let start = uids[i];
+        let mut end = start;
+        while i + 1 < uids.len() && uids[i + 1] == end + 1 {
+            i += 1;
+            end = uids[i];
+        }
+        if !out.is_empty() {
+            out.push(',');
+        }
+        if start == end {
+            let _ = write!(out, "{start}");
+        } else {
+            let _ = write!(out, "{start}:{end}");
+        }
+        i += 1;
+    }
+    out
 }
 
 /// The header lines (with continuations) whose names are (or, with `not`, are not) listed.
 fn header_fields(data: &[u8], fields: &[String], not: bool) -> Vec<u8> {
-    let header = &data[..header_end(data)];
+    let header = &data[..mime::header_end(data)];
     let mut out = Vec::new();
     let mut keep = false;
     for line in header.split_inclusive(|&b| b == b'\n') {
-        if line == b"\r\n" {
+        if line == b"\r\n" || line == b"\n" {
             break;
         }
         if !line.starts_with(b" ") && !line.starts_with(b"\t") {
@@ -659,119 +639,46 @@ fn header_fields(data: &[u8], fields: &[String], not: bool) -> Vec<u8> {
     out
 }
 
-fn section_bytes(section: &Section, data: &[u8]) -> Vec<u8> {
-    match section {
-        Section::Full => data.to_vec(),
-        Section::Header => data[..header_end(data)].to_vec(),
-        Section::Text => data[header_end(data)..].to_vec(),
-        Section::HeaderFields { not, fields } => header_fields(data, fields, *not),
-    }
-}
-
-fn section_name(section: &Section) -> String {
-    match section {
-        Section::Full => String::new(),
-        Section::Header => "HEADER".into(),
-        Section::Text => "TEXT".into(),
-        Section::HeaderFields { not, fields } => format!(
-            "HEADER.FIELDS{} ({})",
-            if *not { ".NOT" } else { "" },
-            fields.join(" ")
-        ),
-    }
-}
-
-fn literal(name: &str, bytes: &[u8]) -> Vec<u8> {
-    let mut v = format!("{name} {{{}}}\r\n", bytes.len()).into_bytes();
-    v.extend_from_slice(bytes);
-    v
-}
-
+/// The first value of a header field, unfolded.
 fn header_value(data: &[u8], name: &str) -> Option<String> {
+    header_values(data, name).into_iter().next()
+}
+
+/// Every value of a header field, unfolded.
+fn header_values(data: &[u8], name: &str) -> Vec<String> {
     let h = header_fields(data, &[name.to_ascii_uppercase()], false);
     let text = String::from_utf8_lossy(&h);
-    let (_, v) = text.split_once(':')?;
-    Some(v.split_whitespace().collect::<Vec<_>>().join(" "))
+    let mut out: Vec<String> = Vec::new();
+    for line in text.split("\r\n") {
+        if line.starts_with([' ', '\t']) {
+            if let Some(last) = out.last_mut() {
+                last.push(' ');
+                last.push_str(line.trim());
+            }
+        } else if let Some((_, v)) = line.split_once(':') {
+            out.push(v.trim().to_string());
+        }
+    }
+    out.into_iter()
+        .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+/// A mailbox name as an atom when it can be one, else quoted (or a literal).
+fn astring(name: &str) -> String {
+    let atom = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b > b' ' && b < 0x7f && !b"(){\"%*\\]".contains(&b));
+    if atom {
+        name.to_string()
+    } else {
+        imap::quote(name)
+    }
 }
 
 fn nstring(v: Option<String>) -> String {
     v.map(|s| imap::quote(&s)).unwrap_or_else(|| "NIL".into())
-}
-
-fn fetch_part(item: &FetchItem, m: &StoredMessage) -> Vec<u8> {
-    match item {
-        FetchItem::Flags => format!("FLAGS ({})", flag_list(m.flags)).into_bytes(),
-        FetchItem::Uid => format!("UID {}", m.uid).into_bytes(),
-        FetchItem::Rfc822Size => format!("RFC822.SIZE {}", m.size).into_bytes(),
-        FetchItem::InternalDate => {
-            format!("INTERNALDATE \"{}\"", internal_date(m.received)).into_bytes()
-        }
-        FetchItem::Envelope => envelope::envelope(&m.data).into_bytes(),
-        FetchItem::Rfc822(section) => {
-            let (name, bytes) = match section {
-                None => ("RFC822", m.data.to_vec()),
-                Some(Section::Header) => {
-                    ("RFC822.HEADER", section_bytes(&Section::Header, &m.data))
-                }
-                Some(s) => ("RFC822.TEXT", section_bytes(s, &m.data)),
-            };
-            literal(name, &bytes)
-        }
-        FetchItem::Body {
-            section, partial, ..
-        } => {
-            let bytes = section_bytes(section, &m.data);
-            let mut name = format!("BODY[{}]", section_name(section));
-            let bytes = match partial {
-                Some((origin, count)) => {
-                    let _ = write!(name, "<{origin}>");
-                    let start = (*origin as usize).min(bytes.len());
-                    let end = start.saturating_add(*count as usize).min(bytes.len());
-                    bytes[start..end].to_vec()
-                }
-                None => bytes,
-            };
-            literal(&name, &bytes)
-        }
-    }
-}
-
-fn internal_date(t: SystemTime) -> String {
-    let dt: chrono::DateTime<chrono::Utc> = t.into();
-    dt.format("%d-%b-%Y %H:%M:%S +0000").to_string()
-}
-
-/// Does message `m` match? `ctx` = (sequence number, messages in view, largest UID).
-fn matches(c: &Search, m: &StoredMessage, ctx: (u32, u32, u32)) -> bool {
-    let (seq, count, max_uid) = ctx;
-    let within = |set: &SeqSet, n: u32, max: u32| {
-        set.iter().any(|(a, b)| {
-            let v = |x: &SeqNum| match x {
-                SeqNum::Num(n) => *n,
-                SeqNum::Star => max,
-            };
-            let (lo, hi) = (v(a).min(v(b)), v(a).max(v(b)));
-            (lo..=hi).contains(&n)
-        })
-    };
-    match c {
-        Search::All => true,
-        Search::Seq(set) => within(set, seq, count),
-        Search::Uid(set) => within(set, m.uid, max_uid),
-        Search::Header(name, value) => header_value(&m.data, name)
-            .is_some_and(|v| v.to_ascii_lowercase().contains(&value.to_ascii_lowercase())),
-        Search::Flag { flag, set } => {
-            let bit = FLAG_NAMES
-                .iter()
-                .find(|(_, n)| n[1..].eq_ignore_ascii_case(flag))
-                .map(|(b, _)| *b)
-                .unwrap_or(0);
-            (m.flags & bit != 0) == *set
-        }
-        Search::Larger(n) => m.size > *n,
-        Search::Smaller(n) => m.size < *n,
-        Search::Not(inner) => !matches(inner, m, ctx),
-    }
 }
 
 #[cfg(test)]
@@ -790,6 +697,11 @@ mod tests {
             b"From: x\r\nTo: y\r\n\r\n"
         );
         assert_eq!(header_value(m, "subject").as_deref(), Some("a b"));
-        assert_eq!(section_bytes(&Section::Text, m), b"body\r\n");
+    }
+
+    #[test]
+    fn uid_sets_are_compressed() {
+        assert_eq!(uid_set(&[1, 2, 3, 7, 9, 10]), "1:3,7,9:10");
+        assert_eq!(uid_set(&[]), "");
     }
 }

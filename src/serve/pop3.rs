@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::conn::{Conn, ConnError};
+use super::faults::{FaultPoint, Injected};
 use super::shared::Shared;
 use super::store::MaildropLock;
 use crate::proto::dot::stuff;
@@ -44,7 +45,8 @@ struct Session<'a> {
     errors: u32,
 }
 
-pub(crate) async fn run(conn: &mut Conn, sh: &Shared) -> Result<(), ConnError> {
+pub(crate) async fn run(conn: &mut Conn, sh: &Shared, conn_no: u64) -> Result<(), ConnError> {
+    let mut faults = sh.faults.session(conn_no);
     let stamp = apop_stamp(sh);
     conn.queue(format!("+OK spate POP3 ready {stamp}\r\n").as_bytes());
     let mut s = Session {
@@ -80,6 +82,23 @@ pub(crate) async fn run(conn: &mut Conn, sh: &Shared) -> Result<(), ConnError> {
                 continue;
             }
         };
+        // Injected faults (`--fail retr:-ERR:0.1`, `--delay login:1s`, `--drop dele:0.01`).
+        if let Some(point) = FaultPoint::of_pop3(&cmd, s.drop.is_some()) {
+            let (delay, what) = faults.draw(point, &sh.stats);
+            conn.pause(delay).await?;
+            match what {
+                Injected::None => {}
+                Injected::Drop => return Err(ConnError::Dropped),
+                Injected::Fail(code) => {
+                    let text = format!("-ERR [SYS/TEMP] Injected fault ({})\r\n", point.name());
+                    conn.queue(text.as_bytes());
+                    if code == 421 {
+                        return Ok(());
+                    }
+                    continue;
+                }
+            }
+        }
         let next = match &mut s.drop {
             Some(md) => transaction(conn, sh, md, cmd),
             None => s.authorization(conn, cmd).await?,

@@ -311,8 +311,8 @@ async fn handle(tcp: TcpStream, kind: Listener, shared: &Shared) {
         }
         Listener::Submission => smtp::run(&mut conn, shared, smtp::Mode::Submission, conn_no).await,
         Listener::Lmtp => smtp::run(&mut conn, shared, smtp::Mode::Lmtp, conn_no).await,
-        Listener::Pop3 | Listener::Pop3s => pop3::run(&mut conn, shared).await,
-        Listener::Imap | Listener::Imaps => imap::run(&mut conn, shared).await,
+        Listener::Pop3 | Listener::Pop3s => pop3::run(&mut conn, shared, conn_no).await,
+        Listener::Imap | Listener::Imaps => imap::run(&mut conn, shared, conn_no).await,
         Listener::Xmpp | Listener::Xmpps => {
             xmpp::run(&mut conn, shared, conn_no).await;
             Ok(())

@@ -1,17 +1,21 @@
-//! The embedded server's mail store: mailboxes in memory (optionally written through to a
-//! Maildir tree), a memory cap, a discard mode that keeps only counts, and change
-//! notification for IMAP IDLE. Also the user table used by AUTH, POP3 and IMAP logins.
+//! The embedded server's mail store: per user an account of mailboxes in memory — INBOX,
+//! where SMTP/LMTP deliver (optionally written through to a Maildir tree) and POP3 reads,
+//! and the ones IMAP creates, with keywords, mod-sequences and subscriptions — a memory
+//! cap, a discard mode that keeps only counts, and change notification for IMAP IDLE.
+//! Also the user table used by AUTH, POP3 and IMAP logins.
 //!
 //! One mutex guards the mailbox map; every operation under it is short (a push, a scan of
 //! one mailbox), and bodies are shared `Arc<[u8]>`s so readers copy no message bytes.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 
 use tokio::sync::watch;
+
+use super::imap::Structure;
 
 /// IMAP system flags, as bits.
 pub mod flags {
@@ -22,6 +26,9 @@ pub mod flags {
     pub const DRAFT: u8 = 16;
 }
 
+/// At most this many keywords per mailbox (they are bits of a `u64`).
+pub const MAX_KEYWORDS: usize = 64;
+
 #[derive(Debug, Clone)]
 pub struct StoredMessage {
     pub uid: u32,
@@ -31,6 +38,27 @@ pub struct StoredMessage {
     pub size: u64,
     pub received: SystemTime,
     pub flags: u8,
+    /// Keywords, as bits into the mailbox's keyword table.
+    pub keywords: u64,
+    /// The mailbox's change counter when the flags last changed (or the message came).
+    pub modseq: u64,
+    /// The MIME structure, parsed on first need (IMAP FETCH/SEARCH) and kept.
+    pub mime: OnceLock<Arc<Structure>>,
+}
+
+impl StoredMessage {
+    pub fn new(uid: u32, data: Arc<[u8]>, received: SystemTime) -> Self {
+        StoredMessage {
+            uid,
+            size: data.len() as u64,
+            data,
+            received,
+            flags: 0,
+            keywords: 0,
+            modseq: 0,
+            mime: OnceLock::new(),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -38,10 +66,19 @@ pub struct Mailbox {
     pub uid_validity: u32,
     pub next_uid: u32,
     pub messages: Vec<StoredMessage>,
+    /// Keyword names; bit i of a message's `keywords` is `keywords[i]`.
+    pub keywords: Vec<String>,
+    /// The last change counter handed out (CONDSTORE's HIGHESTMODSEQ).
+    pub highest_modseq: u64,
+    /// UIDs up to this one have been \Recent in some session already.
+    pub recent_upto: u32,
+    /// Kept only as the parent of other mailboxes (DELETE of a mailbox with children).
+    pub noselect: bool,
     /// With `--discard`: messages counted but not kept (no body, no record), so memory
     /// stays flat however long the server runs.
     pub discarded: u64,
     pub discarded_bytes: u64,
+    bytes: u64,
     changes: watch::Sender<u64>,
 }
 
@@ -51,45 +88,141 @@ impl Mailbox {
             uid_validity,
             next_uid: 1,
             messages: Vec::new(),
+            keywords: Vec::new(),
+            highest_modseq: 1,
+            recent_upto: 0,
+            noselect: false,
             discarded: 0,
             discarded_bytes: 0,
+            bytes: 0,
             changes: watch::channel(0).0,
         }
     }
 
-    /// Removes messages flagged \Deleted; returns their 1-based sequence numbers in the
-    /// order IMAP EXPUNGE responses must be sent (each number valid after the previous
-    /// removals).
-    pub fn expunge_deleted(&mut self) -> Vec<u32> {
+    /// Wakes the sessions idling on this mailbox.
+    pub fn touch(&self) {
+        self.changes.send_modify(|v| *v += 1);
+    }
+
+    /// Counts every change (delivery, flags, expunge, rename, delete): equal counts, same
+    /// mailbox.
+    pub fn version(&self) -> u64 {
+        *self.changes.borrow()
+    }
+
+    /// The next change counter, for a message whose flags change now.
+    pub fn next_modseq(&mut self) -> u64 {
+        self.highest_modseq += 1;
+        self.highest_modseq
+    }
+
+    /// Adds a message under the next UID (its `uid` and `modseq` are set here).
+    pub fn push(&mut self, mut m: StoredMessage) -> u32 {
+        m.uid = self.next_uid;
+        self.next_uid += 1;
+        m.modseq = self.next_modseq();
+        self.bytes += m.size;
+        self.messages.push(m);
+        self.touch();
+        self.next_uid - 1
+    }
+
+    /// The bit of keyword `name` (case-insensitive), added to the table if `add`; `None`
+    /// when unknown (and not added) or the table is full.
+    pub fn keyword_bit(&mut self, name: &str, add: bool) -> Option<u64> {
+        if let Some(i) = self
+            .keywords
+            .iter()
+            .position(|k| k.eq_ignore_ascii_case(name))
+        {
+            return Some(1 << i);
+        }
+        if !add || self.keywords.len() >= MAX_KEYWORDS {
+            return None;
+        }
+        self.keywords.push(name.to_string());
+        Some(1 << (self.keywords.len() - 1))
+    }
+
+    /// Removes the messages `keep` says no to; returns their 1-based sequence numbers in
+    /// the order IMAP EXPUNGE responses must be sent (each valid after the previous ones).
+    pub fn remove_where(&mut self, mut gone: impl FnMut(&StoredMessage) -> bool) -> Vec<u32> {
         let mut removed = Vec::new();
-        let mut i = 0;
-        while i < self.messages.len() {
-            if self.messages[i].flags & flags::DELETED != 0 {
-                self.messages.remove(i);
-                removed.push(i as u32 + 1);
+        let mut kept = Vec::with_capacity(self.messages.len());
+        for m in self.messages.drain(..) {
+            if gone(&m) {
+                self.bytes -= m.size;
+                removed.push(kept.len() as u32 + 1);
             } else {
-                i += 1;
+                kept.push(m);
             }
         }
+        self.messages = kept;
         if !removed.is_empty() {
-            self.changes.send_modify(|v| *v += 1);
+            self.touch();
         }
         removed
     }
 
+    /// Removes messages flagged \Deleted (see [`Mailbox::remove_where`]).
+    pub fn expunge_deleted(&mut self) -> Vec<u32> {
+        self.remove_where(|m| m.flags & flags::DELETED != 0)
+    }
+
     /// Removes the messages with these UIDs (POP3 DELE committed at QUIT).
     pub fn remove_uids(&mut self, uids: &[u32]) -> usize {
-        let before = self.messages.len();
-        self.messages.retain(|m| !uids.contains(&m.uid));
-        let n = before - self.messages.len();
-        if n > 0 {
-            self.changes.send_modify(|v| *v += 1);
-        }
-        n
+        self.remove_where(|m| uids.contains(&m.uid)).len()
     }
 
     pub fn total_bytes(&self) -> u64 {
-        self.messages.iter().map(|m| m.size).sum()
+        self.bytes
+    }
+
+    /// The position of the message with this UID.
+    pub fn find(&self, uid: u32) -> Option<usize> {
+        self.messages.binary_search_by_key(&uid, |m| m.uid).ok()
+    }
+
+    /// A receiver that changes whenever the mailbox changes.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+}
+
+/// One user's mailboxes: INBOX (where SMTP, LMTP and POP3 deliver and read) and the
+/// others IMAP creates, named with `/` as the hierarchy delimiter, and subscriptions.
+#[derive(Debug)]
+pub struct Account {
+    pub inbox: Mailbox,
+    /// By full name (case-sensitive; INBOX is not here).
+    pub folders: BTreeMap<String, Mailbox>,
+    pub subscribed: BTreeSet<String>,
+}
+
+/// Is this name INBOX (case-insensitive, RFC 3501 5.1)?
+pub fn is_inbox(name: &str) -> bool {
+    name.eq_ignore_ascii_case("INBOX")
+}
+
+impl Account {
+    pub fn get(&self, name: &str) -> Option<&Mailbox> {
+        if is_inbox(name) {
+            Some(&self.inbox)
+        } else {
+            self.folders.get(name)
+        }
+    }
+
+    pub fn get_mut(&mut self, name: &str) -> Option<&mut Mailbox> {
+        if is_inbox(name) {
+            Some(&mut self.inbox)
+        } else {
+            self.folders.get_mut(name)
+        }
+    }
+
+    fn bytes(&self) -> u64 {
+        self.inbox.bytes + self.folders.values().map(|m| m.bytes).sum::<u64>()
     }
 }
 
@@ -116,11 +249,13 @@ pub enum StoreError {
 #[derive(Debug)]
 pub struct Store {
     opts: StoreOptions,
-    boxes: Mutex<HashMap<Box<str>, Mailbox>>,
+    boxes: Mutex<HashMap<Box<str>, Account>>,
     stored_bytes: AtomicU64,
     delivered: AtomicU64,
     maildir_seq: AtomicU64,
-    uid_validity: u32,
+    /// The next UIDVALIDITY: every mailbox created gets its own, so that a mailbox
+    /// deleted and created again never reuses one.
+    uid_validity: AtomicU32,
     leaked: Mutex<Vec<Box<[u8]>>>,
     /// Mailboxes a POP3 session holds in the TRANSACTION state.
     maildrop_locks: Mutex<HashSet<String>>,
@@ -165,7 +300,7 @@ impl Store {
             stored_bytes: AtomicU64::new(0),
             delivered: AtomicU64::new(0),
             maildir_seq: AtomicU64::new(0),
-            uid_validity,
+            uid_validity: AtomicU32::new(uid_validity.max(1)),
             leaked: Mutex::new(Vec::new()),
             maildrop_locks: Mutex::new(HashSet::new()),
         })
@@ -205,29 +340,21 @@ impl Store {
                 .push(leak);
         }
         let mut boxes = self.boxes.lock().unwrap_or_else(|p| p.into_inner());
-        let mb = boxes
+        let mb = &mut boxes
             .entry(key.into_boxed_str())
-            .or_insert_with(|| Mailbox::new(self.uid_validity));
-        let uid = mb.next_uid;
-        mb.next_uid += 1;
+            .or_insert_with(|| self.new_account())
+            .inbox;
+        self.delivered.fetch_add(1, Ordering::Relaxed);
         if self.opts.discard {
+            let uid = mb.next_uid;
+            mb.next_uid += 1;
             mb.discarded += 1;
             mb.discarded_bytes += size;
-            mb.changes.send_modify(|v| *v += 1);
-            self.delivered.fetch_add(1, Ordering::Relaxed);
+            mb.touch();
             return Ok(uid);
         }
         self.stored_bytes.fetch_add(size, Ordering::Relaxed);
-        mb.messages.push(StoredMessage {
-            uid,
-            data: Arc::from(data),
-            size,
-            received: SystemTime::now(),
-            flags: 0,
-        });
-        mb.changes.send_modify(|v| *v += 1);
-        self.delivered.fetch_add(1, Ordering::Relaxed);
-        Ok(uid)
+        Ok(mb.push(StoredMessage::new(0, Arc::from(data), SystemTime::now())))
     }
 
     fn write_maildir(&self, dir: &std::path::Path, key: &str, data: &[u8]) -> std::io::Result<()> {
@@ -262,19 +389,44 @@ impl Store {
         std::fs::rename(&tmp, base.join("new").join(&name))
     }
 
-    /// Runs `f` on the mailbox (created empty if it does not exist yet).
+    fn new_account(&self) -> Account {
+        Account {
+            inbox: self.new_mailbox(),
+            folders: BTreeMap::new(),
+            // Clients that only show subscribed mailboxes show INBOX.
+            subscribed: BTreeSet::from(["INBOX".to_string()]),
+        }
+    }
+
+    /// An empty mailbox with a UIDVALIDITY no other mailbox had.
+    pub fn new_mailbox(&self) -> Mailbox {
+        Mailbox::new(self.uid_validity.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Runs `f` on the user's INBOX (created empty if it does not exist yet).
     pub fn with_mailbox<R>(&self, mailbox: &str, f: impl FnOnce(&mut Mailbox) -> R) -> R {
-        let key = mailbox_key(mailbox);
+        self.with_account(mailbox, |a| f(&mut a.inbox))
+    }
+
+    /// Runs `f` on all of a user's mailboxes (created with an empty INBOX if need be).
+    /// Stored bytes follow what `f` added or removed.
+    pub fn with_account<R>(&self, user: &str, f: impl FnOnce(&mut Account) -> R) -> R {
+        let key = mailbox_key(user);
         let mut boxes = self.boxes.lock().unwrap_or_else(|p| p.into_inner());
-        let mb = boxes
+        let acct = boxes
             .entry(key.into_boxed_str())
-            .or_insert_with(|| Mailbox::new(self.uid_validity));
-        let before = mb.total_bytes();
-        let r = f(mb);
-        let after = mb.total_bytes();
-        if !self.opts.discard && after < before {
-            self.stored_bytes
-                .fetch_sub(before - after, Ordering::Relaxed);
+            .or_insert_with(|| self.new_account());
+        let before = acct.bytes();
+        let r = f(acct);
+        let after = acct.bytes();
+        if !self.opts.discard {
+            if after < before {
+                self.stored_bytes
+                    .fetch_sub(before - after, Ordering::Relaxed);
+            } else {
+                self.stored_bytes
+                    .fetch_add(after - before, Ordering::Relaxed);
+            }
         }
         r
     }
@@ -292,9 +444,10 @@ impl Store {
         })
     }
 
-    /// A receiver that changes whenever the mailbox changes (delivery, expunge).
-    pub fn watch(&self, mailbox: &str) -> watch::Receiver<u64> {
-        self.with_mailbox(mailbox, |mb| mb.changes.subscribe())
+    /// A receiver that changes whenever the user's mailbox `name` changes (delivery,
+    /// flags, expunge); `None` if there is no such mailbox.
+    pub fn watch(&self, user: &str, name: &str) -> Option<watch::Receiver<u64>> {
+        self.with_account(user, |a| a.get(name).map(Mailbox::subscribe))
     }
 
     /// Messages delivered since start (one per recipient).
@@ -311,11 +464,14 @@ impl Store {
         let boxes = self.boxes.lock().unwrap_or_else(|p| p.into_inner());
         let mut v: Vec<_> = boxes
             .iter()
-            .map(|(k, mb)| {
+            .map(|(k, a)| {
+                let all = || std::iter::once(&a.inbox).chain(a.folders.values());
                 (
                     k.to_string(),
-                    mb.messages.len() + mb.discarded as usize,
-                    mb.total_bytes() + mb.discarded_bytes,
+                    all()
+                        .map(|mb| mb.messages.len() + mb.discarded as usize)
+                        .sum(),
+                    all().map(|mb| mb.total_bytes() + mb.discarded_bytes).sum(),
                 )
             })
             .collect();

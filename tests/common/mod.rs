@@ -323,6 +323,21 @@ impl Raw {
     }
 }
 
+/// IMAP: the lines up to and including the completion of `tag` (or EOF / the read
+/// timeout).
+pub fn until_tag(c: &mut Raw, tag: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    for _ in 0..100 {
+        let l = c.line();
+        let done = l.is_empty() || l.starts_with(&format!("{tag} "));
+        lines.push(l);
+        if done {
+            break;
+        }
+    }
+    lines
+}
+
 /// The number of values in each `*.hlog` of a results directory (every interval's
 /// histogram decoded and counted), by file name.
 pub fn hlog_counts(dir: &std::path::Path) -> std::collections::BTreeMap<String, u64> {

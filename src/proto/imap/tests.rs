@@ -20,23 +20,27 @@ fn known_answers() {
         cmd("x UID FETCH 1:*,4 (UID BODY.PEEK[HEADER.FIELDS (Subject From)] BODY[]<0.10>)"),
         Command::Fetch {
             uid: true,
+            changed_since: None,
             set: vec![
                 (SeqNum::Num(1), SeqNum::Star),
                 (SeqNum::Num(4), SeqNum::Num(4))
             ],
             items: vec![
                 FetchItem::Uid,
-                FetchItem::Body {
+                FetchItem::Section {
                     peek: true,
-                    section: Section::HeaderFields {
-                        not: false,
-                        fields: vec!["SUBJECT".into(), "FROM".into()]
+                    section: Section {
+                        part: vec![],
+                        text: Some(SectionText::HeaderFields {
+                            not: false,
+                            fields: vec!["SUBJECT".into(), "FROM".into()]
+                        })
                     },
                     partial: None
                 },
-                FetchItem::Body {
+                FetchItem::Section {
                     peek: false,
-                    section: Section::Full,
+                    section: Section::default(),
                     partial: Some((0, 10))
                 },
             ]
@@ -46,6 +50,7 @@ fn known_answers() {
         cmd("x FETCH 2 FAST"),
         Command::Fetch {
             uid: false,
+            changed_since: None,
             set: vec![(SeqNum::Num(2), SeqNum::Num(2))],
             items: vec![
                 FetchItem::Flags,
@@ -58,10 +63,11 @@ fn known_answers() {
         cmd("x STORE 1:3 +FLAGS.SILENT (\\Seen \\Deleted)"),
         Command::Store {
             uid: false,
+            unchanged_since: None,
             set: vec![(SeqNum::Num(1), SeqNum::Num(3))],
             mode: StoreMode::Add,
             silent: true,
-            flags: vec!["SEEN".into(), "DELETED".into()]
+            flags: vec!["\\Seen".into(), "\\Deleted".into()]
         }
     );
     assert_eq!(
@@ -74,7 +80,8 @@ fn known_answers() {
                     flag: "SEEN".into(),
                     set: false
                 }
-            ]
+            ],
+            ret: None
         }
     );
     assert_eq!(
@@ -84,7 +91,14 @@ fn known_answers() {
             pattern: "*".into()
         }
     );
-    assert_eq!(cmd("x select inbox"), Command::Select("inbox".into()));
+    assert_eq!(
+        cmd("x select inbox"),
+        Command::Select("inbox".into(), false)
+    );
+    assert_eq!(
+        cmd("x EXAMINE a (CONDSTORE)"),
+        Command::Examine("a".into(), true)
+    );
     assert_eq!(
         cmd("x LSUB \"\" %"),
         Command::Lsub {
@@ -98,6 +112,112 @@ fn known_answers() {
 }
 
 #[test]
+fn rfc3501_commands() {
+    assert_eq!(
+        cmd(
+            "a FETCH 1 (BODY BODYSTRUCTURE BODY.PEEK[1.2.MIME] BODY[2.HEADER.FIELDS.NOT (A)]<5.7>)"
+        ),
+        Command::Fetch {
+            uid: false,
+            changed_since: None,
+            set: vec![(SeqNum::Num(1), SeqNum::Num(1))],
+            items: vec![
+                FetchItem::Body,
+                FetchItem::BodyStructure,
+                FetchItem::Section {
+                    peek: true,
+                    section: Section {
+                        part: vec![1, 2],
+                        text: Some(SectionText::Mime)
+                    },
+                    partial: None
+                },
+                FetchItem::Section {
+                    peek: false,
+                    section: Section {
+                        part: vec![2],
+                        text: Some(SectionText::HeaderFields {
+                            not: true,
+                            fields: vec!["A".into()]
+                        })
+                    },
+                    partial: Some((5, 7))
+                },
+            ]
+        }
+    );
+    assert_eq!(
+        cmd("a APPEND Drafts (\\Seen $Label) \" 7-Feb-1994 21:52:25 -0800\" {3+}\r\na\r\n"),
+        Command::Append {
+            mailbox: "Drafts".into(),
+            messages: vec![Appended {
+                flags: vec!["\\Seen".into(), "$Label".into()],
+                date: Some(760_686_745),
+                message: b"a\r\n".to_vec()
+            }]
+        }
+    );
+    assert_eq!(
+        cmd("a SEARCH OR (FLAGGED SINCE 1-Feb-1994) NOT FROM \"Smith\" 2:4"),
+        Command::Search {
+            uid: false,
+            criteria: vec![
+                Search::Or(
+                    Box::new(Search::And(vec![
+                        Search::Flag {
+                            flag: "FLAGGED".into(),
+                            set: true
+                        },
+                        Search::Date {
+                            sent: false,
+                            cmp: DateCmp::Since,
+                            day: 8797
+                        }
+                    ])),
+                    Box::new(Search::Not(Box::new(Search::Header(
+                        "FROM".into(),
+                        "Smith".into()
+                    ))))
+                ),
+                Search::Seq(vec![(SeqNum::Num(2), SeqNum::Num(4))])
+            ],
+            ret: None
+        }
+    );
+    assert_eq!(
+        cmd("a UID MOVE 1:* Trash"),
+        Command::Move {
+            uid: true,
+            set: vec![(SeqNum::Num(1), SeqNum::Star)],
+            mailbox: "Trash".into()
+        }
+    );
+    assert_eq!(
+        cmd("a UID EXPUNGE 3,5"),
+        Command::Expunge(Some(vec![
+            (SeqNum::Num(3), SeqNum::Num(3)),
+            (SeqNum::Num(5), SeqNum::Num(5))
+        ]))
+    );
+    assert_eq!(
+        cmd("a RENAME blurdybloop sarasoop"),
+        Command::Rename {
+            from: "blurdybloop".into(),
+            to: "sarasoop".into()
+        }
+    );
+    assert_eq!(cmd("a ID (\"name\" \"x\" \"os\" NIL)"), Command::Id);
+    assert_eq!(
+        cmd("a ENABLE CONDSTORE"),
+        Command::Enable(vec!["CONDSTORE".into()])
+    );
+    assert_eq!(
+        parse(b"a SEARCH CHARSET KOI8-R ALL").unwrap_err().msg,
+        BADCHARSET
+    );
+}
+
+#[test]
 fn errors() {
     for bad in [
         &b""[..],
@@ -105,7 +225,15 @@ fn errors() {
         b"x FOO",
         b"x FETCH 0 UID",
         b"x FETCH 1 (UID",
-        b"x FETCH 1 BODY[1.2]",
+        b"x FETCH 1 BODY[1.2.FOO]",
+        b"x FETCH 1 BODY[MIME]",
+        b"x FETCH 1 BODY[0]",
+        b"x FETCH 1 ()",
+        b"x SEARCH OR SEEN",
+        b"x SEARCH (SEEN",
+        b"x SEARCH BEFORE 31-Foo-2020",
+        b"x APPEND INBOX (\\Seen) \"bad date\" {1}\r\nx",
+        b"x STATUS INBOX MESSAGES",
         b"x LOGIN {5}\r\nab",
         b"x LOGIN \"unterminated",
         b"x SEARCH",

@@ -11,6 +11,8 @@ use crate::proto::imap::quote;
 enum Entry {
     Mailbox {
         name: Option<String>,
+        /// An obsolete source route (`@a,@b`), the ENVELOPE's adl.
+        route: Option<String>,
         local: String,
         host: String,
     },
@@ -51,9 +53,15 @@ fn render(list: &[Entry]) -> String {
     let mut out = String::from("(");
     for e in list {
         match e {
-            Entry::Mailbox { name, local, host } => out.push_str(&format!(
-                "({} NIL {} {})",
+            Entry::Mailbox {
+                name,
+                route,
+                local,
+                host,
+            } => out.push_str(&format!(
+                "({} {} {} {})",
                 nstring(name.clone()),
+                nstring(route.clone()),
                 quote(local),
                 quote(host)
             )),
@@ -122,7 +130,9 @@ fn push_mailbox(out: &mut Vec<Entry>, text: &str) {
         Some(open) => {
             let rest = &text[open + 1..];
             let addr = rest.split('>').next().unwrap_or(rest);
-            (display(&text[..open]), addr.to_string())
+            // Comments and folding space may sit inside the brackets too.
+            let addr: String = strip_comments(addr).0.split_whitespace().collect();
+            (display(&text[..open]), addr)
         }
         None => {
             // Quotes inside a comment are plain characters.
@@ -132,9 +142,12 @@ fn push_mailbox(out: &mut Vec<Entry>, text: &str) {
     };
     // A source route (`@a,@b:local@host`) is obsolete; the mailbox is what follows it.
     let addr = addr.trim();
-    let addr = match addr.strip_prefix('@') {
-        Some(_) => addr.rsplit_once(':').map_or(addr, |(_, a)| a),
-        None => addr,
+    let (route, addr) = match addr.strip_prefix('@') {
+        Some(_) => match addr.rsplit_once(':') {
+            Some((r, a)) => (Some(r.to_string()), a),
+            None => (None, addr),
+        },
+        None => (None, addr),
     };
     if addr.is_empty() {
         return;
@@ -144,7 +157,30 @@ fn push_mailbox(out: &mut Vec<Entry>, text: &str) {
         // Dovecot's placeholder, which clients already know.
         None => (addr.to_string(), "MISSING_DOMAIN".to_string()),
     };
-    out.push(Entry::Mailbox { name, local, host });
+    out.push(Entry::Mailbox {
+        name,
+        route,
+        local,
+        host,
+    });
+}
+
+/// The mailboxes of an address header as SEARCH compares them: `Name <local@host>`,
+/// without comments, quotes or routes.
+pub(super) fn addresses(value: &str) -> Vec<String> {
+    parse_list(value)
+        .into_iter()
+        .filter_map(|e| match e {
+            Entry::Mailbox {
+                name, local, host, ..
+            } => Some(match name {
+                Some(n) => format!("{n} <{local}@{host}>"),
+                None => format!("{local}@{host}"),
+            }),
+            Entry::GroupStart(g) => Some(g),
+            Entry::GroupEnd => None,
+        })
+        .collect()
 }
 
 /// The byte position of the first `c` that is not inside a quoted string.
@@ -222,6 +258,7 @@ mod tests {
     fn mb(name: Option<&str>, local: &str, host: &str) -> Entry {
         Entry::Mailbox {
             name: name.map(str::to_string),
+            route: None,
             local: local.into(),
             host: host.into(),
         }
@@ -251,6 +288,15 @@ mod tests {
         );
         assert_eq!(
             parse_list("<@relay.test:u@h.test>"),
+            vec![Entry::Mailbox {
+                name: None,
+                route: Some("@relay.test".into()),
+                local: "u".into(),
+                host: "h.test".into()
+            }]
+        );
+        assert_eq!(
+            parse_list("<u (c)@ (d) h.test>"),
             vec![mb(None, "u", "h.test")]
         );
         assert_eq!(parse_list(""), vec![]);
