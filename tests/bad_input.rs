@@ -113,7 +113,14 @@ async fn failures_of_the_server_read_as_they_should() {
         out.to_str().unwrap(),
     ])
     .await;
-    assert!(o.ok, "{}", o.stderr);
+    // Nothing was accepted: exit status 1, said in one line; the results are complete.
+    assert_eq!(o.code, Some(1), "{}", o.stderr);
+    assert!(
+        o.stdout
+            .contains("nothing accepted: no message went through"),
+        "{}",
+        o.stdout
+    );
     let s = summary(&out);
     assert_eq!(s["errors"][0]["text"], "timed out after 1.00s", "{s}");
     drop(silent);

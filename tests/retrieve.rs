@@ -288,7 +288,8 @@ async fn wrong_passwords_are_rejections_classified_by_reply() {
             "-q",
         ])
         .await;
-        assert!(r.ok, "{}\n{}", r.stdout, r.stderr);
+        // Every visit refused: nothing accepted, exit status 1.
+        assert_eq!(r.code, Some(1), "{}\n{}", r.stdout, r.stderr);
         let s = summary(Path::new(&o));
         assert_eq!(s["totals"]["rejected"], 3, "{s}");
         assert_eq!(s["reconciles"], true);
@@ -567,7 +568,8 @@ async fn transport_failures_are_failed_visits_by_phase_and_kind() {
             "-q",
         ])
         .await;
-        assert!(r.ok, "{}\n{}", r.stdout, r.stderr);
+        // Every visit failed or refused: nothing accepted, exit status 1.
+        assert_eq!(r.code, Some(1), "{}\n{}", r.stdout, r.stderr);
         let s = summary(Path::new(o));
         let t = &s["totals"];
         let (failed, rejected) = if kind == "-ERR" { (0, 2) } else { (2, 0) };

@@ -273,7 +273,7 @@ async fn a_server_that_mishandles_the_group_is_reported() {
         out.to_str().unwrap(),
     ])
     .await;
-    assert!(o.ok, "{}", o.stderr);
+    assert_eq!(o.code, Some(1), "nothing accepted: {}", o.stderr);
     let s = summary(&out);
     assert_eq!(s["totals"]["failed"], 3, "{s}");
     let errors = s["errors"].as_array().unwrap();

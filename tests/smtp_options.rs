@@ -118,7 +118,7 @@ async fn implicit_tls_with_cram_md5() {
         out.to_str().unwrap(),
     ])
     .await;
-    assert!(o.ok, "{}", o.stderr);
+    assert_eq!(o.code, Some(1), "nothing accepted: {}", o.stderr);
     let s = summary(&out);
     assert_eq!(s["totals"]["accepted"], 0);
     assert!(

@@ -50,7 +50,8 @@ const VISIT: &str = "A unit of work is one mailbox visit: connect, (TLS), greeti
     STAT/SELECT, act on up to --messages-per-connection messages (read whole or headers only, \
     flag, delete), EXPUNGE, (IDLE), QUIT/LOGOUT. Percentages are spread evenly over the \
     messages a session touches, not drawn at random, so the mailbox counts a run leaves \
-    behind are predictable.";
+    behind are predictable. Exit status 1 when no visit was completed at all (refusals and \
+    failures are counted, not fatal), 2 for bad input, 130/143 when stopped by a signal.";
 
 const POP3_EXAMPLES: &str = "EXAMPLES:
   SPATE_PASSWORD=pw spate pop3 127.0.0.1:1110 \\
@@ -626,5 +627,9 @@ pub async fn run(proto: Protocol, args: Args, ctx: &Ctx) -> anyhow::Result<ExitC
     let finished = run_load(plan, settings, out, observers, stop).await?;
     print_outcome(&finished);
     println!("results: {}", finished.dir.display());
-    Ok(super::exit_code(&finished.summary, ExitCode::SUCCESS))
+    Ok(super::load_exit(
+        &finished.summary,
+        "visit",
+        ExitCode::SUCCESS,
+    ))
 }

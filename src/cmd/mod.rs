@@ -92,6 +92,21 @@ pub fn exit_code(summary: &Summary, otherwise: std::process::ExitCode) -> std::p
     }
 }
 
+/// The exit status rule of `spate smtp`, `pop3` and `imap` (and `xmpp`'s): 1 when the
+/// server accepted nothing (no unit was made, or every one failed or was refused), said
+/// in one line; else `otherwise` (a check's verdict: `--verify`); 130/143 after a signal.
+pub fn load_exit(
+    summary: &Summary,
+    what: &str,
+    otherwise: std::process::ExitCode,
+) -> std::process::ExitCode {
+    if summary.totals.accepted == 0 && summary.interrupted_by.is_none() {
+        println!("nothing accepted: no {what} went through (see the errors above); exit status 1");
+        return std::process::ExitCode::from(1);
+    }
+    exit_code(summary, otherwise)
+}
+
 /// The end of every load run: the text summary, the monitoring block, report.html.
 pub fn print_outcome(finished: &Finished) {
     print!("{}", crate::report::text::render(&finished.summary));

@@ -27,7 +27,10 @@ use crate::{usage, UsageError};
     spate smtp 127.0.0.1:2525 --stages 1m:100/s,5m:500/s,1m:0/s --arrival poisson\n  \
     spate smtp --lmtp 127.0.0.1:2424 --to-file users.txt --count 1000\n  \
     SPATE_PASSWORD=secret spate smtp 127.0.0.1:587 --starttls --ca ca.pem \\\n      \
-    --auth-user me@example.test")]
+    --auth-user me@example.test\n\n\
+EXIT STATUS: 0 the run ended and the server accepted messages (refusals and failures are \
+counted, not fatal); 1 no message was accepted at all, or --verify found messages missing; \
+2 bad input; 130/143 stopped by Ctrl-C/SIGTERM (results complete).")]
 pub struct Args {
     /// Server to load, HOST[:PORT] (port 25 by default; 24 with --lmtp).
     pub target: String,
@@ -320,7 +323,7 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         }
         None => ExitCode::SUCCESS,
     };
-    Ok(super::exit_code(&finished.summary, code))
+    Ok(super::load_exit(&finished.summary, "message", code))
 }
 
 /// The addresses a run may send to, for watchers that follow mailboxes while it goes;
