@@ -214,3 +214,54 @@ fn e1_filter_crash_and_expired_certificate() {
     }
     assert_eq!(bed.queue_depth(), 0);
 }
+
+/// scripts/e1-knee on made-up sweeps: the knee is the largest count that still gained 10 %,
+/// judged against 2 x CPUs + 1..3; a sweep still gaining at its end says so; bad input is
+/// one line and exit 2.
+#[test]
+fn e1_knee_finds_where_more_processes_stop_helping() {
+    let tmp = tempfile::tempdir().unwrap();
+    let knee = |rows: &str, cpus: &str| -> (i32, String, String) {
+        let f = tmp.path().join("matrix.csv");
+        std::fs::write(&f, rows).unwrap();
+        let o = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/e1-knee"))
+            .arg(&f)
+            .args(["--cpus", cpus])
+            .output()
+            .unwrap();
+        (
+            o.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&o.stdout).to_string(),
+            String::from_utf8_lossy(&o.stderr).to_string(),
+        )
+    };
+    let head = "procs,messages,time per message [ms],server CPU [%],exit\n";
+    let (code, out, _) = knee(
+        &format!("{head}1,10,1000,50,0\n2,10,600,90,0\n4,10,400,150,0\n8,10,390,190,0\n16,10,420,195,0\n"),
+        "2",
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("stops helping after 4 "), "{out}");
+    assert!(
+        out.contains("gives 5..7 for 2 CPUs: the knee is below it"),
+        "{out}"
+    );
+    let (_, out, _) = knee(
+        &format!("{head}1,10,1000,50,0\n2,10,600,90,0\n4,10,400,150,0\n8,10,300,190,0\n16,10,290,195,0\n"),
+        "2",
+    );
+    assert!(out.contains("stops helping after 8 "), "{out}");
+    assert!(out.contains("the knee is above it"), "{out}");
+    let (_, out, _) = knee(
+        &format!("{head}1,10,1000,50,0\n2,10,600,90,0\n4,10,400,150,0\n8,10,300,190,0\n16,10,200,195,0\n"),
+        "4",
+    );
+    assert!(out.contains("still helped at 16"), "{out}");
+    assert!(
+        out.contains("gives 9..11 for 4 CPUs: no knee found up to 16"),
+        "{out}"
+    );
+    let (code, out, err) = knee("procs,other\n1,2\n", "2");
+    assert_eq!(code, 2, "{out}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
