@@ -127,6 +127,13 @@ fn e1_certified_mail() {
             r[0]
         );
         assert!(v("server CPU [%]") > 0.0, "{stdout}");
+        // The most filter processes seen at once: at least one, never above maxproc.
+        let procs: f64 = r[col(&rows, "procs")].parse().unwrap();
+        let busy = v("busy max");
+        assert!(
+            busy >= 1.0 && busy <= procs,
+            "procs {procs}: busy {busy}\n{stdout}"
+        );
         assert_eq!(r[col(&rows, "exit")], "0");
     }
     // The process count really was set for each run: the filter's maxproc.
