@@ -166,7 +166,7 @@ fn e1_filter_crash_and_expired_certificate() {
     assert_eq!(code, 1, "{text}");
     assert!(t0.elapsed().as_secs() < 90, "{:?}", t0.elapsed());
     assert!(text.contains("still holds 3 files after 6"), "{text}");
-    let wait: Value = serde_json::from_str(&read(&out.join("05-drain/wait.json"))).unwrap();
+    let wait: Value = serde_json::from_str(&read(&out.join("06-drain/wait.json"))).unwrap();
     assert_eq!(wait["timed_out"], true, "{wait}");
     assert_eq!(wait["remaining_files"], 3, "{wait}");
     let left = &wait["remaining"];
