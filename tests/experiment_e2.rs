@@ -343,6 +343,36 @@ fn e2_minutes_marks_the_minute_the_server_falls_behind() {
         .collect();
     assert_eq!(marked, ["10:03"], "{text}");
     assert_eq!(rows[2][col(&rows, "active")], "900");
+    // Across midnight the minutes stay in time order (23:59 before 00:00).
+    let late = base + chrono::Duration::minutes(13 * 60 + 59);
+    let mut postal = String::from("time,messages,data(K),errors,connections,SSL connections\n");
+    let mut del = String::from("t_s,time,injected,delivered\n");
+    let mut mon = String::from(
+        "t_s,time,queue.postfix.incoming,queue.postfix.active,queue.postfix.deferred\n",
+    );
+    for m in 0..3 {
+        let t = late + chrono::Duration::minutes(m);
+        postal.push_str(&format!("{},10,1,0,1,0\n", t.format("%H:%M")));
+        let stamp = (t + chrono::Duration::seconds(30))
+            .with_timezone(&Utc)
+            .to_rfc3339();
+        del.push_str(&format!("30,{stamp},10,10\n"));
+        mon.push_str(&format!("30,{stamp},0,0,0\n"));
+    }
+    std::fs::write(d.join("postal.csv"), postal).unwrap();
+    std::fs::write(d.join("deliveries.csv"), del).unwrap();
+    std::fs::write(d.join("monitor.csv"), mon).unwrap();
+    let o = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/e2-minutes"))
+        .arg(d)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let order: Vec<String> = csv(&d.join("minutes.csv"))[1..]
+        .iter()
+        .map(|r| r[0].clone())
+        .collect();
+    assert_eq!(order, ["23:59", "00:00", "00:01"]);
+
     // No such directory: one line, exit 2.
     let o = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/e2-minutes"))
         .arg(d.join("nothing"))
