@@ -67,6 +67,7 @@ fn e2_postfix_ldap_one_minute_with_outage() {
         .arg("run")
         .arg(&scenario)
         .args(["--set", "duration=1m", "--set", "recipients=2000"])
+        .args(["--set", "sessions=50", "--set", "outage=stop"])
         .args(["--set", "outage_at=20s", "--set", "outage_for=15s"])
         .args(["--set", "verify_wait=1m", "--out"])
         .arg(&out)
@@ -196,4 +197,187 @@ fn e2_postfix_ldap_one_minute_with_outage() {
     assert!(cell("max active") + cell("max incoming") >= 1.0);
     // slapd is back and Postfix accepts again.
     assert_eq!(bed.queue_depth(), 0);
+
+    // The minutes side by side: Postal's columns, injected and delivered, the queues.
+    let minutes = csv(&inject.join("minutes.csv"));
+    assert_eq!(
+        minutes[0].join(","),
+        "minute,messages,errors,connections,injected,delivered,incoming,active,deferred,max incoming,max active,note"
+    );
+    let total = |name: &str| {
+        let c = col(&minutes, name);
+        minutes[1..].iter().map(|r| num(&r[c])).sum::<f64>()
+    };
+    assert_eq!(total("messages"), accepted);
+    assert_eq!(total("injected"), accepted);
+    assert_eq!(total("delivered"), accepted);
+    assert_eq!(total("errors"), n451);
+    let notes: Vec<&str> = minutes[1..].iter().map(|r| r[11].as_str()).collect();
+    assert!(
+        notes.iter().any(|n| n.contains("LDAP stopping")),
+        "{notes:?}"
+    );
+    assert!(stdout.contains("falls behind: "), "{stdout}");
+}
+
+/// The directory slowed down instead of stopped (a delaying proxy in front of slapd):
+/// answers later than Postfix's 5 s lookup timeout bring 451s while the delay lasts, and
+/// none before or after; every accepted message still arrives.
+#[test]
+fn e2_postfix_ldap_slow_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = Bed::up(
+        &tmp.path().join("bed"),
+        &["--ldap", "--users", "500", "--port-offset", "auto"],
+    ) else {
+        return;
+    };
+    let out = tmp.path().join("e2");
+    let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/e2-postfix-ldap.toml");
+    let o = Command::new(SPATE)
+        .arg("run")
+        .arg(&scenario)
+        .args(["--set", "duration=35s", "--set", "recipients=500"])
+        .args(["--set", "sessions=20", "--set", "rate=1200/min"])
+        .args(["--set", "outage=slow", "--set", "slow_delay=6s"])
+        .args(["--set", "outage_at=8s", "--set", "outage_for=12s"])
+        .args(["--set", "verify_wait=1m", "--out"])
+        .arg(&out)
+        .envs(&bed.env)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        o.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let outage = read(&out.join("02-outage/outage.txt"));
+    let at = |what: &str| {
+        let line = outage.lines().find(|l| l.starts_with(what));
+        time(
+            line.unwrap_or_else(|| panic!("{outage}"))
+                .split(' ')
+                .nth(1)
+                .unwrap(),
+        )
+    };
+    let (slowing, fast) = (at("slowing "), at("fast "));
+    let inject = out.join("03-inject");
+    let mut n451 = 0.0;
+    for line in read(&inject.join("errors.jsonl")).lines() {
+        let e: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(e["code"], 451, "{line}");
+        assert_eq!(e["phase"], "rcpt", "{line}");
+        // A lookup that began while the proxy was there may fail up to 5 s after it left.
+        let t = time(e["time"].as_str().unwrap());
+        assert!(
+            t > slowing && (t - fast).num_milliseconds() < 7000,
+            "451 outside the slow spell {slowing}..{fast}: {line}"
+        );
+        n451 += e["count"].as_f64().unwrap();
+    }
+    // 20 sessions, each lookup failing after 5 s, for about 12 s.
+    assert!(n451 >= 10.0, "too few 451s for a 12 s slow spell: {n451}");
+    let summary: Value = serde_json::from_str(&read(&inject.join("summary.json"))).unwrap();
+    assert_eq!(summary["totals"]["rejected"].as_f64().unwrap(), n451);
+    let verify: Value = serde_json::from_str(&read(&inject.join("verify.json"))).unwrap();
+    assert_eq!(verify["ok"], true, "{verify}");
+    // The proxy is gone and Postfix asks slapd directly again.
+    let cf = read(&bed.dir.join("postfix/ldap-vmailbox.cf"));
+    assert!(cf.contains(bed.var("SPATE_LDAP")), "{cf}");
+    assert!(!bed.dir.join("ldap/proxy.pid").exists());
+}
+
+/// scripts/e2-minutes on made-up minutes: the first of two minutes with more injected
+/// than delivered and a growing active queue is marked, a single such minute is not.
+#[test]
+fn e2_minutes_marks_the_minute_the_server_falls_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    // Minutes 10:00..10:05 (local time): behind for one minute at 10:01, from 10:03 on.
+    let per_min = [
+        (5000, 5000, 10),
+        (5000, 4000, 900),
+        (5000, 5400, 100),
+        (5000, 3000, 2100),
+        (5000, 2500, 4600),
+        (5000, 2400, 7200),
+    ];
+    let base = chrono::Local::now()
+        .date_naive()
+        .and_hms_opt(10, 0, 0)
+        .unwrap()
+        .and_local_timezone(chrono::Local)
+        .unwrap();
+    let mut postal = String::from("time,messages,data(K),errors,connections,SSL connections\n");
+    let mut del = String::from("t_s,time,injected,delivered\n");
+    let mut mon = String::from(
+        "t_s,time,queue.postfix.incoming,queue.postfix.active,queue.postfix.deferred\n",
+    );
+    for (m, (inj, dl, active)) in per_min.iter().enumerate() {
+        let t = base + chrono::Duration::minutes(m as i64);
+        postal.push_str(&format!("{},{inj},1,0,1,0\n", t.format("%H:%M")));
+        for s in [10, 40] {
+            let ts = (t + chrono::Duration::seconds(s)).with_timezone(&Utc);
+            let stamp = ts.to_rfc3339();
+            del.push_str(&format!("{s},{stamp},{},{}\n", inj / 2, dl / 2));
+            mon.push_str(&format!("{s},{stamp},3,{active},0\n"));
+        }
+    }
+    std::fs::write(d.join("postal.csv"), postal).unwrap();
+    std::fs::write(d.join("deliveries.csv"), del).unwrap();
+    std::fs::write(d.join("monitor.csv"), mon).unwrap();
+    let o = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/e2-minutes"))
+        .arg(d)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(o.status.success(), "{text}");
+    assert!(text.contains("falls behind: from 10:03"), "{text}");
+    let rows = csv(&d.join("minutes.csv"));
+    let marked: Vec<&str> = rows[1..]
+        .iter()
+        .filter(|r| r[11].contains("falls behind"))
+        .map(|r| r[0].as_str())
+        .collect();
+    assert_eq!(marked, ["10:03"], "{text}");
+    assert_eq!(rows[2][col(&rows, "active")], "900");
+    // Across midnight the minutes stay in time order (23:59 before 00:00).
+    let late = base + chrono::Duration::minutes(13 * 60 + 59);
+    let mut postal = String::from("time,messages,data(K),errors,connections,SSL connections\n");
+    let mut del = String::from("t_s,time,injected,delivered\n");
+    let mut mon = String::from(
+        "t_s,time,queue.postfix.incoming,queue.postfix.active,queue.postfix.deferred\n",
+    );
+    for m in 0..3 {
+        let t = late + chrono::Duration::minutes(m);
+        postal.push_str(&format!("{},10,1,0,1,0\n", t.format("%H:%M")));
+        let stamp = (t + chrono::Duration::seconds(30))
+            .with_timezone(&Utc)
+            .to_rfc3339();
+        del.push_str(&format!("30,{stamp},10,10\n"));
+        mon.push_str(&format!("30,{stamp},0,0,0\n"));
+    }
+    std::fs::write(d.join("postal.csv"), postal).unwrap();
+    std::fs::write(d.join("deliveries.csv"), del).unwrap();
+    std::fs::write(d.join("monitor.csv"), mon).unwrap();
+    let o = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/e2-minutes"))
+        .arg(d)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let order: Vec<String> = csv(&d.join("minutes.csv"))[1..]
+        .iter()
+        .map(|r| r[0].clone())
+        .collect();
+    assert_eq!(order, ["23:59", "00:00", "00:01"]);
+
+    // No such directory: one line, exit 2.
+    let o = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/e2-minutes"))
+        .arg(d.join("nothing"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(String::from_utf8_lossy(&o.stderr).lines().count(), 1);
 }

@@ -59,11 +59,16 @@ fn number(rows: &[Vec<String>], row: usize, name: &str, context: &str) -> f64 {
         .unwrap_or_else(|_| panic!("{name} = {cell:?}\n{context}"))
 }
 
-/// E1: drain time per delivery-process count, and every message and receipt accounted for.
+/// E1: drain time, time per message and server CPU per certified-mail filter process
+/// count (the bed's signing filter: openssl cms per message), every message, receipt and
+/// signed copy accounted for, and the knee beside the 2 x CPUs + 1..3 rule.
 #[test]
 fn e1_certified_mail() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(bed) = Bed::up(&tmp.path().join("bed"), &["--port-offset", "auto"]) else {
+    let Some(bed) = Bed::up(
+        &tmp.path().join("bed"),
+        &["--port-offset", "auto", "--filter", "sign"],
+    ) else {
         return;
     };
     let out = tmp.path().join("e1");
@@ -74,6 +79,8 @@ fn e1_certified_mail() {
             &scenario("e1-certified-mail.toml"),
             "--set",
             "count=20",
+            "--set",
+            "size=4096",
             "--out",
             out.to_str().unwrap(),
         ],
@@ -85,19 +92,20 @@ fn e1_certified_mail() {
         .map(|r| r[col(&rows, "procs")].as_str())
         .collect();
     assert_eq!(procs, ["1", "2", "4", "8", "16"]);
+    let log = || {
+        let text = std::fs::read_to_string(bed.dir.join("log/postfix.log")).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(60)..].join("\n")
+    };
     for (i, r) in rows.iter().enumerate().skip(1) {
         let v = |name: &str| number(&rows, i, name, &stdout);
         assert_eq!(v("messages"), 20.0);
         assert_eq!(v("delivered"), 20.0);
         assert_eq!(v("missing"), 0.0);
         assert_eq!(v("receipts"), 20.0, "{r:?}");
-        assert_eq!(v("receipts expected"), 20.0);
+        assert_eq!(v("signed copies"), 20.0, "{r:?}");
+        assert_eq!(v("expected each"), 20.0);
         let drain = v("drain [s]");
-        let log = || {
-            let text = std::fs::read_to_string(bed.dir.join("log/postfix.log")).unwrap_or_default();
-            let lines: Vec<&str> = text.lines().collect();
-            lines[lines.len().saturating_sub(60)..].join("\n")
-        };
         assert!(
             drain > 0.0 && drain < 120.0,
             "procs {}: drain {drain} s\n{}",
@@ -110,13 +118,47 @@ fn e1_certified_mail() {
             (per_msg - drain * 1000.0 / 20.0).abs() <= (per_msg * 0.01).max(0.01),
             "{per_msg} vs {drain}"
         );
+        // The filter runs a Python program and openssl for each message: milliseconds of
+        // CPU each, far above what Postfix alone spends handing mail to Dovecot.
+        let cpu = v("server CPU per message [ms]");
+        assert!(
+            cpu > 5.0 && cpu < 5000.0,
+            "procs {}: {cpu} ms\n{stdout}",
+            r[0]
+        );
+        assert!(v("server CPU [%]") > 0.0, "{stdout}");
+        // The most filter processes seen at once: at least one, never above maxproc.
+        let procs: f64 = r[col(&rows, "procs")].parse().unwrap();
+        let busy = v("busy max");
+        assert!(
+            busy >= 1.0 && busy <= procs,
+            "procs {procs}: busy {busy}\n{stdout}"
+        );
         assert_eq!(r[col(&rows, "exit")], "0");
     }
-    // The process count really was set for each run.
-    let main_cf = std::fs::read_to_string(bed.dir.join("postfix/main.cf")).unwrap();
+    // The process count really was set for each run: the filter's maxproc.
+    let master_cf = std::fs::read_to_string(bed.dir.join("postfix/master.cf")).unwrap();
+    let pipe = master_cf
+        .lines()
+        .find(|l| l.starts_with("certmail"))
+        .unwrap_or_else(|| panic!("{master_cf}"));
+    assert_eq!(pipe.split_whitespace().nth(6), Some("16"), "{pipe}");
+    // The summary: where adding processes stops helping, beside the rule.
+    let knee = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/e1-knee"))
+        .arg(out.join("matrix.csv"))
+        .args(["--cpus", "2"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&knee.stdout);
+    assert!(knee.status.success(), "{text}");
     assert!(
-        main_cf.contains("lmtp_destination_concurrency_limit = 16"),
-        "{main_cf}"
+        text.contains("adding processes stops helping after ")
+            || text.contains("adding processes still helped at 16"),
+        "{text}"
+    );
+    assert!(
+        text.contains("the rule 2 x CPUs + 1..3 gives 5..7 for 2 CPUs"),
+        "{text}"
     );
 }
 

@@ -128,11 +128,16 @@ impl Execution {
                     &self.interrupted,
                 )
                 .await;
-                r.map(|v| {
+                // A drain past its deadline still writes what was left in the queue.
+                let (v, e) = match r {
+                    Ok(v) => (Some(v), None),
+                    Err((e, v)) => (v, Some(e)),
+                };
+                if let Some(v) = v {
                     let _ = std::fs::write(dir.join("wait.json"), format!("{v:#}\n"));
                     rec.wait = Some(v);
-                })
-                .map_err(|e| (1, e))
+                }
+                e.map_or(Ok(()), |e| Err((1, e)))
             }
         };
         if let Err((code, e)) = result {
@@ -464,13 +469,26 @@ pub fn queue_files(dir: &Path) -> Result<u64, String> {
     crate::monitor::queue::distinct_files(&roots).map_err(|e| format!("{}: {e}", dir.display()))
 }
 
+/// What is left in each queue of a Postfix queue directory (hold included), for a drain
+/// that ran past its deadline.
+fn still_queued(dir: &Path) -> serde_json::Map<String, serde_json::Value> {
+    ["maildrop", "incoming", "active", "deferred", "hold"]
+        .iter()
+        .filter(|s| dir.join(s).is_dir())
+        .map(|s| {
+            let n = queue_files(&dir.join(s)).unwrap_or(0);
+            (s.to_string(), json!(n))
+        })
+        .collect()
+}
+
 async fn wait(
     pause: Option<Duration>,
     until_empty: Option<&Path>,
     timeout: Duration,
     poll: Duration,
     interrupted: &AtomicBool,
-) -> Result<serde_json::Value, String> {
+) -> Result<serde_json::Value, (String, Option<serde_json::Value>)> {
     let t0 = Instant::now();
     if let Some(p) = pause {
         let end = t0 + p;
@@ -482,25 +500,42 @@ async fn wait(
         return Ok(json!({"waited_s": t0.elapsed().as_secs_f64()}));
     };
     let d0 = Instant::now();
-    let initial = queue_files(q)?;
+    let initial = queue_files(q).map_err(|e| (e, None))?;
     let mut polls = 0u64;
     let mut peak = initial;
     loop {
-        let n = queue_files(q)?;
+        let n = queue_files(q).map_err(|e| (e, None))?;
         polls += 1;
         peak = peak.max(n);
         if n == 0 {
             break;
         }
         if d0.elapsed() >= timeout {
-            return Err(format!(
-                "{} still holds {n} files after {}",
+            let left = still_queued(q);
+            let by_queue = left
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ");
+            let v = json!({
+                "queue_dir": q.display().to_string(),
+                "timed_out": true,
+                "initial_files": initial,
+                "peak_files": peak,
+                "remaining_files": n,
+                "remaining": left,
+                "polls": polls,
+                "waited_s": t0.elapsed().as_secs_f64(),
+            });
+            let msg = format!(
+                "{} still holds {n} files after {} ({by_queue})",
                 q.display(),
                 crate::units::fmt_duration(timeout)
-            ));
+            );
+            return Err((msg, Some(v)));
         }
         if interrupted.load(Ordering::Relaxed) {
-            return Err("interrupted".into());
+            return Err(("interrupted".into(), None));
         }
         tokio::time::sleep(poll).await;
     }
