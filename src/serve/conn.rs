@@ -6,6 +6,7 @@
 //! commands therefore gets its replies in one write, which is what makes PIPELINING fast.
 //! Every read has an idle deadline; waiting for a new command also wakes on shutdown.
 
+use std::future::Future;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -42,6 +43,23 @@ enum Stream {
     Plain(TcpStream),
     Tls(Box<TlsStream<TcpStream>>),
     Gone,
+}
+
+/// With nothing buffered and nothing to read yet, gives the read buffer back while the
+/// client thinks (an IMAP session in IDLE, a kept SMTP connection) and returns when the
+/// socket has bytes; the caller takes a buffer again then. Not over TLS: rustls may hold
+/// bytes the socket no longer shows. Cancel-safe: it frees only an empty buffer.
+async fn wait_bare(stream: &Stream, rbuf: &mut Vec<u8>) -> std::io::Result<()> {
+    let (Stream::Plain(s), true) = (stream, rbuf.is_empty()) else {
+        return Ok(());
+    };
+    let mut ready = std::pin::pin!(s.readable());
+    let now = std::future::poll_fn(|cx| std::task::Poll::Ready(ready.as_mut().poll(cx))).await;
+    if now.is_pending() {
+        *rbuf = Vec::new();
+        ready.await?;
+    }
+    Ok(())
 }
 
 pub struct Conn {
@@ -166,7 +184,6 @@ impl Conn {
         watch_shutdown: bool,
     ) -> Result<(), ConnError> {
         self.compact();
-        self.rbuf.reserve(READ_CHUNK);
         let Conn {
             stream,
             rbuf,
@@ -174,6 +191,8 @@ impl Conn {
             ..
         } = self;
         let read = async {
+            wait_bare(stream, rbuf).await?;
+            rbuf.reserve(READ_CHUNK);
             match stream {
                 Stream::Plain(s) => s.read_buf(rbuf).await,
                 Stream::Tls(s) => s.read_buf(rbuf).await,
@@ -201,6 +220,7 @@ impl Conn {
     pub async fn fill_unbounded(&mut self) -> Result<(), ConnError> {
         self.flush().await?;
         self.compact();
+        wait_bare(&self.stream, &mut self.rbuf).await?;
         self.rbuf.reserve(READ_CHUNK);
         let n = match &mut self.stream {
             Stream::Plain(s) => s.read_buf(&mut self.rbuf).await?,
