@@ -28,7 +28,7 @@ fn run(args: &[&str]) -> Value {
     let o = Command::new(SPATE).args(args).output().unwrap();
     let stdout = String::from_utf8_lossy(&o.stdout).to_string();
     assert!(
-        o.status.success(),
+        common::ended(&o),
         "{args:?}: {}\n{stdout}",
         String::from_utf8_lossy(&o.stderr)
     );

@@ -145,7 +145,7 @@ async fn no_auth_is_sent_to_a_server_that_does_not_offer_it() {
         out.to_str().unwrap(),
     ])
     .await;
-    assert!(o.ok, "{}", o.stderr);
+    assert!(o.ended(), "{}", o.stderr);
     let s = summary(&out);
     assert_eq!(s["totals"]["rejected"], 2, "{s}");
     assert_eq!(seen.auths.load(Ordering::Relaxed), 0);

@@ -149,6 +149,21 @@ pub struct Output {
     pub stderr: String,
 }
 
+impl Output {
+    /// A load run that ended as the exit-status rule says it should: 0, or 1 when the
+    /// server accepted nothing and the run said so.
+    pub fn ended(&self) -> bool {
+        self.ok || (self.code == Some(1) && self.stdout.contains("nothing accepted"))
+    }
+}
+
+/// As [`Output::ended`], for a `std::process::Output`.
+pub fn ended(o: &std::process::Output) -> bool {
+    o.status.success()
+        || (o.status.code() == Some(1)
+            && String::from_utf8_lossy(&o.stdout).contains("nothing accepted"))
+}
+
 /// Runs a program to completion (killed after `limit`), from a blocking thread.
 pub async fn run_tool(program: &str, args: Vec<String>, limit: Duration) -> Output {
     run_tool_env(program, args, Vec::new(), limit).await
