@@ -453,6 +453,22 @@ def generator_argv(tool, cfg, port, count, workdir, spate_cmd):
     raise ValueError(tool)
 
 
+def run_note(rc, text, counted, errors, keep_dir=None):
+    """The note of one benchmark run: its exit and last line, no count found, or its
+    errors; and the run's directory when it is kept."""
+    note = ""
+    if rc != 0:
+        last = text.strip().splitlines()[-1][:100] if text.strip() else ""
+        note = f"exit {rc}: {last}"
+    elif not counted:
+        note = "no count in the tool's output"
+    elif errors:
+        note = f"{errors} errors"
+    if keep_dir:
+        note = (note + f" dir {keep_dir}").strip()
+    return note
+
+
 def median(xs):
     return statistics.median(xs) if xs else None
 

@@ -47,7 +47,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (RESULTS, bed_down, bed_env, bed_up, find_spate, fmt, loadavg,  # noqa: E402
+from harness import (run_note, RESULTS, bed_down, bed_env, bed_up, find_spate, fmt, loadavg,  # noqa: E402
                      log, median, run_child, tree_cpu_seconds, wait_quiet)
 
 IMAPTEST = os.environ.get("IMAPTEST", "/opt/imaptest/bin/imaptest")
@@ -171,15 +171,7 @@ def one_run(tool, rep, args, spate, env, users, mbox_path, workdir):
                    gen_cpu_us_per_cmd=round(gcpu * 1e6 / commands, 1),
                    dovecot_cpu_us_per_cmd=round(dcpu * 1e6 / commands, 1),
                    dovecot_cpu_pct_core=round(100 * dcpu / elapsed, 1))
-    if rc != 0:
-        last = text.strip().splitlines()[-1][:100] if text.strip() else ""
-        row["note"] = f"exit {rc}: {last}"
-    elif not commands:
-        row["note"] = "no count in the tool's output"
-    elif errors:
-        row["note"] = f"{errors} errors"
-    if args.keep:
-        row["note"] = (row["note"] + f" dir {rundir}").strip()
+    row["note"] = run_note(rc, text, commands, errors, rundir if args.keep else None)
     log(f"{tool:8} rep {rep}: {fmt(row['logins_per_s'])} logins/s, "
         f"{fmt(row['commands_per_s'])} commands/s, gen {fmt(row['gen_cpu_us_per_cmd'], 1)} "
         f"CPU-µs/cmd ({fmt(row['gen_cpu_pct_core'], 1)} % of a core), Dovecot "

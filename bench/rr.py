@@ -47,7 +47,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (REPO, RESULTS, bed_down, bed_env, bed_up, find_spate, fmt, loadavg,  # noqa: E402
+from harness import (run_note, REPO, RESULTS, bed_down, bed_env, bed_up, find_spate, fmt, loadavg,  # noqa: E402
                      log, median, proc_cpu_seconds, run_child, wait_quiet)
 
 # One fixed request: its md5 is one cache key, so after the first request every one hits.
@@ -233,15 +233,7 @@ def one_run(tool, cfg, rep, args, spate, env, svc, workdir, script):
                    gen_cpu_us_per_req=round(gcpu * 1e6 / n, 2),
                    server_cpu_us_per_req=round(wcpu * 1e6 / n, 2),
                    server_minus_tool=served - n)
-    if rc != 0:
-        last = text.strip().splitlines()[-1][:100] if text.strip() else ""
-        row["note"] = f"exit {rc}: {last}"
-    elif not n:
-        row["note"] = "no count in the tool's output"
-    elif errors:
-        row["note"] = f"{errors} errors"
-    if args.keep:
-        row["note"] = (row["note"] + f" dir {rundir}").strip()
+    row["note"] = run_note(rc, text, n, errors, rundir if args.keep else None)
     log(f"{name:21} {tool:5} rep {rep}: {fmt(row['req_per_s'])} req/s, gen "
         f"{fmt(row['gen_cpu_us_per_req'], 1)} µs/req ({fmt(row['gen_cpu_pct_core'], 1)} % of a core), "
         f"nginx {fmt(row['server_cpu_pct_core'])} %, others {fmt(row['others_cpu_pct_core'])} %, "

@@ -30,15 +30,7 @@ fn maildir(dir: &Path, f: char) -> (usize, usize) {
 }
 
 fn run(args: &[&str]) -> (Value, String) {
-    let o = Command::new(SPATE).args(args).output().unwrap();
-    let stdout = String::from_utf8_lossy(&o.stdout).to_string();
-    assert!(
-        o.status.success(),
-        "{args:?}: {}\n{stdout}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let i = args.iter().position(|a| *a == "-o").unwrap();
-    (common::summary(Path::new(args[i + 1])), stdout)
+    common::run_summary(args, true)
 }
 
 #[test]

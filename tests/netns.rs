@@ -16,6 +16,9 @@ use std::time::{Duration, Instant};
 use common::{assert_merge_adds_up, have, merge, run_blocking};
 
 const SHARDS: usize = 4;
+/// Exists only inside the namespaces this test creates (a veth subnet between them);
+/// nothing outside them is ever addressed, and the test checks that no namespace has a
+/// route beyond that subnet.
 const SERVER_IP: &str = "10.231.0.1";
 /// Shard I's address: 10.231.0.(10 + I).
 const SHARD_IP_BASE: usize = 10;

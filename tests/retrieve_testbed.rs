@@ -5,15 +5,12 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use common::bed::Bed;
 use serde_json::Value;
 use spate::message::{body_digest, hex, split_message};
 use spate::session::mailbox::fetch::{self as retrieve, Account, Watched};
-
-const SPATE: &str = env!("CARGO_BIN_EXE_spate");
 
 /// Messages in a Maildir of the bed (new/ and cur/).
 fn messages(bed: &Bed, user: &str) -> usize {
@@ -25,20 +22,7 @@ fn messages(bed: &Bed, user: &str) -> usize {
 }
 
 fn run(args: &[&str]) -> Value {
-    let o = Command::new(SPATE).args(args).output().unwrap();
-    let stdout = String::from_utf8_lossy(&o.stdout).to_string();
-    assert!(
-        common::ended(&o),
-        "{args:?}: {}\n{stdout}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let out = args
-        .iter()
-        .position(|a| *a == "-o")
-        .map(|i| args[i + 1])
-        .unwrap();
-    serde_json::from_str(&std::fs::read_to_string(Path::new(out).join("summary.json")).unwrap())
-        .unwrap()
+    common::run_summary(args, false).0
 }
 
 fn user(i: usize) -> String {

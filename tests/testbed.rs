@@ -33,23 +33,7 @@ fn maildir_messages(root: &Path, out: &mut Vec<PathBuf>) {
 }
 
 fn run(args: &[&str]) -> (Value, String) {
-    let o = Command::new(SPATE).args(args).output().unwrap();
-    let stdout = String::from_utf8_lossy(&o.stdout).to_string();
-    assert!(
-        common::ended(&o),
-        "{args:?}: {}\n{stdout}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let out = args
-        .iter()
-        .position(|a| *a == "-o")
-        .map(|i| args[i + 1])
-        .unwrap();
-    let s = serde_json::from_str(
-        &std::fs::read_to_string(Path::new(out).join("summary.json")).unwrap(),
-    )
-    .unwrap();
-    (s, stdout)
+    common::run_summary(args, false)
 }
 
 #[test]

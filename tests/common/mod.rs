@@ -164,6 +164,28 @@ pub fn ended(o: &std::process::Output) -> bool {
             && String::from_utf8_lossy(&o.stdout).contains("nothing accepted"))
 }
 
+/// Runs `spate ARGS...` (which include `-o DIR`) to its end and returns the run's
+/// summary.json and stdout. It must end as the exit-status rule says (`strict`: exit 0
+/// only, the server accepted something).
+pub fn run_summary(args: &[&str], strict: bool) -> (serde_json::Value, String) {
+    let o = std::process::Command::new(SPATE)
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        if strict {
+            o.status.success()
+        } else {
+            ended(&o)
+        },
+        "{args:?}: {}\n{stdout}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let i = args.iter().position(|a| *a == "-o").expect("-o DIR");
+    (summary(std::path::Path::new(args[i + 1])), stdout)
+}
+
 /// Runs a program to completion (killed after `limit`), from a blocking thread.
 pub async fn run_tool(program: &str, args: Vec<String>, limit: Duration) -> Output {
     run_tool_env(program, args, Vec::new(), limit).await
