@@ -336,6 +336,7 @@ fn settings(a: &Args) -> anyhow::Result<Settings> {
         auth,
         pipelining: a.pipelining,
         // smtpping's columns: DATA and the final dot, never a BDAT group.
+        across: false,
         chunking: false,
         helo: "spate.localhost".into(),
         messages_per_connection: Range::fixed(1),

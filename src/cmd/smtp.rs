@@ -107,6 +107,15 @@ pub struct Args {
     /// Do not use PIPELINING even when the server offers it (implies --no-chunking).
     #[arg(long, help_heading = "Transport")]
     pub no_pipelining: bool,
+    /// How far to pipeline when the server offers PIPELINING. `full`: messages that go
+    /// with DATA (no CHUNKING, or --no-chunking) are chained, the next message's MAIL,
+    /// RCPT.. and DATA written with this message's content (RFC 2920 §3.1), one round
+    /// trip per message, timed as `dot_envelope`; and QUIT goes behind a connection's last
+    /// message. `conservative`: each message's envelope is one group and nothing is
+    /// written behind a message's end, for servers that drop commands pipelined after a
+    /// message (spate reports such a server: no reply to the envelope written behind).
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = Pipelining::Full, help_heading = "Transport")]
+    pub pipelining: Pipelining,
     /// Send messages with DATA even when the server offers CHUNKING and PIPELINING. By
     /// default spate then sends MAIL, RCPT.., `BDAT <size> LAST` and the message in one
     /// write, one round trip per message, timed as the `bdat` phase (no `envelope` and
@@ -140,6 +149,14 @@ impl Args {
     }
 }
 
+/// `--pipelining`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Pipelining {
+    Full,
+    Conservative,
+}
+
 /// Everything resolved: what plan.json records.
 #[derive(Debug, Clone, Serialize)]
 pub struct Plan {
@@ -156,7 +173,8 @@ pub struct Plan {
     pub tls: TlsMode,
     pub tls_percent: u8,
     pub auth: bool,
-    pub pipelining: bool,
+    /// "full", "conservative" or "off" (--no-pipelining).
+    pub pipelining: &'static str,
     /// BDAT when the server offers CHUNKING (and PIPELINING).
     pub chunking: bool,
     pub timeout_s: f64,
@@ -244,7 +262,11 @@ pub fn prepare(args: Args, command: Vec<String>) -> anyhow::Result<(Plan, Arc<Fa
         tls: endpoint.tls,
         tls_percent,
         auth: auth.is_some(),
-        pipelining: !args.no_pipelining,
+        pipelining: match (args.no_pipelining, args.pipelining) {
+            (true, _) => "off",
+            (false, Pipelining::Full) => "full",
+            (false, Pipelining::Conservative) => "conservative",
+        },
         chunking: !args.no_pipelining && !args.no_chunking,
         timeout_s: endpoint.timeout.as_secs_f64(),
         seed,
@@ -256,6 +278,7 @@ pub fn prepare(args: Args, command: Vec<String>) -> anyhow::Result<(Plan, Arc<Fa
         tls_percent,
         auth,
         pipelining: !args.no_pipelining,
+        across: !args.no_pipelining && args.pipelining == Pipelining::Full,
         chunking: !args.no_pipelining && !args.no_chunking,
         helo: args.helo,
         messages_per_connection: per_connection,

@@ -38,7 +38,7 @@ pub use observe::{Observer, Snapshot};
 pub use schedule::{Model, Workload};
 pub use signals::{Signal, Signals};
 pub use summary::SummaryHeader;
-pub use unit::{Driver, Outcome, UnitHook, UnitReport};
+pub use unit::{Ahead, Driver, Outcome, UnitHook, UnitReport};
 
 /// What every plan.json starts with.
 #[derive(Debug, Clone, Serialize)]

@@ -4,6 +4,8 @@
 //! (lag, response time, lateness) and commits the report to the recorder in one lock.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::metrics::{Clock, Counters, ErrorKey, Phase, Recorder, SentRecord};
 
@@ -45,8 +47,55 @@ pub trait Driver: Send + 'static {
     /// time): a driver that keeps a connection open gives back what it need not hold
     /// while it waits (its read buffer). Not called when the next unit is ready at once.
     fn idle(&mut self) {}
+    /// The engine's offer, made once before the first unit to a closed session without
+    /// think time, to claim its next unit while the current one still runs (SMTP writes
+    /// the next message's envelope behind this message's content). A driver that never
+    /// looks ahead ignores it.
+    fn ahead(&mut self, _ahead: Ahead) {}
     /// The run is over: close the connection politely (phases may be recorded).
     fn finish(&mut self, report: &mut UnitReport) -> impl Future<Output = ()> + Send;
+}
+
+/// A closed session's next unit, claimed early: [`Ahead::claim`] takes the run's next
+/// sequence number now (or none, when the count is reached or the run is stopping), and
+/// the engine then runs exactly that unit next on this session, whatever happens
+/// meanwhile. Without an offer from the engine (open model, think time) it claims nothing.
+#[derive(Clone, Default)]
+pub struct Ahead(Option<AheadOf>);
+
+#[derive(Clone)]
+pub(super) struct AheadOf {
+    pub next: Arc<AtomicU64>,
+    pub count: Option<u64>,
+    pub stop: Arc<AtomicBool>,
+    /// The claimed unit and when it was claimed (run clock): its scheduled start.
+    pub claimed: Arc<Mutex<Option<(u64, u64)>>>,
+    pub clock: Clock,
+}
+
+impl Ahead {
+    pub(super) fn new(of: AheadOf) -> Ahead {
+        Ahead(Some(of))
+    }
+
+    /// Claims the session's next unit: its sequence number, or None when there is none to
+    /// claim (no offer, the count reached, the run stopping, one already claimed).
+    pub fn claim(&self) -> Option<u64> {
+        let a = self.0.as_ref()?;
+        if a.stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut c = a.claimed.lock().unwrap_or_else(|p| p.into_inner());
+        if c.is_some() {
+            return None;
+        }
+        let seq = a.next.fetch_add(1, Ordering::Relaxed);
+        if a.count.is_some_and(|n| seq >= n) {
+            return None;
+        }
+        *c = Some((seq, a.clock.now_us()));
+        Some(seq)
+    }
 }
 
 /// What one unit of work did, filled by its driver; reused from unit to unit, so the
@@ -111,6 +160,11 @@ impl UnitReport {
         let now = self.clock.now_us();
         self.current = Some((phase, now));
         now
+    }
+
+    /// `phase` began at `since`, before now (its bytes went out with the previous unit).
+    pub fn begun(&mut self, phase: Phase, since: u64) {
+        self.current = Some((phase, since));
     }
 
     /// Records `phase` as lasting from `since` until now.

@@ -14,7 +14,7 @@ use tokio::task::JoinSet;
 
 use super::dispatch::Dispatch;
 use super::schedule::{Arrivals, Model, Workload};
-use super::unit::{commit_step, run_unit, Driver, Slot, UnitHook, UnitReport};
+use super::unit::{commit_step, run_unit, Ahead, AheadOf, Driver, Slot, UnitHook, UnitReport};
 use crate::metrics::{Clock, Recorder};
 
 /// Where a worker's units come from.
@@ -25,6 +25,8 @@ enum Slots {
         count: Option<u64>,
         think: Duration,
         stop: Arc<AtomicBool>,
+        /// A unit the driver claimed early (see [`Ahead`]): it runs next, whatever else.
+        claimed: Arc<std::sync::Mutex<Option<(u64, u64)>>>,
     },
     /// An open-model worker: arrivals the scheduler hands out.
     Open(usize, Arc<Dispatch>),
@@ -38,7 +40,16 @@ impl Slots {
                 count,
                 think,
                 stop,
+                claimed,
             } => {
+                let early = claimed.lock().unwrap_or_else(|p| p.into_inner()).take();
+                if let Some((seq, at)) = early {
+                    return Some(Slot {
+                        seq,
+                        scheduled_us: at,
+                        open: false,
+                    });
+                }
                 if !first && !think.is_zero() && !stop.load(Ordering::Relaxed) {
                     tokio::time::sleep(*think).await;
                 }
@@ -181,14 +192,31 @@ pub(super) fn spawn<D: Driver>(
     };
     let next = Arc::new(AtomicU64::new(0));
     for id in 0..sessions {
+        let mut driver = make(id, rng(id));
         let slots = match (&open_rx, &workload.model) {
             (Some(d), _) => Slots::Open(id, d.clone()),
-            (None, Model::Closed { think_ms, .. }) => Slots::Closed {
-                next: next.clone(),
-                count: workload.count,
-                think: Duration::from_secs_f64(think_ms / 1000.0),
-                stop: shared.stop.clone(),
-            },
+            (None, Model::Closed { think_ms, .. }) => {
+                let claimed = Arc::new(std::sync::Mutex::new(None));
+                let think = Duration::from_secs_f64(think_ms / 1000.0);
+                if think.is_zero() {
+                    // Back to back: the next unit is always due, so the driver may
+                    // start it early.
+                    driver.ahead(Ahead::new(AheadOf {
+                        next: next.clone(),
+                        count: workload.count,
+                        stop: shared.stop.clone(),
+                        claimed: claimed.clone(),
+                        clock: shared.clock,
+                    }));
+                }
+                Slots::Closed {
+                    next: next.clone(),
+                    count: workload.count,
+                    think,
+                    stop: shared.stop.clone(),
+                    claimed,
+                }
+            }
             (None, Model::Open { .. }) => unreachable!("an open model has its channel"),
         };
         // --connect-rate: session i starts i/rate after the start (closed workloads).
@@ -196,13 +224,7 @@ pub(super) fn spawn<D: Driver>(
             (Model::Closed { .. }, Some(r)) => Duration::from_secs_f64(id as f64 / r),
             _ => Duration::ZERO,
         };
-        workers.spawn(session(
-            id,
-            make(id, rng(id)),
-            slots,
-            shared.clone(),
-            start_after,
-        ));
+        workers.spawn(session(id, driver, slots, shared.clone(), start_after));
     }
     scheduler
 }
@@ -385,6 +407,97 @@ mod tests {
         });
         while workers.join_next().await.is_some() {}
         (units.load(Ordering::SeqCst), idles.load(Ordering::SeqCst))
+    }
+
+    /// Claims its next unit during each unit (as SMTP does when it writes the next
+    /// envelope behind a message) and notes what it claimed and what it was given.
+    struct Claiming {
+        ahead: Option<Ahead>,
+        claimed: Option<u64>,
+        mismatches: Arc<AtomicU64>,
+        ran: Arc<std::sync::Mutex<Vec<u64>>>,
+    }
+
+    impl Driver for Claiming {
+        const PHASES: &'static [Phase] = &[];
+        async fn run_one(&mut self, seq: u64, _report: &mut UnitReport) -> Outcome {
+            match self.claimed.take() {
+                Some(c) if c != seq => self.mismatches.fetch_add(1, Ordering::SeqCst),
+                // The high bits count the units that were claimed early.
+                Some(_) => self.mismatches.fetch_add(1 << 32, Ordering::SeqCst),
+                None => 0,
+            };
+            self.ran.lock().unwrap().push(seq);
+            tokio::task::yield_now().await;
+            self.claimed = self.ahead.as_ref().and_then(|a| a.claim());
+            Outcome::Accepted
+        }
+        fn ahead(&mut self, ahead: Ahead) {
+            self.ahead = Some(ahead);
+        }
+        async fn finish(&mut self, _report: &mut UnitReport) {
+            assert!(self.claimed.is_none(), "a claimed unit was left unrun");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_claimed_unit_runs_next_on_its_session_and_the_count_stays_exact() {
+        for (users, think_ms) in [(3u32, 0.0), (2, 1.0)] {
+            let workload = Workload {
+                model: Model::Closed { users, think_ms },
+                count: Some(40),
+                duration_s: None,
+                count_is_default: false,
+                after_setup: false,
+                connect_rate: None,
+                shard: None,
+                run_id: None,
+                start: None,
+            };
+            let shared = Arc::new(Shared {
+                clock: Clock::new(),
+                recorder: Arc::new(Recorder::new(users as usize)),
+                stop: Arc::new(AtomicBool::new(false)),
+                on_unit: None,
+                give_up: GiveUp::default(),
+                setup_done: SetupDone::new(users as usize),
+            });
+            let mismatches = Arc::new(AtomicU64::new(0));
+            let ran = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let offered = Arc::new(AtomicU64::new(0));
+            let mut workers = JoinSet::new();
+            let (m, r, o) = (mismatches.clone(), ran.clone(), offered.clone());
+            spawn(&workload, 1, &shared, &mut workers, move |_, _| {
+                o.fetch_add(1, Ordering::SeqCst);
+                Claiming {
+                    ahead: None,
+                    claimed: None,
+                    mismatches: m.clone(),
+                    ran: r.clone(),
+                }
+            });
+            while let Some(j) = workers.join_next().await {
+                j.unwrap();
+            }
+            let mut ran = ran.lock().unwrap().clone();
+            ran.sort_unstable();
+            assert_eq!(ran, (0..40).collect::<Vec<u64>>(), "think {think_ms}");
+            let m = mismatches.load(Ordering::SeqCst);
+            assert_eq!(
+                m & 0xffff_ffff,
+                0,
+                "a session ran another unit than it claimed"
+            );
+            // Back to back every unit but each session's first is claimed early; with a
+            // think time the engine offers nothing.
+            let early = if think_ms == 0.0 {
+                40 - u64::from(users)
+            } else {
+                0
+            };
+            assert_eq!(m >> 32, early, "think {think_ms}");
+            assert_eq!(offered.load(Ordering::SeqCst), u64::from(users));
+        }
     }
 
     #[tokio::test]

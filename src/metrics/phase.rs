@@ -39,9 +39,10 @@ phases! {
     Rcpt => "rcpt", "each RCPT TO to its reply (no pipelining)";
     Data => "data", "DATA to its 354 reply (no pipelining)";
     Envelope => "envelope", "pipelined MAIL+RCPT..+DATA group to the DATA reply";
+    DotEnvelope => "dot_envelope", "PIPELINING across messages: the previous message's content (its final dot) and this message's MAIL+RCPT..+DATA in one write, to this message's DATA reply (the previous message's final reply comes first)";
     Bdat => "bdat", "CHUNKING: MAIL+RCPT..+BDAT LAST and the message in one write to the final reply (all LMTP replies)";
     Body => "body", "message body and final dot to the final reply (all LMTP replies)";
-    Quit => "quit", "QUIT to its reply (pipelined behind a connection's last BDAT group: from that group's final reply to QUIT's)";
+    Quit => "quit", "QUIT to its reply (pipelined behind a connection's last message: from that message's final reply to QUIT's)";
     Transaction => "transaction", "first envelope command to final reply (service time)";
     Response => "response", "scheduled start to final reply, incl. waiting and connecting";
     Lag => "lag", "how late a message started against its schedule (generator lag)";

@@ -13,7 +13,7 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 
 use super::{Endpoint, Failure};
-use crate::engine::{Driver, Outcome, UnitReport};
+use crate::engine::{Ahead, Driver, Outcome, UnitReport};
 use crate::message::{Builder, Built};
 use crate::metrics::{Detail, ErrorKind, Phase, SentRecord};
 use crate::proto::smtp::client as cmd;
@@ -40,6 +40,10 @@ pub struct Settings {
     pub tls_percent: u8,
     pub auth: Option<(AuthMech, Vec<(String, String)>)>,
     pub pipelining: bool,
+    /// With PIPELINING (and messages going with DATA): the next message's MAIL, RCPT..
+    /// and DATA in the same write as this message's content, and QUIT behind a
+    /// connection's last message (RFC 2920 §3.1); off with `--pipelining conservative`.
+    pub across: bool,
     /// With PIPELINING and CHUNKING offered: MAIL, RCPT.., BDAT LAST and the message in
     /// one write (one round trip per message).
     pub chunking: bool,
@@ -100,6 +104,15 @@ fn unexpected(phase: Phase, r: &Reply<'_>) -> Failure {
     }
 }
 
+/// A message built with the previous one, its envelope maybe already written.
+struct Next {
+    /// Its sequence number (the run's, after the shard's mapping).
+    seq: u64,
+    /// When its MAIL, RCPT.. and DATA went out behind the previous message's content
+    /// (run clock); None when they did not (the write failed, the connection is gone).
+    sent_at: Option<u64>,
+}
+
 /// What the current message's recipients came to.
 #[derive(Default)]
 struct Recipients {
@@ -123,6 +136,12 @@ pub struct Session {
     fails: Vec<Failure>,
     /// QUIT went behind this message's group: the connection ends with the message.
     quit_behind: bool,
+    /// The engine's offer to claim the next unit early (closed, back to back).
+    ahead: Ahead,
+    /// The next message, claimed and built while this one was sent.
+    next: Option<Next>,
+    next_built: Built,
+    next_wire: Vec<u8>,
 }
 
 impl Session {
@@ -141,6 +160,10 @@ impl Session {
             rcpts: Recipients::default(),
             fails: Vec::new(),
             quit_behind: false,
+            ahead: Ahead::default(),
+            next: None,
+            next_built: Built::default(),
+            next_wire: Vec::new(),
         }
     }
 
@@ -149,6 +172,21 @@ impl Session {
         self.fails.clear();
         self.rcpts.ok.clear();
         self.rcpts.rejected = 0;
+        // Built with the previous message, its envelope maybe written behind it.
+        let early = match self.next.take() {
+            Some(n) if n.seq == seq => {
+                std::mem::swap(&mut self.built, &mut self.next_built);
+                std::mem::swap(&mut self.wire, &mut self.next_wire);
+                Some(n.sent_at)
+            }
+            Some(_) => {
+                // Not the claimed unit (the engine runs that one next, so this does not
+                // happen): the server holds an envelope nobody will finish.
+                self.drop_connection();
+                None
+            }
+            None => None,
+        };
         let outcome = match self.ensure_connected(report).await {
             Err(f) => {
                 let o = outcome_of(&f);
@@ -158,7 +196,7 @@ impl Session {
             Ok(()) => {
                 let mpc = self.connection_limit();
                 let last = mpc > 0 && self.on_conn + 1 >= mpc;
-                self.transaction(seq, last, report).await
+                self.transaction(seq, last, early, report).await
             }
         };
         if std::mem::take(&mut self.quit_behind) {
@@ -223,24 +261,47 @@ impl Session {
     fn drop_connection(&mut self) {
         self.conn = None;
         self.on_conn = 0;
+        // An envelope written on it went with it: the message goes again, whole.
+        if let Some(n) = self.next.as_mut() {
+            n.sent_at = None;
+        }
     }
 
-    /// One message; `last` when it is the connection's last (QUIT may go behind it).
-    async fn transaction(&mut self, seq: u64, last: bool, report: &mut UnitReport) -> Outcome {
-        self.builder.envelope(&mut self.built);
+    /// Draws message `seq`'s envelope and builds it into `built` and `wire`.
+    fn build(builder: &mut Builder, seq: u64, built: &mut Built, wire: &mut Vec<u8>) {
+        builder.envelope(built);
         let now_unix_us = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.as_micros() as u64)
             .unwrap_or(0);
-        self.wire.clear();
-        self.builder
-            .build(seq, now_unix_us, &mut self.built, &mut self.wire);
+        wire.clear();
+        builder.build(seq, now_unix_us, built, wire);
+    }
+
+    /// One message; `last` when it is the connection's last (QUIT may go behind it).
+    /// `early`: the message was built with the previous one, and its envelope written
+    /// behind it at that time when `Some(Some(t))`.
+    async fn transaction(
+        &mut self,
+        seq: u64,
+        last: bool,
+        early: Option<Option<u64>>,
+        report: &mut UnitReport,
+    ) -> Outcome {
+        if early.is_none() {
+            Self::build(&mut self.builder, seq, &mut self.built, &mut self.wire);
+        }
         let pipelining = self.s.pipelining && self.caps.pipelining;
         let Some(mut conn) = self.conn.take() else {
             return Outcome::Failed;
         };
-        let t_start = report.now();
-        let chunked = pipelining && self.s.chunking && self.caps.chunking && !self.built.stuffed;
+        let written = early.flatten();
+        let t_start = written.unwrap_or_else(|| report.now());
+        let chunked = written.is_none()
+            && pipelining
+            && self.s.chunking
+            && self.caps.chunking
+            && !self.built.stuffed;
         let outcome = if chunked {
             // After a pipelined QUIT there is no transaction state left to reset.
             match self.chunked(&mut conn, last, report).await {
@@ -260,7 +321,8 @@ impl Session {
                 }
             }
         } else {
-            self.with_data(&mut conn, pipelining, t_start, report).await
+            self.with_data(&mut conn, pipelining, (t_start, written), last, report)
+                .await
         };
         if !self.quit_behind && !self.fails.iter().any(|f| f.fatal) {
             self.conn = Some(conn);
@@ -268,21 +330,30 @@ impl Session {
         outcome
     }
 
-    /// The message through DATA: the envelope (pipelined or not), then the content.
+    /// The message through DATA: the envelope (pipelined or not; or already written
+    /// behind the previous message at `written`), then the content.
     async fn with_data(
         &mut self,
         conn: &mut Connection,
         pipelining: bool,
-        t_start: u64,
+        (t_start, written): (u64, Option<u64>),
+        last: bool,
         report: &mut UnitReport,
     ) -> Outcome {
-        match self.envelope(conn, pipelining, report).await {
+        let envelope = match written {
+            Some(t) => {
+                self.envelope_replies_group(conn, t, Phase::DotEnvelope, report)
+                    .await
+            }
+            None => self.envelope(conn, pipelining, report).await,
+        };
+        match envelope {
             Err(f) => self.refused(f, conn, true).await,
             Ok(false) => {
                 rset(conn).await;
                 Outcome::Rejected
             }
-            Ok(true) => match self.body(conn, report).await {
+            Ok(true) => match self.body(conn, pipelining, last, report).await {
                 Err(f) => self.refused(f, conn, false).await,
                 Ok(accepted) => {
                     report.timed(Phase::Transaction, t_start);
@@ -357,12 +428,7 @@ impl Session {
         }
         report.timed(Phase::Bdat, t);
         if quit {
-            report.done();
-            self.quit_behind = true;
-            let t = report.start(Phase::Quit);
-            if read_reply(conn).await.is_ok() {
-                report.timed(Phase::Quit, t);
-            }
+            self.quit_read(conn, report).await;
         }
         if let Some(f) = mail_fail.or(refused) {
             return Err(f);
@@ -372,6 +438,17 @@ impl Session {
             self.rcpts.ok = kept;
         }
         Ok(delivered > 0)
+    }
+
+    /// QUIT went behind the message whose final reply was just read: the unit is done
+    /// now, and `quit` is timed from here to QUIT's reply.
+    async fn quit_read(&mut self, conn: &mut Connection, report: &mut UnitReport) {
+        report.done();
+        self.quit_behind = true;
+        let t = report.start(Phase::Quit);
+        if read_reply(conn).await.is_ok() {
+            report.timed(Phase::Quit, t);
+        }
     }
 
     /// A failed envelope or body: a failure of the connection, or a refusal after which
@@ -423,10 +500,31 @@ impl Session {
         cmd: &[u8],
         report: &mut UnitReport,
     ) -> Result<bool, Failure> {
-        let tf = |phase| move |e| Failure::transport(phase, e);
         let t = report.start(Phase::Envelope);
-        conn.send(cmd).await.map_err(tf(Phase::Envelope))?;
-        let mail_fail = self.envelope_replies(conn).await?;
+        conn.send(cmd)
+            .await
+            .map_err(|e| Failure::transport(Phase::Envelope, e))?;
+        self.envelope_replies_group(conn, t, Phase::Envelope, report)
+            .await
+    }
+
+    /// The replies to an envelope group written at `t`, timed as `phase`: MAIL's, the
+    /// RCPTs', DATA's. Ok(true) when DATA got 354 with at least one recipient.
+    async fn envelope_replies_group(
+        &mut self,
+        conn: &mut Connection,
+        t: u64,
+        phase: Phase,
+        report: &mut UnitReport,
+    ) -> Result<bool, Failure> {
+        let tf = |phase| move |e| Failure::transport(phase, e);
+        if phase == Phase::DotEnvelope {
+            report.begun(phase, t);
+        }
+        let mail_fail = match self.envelope_replies(conn).await {
+            Err(f) if phase == Phase::DotEnvelope => return Err(behind(f)),
+            r => r?,
+        };
         let data_ok = {
             let r = read_reply(conn).await.map_err(tf(Phase::Data))?;
             match r.code {
@@ -440,7 +538,7 @@ impl Session {
                 _ => return Err(unexpected(Phase::Data, &r)),
             }
         };
-        report.timed(Phase::Envelope, t);
+        report.timed(phase, t);
         if let Some(f) = mail_fail {
             if data_ok {
                 abort_data(conn).await?;
@@ -538,21 +636,44 @@ impl Session {
     }
 
     /// Sends the message and reads the final reply (LMTP: one per accepted recipient).
-    /// Ok(true) when at least one recipient got the message.
+    /// Ok(true) when at least one recipient got the message. With PIPELINING across
+    /// messages, the next message's envelope goes in the same write (when the engine has
+    /// a next unit for this session at once), or QUIT does after a connection's last.
     async fn body(
         &mut self,
         conn: &mut Connection,
+        pipelining: bool,
+        last: bool,
         report: &mut UnitReport,
     ) -> Result<bool, Failure> {
+        // Messages go with DATA on this connection (no CHUNKING): the next one would too.
+        let across = self.s.across && pipelining && !(self.s.chunking && self.caps.chunking);
+        let quit = across && last;
+        let next = if across && !last {
+            self.claim_next()
+        } else {
+            None
+        };
         let t = report.start(Phase::Body);
-        conn.send(&self.wire)
-            .await
-            .map_err(|e| Failure::transport(Phase::Body, e))?;
+        let parts: [&[u8]; 2] = match (next, quit) {
+            (Some(_), _) => [&self.wire, &self.cmd],
+            (None, true) => [&self.wire, cmd::QUIT],
+            (None, false) => [&self.wire, &[]],
+        };
+        let sent = conn.send_parts(&parts).await;
+        if let (Some(seq), Ok(())) = (next, &sent) {
+            self.next = Some(Next {
+                seq,
+                sent_at: Some(t),
+            });
+        }
+        sent.map_err(|e| Failure::transport(Phase::Body, e))?;
         report.counters.bytes += self.wire.len() as u64;
         let lmtp = self.s.lmtp;
         let replies = if lmtp { self.rcpts.ok.len() } else { 1 };
         // LMTP recipients refused at the end (allocated only when one is).
         let mut refused = Vec::new();
+        let mut failed = None;
         for i in 0..replies {
             let r = read_reply(conn)
                 .await
@@ -563,12 +684,16 @@ impl Session {
                 self.fails.push(refusal(Phase::Body, &r));
                 refused.push(i);
             } else {
-                let f = refusal(Phase::Body, &r);
-                report.timed(Phase::Body, t);
-                return Err(f);
+                failed = Some(refusal(Phase::Body, &r));
             }
         }
         report.timed(Phase::Body, t);
+        if quit && !failed.as_ref().is_some_and(|f| f.fatal) {
+            self.quit_read(conn, report).await;
+        }
+        if let Some(f) = failed {
+            return Err(f);
+        }
         if !refused.is_empty() {
             self.rcpts.rejected += refused.len() as u64;
             let mut i = 0;
@@ -579,6 +704,56 @@ impl Session {
         }
         Ok(!self.rcpts.ok.is_empty())
     }
+}
+
+impl Session {
+    /// Claims the session's next unit from the engine, if it is due at once, and builds
+    /// that message into `next_built`/`next_wire` with its MAIL, RCPT.. and DATA in `cmd`,
+    /// to go behind the current message's content. The claimed unit is the session's
+    /// next whatever happens to this write (`next` records it with `sent_at: None` until
+    /// the write succeeds).
+    fn claim_next(&mut self) -> Option<u64> {
+        let claimed = self.ahead.claim()?;
+        let seq = self
+            .s
+            .shard
+            .as_ref()
+            .map_or(claimed, |s| s.global_seq(claimed));
+        Self::build(
+            &mut self.builder,
+            seq,
+            &mut self.next_built,
+            &mut self.next_wire,
+        );
+        self.next = Some(Next { seq, sent_at: None });
+        let f = self.builder.factory();
+        let size = self.caps.size.is_some().then_some(self.next_wire.len());
+        let notify = self.s.dsn_notify.as_deref().filter(|_| self.caps.dsn);
+        self.cmd.clear();
+        cmd::mail(
+            &mut self.cmd,
+            &f.from.addrs[self.next_built.from as usize],
+            size,
+        );
+        for &r in &self.next_built.rcpts {
+            cmd::rcpt(&mut self.cmd, &f.to.addrs[r as usize], notify);
+        }
+        self.cmd.extend_from_slice(cmd::DATA);
+        Some(seq)
+    }
+}
+
+/// A failure reading the replies to an envelope written behind the previous message's
+/// content: when the server said nothing or hung up, say what may be the cause.
+fn behind(mut f: Failure) -> Failure {
+    if matches!(f.kind, ErrorKind::Timeout | ErrorKind::Closed) {
+        f.phase = Phase::DotEnvelope;
+        f.text = format!(
+            "{} waiting for the replies to MAIL/RCPT/DATA written behind the previous message's end (a server that discards commands pipelined after a message: use --pipelining conservative)",
+            f.text
+        );
+    }
+    f
 }
 
 /// Ends a DATA that should not carry a message: an empty one.
@@ -608,6 +783,7 @@ impl Driver for Session {
         Phase::Rcpt,
         Phase::Data,
         Phase::Envelope,
+        Phase::DotEnvelope,
         Phase::Bdat,
         Phase::Body,
         Phase::Quit,
@@ -617,6 +793,10 @@ impl Driver for Session {
     async fn run_one(&mut self, seq: u64, report: &mut UnitReport) -> Outcome {
         let seq = self.s.shard.as_ref().map_or(seq, |s| s.global_seq(seq));
         self.send(seq, report).await
+    }
+
+    fn ahead(&mut self, ahead: Ahead) {
+        self.ahead = ahead;
     }
 
     fn idle(&mut self) {
