@@ -291,7 +291,7 @@ async fn handle(tcp: TcpStream, kind: Listener, shared: &Shared) {
     let conn_no = shared.conn_seq.fetch_add(1, Ordering::Relaxed);
     if matches!(kind, Listener::Rr | Listener::Rrs) {
         // The decision service does its own TLS (client certificates) and framing.
-        rr::run(tcp, kind, shared, conn_no).await;
+        Box::pin(rr::run(tcp, kind, shared, conn_no)).await;
         return;
     }
     let mut conn = if kind.implicit_tls() {
@@ -305,16 +305,26 @@ async fn handle(tcp: TcpStream, kind: Listener, shared: &Shared) {
     } else {
         Conn::plain(tcp, shared.idle, shared.shutdown.clone())
     };
+    // Each protocol's session in an allocation of its own size: inline, every
+    // connection's task would be as large as the largest protocol's.
     let _ = match kind {
         Listener::Smtp | Listener::Smtps => {
-            smtp::run(&mut conn, shared, smtp::Mode::Smtp, conn_no).await
+            Box::pin(smtp::run(&mut conn, shared, smtp::Mode::Smtp, conn_no)).await
         }
-        Listener::Submission => smtp::run(&mut conn, shared, smtp::Mode::Submission, conn_no).await,
-        Listener::Lmtp => smtp::run(&mut conn, shared, smtp::Mode::Lmtp, conn_no).await,
-        Listener::Pop3 | Listener::Pop3s => pop3::run(&mut conn, shared, conn_no).await,
-        Listener::Imap | Listener::Imaps => imap::run(&mut conn, shared, conn_no).await,
+        Listener::Submission => {
+            Box::pin(smtp::run(
+                &mut conn,
+                shared,
+                smtp::Mode::Submission,
+                conn_no,
+            ))
+            .await
+        }
+        Listener::Lmtp => Box::pin(smtp::run(&mut conn, shared, smtp::Mode::Lmtp, conn_no)).await,
+        Listener::Pop3 | Listener::Pop3s => Box::pin(pop3::run(&mut conn, shared, conn_no)).await,
+        Listener::Imap | Listener::Imaps => Box::pin(imap::run(&mut conn, shared, conn_no)).await,
         Listener::Xmpp | Listener::Xmpps => {
-            xmpp::run(&mut conn, shared, conn_no).await;
+            Box::pin(xmpp::run(&mut conn, shared, conn_no)).await;
             Ok(())
         }
         Listener::Rr | Listener::Rrs => Ok(()),
