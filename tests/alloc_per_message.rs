@@ -6,10 +6,10 @@
 //!
 //! Counts are exact, not timed, so the bound is a real assertion.
 
+mod common;
+
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
 
 struct Counting;
 
@@ -33,39 +33,9 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static A: Counting = Counting;
 
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// `spate serve --smtp --discard` on a free loopback port, listening.
-fn server() -> (Server, String) {
-    let addr = format!("127.0.0.1:{}", free_port());
-    let child = Command::new(env!("CARGO_BIN_EXE_spate"))
-        .args(["serve", "--smtp", &addr, "--discard"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spate serve");
-    let server = Server(child);
-    let t0 = Instant::now();
-    while std::net::TcpStream::connect(&addr).is_err() {
-        assert!(t0.elapsed() < Duration::from_secs(10), "spate serve not up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    (server, addr)
+fn server() -> (common::Kill, String) {
+    common::serve_process("--smtp", &["--discard".as_ref()])
 }
 
 /// Allocations of one in-process `spate smtp` run of `count` messages.

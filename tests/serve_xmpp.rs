@@ -799,15 +799,7 @@ async fn keepalives_hold_an_idle_session_and_silence_times_it_out() {
     running.shutdown().await;
 }
 
-/// Kills the process when dropped (a failed assertion must not leave it running).
-struct Kill(std::process::Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use common::Kill;
 
 #[test]
 fn spate_serve_lists_and_announces_the_xmpp_listeners() {

@@ -227,12 +227,7 @@ async fn postfix_smtp_sink_takes_chained_messages() {
         common::cannot_run("smtp-sink (package postfix) is not installed");
         return;
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = format!("127.0.0.1:{}", common::free_port());
     // -c: a count per session on stdout ("mesg=N" after each message).
     let mut sink = std::process::Command::new(sink_bin)
         .args(["-c", "-u", "nobody", &addr, "64"])
@@ -240,26 +235,14 @@ async fn postfix_smtp_sink_takes_chained_messages() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
     let stdout = sink.stdout.take().unwrap();
-    let sink = Kill(sink);
+    let sink = common::Kill(sink);
     let reader = std::thread::spawn(move || {
         let mut text = String::new();
         let _ = std::io::Read::read_to_string(&mut { stdout }, &mut text);
         text
     });
-    // Wait (bounded) for smtp-sink to listen.
-    let t0 = std::time::Instant::now();
-    while std::net::TcpStream::connect(&addr).is_err() {
-        assert!(t0.elapsed().as_secs() < 10, "smtp-sink did not listen");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    common::wait_listen(&addr, std::time::Duration::from_secs(10));
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("sink");
     let o = spate(&[

@@ -491,3 +491,48 @@ pub fn check_digests(server: &spate::serve::Running) -> usize {
     }
     checked
 }
+
+/// A child process killed (and reaped) when dropped: a failed assertion never leaves it
+/// running.
+pub struct Kill(pub std::process::Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A loopback port nothing listens on right now (bound, read, released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits until something accepts connections on `addr`, at most `limit`.
+pub fn wait_listen(addr: &str, limit: Duration) {
+    let t0 = std::time::Instant::now();
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(t0.elapsed() < limit, "nothing listens on {addr}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `spate serve LISTEN 127.0.0.1:PORT EXTRA...` in a process of its own on a free port,
+/// listening; the address, and the process (killed when dropped).
+pub fn serve_process(listen: &str, extra: &[&std::ffi::OsStr]) -> (Kill, String) {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let child = std::process::Command::new(SPATE)
+        .args(["serve", listen, &addr])
+        .args(extra)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spate serve");
+    let server = Kill(child);
+    wait_listen(&addr, Duration::from_secs(10));
+    (server, addr)
+}
