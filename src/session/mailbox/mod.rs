@@ -397,8 +397,10 @@ impl Driver for Visitor {
         let acct = self.account();
         let s = self.s.clone();
         let result = match (imap, &s.imap, &s.pop3) {
-            (true, Some(ep), _) | (false, Some(ep), None) => self.imap(ep, imap_seq, acct, r).await,
-            (_, _, Some(ep)) => self.pop3(ep, acct, r).await,
+            (true, Some(ep), _) | (false, Some(ep), None) => {
+                Box::pin(self.imap(ep, imap_seq, acct, r)).await
+            }
+            (_, _, Some(ep)) => Box::pin(self.pop3(ep, acct, r)).await,
             (_, None, None) => unreachable!("the plan has at least one endpoint"),
         };
         r.counters.bytes = r.counters.retrieved_bytes;
