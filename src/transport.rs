@@ -440,7 +440,7 @@ impl Connection {
         bind: Option<IpAddr>,
         timeout: Duration,
     ) -> Result<Self, TransportError> {
-        use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
+        use std::os::fd::AsRawFd;
         let socket = if addr.is_ipv4() {
             TcpSocket::new_v4()
         } else {
@@ -455,26 +455,19 @@ impl Connection {
         socket.set_nodelay(true).map_err(TransportError::from_io)?;
         let fd = socket.as_raw_fd();
         let started = std::time::Instant::now();
-        let done = handshake::connect(fd, addr).map_err(TransportError::from_io)?;
-        // SAFETY: the socket's descriptor, handed over whole; it is non-blocking.
-        let std = unsafe { std::net::TcpStream::from_raw_fd(socket.into_raw_fd()) };
-        let tcp = TcpStream::from_std(std).map_err(TransportError::from_io)?;
-        if !done {
-            match tokio::time::timeout(timeout, tcp.writable()).await {
-                Ok(r) => r.map_err(TransportError::from_io)?,
-                // The socket is still open: the kernel says whether its SYN went
-                // unanswered.
-                Err(_) => {
-                    return Err(match handshake::read(fd) {
-                        Some(h) if h.total_retrans > 0 => TransportError::SynUnanswered(timeout),
-                        _ => TransportError::Timeout(timeout),
-                    })
-                }
+        // Pinned here, not moved into the timeout: the socket stays open after a
+        // timeout, for the kernel to say whether its SYN went unanswered.
+        let connect = socket.connect(addr);
+        tokio::pin!(connect);
+        let tcp = match tokio::time::timeout(timeout, &mut connect).await {
+            Ok(r) => r.map_err(TransportError::from_io)?,
+            Err(_) => {
+                return Err(match handshake::read(fd) {
+                    Some(h) if h.total_retrans > 0 => TransportError::SynUnanswered(timeout),
+                    _ => TransportError::Timeout(timeout),
+                })
             }
-        }
-        if let Some(e) = tcp.take_error().map_err(TransportError::from_io)? {
-            return Err(TransportError::from_io(e));
-        }
+        };
         let syn_retransmits = if started.elapsed() >= SLOW_CONNECT {
             handshake::read(fd).map_or(0, |h| h.total_retrans)
         } else {

@@ -66,66 +66,6 @@ pub fn read(fd: RawFd) -> Option<Handshake> {
     })
 }
 
-/// Starts a connect on a non-blocking socket: true when the handshake is already done
-/// (or failed: the socket's error says which) when the syscall returns, as it is on
-/// loopback, so no trip through the runtime's event loop is timed as connect time.
-pub fn connect(fd: RawFd, addr: std::net::SocketAddr) -> std::io::Result<bool> {
-    // SAFETY: all-zero is a valid sockaddr_storage; the address written below fits it.
-    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let len = match addr {
-        std::net::SocketAddr::V4(a) => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from_ne_bytes(a.ip().octets()),
-                },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: sockaddr_storage is larger than sockaddr_in and suitably aligned.
-            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin) };
-            std::mem::size_of::<libc::sockaddr_in>()
-        }
-        std::net::SocketAddr::V6(a) => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: a.port().to_be(),
-                sin6_flowinfo: a.flowinfo(),
-                sin6_addr: libc::in6_addr {
-                    s6_addr: a.ip().octets(),
-                },
-                sin6_scope_id: a.scope_id(),
-            };
-            // SAFETY: as above, for sockaddr_in6.
-            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin6) };
-            std::mem::size_of::<libc::sockaddr_in6>()
-        }
-    };
-    // SAFETY: `storage` holds an address of `len` bytes; `fd` is a socket the caller owns.
-    let rc = unsafe {
-        libc::connect(
-            fd,
-            (&storage as *const libc::sockaddr_storage).cast(),
-            len as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        return Ok(true);
-    }
-    let e = std::io::Error::last_os_error();
-    if !matches!(e.raw_os_error(), Some(libc::EINPROGRESS | libc::EINTR)) {
-        return Err(e);
-    }
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLOUT,
-        revents: 0,
-    };
-    // SAFETY: one pollfd, no wait.
-    let ready = unsafe { libc::poll(&mut p, 1, 0) };
-    Ok(ready == 1 && p.revents & (libc::POLLOUT | libc::POLLERR | libc::POLLHUP) != 0)
-}
-
 impl Handshake {
     /// A connection open on this side that never heard from the server: the server did
     /// not complete the handshake (its accept queue was full when our last ACK came) when
