@@ -17,6 +17,8 @@ use tokio::net::{TcpSocket, TcpStream};
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
+mod handshake;
+
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
     #[error("connection refused")]
@@ -25,6 +27,19 @@ pub enum TransportError {
     Closed,
     #[error("timed out after {}", crate::units::fmt_duration(*.0))]
     Timeout(Duration),
+    /// A connect that timed out with its SYN sent again and never answered.
+    #[error("no answer to the SYN within {} (sent again, never answered): the server's accept queue is full, or something drops SYNs", crate::units::fmt_duration(*.0))]
+    SynUnanswered(Duration),
+    /// A first read that timed out on a connection the server never completed: it sent
+    /// its SYN/ACK again, or left our data unacknowledged.
+    #[error("timed out after {}: the server's accept queue overflowed (SYN/ACK retransmits): it never completed the TCP handshake", crate::units::fmt_duration(*.0))]
+    Unaccepted(Duration),
+    /// A first read that timed out on a connection whose SYN had to be sent again: the
+    /// server's queue was overflowing. With SYN cookies (the queue of half-open
+    /// connections full) the server keeps no state and sends no SYN/ACK again, so a
+    /// handshake whose last ACK it dropped looks, from here, like a silent server.
+    #[error("timed out after {} on a connection whose SYN had to be sent again: the server's accept queue was overflowing (a handshake it dropped at the last ACK looks open from here)", crate::units::fmt_duration(*.0))]
+    UnacceptedLikely(Duration),
     /// A TLS failure as rustls reported it (certificate checks, alerts from the server).
     #[error("TLS: {}", tls_words(.0))]
     Tls(rustls::Error),
@@ -208,10 +223,34 @@ struct Inbox {
     /// The connection's one read timer (see [`within`]): a read that has to wait does not
     /// register a timer of its own.
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Until the first byte comes: what a timeout asks the kernel about the handshake.
+    probe: Option<Probe>,
+}
+
+/// The socket of a connection that has not heard from its server yet, and the SYN
+/// retransmits its connect needed.
+#[derive(Debug, Clone, Copy)]
+struct Probe {
+    fd: std::os::fd::RawFd,
+    syn_retransmits: u32,
+}
+
+impl Probe {
+    /// The error of a timeout before the server said anything: a server that never
+    /// completed the handshake is told from a silent one (one getsockopt, once).
+    fn timed_out(probe: &mut Option<Probe>, timeout: Duration) -> TransportError {
+        match probe.take().and_then(|p| Some((handshake::read(p.fd)?, p))) {
+            Some((h, p)) if h.unaccepted(p.syn_retransmits) => TransportError::Unaccepted(timeout),
+            Some((h, p)) if h.bytes_received == 0 && p.syn_retransmits > 0 => {
+                TransportError::UnacceptedLikely(timeout)
+            }
+            _ => TransportError::Timeout(timeout),
+        }
+    }
 }
 
 impl Inbox {
-    fn new() -> Self {
+    fn new(probe: Option<Probe>) -> Self {
         Inbox {
             buf: Vec::new(),
             start: 0,
@@ -219,6 +258,7 @@ impl Inbox {
             pending: 0,
             bare_waits: false,
             timer: None,
+            probe,
         }
     }
 
@@ -302,11 +342,12 @@ impl Inbox {
         };
         self.timer = timer;
         let n = n
-            .map_err(|()| TransportError::Timeout(timeout))?
+            .map_err(|()| Probe::timed_out(&mut self.probe, timeout))?
             .map_err(TransportError::from_io)?;
         if n == 0 {
             return Err(TransportError::Closed);
         }
+        self.probe = None;
         self.end += n;
         Ok(())
     }
@@ -426,39 +467,74 @@ pub struct Connection {
     stream: Stream,
     inbox: Inbox,
     timeout: Duration,
+    /// SYNs the connect sent again (asked of the kernel only when it was slow).
+    syn_retransmits: u32,
 }
+
+/// A connect faster than this retransmitted nothing (the first SYN retransmit comes
+/// after 1 s; no retransmit timeout is below 200 ms): the kernel is not asked.
+const SLOW_CONNECT: Duration = Duration::from_millis(200);
 
 impl Connection {
     /// Connects (optionally from a given source address), with TCP_NODELAY set: a load
     /// generator that waits for delayed ACKs measures its own Nagle, not the server.
+    /// A connect that timed out after sending its SYN again is told as such
+    /// ([`TransportError::SynUnanswered`]), and one that took long knows how many SYNs it
+    /// sent again ([`Connection::syn_retransmits`]).
     pub async fn connect(
         addr: SocketAddr,
         bind: Option<IpAddr>,
         timeout: Duration,
     ) -> Result<Self, TransportError> {
-        let fut = async {
-            let socket = if addr.is_ipv4() {
-                TcpSocket::new_v4()
-            } else {
-                TcpSocket::new_v6()
+        use std::os::fd::AsRawFd;
+        let socket = if addr.is_ipv4() {
+            TcpSocket::new_v4()
+        } else {
+            TcpSocket::new_v6()
+        }
+        .map_err(TransportError::from_io)?;
+        if let Some(ip) = bind {
+            socket
+                .bind(SocketAddr::new(ip, 0))
+                .map_err(TransportError::from_io)?;
+        }
+        socket.set_nodelay(true).map_err(TransportError::from_io)?;
+        let fd = socket.as_raw_fd();
+        let started = std::time::Instant::now();
+        // Pinned here, not moved into the timeout: the socket stays open after a
+        // timeout, for the kernel to say whether its SYN went unanswered.
+        let connect = socket.connect(addr);
+        tokio::pin!(connect);
+        let tcp = match tokio::time::timeout(timeout, &mut connect).await {
+            Ok(r) => r.map_err(TransportError::from_io)?,
+            Err(_) => {
+                return Err(match handshake::read(fd) {
+                    Some(h) if h.total_retrans > 0 => TransportError::SynUnanswered(timeout),
+                    _ => TransportError::Timeout(timeout),
+                })
             }
-            .map_err(TransportError::from_io)?;
-            if let Some(ip) = bind {
-                socket
-                    .bind(SocketAddr::new(ip, 0))
-                    .map_err(TransportError::from_io)?;
-            }
-            socket.set_nodelay(true).map_err(TransportError::from_io)?;
-            socket.connect(addr).await.map_err(TransportError::from_io)
         };
-        let tcp = tokio::time::timeout(timeout, fut)
-            .await
-            .map_err(|_| TransportError::Timeout(timeout))??;
+        let syn_retransmits = if started.elapsed() >= SLOW_CONNECT {
+            handshake::read(fd).map_or(0, |h| h.total_retrans)
+        } else {
+            0
+        };
+        let probe = Probe {
+            fd,
+            syn_retransmits,
+        };
         Ok(Connection {
             stream: Stream::Plain(tcp),
-            inbox: Inbox::new(),
+            inbox: Inbox::new(Some(probe)),
             timeout,
+            syn_retransmits,
         })
+    }
+
+    /// SYNs the connect had to send again: the server's accept queue was full (or
+    /// something dropped them). 0 for a connect that took under 200 ms.
+    pub fn syn_retransmits(&self) -> u32 {
+        self.syn_retransmits
     }
 
     pub fn is_tls(&self) -> bool {
@@ -493,10 +569,15 @@ impl Connection {
             return Err(TransportError::TlsIo("connection is not plain TCP".into()));
         };
         let connector = TlsConnector::from(config);
-        let tls = tokio::time::timeout(self.timeout, connector.connect(name, tcp))
+        // Pinned here: after a timeout the socket is still open for the probe to ask.
+        let handshake = connector.connect(name, tcp);
+        tokio::pin!(handshake);
+        let tls = tokio::time::timeout(self.timeout, &mut handshake)
             .await
-            .map_err(|_| TransportError::Timeout(self.timeout))?
+            .map_err(|_| Probe::timed_out(&mut self.inbox.probe, self.timeout))?
             .map_err(TransportError::tls)?;
+        // The server spoke (its handshake): no later timeout needs the probe.
+        self.inbox.probe = None;
         self.stream = Stream::Tls(Box::new(tls));
         Ok(())
     }
@@ -635,7 +716,7 @@ mod tests {
     #[tokio::test]
     async fn a_read_times_out_at_its_own_deadline_and_no_sooner() {
         let (mut client, mut server) = tokio::io::duplex(1024);
-        let mut inbox = Inbox::new();
+        let mut inbox = Inbox::new(None);
         let timeout = Duration::from_secs(1);
         for _ in 0..8 {
             let reply = async {

@@ -44,6 +44,13 @@ pub struct Counters {
     pub connections: u64,
     pub tls_connections: u64,
     pub connect_failures: u64,
+    /// Connects (made or timed out) whose SYN had to be sent again: the server's accept
+    /// queue was full (Linux drops the SYN), or something dropped SYNs; and the time
+    /// they spent connecting (µs), most of it waiting for the retransmits.
+    #[serde(default)]
+    pub connect_retransmits: u64,
+    #[serde(default)]
+    pub connect_retransmit_us: u64,
     /// Arrivals (open model) that started more than 10 ms after their schedule.
     pub late: u64,
     /// Arrivals dropped because the in-flight cap and the backlog were full.
@@ -88,6 +95,8 @@ impl Counters {
         self.connections += o.connections;
         self.tls_connections += o.tls_connections;
         self.connect_failures += o.connect_failures;
+        self.connect_retransmits += o.connect_retransmits;
+        self.connect_retransmit_us += o.connect_retransmit_us;
         self.late += o.late;
         self.dropped += o.dropped;
         self.retrieved += o.retrieved;

@@ -42,7 +42,9 @@ pub struct TransportArgs {
     /// Source addresses to spread connections over: 127.0.0.2,127.0.0.3.
     #[arg(long, value_delimiter = ',', help_heading = "Transport")]
     pub bind: Vec<IpAddr>,
-    /// Deadline for connecting and for each reply.
+    /// Deadline for connecting and for each reply. A connect or greeting that times out
+    /// because the server's accept queue overflowed (SYNs sent again, a handshake never
+    /// completed) is reported as that, not as a plain timeout.
     #[arg(long, default_value = "30s", help_heading = "Transport")]
     pub timeout: String,
 }

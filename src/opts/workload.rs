@@ -41,7 +41,8 @@ pub struct WorkloadArgs {
     pub max_in_flight: u32,
     /// Closed workload: sessions start at this rate (500/s): session i begins i/RATE after
     /// the start, so thousands of --users do not open their connections as one SYN storm
-    /// that overflows the server's accept queue [default: 1000/s above 1000 users, all at
+    /// that overflows the server's accept queue (the summary counts connects that needed
+    /// SYN retransmits as `connect retransmits`) [default: 1000/s above 1000 users, all at
     /// once up to 1000].
     #[arg(long, value_name = "RATE", help_heading = "Workload")]
     pub connect_rate: Option<String>,

@@ -60,44 +60,38 @@ fn headline(o: &mut String, s: &Summary, retrieval: bool) {
     if retrieval {
         let _ = writeln!(
             o,
-            "  {:.1} {}  {:.1} KiB/s  retrieved {} messages ({})  deleted {}  connections {} ({} TLS, {} failed)",
+            "  {:.1} {}  {:.1} KiB/s  retrieved {} messages ({})  deleted {}  {}",
             s.messages_per_s,
             rate_unit(&s.protocol),
             s.kbytes_per_s,
             c.retrieved,
             fmt_bytes(c.retrieved_bytes),
             c.deleted,
-            c.connections,
-            c.tls_connections,
-            c.connect_failures
+            connections(c)
         );
         client_mix(o, s);
     } else if s.protocol == "rr" {
         let _ = writeln!(
             o,
-            "  {:.1} {}  {:.1} KiB/s  {} sent  connections {} ({} TLS, {} failed)",
+            "  {:.1} {}  {:.1} KiB/s  {} sent  {}",
             s.messages_per_s,
             rate_unit(&s.protocol),
             s.kbytes_per_s,
             fmt_bytes(c.bytes),
-            c.connections,
-            c.tls_connections,
-            c.connect_failures
+            connections(c)
         );
     } else if s.protocol == "xmpp" {
         // No recipient is accepted or refused in XMPP: what counts is what arrived.
         let _ = writeln!(
             o,
-            "  {:.1} {}  {:.1} KiB/s  {} sent  delivered {}  duplicates {}  connections {} ({} TLS, {} failed)",
+            "  {:.1} {}  {:.1} KiB/s  {} sent  delivered {}  duplicates {}  {}",
             s.messages_per_s,
             rate_unit(&s.protocol),
             s.kbytes_per_s,
             fmt_bytes(c.bytes),
             c.delivered,
             c.duplicates,
-            c.connections,
-            c.tls_connections,
-            c.connect_failures
+            connections(c)
         );
         let per_s = |n: u64| n as f64 / s.elapsed_s.max(1e-3);
         let _ = writeln!(
@@ -114,18 +108,34 @@ fn headline(o: &mut String, s: &Summary, retrieval: bool) {
     } else {
         let _ = writeln!(
             o,
-            "  {:.1} {}  {:.1} KiB/s  {} sent  recipients {} accepted / {} refused  connections {} ({} TLS, {} failed)",
+            "  {:.1} {}  {:.1} KiB/s  {} sent  recipients {} accepted / {} refused  {}",
             s.messages_per_s,
             rate_unit(&s.protocol),
             s.kbytes_per_s,
             fmt_bytes(c.bytes),
             c.rcpt_accepted,
             c.rcpt_rejected,
-            c.connections,
-            c.tls_connections,
-            c.connect_failures
+            connections(c)
         );
     }
+}
+
+/// Connections made, over TLS, failed; and those whose SYN had to be sent again, with
+/// the time that cost, said as what it is.
+fn connections(c: &crate::metrics::Counters) -> String {
+    let mut t = format!(
+        "connections {} ({} TLS, {} failed)",
+        c.connections, c.tls_connections, c.connect_failures
+    );
+    if c.connect_retransmits > 0 {
+        let _ = write!(
+            t,
+            "\n  connect retransmits {} ({} spent in them): SYNs sent again, unanswered at first — the server's accept queue overflowed (raise its listen backlog, or ramp up with --connect-rate), or something drops SYNs",
+            c.connect_retransmits,
+            d(c.connect_retransmit_us)
+        );
+    }
+    t
 }
 
 /// What `spate imap`'s client mix did, from the counts of its phases (a phase counts the

@@ -87,6 +87,15 @@ impl Endpoint {
     ) -> Result<Connection, Failure> {
         let t = report.start(Phase::Connect);
         let conn = Connection::connect(self.addr, self.source(session, n), self.timeout).await;
+        let retransmitted = match &conn {
+            Ok(c) => c.syn_retransmits() > 0,
+            Err(e) => matches!(e, TransportError::SynUnanswered(_)),
+        };
+        if retransmitted {
+            // The time the server's full accept queue (or dropped SYNs) cost, as such.
+            report.counters.connect_retransmits += 1;
+            report.counters.connect_retransmit_us += report.now().saturating_sub(t);
+        }
         let mut conn = match conn {
             Ok(c) => c,
             Err(e) => {
@@ -214,7 +223,10 @@ pub fn error_kind(e: &TransportError) -> ErrorKind {
     match e {
         TransportError::Refused => ErrorKind::Refused,
         TransportError::Closed => ErrorKind::Closed,
-        TransportError::Timeout(_) => ErrorKind::Timeout,
+        TransportError::Timeout(_)
+        | TransportError::SynUnanswered(_)
+        | TransportError::Unaccepted(_)
+        | TransportError::UnacceptedLikely(_) => ErrorKind::Timeout,
         TransportError::Tls(t) if client_certificate_refused(t) => ErrorKind::ClientCertificate,
         TransportError::Tls(_) | TransportError::TlsIo(_) => ErrorKind::Tls,
         TransportError::Protocol(_) => ErrorKind::Protocol,
@@ -243,7 +255,10 @@ impl Failure {
         let sample = e.to_string();
         // A deadline is the run's own setting, not a varying detail: keep its number.
         let text = match e {
-            TransportError::Timeout(_) => sample.clone(),
+            TransportError::Timeout(_)
+            | TransportError::SynUnanswered(_)
+            | TransportError::Unaccepted(_)
+            | TransportError::UnacceptedLikely(_) => sample.clone(),
             _ => crate::proto::normalize(&sample),
         };
         Failure {

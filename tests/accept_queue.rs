@@ -1,0 +1,126 @@
+//! A target whose accept queue overflows is reported as what it is: connects whose SYN
+//! had to be sent again (counted, with the time they cost), a connect timeout that says
+//! the SYN went unanswered — not a plain timeout. A server that accepts shows none.
+
+mod common;
+
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use common::{run_blocking, summary, SPATE};
+use spate::serve;
+
+/// Runs 20 sessions for 20 messages with a 1.5 s timeout against a listener with a
+/// backlog of 1 that accepts `accepts` connections after 500 ms (before the SYNs are sent
+/// again, at 1 s) and no more; returns the summary and the printed text.
+fn against_a_full_queue(accepts: usize) -> (serde_json::Value, String) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    // SAFETY: listen(2) on a socket this test owns.
+    assert_eq!(unsafe { libc::listen(l.as_raw_fd(), 1) }, 0);
+    let addr = l.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r");
+    let started = Instant::now();
+    let accepter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(500));
+        let held: Vec<_> = (0..accepts).map(|_| l.accept().unwrap()).collect();
+        (l, held)
+    });
+    let o = run_blocking(
+        SPATE,
+        &[
+            "smtp",
+            &addr,
+            "--users",
+            "20",
+            "--count",
+            "20",
+            "--timeout",
+            "1500ms",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &[],
+        Duration::from_secs(60),
+    );
+    let took = started.elapsed();
+    assert!(o.ended(), "{o:?}");
+    assert!(took < Duration::from_secs(30), "the run took {took:?}");
+    drop(accepter.join().unwrap());
+    let s = summary(&out);
+    let t = &s["totals"];
+    let retransmits = t["connect_retransmits"].as_u64().unwrap();
+    assert!(retransmits >= 15, "{t}\n{}", o.stdout);
+    // Each of them waited at least the second before the first SYN retransmit.
+    assert!(
+        t["connect_retransmit_us"].as_u64().unwrap() >= retransmits * 1_000_000,
+        "{t}"
+    );
+    assert!(
+        o.stdout.contains("connect retransmits") && o.stdout.contains("accept queue overflowed"),
+        "{}",
+        o.stdout
+    );
+    (s, o.stdout)
+}
+
+/// How many errors of `phase` say that the accept queue is to blame.
+fn blamed_on_the_queue(s: &serde_json::Value, phase: &str) -> u64 {
+    s["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["phase"] == phase && e["text"].as_str().unwrap().contains("accept queue"))
+        .map(|e| e["count"].as_u64().unwrap())
+        .sum()
+}
+
+#[test]
+fn syns_that_a_full_queue_drops_are_connect_retransmits_not_plain_timeouts() {
+    // Nothing is accepted: two handshakes complete (the preflight's and one session's),
+    // every other SYN is dropped, and the connects time out saying so.
+    let (s, out) = against_a_full_queue(0);
+    assert!(blamed_on_the_queue(&s, "connect") >= 15, "{out}");
+}
+
+#[test]
+fn greetings_lost_to_a_full_queue_are_not_plain_greeting_timeouts() {
+    // One connection is accepted before the SYNs come again: one handshake completes
+    // into the freed place, the others (SYN cookies: the half-open queue is full too) are
+    // dropped at their last ACK — open here, never greeted — or their SYNs again.
+    let (s, out) = against_a_full_queue(1);
+    assert!(blamed_on_the_queue(&s, "banner") >= 1, "{out}");
+    assert!(
+        blamed_on_the_queue(&s, "connect") + blamed_on_the_queue(&s, "banner") >= 15,
+        "{out}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_accepts_shows_no_connect_retransmits() {
+    let server = serve::start(serve::Config::loopback()).await.unwrap();
+    let addr = server.addrs.smtp.unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r");
+    let o = common::spate(&[
+        "smtp",
+        &addr,
+        "--users",
+        "20",
+        "--count",
+        "200",
+        "-m",
+        "5",
+        "-o",
+        out.to_str().unwrap(),
+    ])
+    .await;
+    assert!(o.ok, "{}", o.stderr);
+    let s = summary(&out);
+    let t = &s["totals"];
+    assert_eq!(t["accepted"], 200, "{}", o.stdout);
+    assert!(t["connections"].as_u64().unwrap() >= 40, "{t}");
+    assert_eq!(t["connect_retransmits"], 0, "{t}");
+    assert_eq!(t["connect_retransmit_us"], 0, "{t}");
+    assert!(!o.stdout.contains("connect retransmits"), "{}", o.stdout);
+}
