@@ -213,9 +213,10 @@ pub struct Batches<I> {
     count: Option<u64>,
     limit: Option<f64>,
     window: f64,
-    /// When the last batch was taken, unless it was cut short by `max` (then the rest of
-    /// what is due goes at once).
-    last_wake: Option<f64>,
+    /// When the last batch was due, unless it was cut short by `max` (then the rest of
+    /// what is due goes at once). The schedule, not when the thread woke: a late wake
+    /// does not push the next one later.
+    last_due: Option<f64>,
     max: usize,
 }
 
@@ -234,7 +235,7 @@ impl<I: Iterator<Item = f64>> Batches<I> {
             count,
             limit,
             window,
-            last_wake: None,
+            last_due: None,
             max: max.max(1),
         };
         b.advance();
@@ -252,7 +253,7 @@ impl<I: Iterator<Item = f64>> Batches<I> {
     /// When to wake for the next batch; None once the schedule is over.
     pub fn wake_at(&self) -> Option<f64> {
         let (_, at) = self.next?;
-        Some(match self.last_wake {
+        Some(match self.last_due {
             Some(w) => at.max(w + self.window),
             None => at,
         })
@@ -262,15 +263,16 @@ impl<I: Iterator<Item = f64>> Batches<I> {
     /// (cleared first).
     pub fn take_due(&mut self, now: f64, out: &mut Vec<(u64, f64)>) {
         out.clear();
+        let due = self.wake_at();
         while let Some(a) = self.next.filter(|a| a.1 <= now) {
             if out.len() == self.max {
-                self.last_wake = None;
+                self.last_due = None;
                 return;
             }
             out.push(a);
             self.advance();
         }
-        self.last_wake = Some(now);
+        self.last_due = due.map(|d| d.min(now));
     }
 }
 
@@ -374,7 +376,22 @@ mod tests {
             taken += out.len();
         }
         assert_eq!(taken, 1001, "arrivals 0..=1000 were due");
-        assert!((bs.wake_at().unwrap() - (now + 100e-6)).abs() < 1e-9);
+        let next = bs.wake_at().unwrap();
+        assert!(
+            (next - 0.1001).abs() < 1e-9,
+            "arrival 1001 at its time: {next}"
+        );
+        // A late wake does not push the next one later: the window counts from when the
+        // batch was due.
+        let p = Profile::constant(10_000.0, Some(Duration::from_secs(1)));
+        let a = Arrivals::new(p, Arrival::Constant, SmallRng::seed_from_u64(1));
+        let mut lw = Batches::new(a, (None, None), 250e-6, 64);
+        lw.take_due(0.0, &mut out);
+        assert!((lw.wake_at().unwrap() - 250e-6).abs() < 1e-9);
+        lw.take_due(350e-6, &mut out);
+        assert_eq!(out.len(), 3, "{out:?}");
+        let next = lw.wake_at().unwrap();
+        assert!((next - 500e-6).abs() < 1e-9, "{next}");
         // The count bound ends the schedule exactly.
         let mut n = taken;
         while let Some(t) = bs.wake_at() {

@@ -271,11 +271,14 @@ async fn wait_for_turn(shared: &Shared, after: Duration) -> bool {
     }
 }
 
-/// The arrival thread wakes at most once per this many seconds: arrivals that fall in one
-/// window go out together (see [`Batches`]). At 1 000/s every arrival still has a wake of
-/// its own; from 10 000/s on, the wakes (of this thread and of the runtime) stop growing
-/// with the rate, at the cost of at most this much lag.
-const BATCH_WINDOW_S: f64 = 100e-6;
+/// The arrival thread wakes at most once per this many seconds (on average: the window
+/// counts from when the last batch was due): arrivals that fall in one window go out
+/// together (see [`Batches`]). Up to 4 000/s every arrival has a wake of its own, at its
+/// time; above, the wakes of this thread and of the runtime stop growing with the rate,
+/// at the cost of at most this much lag. Measured at 10 000/s (bench/results/
+/// open-model-latest.md): 100 µs saves nothing, 250 µs a quarter of the CPU per message
+/// for 190 µs of lag at p50, 1 ms half of it for 700 µs.
+const BATCH_WINDOW_S: f64 = 250e-6;
 /// Most arrivals handed out in one batch (a thread that fell far behind catches up in
 /// batches of this size, back to back), so the batch buffers stay small.
 const BATCH_MAX: usize = 256;
@@ -429,7 +432,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn open_arrivals_in_batches_are_exact_in_number_and_never_early() {
-        // 20 000/s: four arrivals to a batch window, each with its own time.
+        // 20 000/s: five arrivals to a batch window, each with its own time.
         let (rate, secs) = (20_000.0, 1.0);
         let profile = Profile::constant(rate, Some(Duration::from_secs_f64(secs)));
         let workload = Workload {
