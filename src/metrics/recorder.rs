@@ -322,6 +322,17 @@ impl Shard {
         self.sent.push(rec);
     }
 
+    /// Empties the shard and keeps its allocations (histograms, buffers) for reuse.
+    pub fn clear(&mut self) {
+        self.counters = Counters::default();
+        for h in self.hists.iter_mut().flatten() {
+            h.reset();
+        }
+        self.errors.clear();
+        self.sent.clear();
+        self.rcpts.clear();
+    }
+
     /// Adds another shard into this one (histograms add, counters add, errors merge).
     pub fn absorb(&mut self, other: &mut Shard) {
         self.counters.add(&other.counters);
