@@ -310,11 +310,20 @@ async fn schedule(
             Vec::with_capacity(BATCH_MAX),
             Vec::with_capacity(BATCH_MAX),
         );
+        let mut stopped_at = None;
         while let Some(t) = batches.wake_at() {
-            if !wait_until(start + Duration::from_secs_f64(t), &shared.stop) {
+            if stopped_at.is_none() && !wait_until(start + Duration::from_secs_f64(t), &shared.stop)
+            {
+                // The run stopped (its duration is over, or an interrupt): what was due
+                // by now is still the run's, handed out or counted as dropped, even if
+                // this thread was behind; nothing later is.
+                stopped_at = Some(start.elapsed().as_secs_f64());
+            }
+            let now = stopped_at.unwrap_or_else(|| start.elapsed().as_secs_f64());
+            batches.take_due(now, &mut due);
+            if due.is_empty() {
                 break;
             }
-            batches.take_due(start.elapsed().as_secs_f64(), &mut due);
             batch.clear();
             batch.extend(
                 due.iter()
