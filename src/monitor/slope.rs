@@ -59,10 +59,12 @@ pub fn drift(per_interval: &[(f64, f64, u64)]) -> Option<Drift> {
         return None;
     }
     let window = if end >= 7200.0 { 3600.0 } else { end / 10.0 };
+    // The intervals that overlap (lo, hi]: the first window always has the run's first
+    // interval, even one that ended after it (a late first tick on a busy machine).
     let rate = |lo: f64, hi: f64| {
         let (mut n, mut t) = (0u64, 0f64);
         for &(at, len, c) in per_interval {
-            if at > lo && at <= hi + 1e-9 {
+            if at > lo && at - len < hi - 1e-9 {
                 n += c;
                 t += len;
             }
@@ -139,5 +141,12 @@ mod tests {
         assert_eq!(d.first_per_s, 100.0);
         assert_eq!(d.last_per_s, 80.0);
         assert!((d.change_pct + 20.0).abs() < 1e-9);
+        // 12 s whose first tick came late (at 1.3 s): the first tenth (1.2 s) is that
+        // interval, not nothing.
+        let iv: Vec<(f64, f64, u64)> = std::iter::once((1.3, 1.3, 130))
+            .chain((2..=12).map(|i| (i as f64, if i == 2 { 0.7 } else { 1.0 }, 100)))
+            .collect();
+        let d = drift(&iv).unwrap();
+        assert_eq!((d.first_per_s, d.last_per_s), (100.0, 100.0));
     }
 }
