@@ -168,6 +168,9 @@ impl Aggregator {
         let (t0_s, len_s) = (self.last_t, t - self.last_t);
         self.last_t = t;
         let Some(w) = self.writer.take() else {
+            // No results directory: the interval is kept for the next one.
+            iv.clear();
+            self.idle = Some(iv);
             return Ok(());
         };
         let q = match self.held.take() {
