@@ -1,4 +1,5 @@
-//! What bounds a run: an open run sends exactly rate × duration; stages set the run's
+//! What bounds a run: an open run sends exactly rate × duration (at 10/s, and at 40 000/s
+//! where arrivals go out in batches); stages set the run's
 //! length (no default count cuts them short); a run that the default count ends says so.
 
 mod common;
@@ -57,6 +58,30 @@ async fn rate_times_duration_stages_and_the_default_bound() {
             .any(|w| w.as_str().unwrap().contains("default bound"))
     };
     assert!(!warned(&s), "{s}");
+
+    // A rate the arrival thread hands out in batches (ten arrivals to its 250 µs
+    // window): still exactly rate × duration arrivals, each sent or counted as dropped.
+    let o = spate(&[
+        "smtp",
+        &addr,
+        "--rate",
+        "40000/s",
+        "-d",
+        "1s",
+        "-m",
+        "0",
+        "--max-in-flight",
+        "100",
+        "-q",
+        "-o",
+        &dir("batched"),
+    ])
+    .await;
+    assert!(o.ok, "{}", o.stderr);
+    let t = &summary(&tmp.path().join("batched"))["totals"];
+    let n = t["attempted"].as_u64().unwrap() + t["dropped"].as_u64().unwrap();
+    assert_eq!(n, 40_000, "{t}");
+    assert!(t["attempted"].as_u64().unwrap() > 0, "{t}");
 
     // No bound given: the default one ends the run, and the summary says so.
     let o = spate(&[

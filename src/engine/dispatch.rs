@@ -49,21 +49,30 @@ impl Dispatch {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Hands `a` to the most recently idle session, or to the backlog; false when the
-    /// backlog is full (the arrival is dropped).
-    pub fn offer(&self, a: Arrival) -> bool {
+    /// Hands out `batch` in order under one lock, each arrival to the most recently idle
+    /// session or to the backlog, then wakes the sessions it chose (the runtime unparks a
+    /// worker for the first; the rest find it awake). Returns how many arrivals found
+    /// the backlog full and were dropped. `woken` is the caller's scratch space, reused
+    /// from batch to batch.
+    pub fn offer(&self, batch: &[Arrival], woken: &mut Vec<usize>) -> u64 {
+        woken.clear();
+        let mut dropped = 0;
         let mut st = self.lock();
-        if let Some(id) = st.idle.pop() {
-            st.mailbox[id] = Some(a);
-            drop(st);
+        for &a in batch {
+            if let Some(id) = st.idle.pop() {
+                st.mailbox[id] = Some(a);
+                woken.push(id);
+            } else if st.backlog.len() < self.backlog_max {
+                st.backlog.push_back(a);
+            } else {
+                dropped += 1;
+            }
+        }
+        drop(st);
+        for &id in woken.iter() {
             self.wake[id].notify_one();
-            return true;
         }
-        if st.backlog.len() >= self.backlog_max {
-            return false;
-        }
-        st.backlog.push_back(a);
-        true
+        dropped
     }
 
     /// No more arrivals: idle sessions end once the backlog is drained.
@@ -115,20 +124,19 @@ mod tests {
                 tokio::task::yield_now().await;
             }
         }
-        assert!(d.offer((0, 10)));
+        let w = &mut Vec::new();
+        assert_eq!(d.offer(&[(0, 10)], w), 0);
         let (id, got) = tasks.pop().unwrap().await.unwrap();
         assert_eq!((id, got), (2, Some((0, 10))), "the last to go idle");
         // Nobody idle but 0 and 1; two more go to 1, then 0.
-        assert!(d.offer((1, 20)));
+        assert_eq!(d.offer(&[(1, 20)], w), 0);
         let (id, got) = tasks.pop().unwrap().await.unwrap();
         assert_eq!((id, got), (1, Some((1, 20))));
-        assert!(d.offer((2, 30)));
+        assert_eq!(d.offer(&[(2, 30)], w), 0);
         let (id, got) = tasks.pop().unwrap().await.unwrap();
         assert_eq!((id, got), (0, Some((2, 30))));
         // No session idle: two wait in the backlog, the third is dropped.
-        assert!(d.offer((3, 40)));
-        assert!(d.offer((4, 50)));
-        assert!(!d.offer((5, 60)));
+        assert_eq!(d.offer(&[(3, 40), (4, 50), (5, 60)], w), 1);
         d.close();
         assert_eq!(
             d.next(1).await,
@@ -137,6 +145,28 @@ mod tests {
         );
         assert_eq!(d.next(0).await, Some((4, 50)));
         assert_eq!(d.next(0).await, None, "closed and drained");
+    }
+
+    #[tokio::test]
+    async fn a_batch_goes_to_the_idle_sessions_then_the_backlog() {
+        let d = std::sync::Arc::new(Dispatch::new(3, 1));
+        let mut tasks = Vec::new();
+        for id in 0..2 {
+            let di = d.clone();
+            tasks.push(tokio::spawn(async move { (id, di.next(id).await) }));
+            while d.lock().idle.len() < id + 1 {
+                tokio::task::yield_now().await;
+            }
+        }
+        // Two idle sessions, a backlog of one: four arrivals in one batch.
+        let mut w = Vec::new();
+        assert_eq!(d.offer(&[(0, 10), (1, 11), (2, 12), (3, 13)], &mut w), 1);
+        assert_eq!(w, [1, 0], "the most recently idle first, each woken once");
+        assert_eq!(tasks.pop().unwrap().await.unwrap(), (1, Some((0, 10))));
+        assert_eq!(tasks.pop().unwrap().await.unwrap(), (0, Some((1, 11))));
+        assert_eq!(d.next(2).await, Some((2, 12)), "the backlog kept the third");
+        d.close();
+        assert_eq!(d.next(2).await, None, "the fourth was dropped");
     }
 
     #[tokio::test]

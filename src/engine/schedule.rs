@@ -199,6 +199,83 @@ impl<R: Rng> Iterator for Arrivals<R> {
     }
 }
 
+/// The arrival thread's batches: it wakes for the next arrival's time, but no sooner
+/// than `window` after its previous wake, and hands out every arrival already due. At a
+/// low rate each arrival gets a wake of its own, right at its time; at a high one the
+/// arrivals of a window go out together, so the thread and the runtime wake once per
+/// window, not once per arrival. Nothing is handed out before its time, and each
+/// arrival keeps its own scheduled time: batching moves the wakes, not what is measured.
+/// Times are seconds since the schedule's start; pure, so it is tested without a clock.
+pub struct Batches<I> {
+    arrivals: std::iter::Enumerate<I>,
+    /// The next arrival within the bounds, taken but not handed out yet.
+    next: Option<(u64, f64)>,
+    count: Option<u64>,
+    limit: Option<f64>,
+    window: f64,
+    /// When the last batch was due, unless it was cut short by `max` (then the rest of
+    /// what is due goes at once). The schedule, not when the thread woke: a late wake
+    /// does not push the next one later.
+    last_due: Option<f64>,
+    max: usize,
+}
+
+impl<I: Iterator<Item = f64>> Batches<I> {
+    /// At most `max` arrivals a batch; the schedule ends at `count` arrivals or at
+    /// `limit` seconds, whichever comes first.
+    pub fn new(
+        arrivals: I,
+        (count, limit): (Option<u64>, Option<f64>),
+        window: f64,
+        max: usize,
+    ) -> Self {
+        let mut b = Batches {
+            arrivals: arrivals.enumerate(),
+            next: None,
+            count,
+            limit,
+            window,
+            last_due: None,
+            max: max.max(1),
+        };
+        b.advance();
+        b
+    }
+
+    fn advance(&mut self) {
+        self.next = self.arrivals.next().and_then(|(seq, at)| {
+            let seq = seq as u64;
+            let over = self.count.is_some_and(|c| seq >= c) || self.limit.is_some_and(|l| at >= l);
+            (!over).then_some((seq, at))
+        });
+    }
+
+    /// When to wake for the next batch; None once the schedule is over.
+    pub fn wake_at(&self) -> Option<f64> {
+        let (_, at) = self.next?;
+        Some(match self.last_due {
+            Some(w) => at.max(w + self.window),
+            None => at,
+        })
+    }
+
+    /// Woken at `now`: every arrival due by then (at most `max`), in order, into `out`
+    /// (cleared first).
+    pub fn take_due(&mut self, now: f64, out: &mut Vec<(u64, f64)>) {
+        out.clear();
+        let due = self.wake_at();
+        while let Some(a) = self.next.filter(|a| a.1 <= now) {
+            if out.len() == self.max {
+                self.last_due = None;
+                return;
+            }
+            out.push(a);
+            self.advance();
+        }
+        self.last_due = due.map(|d| d.min(now));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,5 +320,84 @@ mod tests {
         assert!((1_950..=2_050).contains(&n), "{n}");
         assert!(parse_stages("10s").is_err());
         assert!(parse_stages("x:1/s").is_err());
+    }
+
+    /// Every batch of a schedule, as (wake time, arrivals), woken exactly when asked.
+    fn batches(rate: f64, secs: u64, window: f64, max: usize) -> Vec<(f64, Vec<(u64, f64)>)> {
+        let p = Profile::constant(rate, Some(Duration::from_secs(secs)));
+        let a = Arrivals::new(p, Arrival::Constant, SmallRng::seed_from_u64(1));
+        let mut b = Batches::new(a, (None, Some(secs as f64)), window, max);
+        let mut out = Vec::new();
+        let mut all = Vec::new();
+        while let Some(t) = b.wake_at() {
+            b.take_due(t, &mut out);
+            assert!(!out.is_empty(), "a wake with nothing due at {t}");
+            all.push((t, out.clone()));
+        }
+        all
+    }
+
+    #[test]
+    fn batches_wake_once_per_window_and_never_early() {
+        // 1000/s, 100 µs window: one wake per arrival, each at its own time.
+        let b = batches(1000.0, 2, 100e-6, 64);
+        assert_eq!(b.len(), 2000);
+        assert!(b.iter().all(|(t, a)| a.len() == 1 && a[0].1 == *t));
+        // 50 000/s: five arrivals to a window, never one before its time nor one
+        // past the window it fell in; rate × duration in all, in order, each once.
+        let b = batches(50_000.0, 1, 100e-6, 64);
+        let seqs: Vec<u64> = b.iter().flat_map(|(_, a)| a.iter().map(|x| x.0)).collect();
+        assert_eq!(seqs, (0..50_000).collect::<Vec<_>>());
+        assert!(b.len() <= 10_001, "{} wakes", b.len());
+        assert!(b.len() >= 9_999, "{} wakes", b.len());
+        for (t, a) in &b {
+            assert!(
+                a.iter().all(|x| x.1 <= *t && *t - x.1 <= 100e-6 + 1e-9),
+                "{t} {a:?}"
+            );
+        }
+        // A thread that fell behind: what is due goes out in batches of `max`, back to
+        // back, then the window applies again.
+        let p = Profile::constant(10_000.0, Some(Duration::from_secs(1)));
+        let a = Arrivals::new(p, Arrival::Constant, SmallRng::seed_from_u64(1));
+        let mut bs = Batches::new(a, (Some(5_000), None), 100e-6, 64);
+        let mut out = Vec::new();
+        let now = 0.10005;
+        bs.take_due(now, &mut out);
+        assert_eq!(out.len(), 64);
+        let next = bs.wake_at().unwrap();
+        assert!(
+            (next - 64e-4).abs() < 1e-9,
+            "the rest of what is due, at once: {next}"
+        );
+        let mut taken = 64;
+        while bs.wake_at().is_some_and(|t| t <= now) {
+            bs.take_due(now, &mut out);
+            taken += out.len();
+        }
+        assert_eq!(taken, 1001, "arrivals 0..=1000 were due");
+        let next = bs.wake_at().unwrap();
+        assert!(
+            (next - 0.1001).abs() < 1e-9,
+            "arrival 1001 at its time: {next}"
+        );
+        // A late wake does not push the next one later: the window counts from when the
+        // batch was due.
+        let p = Profile::constant(10_000.0, Some(Duration::from_secs(1)));
+        let a = Arrivals::new(p, Arrival::Constant, SmallRng::seed_from_u64(1));
+        let mut lw = Batches::new(a, (None, None), 250e-6, 64);
+        lw.take_due(0.0, &mut out);
+        assert!((lw.wake_at().unwrap() - 250e-6).abs() < 1e-9);
+        lw.take_due(350e-6, &mut out);
+        assert_eq!(out.len(), 3, "{out:?}");
+        let next = lw.wake_at().unwrap();
+        assert!((next - 500e-6).abs() < 1e-9, "{next}");
+        // The count bound ends the schedule exactly.
+        let mut n = taken;
+        while let Some(t) = bs.wake_at() {
+            bs.take_due(t, &mut out);
+            n += out.len();
+        }
+        assert_eq!(n, 5_000);
     }
 }
