@@ -13,7 +13,8 @@ each mode, `tcpdump -i lo` captures the port while `spate smtp -u 1 -n N -m 0` s
 messages over one connection:
 
   bdat    the default: MAIL+RCPT+BDAT LAST and the body in one write (phase `bdat`)
-  data    --no-chunking: MAIL+RCPT+DATA pipelined (`envelope`), then the body (`body`)
+  data    --no-chunking: MAIL+RCPT+DATA pipelined (`envelope`, or `dot_envelope` when it
+          went behind the previous message's content), then the body (`body`)
   nopipe  --no-chunking --no-pipelining: `mail`, `rcpt`, `data`, `body` each a round trip
   conn    -m 1: a connection per message (`connect`, `banner`, `ehlo`, `quit` N times)
   ref     not spate: a blocking Python client timing the same phases as nopipe with
@@ -310,19 +311,25 @@ def wire_phases(conns):
             paired.append((verb, t, last, tr))
             if len(paired) > 1 and t > paired[-2][3]:
                 turn.append((t - paired[-2][3]) * 1e6)
-        mail = None  # (time, index) of the transaction's MAIL
+        mail = None  # when the transaction's MAIL went out (its write's start)
+        chained = False  # that MAIL rode behind the previous message's content
         for i, (verb, t, last, tr) in enumerate(paired):
             if verb == "ehlo":
                 add("ehlo", t, tr)
             elif verb == "mail":
-                mail = t
+                prev = paired[i - 1] if i else None
+                # PIPELINING across messages: MAIL went before the previous message's
+                # final reply, in the write that began with that message's content, and
+                # spate times the group (`dot_envelope`) from the start of that write.
+                chained = prev is not None and prev[0] == "body" and t < prev[3]
+                mail = prev[1] if chained else t
                 add("mail", t, tr)
             elif verb == "rcpt":
                 add("rcpt", t, tr)
             elif verb == "data":
                 add("data", t, tr)
                 if mail is not None:
-                    add("envelope", mail, tr)
+                    add("dot_envelope" if chained else "envelope", mail, tr)
             elif verb == "body":
                 add("body", t, tr)
                 if mail is not None:
@@ -482,7 +489,8 @@ def one_mode(spate, port, mode, args, workdir):
     wire, odd, turn = wire_phases(conns)
     spate_ph = {p["phase"]: p for p in summary["phases"]}
     rows = []
-    order = ["connect", "banner", "ehlo", "mail", "rcpt", "data", "envelope", "body", "bdat",
+    order = ["connect", "banner", "ehlo", "mail", "rcpt", "data", "envelope", "dot_envelope",
+             "body", "bdat",
              "transaction", "quit"]
     for name in order:
         s = spate_ph.get(name)
