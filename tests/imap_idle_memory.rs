@@ -4,8 +4,8 @@
 //! select INBOX and IDLE for 4 s; the difference of the two runs' live heap in the
 //! middle of the wait (the median of samples taken every 20 ms between 40 % and 70 % of
 //! the run), divided by K - K0, is what one more waiting session holds. Issue #18 asks
-//! for at most 4 KiB; the bound here is the figure reached (5.2 KiB in a debug build)
-//! with a little room, so that it cannot grow unnoticed.
+//! for at most 4 KiB: 4 045 bytes in a debug build (it was 5 245); the bound leaves a
+//! little room, so that it cannot grow unnoticed.
 
 mod common;
 
@@ -108,7 +108,7 @@ fn an_imap_session_in_idle_costs_the_generator_little() {
     let per = (large - small) as f64 / (k - k0) as f64;
     eprintln!("spate imap: {per:.0} bytes per session in IDLE");
     assert!(
-        per <= 6.0 * 1024.0,
+        per <= 4.5 * 1024.0,
         "{per:.0} bytes per IMAP session in IDLE"
     );
 }

@@ -224,7 +224,15 @@ pub(super) fn spawn<D: Driver>(
             (Model::Closed { .. }, Some(r)) => Duration::from_secs_f64(id as f64 / r),
             _ => Duration::ZERO,
         };
-        workers.spawn(session(id, driver, slots, shared.clone(), start_after));
+        // The driver on the heap: an async fn keeps a moved argument both as the argument
+        // and as its local, so inline it would be stored twice in every session's task.
+        workers.spawn(session(
+            id,
+            Box::new(driver),
+            slots,
+            shared.clone(),
+            start_after,
+        ));
     }
     scheduler
 }
@@ -232,7 +240,7 @@ pub(super) fn spawn<D: Driver>(
 /// One session: its setup, its units, its finish.
 async fn session<D: Driver>(
     id: usize,
-    mut driver: D,
+    mut driver: Box<D>,
     mut slots: Slots,
     shared: Arc<Shared>,
     start_after: Duration,
@@ -267,7 +275,7 @@ async fn session<D: Driver>(
         first = false;
         rec.session_started();
         let hook = shared.on_unit.as_deref();
-        let done = run_unit(&mut driver, slot, &mut report, rec, id, hook, &mut give_up).await;
+        let done = run_unit(&mut *driver, slot, &mut report, rec, id, hook, &mut give_up).await;
         rec.session_ended();
         if !done {
             return;

@@ -408,9 +408,12 @@ impl Imap {
 
     /// IDLE until the server reports a change or `until` completes; then DONE and the
     /// tagged reply. The connection's timeout is lifted while waiting.
-    pub async fn idle(
+    /// `until` is pinned by the caller, so that the wait is stored once, in the caller's
+    /// future, rather than twice in this one (an async fn keeps a moved argument both as
+    /// the argument and as its local).
+    pub async fn idle<F: std::future::Future<Output = ()>>(
         &mut self,
-        until: impl std::future::Future<Output = ()>,
+        mut until: std::pin::Pin<&mut F>,
         limit: Duration,
     ) -> Result<Wake, ClientError> {
         let tag = self.tag();
@@ -421,7 +424,6 @@ impl Imap {
         self.conn.set_timeout(limit + saved);
         self.conn.set_bare_waits(true);
         let mut wake = Wake::Done;
-        let mut until = std::pin::pin!(until);
         let result: Result<(), ClientError> = async {
             loop {
                 let mut framer = imap::Framer::new(0);
@@ -444,7 +446,7 @@ impl Imap {
                             _ => {}
                         }
                     }
-                    _ = &mut until => return Ok(()),
+                    _ = until.as_mut() => return Ok(()),
                 }
             }
         }

@@ -230,7 +230,7 @@ pub async fn watch_mailbox(
                 }
             }
         };
-        m.idle(until, refresh).await?;
+        m.idle(std::pin::pin!(until), refresh).await?;
         exists = m.exists;
     }
     m.logout().await?;

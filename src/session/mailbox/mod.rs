@@ -319,9 +319,8 @@ impl Visitor {
 /// IDLE for `d`: the phase is the server's part (IDLE to "+", DONE to OK), not the wait.
 async fn idle(m: &mut Imap, d: Duration, r: &mut UnitReport) -> Result<(), Failure> {
     let t = r.start(Phase::Idle);
-    m.idle(tokio::time::sleep(d), d)
-        .await
-        .map_err(|e| failure(Phase::Idle, e))?;
+    let wait = std::pin::pin!(tokio::time::sleep(d));
+    m.idle(wait, d).await.map_err(|e| failure(Phase::Idle, e))?;
     let total = r.now().saturating_sub(t);
     let waited = m.idle_waited.as_micros() as u64;
     r.record(Phase::Idle, total.saturating_sub(waited));
