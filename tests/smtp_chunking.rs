@@ -149,51 +149,8 @@ async fn refusals_inside_a_bdat_group_are_each_counted_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lmtp_bdat_reads_a_reply_per_recipient() {
-    let mut cfg = serve::Config::loopback();
-    cfg.listen.lmtp = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
-    cfg.listen.smtp = None;
-    cfg.faults
-        .fails
-        .push(faults::parse_fail("dot:452:0.1").unwrap());
-    cfg.faults.seed = Some(9);
-    let server = serve::start(cfg).await.unwrap();
-    let lmtp = server.addrs.lmtp.unwrap().to_string();
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("lmtp");
-    let o = spate(&[
-        "smtp",
-        "--lmtp",
-        &lmtp,
-        "-u",
-        "4",
-        "-n",
-        "400",
-        "--rcpt",
-        "2",
-        "--to",
-        "user{0..9}@example.test",
-        "-q",
-        "-o",
-        out.to_str().unwrap(),
-    ])
-    .await;
-    assert!(o.ok, "{}", o.stderr);
-    let s = summary(&out);
-    let t = &s["totals"];
-    let refused = errors_of(&s, "bdat", 452);
-    assert!(refused > 20, "{refused}");
-    assert_eq!(server.stats.rejections(452), refused);
-    // A recipient refused after the content is a recipient lost, not a message lost,
-    // unless both of its recipients were refused.
-    assert_eq!(
-        t["rcpt_accepted"].as_u64().unwrap(),
-        server.stats.recipients()
-    );
-    assert_eq!(t["rcpt_accepted"].as_u64().unwrap() + refused, 800);
-    assert_eq!(server.stats.snapshot().messages_chunked, 400);
+    let (s, _) = common::lmtp_refused_at_the_dot(&[], "bdat").await;
     assert_eq!(phase_count(&s, "bdat"), 400);
-    assert_eq!(check_digests(&server), server.stats.recipients() as usize);
-    server.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

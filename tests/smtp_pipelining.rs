@@ -171,51 +171,8 @@ async fn refusals_in_chained_groups_are_each_counted_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lmtp_chained_messages_read_a_reply_per_recipient() {
-    let mut cfg = serve::Config::loopback();
-    cfg.listen.lmtp = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
-    cfg.listen.smtp = None;
-    cfg.faults
-        .fails
-        .push(faults::parse_fail("dot:452:0.1").unwrap());
-    cfg.faults.seed = Some(9);
-    let server = serve::start(cfg).await.unwrap();
-    let lmtp = server.addrs.lmtp.unwrap().to_string();
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("lmtp");
-    let o = spate(&[
-        "smtp",
-        "--lmtp",
-        &lmtp,
-        "-u",
-        "4",
-        "-n",
-        "400",
-        "--rcpt",
-        "2",
-        "--to",
-        "user{0..9}@example.test",
-        "-m",
-        "0",
-        "--no-chunking",
-        "-q",
-        "-o",
-        out.to_str().unwrap(),
-    ])
-    .await;
-    assert!(o.ok, "{}", o.stderr);
-    let s = summary(&out);
-    let t = &s["totals"];
-    let refused = errors_of(&s, "body", 452);
-    assert!(refused > 20, "{refused}");
-    assert_eq!(server.stats.rejections(452), refused);
-    assert_eq!(
-        t["rcpt_accepted"].as_u64().unwrap(),
-        server.stats.recipients()
-    );
-    assert_eq!(t["rcpt_accepted"].as_u64().unwrap() + refused, 800);
-    assert!(phase_count(&s, "dot_envelope") >= 396, "{}", o.stdout);
-    assert_eq!(check_digests(&server), server.stats.recipients() as usize);
-    server.shutdown().await;
+    let (s, stdout) = common::lmtp_refused_at_the_dot(&["-m", "0", "--no-chunking"], "body").await;
+    assert!(phase_count(&s, "dot_envelope") >= 396, "{stdout}");
 }
 
 /// Postfix's own smtp-sink (PIPELINING, no CHUNKING): every message chained behind the
@@ -349,27 +306,21 @@ async fn a_server_that_drops_commands_behind_a_message_is_reported() {
         }
     });
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("full");
+    // Six messages on one session, kept connections, a 1 s reply deadline.
+    let run = |name: &'static str, extra: &'static [&'static str]| {
+        let out = dir.path().join(name);
+        let addr = addr.clone();
+        async move {
+            let mut args = vec!["smtp", &addr, "-u", "1", "-n", "6", "-m", "0"];
+            args.extend_from_slice(&["--timeout", "1s", "-q", "-o", out.to_str().unwrap()]);
+            args.extend_from_slice(extra);
+            (spate(&args).await, summary(&out))
+        }
+    };
     let t0 = std::time::Instant::now();
-    let o = spate(&[
-        "smtp",
-        &addr,
-        "-u",
-        "1",
-        "-n",
-        "6",
-        "-m",
-        "0",
-        "--timeout",
-        "1s",
-        "-q",
-        "-o",
-        out.to_str().unwrap(),
-    ])
-    .await;
+    let (o, s) = run("full", &[]).await;
     assert!(t0.elapsed().as_secs() < 30, "bounded by the timeout");
     assert!(o.ended(), "{}", o.stderr);
-    let s = summary(&out);
     // Each connection: the first message goes through, the one chained behind it gets no
     // reply and fails; the next connection starts again with a message of its own.
     assert_eq!(s["totals"]["accepted"], 3, "{}", o.stdout);
@@ -385,27 +336,8 @@ async fn a_server_that_drops_commands_behind_a_message_is_reported() {
         "{errors:?}"
     );
 
-    let out = dir.path().join("conservative");
-    let o = spate(&[
-        "smtp",
-        &addr,
-        "-u",
-        "1",
-        "-n",
-        "6",
-        "-m",
-        "0",
-        "--timeout",
-        "1s",
-        "--pipelining",
-        "conservative",
-        "-q",
-        "-o",
-        out.to_str().unwrap(),
-    ])
-    .await;
+    let (o, s) = run("conservative", &["--pipelining", "conservative"]).await;
     assert!(o.ok, "{}", o.stderr);
-    let s = summary(&out);
     assert_eq!(s["totals"]["accepted"], 6, "{}", o.stdout);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     server.join().unwrap();

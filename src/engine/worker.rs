@@ -416,27 +416,37 @@ mod tests {
         async fn finish(&mut self, _report: &mut UnitReport) {}
     }
 
-    /// Units and idle calls of one session doing `count` units with `think_ms` between.
-    async fn one_session(think_ms: f64, count: u64) -> (u64, u64) {
-        let workload = Workload {
-            model: Model::Closed { users: 1, think_ms },
-            count: Some(count),
-            duration_s: None,
+    /// A workload of `model` bounded by `count` or `duration_s`, nothing else set.
+    fn workload(model: Model, count: Option<u64>, duration_s: Option<f64>) -> Workload {
+        Workload {
+            model,
+            count,
+            duration_s,
             count_is_default: false,
             after_setup: false,
             connect_rate: None,
             shard: None,
             run_id: None,
             start: None,
-        };
-        let shared = Arc::new(Shared {
+        }
+    }
+
+    /// What the workers of a test share: `shards` recorder shards, `sessions` sessions.
+    fn shared(shards: usize, sessions: usize) -> Arc<Shared> {
+        Arc::new(Shared {
             clock: Clock::new(),
-            recorder: Arc::new(Recorder::new(1)),
+            recorder: Arc::new(Recorder::new(shards)),
             stop: Arc::new(AtomicBool::new(false)),
             on_unit: None,
             give_up: GiveUp::default(),
-            setup_done: SetupDone::new(1),
-        });
+            setup_done: SetupDone::new(sessions),
+        })
+    }
+
+    /// Units and idle calls of one session doing `count` units with `think_ms` between.
+    async fn one_session(think_ms: f64, count: u64) -> (u64, u64) {
+        let workload = workload(Model::Closed { users: 1, think_ms }, Some(count), None);
+        let shared = shared(1, 1);
         let (units, idles) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         let mut workers = JoinSet::new();
         let (u, i) = (units.clone(), idles.clone());
@@ -482,25 +492,8 @@ mod tests {
     #[tokio::test]
     async fn a_claimed_unit_runs_next_on_its_session_and_the_count_stays_exact() {
         for (users, think_ms) in [(3u32, 0.0), (2, 1.0)] {
-            let workload = Workload {
-                model: Model::Closed { users, think_ms },
-                count: Some(40),
-                duration_s: None,
-                count_is_default: false,
-                after_setup: false,
-                connect_rate: None,
-                shard: None,
-                run_id: None,
-                start: None,
-            };
-            let shared = Arc::new(Shared {
-                clock: Clock::new(),
-                recorder: Arc::new(Recorder::new(users as usize)),
-                stop: Arc::new(AtomicBool::new(false)),
-                on_unit: None,
-                give_up: GiveUp::default(),
-                setup_done: SetupDone::new(users as usize),
-            });
+            let workload = workload(Model::Closed { users, think_ms }, Some(40), None);
+            let shared = shared(users as usize, users as usize);
             let mismatches = Arc::new(AtomicU64::new(0));
             let ran = Arc::new(std::sync::Mutex::new(Vec::new()));
             let offered = Arc::new(AtomicU64::new(0));
@@ -565,29 +558,13 @@ mod tests {
         // 20 000/s: five arrivals to a batch window, each with its own time.
         let (rate, secs) = (20_000.0, 1.0);
         let profile = Profile::constant(rate, Some(Duration::from_secs_f64(secs)));
-        let workload = Workload {
-            model: Model::Open {
-                profile: profile.clone(),
-                arrival: Arrival::Constant,
-                max_in_flight: 200,
-            },
-            count: None,
-            duration_s: Some(secs),
-            count_is_default: false,
-            after_setup: false,
-            connect_rate: None,
-            shard: None,
-            run_id: None,
-            start: None,
+        let model = Model::Open {
+            profile: profile.clone(),
+            arrival: Arrival::Constant,
+            max_in_flight: 200,
         };
-        let shared = Arc::new(Shared {
-            clock: Clock::new(),
-            recorder: Arc::new(Recorder::new(8)),
-            stop: Arc::new(AtomicBool::new(false)),
-            on_unit: None,
-            give_up: GiveUp::default(),
-            setup_done: SetupDone::new(200),
-        });
+        let workload = workload(model, None, Some(secs));
+        let shared = shared(8, 200);
         let stamps = Arc::new(std::sync::Mutex::new(Vec::new()));
         let mut workers = JoinSet::new();
         let st = stamps.clone();

@@ -536,3 +536,60 @@ pub fn serve_process(listen: &str, extra: &[&std::ffi::OsStr]) -> (Kill, String)
     wait_listen(&addr, Duration::from_secs(10));
     (server, addr)
 }
+
+/// LMTP with refusals after the content: `spate serve --lmtp` refusing 10 % of the
+/// recipients at the final dot (452), and `spate smtp --lmtp` sending it 400 messages to
+/// 2 recipients each from 4 sessions, plus `extra`. Checks that every refusal the server
+/// made is counted once, as a lost recipient and not a lost message, that the counts add
+/// up to 800 recipients, and that every delivered body is intact; returns the summary and
+/// the run's printed text. `phase` is where the final replies are timed (bdat or body).
+pub async fn lmtp_refused_at_the_dot(extra: &[&str], phase: &str) -> (serde_json::Value, String) {
+    use spate::serve::{self, faults};
+    let mut cfg = serve::Config::loopback();
+    cfg.listen.lmtp = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    cfg.listen.smtp = None;
+    cfg.faults
+        .fails
+        .push(faults::parse_fail("dot:452:0.1").unwrap());
+    cfg.faults.seed = Some(9);
+    let server = serve::start(cfg).await.unwrap();
+    let lmtp = server.addrs.lmtp.unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("lmtp");
+    let mut args = vec![
+        "smtp",
+        "--lmtp",
+        &lmtp,
+        "-u",
+        "4",
+        "-n",
+        "400",
+        "--rcpt",
+        "2",
+        "--to",
+        "user{0..9}@example.test",
+        "-q",
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let o = spate(&args).await;
+    assert!(o.ok, "{}", o.stderr);
+    let s = summary(&out);
+    let t = &s["totals"];
+    let refused = errors_of(&s, phase, 452);
+    assert!(refused > 20, "{refused}");
+    assert_eq!(server.stats.rejections(452), refused);
+    assert_eq!(
+        t["rcpt_accepted"].as_u64().unwrap(),
+        server.stats.recipients()
+    );
+    assert_eq!(t["rcpt_accepted"].as_u64().unwrap() + refused, 800);
+    assert_eq!(check_digests(&server), server.stats.recipients() as usize);
+    assert_eq!(
+        server.stats.snapshot().messages_chunked,
+        if phase == "bdat" { 400 } else { 0 }
+    );
+    server.shutdown().await;
+    (s, o.stdout)
+}
