@@ -14,10 +14,15 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpSocket, TcpStream};
+
+use crate::metrics::note_arrival;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
 mod handshake;
+mod stamped;
+
+use stamped::Tcp;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
@@ -131,8 +136,8 @@ pub fn client_certificate_refused(e: &rustls::Error) -> bool {
 }
 
 enum Stream {
-    Plain(TcpStream),
-    Tls(Box<TlsStream<TcpStream>>),
+    Plain(Tcp),
+    Tls(Box<TlsStream<Tcp>>),
     /// Only during an upgrade, or after a failed one.
     Gone,
 }
@@ -467,20 +472,64 @@ pub struct Connection {
     stream: Stream,
     inbox: Inbox,
     timeout: Duration,
-    /// SYNs the connect sent again (asked of the kernel only when it was slow).
+    /// SYNs the connect sent again.
     syn_retransmits: u32,
+    began: std::time::Instant,
 }
 
-/// A connect faster than this retransmitted nothing (the first SYN retransmit comes
-/// after 1 s; no retransmit timeout is below 200 ms): the kernel is not asked.
-const SLOW_CONNECT: Duration = Duration::from_millis(200);
+/// Connects `socket` to `addr`; returns the stream, when the connect call was made, and
+/// the SYNs it had to send again.
+/// When the server's SYN/ACK came is noted as its latest answer (see [`note_arrival`]):
+/// the call's time plus the handshake's round trip as the kernel measured it (its first
+/// RTT sample), when no SYN had to be sent again. Neither the wait for this task to be
+/// woken to see the socket writable, nor the server taking this CPU right after the
+/// handshake on a shared machine, is counted as the server's connect time.
+async fn connect_stamped(
+    socket: TcpSocket,
+    addr: SocketAddr,
+) -> io::Result<(TcpStream, std::time::Instant, u32)> {
+    use std::os::fd::{FromRawFd, IntoRawFd};
+    let fd = socket.into_raw_fd();
+    // SAFETY: `fd` was just released by the TcpSocket: this stream owns it from here.
+    let std = unsafe { std::net::TcpStream::from_raw_fd(fd) };
+    let to = socket2::SockAddr::from(addr);
+    let called = std::time::Instant::now();
+    // SAFETY: `to` is a valid sockaddr of the length given.
+    let rc = unsafe { libc::connect(fd, to.as_ptr().cast(), to.len()) };
+    if rc != 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINPROGRESS) {
+            return Err(e);
+        }
+    }
+    // On loopback the handshake is over when the call returns.
+    let mut tcp_info = handshake::read(fd).filter(|h| h.connected());
+    let tcp = TcpStream::from_std(std)?;
+    if tcp_info.is_none() {
+        tcp.writable().await?;
+        if let Some(e) = tcp.take_error()? {
+            return Err(e);
+        }
+        tcp.peer_addr()?;
+        tcp_info = handshake::read(fd);
+    }
+    let now = std::time::Instant::now();
+    let answered = match tcp_info {
+        Some(h) if h.total_retrans == 0 && h.rtt_us > 0 => {
+            called + Duration::from_micros(h.rtt_us.into()).min(now - called)
+        }
+        _ => now,
+    };
+    note_arrival(answered);
+    Ok((tcp, called, tcp_info.map_or(0, |h| h.total_retrans)))
+}
 
 impl Connection {
     /// Connects (optionally from a given source address), with TCP_NODELAY set: a load
     /// generator that waits for delayed ACKs measures its own Nagle, not the server.
     /// A connect that timed out after sending its SYN again is told as such
-    /// ([`TransportError::SynUnanswered`]), and one that took long knows how many SYNs it
-    /// sent again ([`Connection::syn_retransmits`]).
+    /// ([`TransportError::SynUnanswered`]), and one that completed knows how many SYNs
+    /// it sent again ([`Connection::syn_retransmits`]).
     pub async fn connect(
         addr: SocketAddr,
         bind: Option<IpAddr>,
@@ -500,12 +549,14 @@ impl Connection {
         }
         socket.set_nodelay(true).map_err(TransportError::from_io)?;
         let fd = socket.as_raw_fd();
-        let started = std::time::Instant::now();
+        // Replies are timed to when they reached this host (see `stamped`).
+        stamped::enable(fd);
         // Pinned here, not moved into the timeout: the socket stays open after a
         // timeout, for the kernel to say whether its SYN went unanswered.
-        let connect = socket.connect(addr);
+        let connect = connect_stamped(socket, addr);
         tokio::pin!(connect);
-        let tcp = match tokio::time::timeout(timeout, &mut connect).await {
+        let (tcp, began, syn_retransmits) = match tokio::time::timeout(timeout, &mut connect).await
+        {
             Ok(r) => r.map_err(TransportError::from_io)?,
             Err(_) => {
                 return Err(match handshake::read(fd) {
@@ -514,25 +565,27 @@ impl Connection {
                 })
             }
         };
-        let syn_retransmits = if started.elapsed() >= SLOW_CONNECT {
-            handshake::read(fd).map_or(0, |h| h.total_retrans)
-        } else {
-            0
-        };
         let probe = Probe {
             fd,
             syn_retransmits,
         };
         Ok(Connection {
-            stream: Stream::Plain(tcp),
+            stream: Stream::Plain(Tcp(tcp)),
             inbox: Inbox::new(Some(probe)),
             timeout,
             syn_retransmits,
+            began,
         })
     }
 
+    /// When the connect call was made: the connect phase is timed from there (the
+    /// socket's creation is not the server's time).
+    pub fn connect_began(&self) -> std::time::Instant {
+        self.began
+    }
+
     /// SYNs the connect had to send again: the server's accept queue was full (or
-    /// something dropped them). 0 for a connect that took under 200 ms.
+    /// something dropped them).
     pub fn syn_retransmits(&self) -> u32 {
         self.syn_retransmits
     }
@@ -738,5 +791,42 @@ mod tests {
             let waited = t0.elapsed();
             assert!(waited >= t && waited < t * 5, "{waited:?} for {t:?}");
         }
+    }
+
+    /// A reply that reached this host while the reading thread was busy is timed to
+    /// its arrival (the kernel's receive timestamp), not to when it was read: the thread
+    /// sleeps 50 ms after sending, the reply comes meanwhile.
+    #[tokio::test]
+    async fn a_reply_is_timed_to_its_arrival_not_to_its_read() {
+        use std::io::{Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut b = [0u8; 1];
+            s.read_exact(&mut b).unwrap();
+            s.write_all(b"ok\n").unwrap();
+            // Held open until the client is done.
+            let _ = s.read(&mut b);
+        });
+        let clock = crate::metrics::Clock::new();
+        let mut c = Connection::connect(addr, None, Duration::from_secs(5))
+            .await
+            .unwrap();
+        let since = clock.now_us();
+        c.send(b"x").await.unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(c.read_frame(64, line).await.unwrap(), b"ok\n");
+        let (end, now) = (clock.end_us(since), clock.now_us());
+        assert!(end >= since, "{end} < {since}");
+        assert!(
+            now - end >= 40_000,
+            "timed to {end} µs, read at {now} µs: not to the arrival"
+        );
+        // Bytes already buffered when a later phase began: that phase ends now.
+        let later = clock.now_us();
+        assert!(clock.end_us(later) >= later);
+        drop(c);
+        server.join().unwrap();
     }
 }

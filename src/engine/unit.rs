@@ -104,6 +104,8 @@ pub struct UnitReport {
     clock: Clock,
     started_us: u64,
     done_us: Option<u64>,
+    /// Where the last timed phase ended (run clock).
+    last_end: u64,
     /// The phase under way and when it began, for a unit cut off by the end of the run.
     current: Option<(Phase, u64)>,
     pub timings: Vec<(Phase, u64)>,
@@ -123,6 +125,7 @@ impl UnitReport {
             clock,
             started_us: 0,
             done_us: None,
+            last_end: 0,
             current: None,
             timings: Vec::with_capacity(16),
             errors: Vec::new(),
@@ -135,6 +138,7 @@ impl UnitReport {
     fn reset(&mut self) {
         self.started_us = self.clock.now_us();
         self.done_us = None;
+        self.last_end = 0;
         self.current = None;
         self.timings.clear();
         self.errors.clear();
@@ -147,6 +151,11 @@ impl UnitReport {
     #[inline]
     pub fn now(&self) -> u64 {
         self.clock.now_us()
+    }
+
+    /// `at` on the run clock.
+    pub fn us_at(&self, at: std::time::Instant) -> u64 {
+        self.clock.us_at(at)
     }
 
     /// When the unit started (run clock).
@@ -167,14 +176,43 @@ impl UnitReport {
         self.current = Some((phase, since));
     }
 
-    /// Records `phase` as lasting from `since` until now.
+    /// Records `phase` as lasting from `since` until the server's bytes that ended it
+    /// reached this host (the latest read's receive time; now when the reply was already
+    /// buffered). Returns that end.
     #[inline]
-    pub fn timed(&mut self, phase: Phase, since: u64) {
+    pub fn timed(&mut self, phase: Phase, since: u64) -> u64 {
+        let end = self.clock.end_us(since);
+        self.end(phase, since, end)
+    }
+
+    /// Records `phase`, which ended with a write of ours (nothing to wait for) or with
+    /// something seen by polling, as lasting from `since` until now.
+    pub fn timed_now(&mut self, phase: Phase, since: u64) {
         let now = self.clock.now_us();
-        self.timings.push((phase, now.saturating_sub(since)));
+        self.end(phase, since, now);
+    }
+
+    fn end(&mut self, phase: Phase, since: u64, end: u64) -> u64 {
+        self.timings.push((phase, end.saturating_sub(since)));
+        self.last_end = end;
         if self.current.is_some_and(|(p, _)| p == phase) {
             self.current = None;
         }
+        end
+    }
+
+    /// How long since `since` the server's latest bytes came (see [`UnitReport::timed`]),
+    /// for a phase recorded later or in parts.
+    pub fn took(&self, since: u64) -> u64 {
+        self.clock.end_us(since).saturating_sub(since)
+    }
+
+    /// `phase` begins where the last timed phase ended (a greeting is timed from the
+    /// connect's completion, not from when this task next ran).
+    pub fn start_after_last(&mut self, phase: Phase) -> u64 {
+        let at = self.last_end.max(self.started_us);
+        self.current = Some((phase, at));
+        at
     }
 
     pub fn record(&mut self, phase: Phase, micros: u64) {
@@ -200,12 +238,13 @@ impl UnitReport {
     /// The unit's final reply came now: what follows (a QUIT that ends the connection) is
     /// not part of its response time.
     pub fn done(&mut self) {
-        self.done_us = Some(self.clock.now_us());
+        self.done_us = Some(self.clock.end_us(self.started_us));
     }
 
     /// The time of [`UnitReport::done`], or now.
     pub fn done_at(&self) -> u64 {
-        self.done_us.unwrap_or_else(|| self.clock.now_us())
+        self.done_us
+            .unwrap_or_else(|| self.clock.end_us(self.started_us))
     }
 }
 

@@ -5,7 +5,7 @@ mod clock;
 mod phase;
 mod recorder;
 
-pub use clock::Clock;
+pub use clock::{note_arrival, Clock};
 pub use phase::{Declared, Phase};
 pub use recorder::{
     new_histogram, Counters, Detail, ErrorKey, ErrorKind, ErrorStat, Interval, Recorder,

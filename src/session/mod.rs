@@ -103,6 +103,8 @@ impl Endpoint {
                 return Err(Failure::transport(Phase::Connect, e));
             }
         };
+        // From the connect call: creating the socket is not the server's time.
+        let t = t.max(report.us_at(conn.connect_began()));
         report.timed(Phase::Connect, t);
         report.counters.connections += 1;
         if self.tls == TlsMode::Implicit {

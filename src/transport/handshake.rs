@@ -1,5 +1,6 @@
-//! What the kernel knows about a connection's TCP handshake (`TCP_INFO`), asked only on
-//! the slow path: a connect that took long or timed out, a first read that timed out.
+//! What the kernel knows about a connection's TCP handshake (`TCP_INFO`): asked once
+//! when a connect completes (did it, how long its SYN took to be answered, how many SYNs
+//! it sent again), and on the slow path (a connect or a first read that timed out).
 //! It tells a server whose accept queue overflowed from a slow one. When a listener's
 //! queue is full, Linux drops the SYN (this side retransmits it after 1 s, 3 s, ...), or,
 //! with `tcp_abort_on_overflow` = 0, the handshake's last ACK (the server retransmits its
@@ -31,6 +32,12 @@ struct TcpInfo {
 /// The part of `TCP_INFO` that tells how a handshake went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Handshake {
+    /// The connection's TCP state (linux/tcp_states.h: 1 established, 2 SYN sent, 7
+    /// closed).
+    pub state: u8,
+    /// The smoothed round trip in µs; right after the handshake, its one sample: SYN
+    /// sent to SYN/ACK received.
+    pub rtt_us: u32,
     /// Segments this side retransmitted (SYNs included).
     pub total_retrans: u32,
     /// Bytes of ours the server acknowledged (1 for the SYN alone).
@@ -59,6 +66,8 @@ pub fn read(fd: RawFd) -> Option<Handshake> {
         return None;
     }
     Some(Handshake {
+        state: info.head[0],
+        rtt_us: info.words[15],
         total_retrans: info.words[23],
         bytes_acked: info.bytes_acked,
         bytes_received: info.bytes_received,
@@ -66,7 +75,16 @@ pub fn read(fd: RawFd) -> Option<Handshake> {
     })
 }
 
+/// TCP states (linux/tcp_states.h) a connect that has not completed is in.
+const SYN_SENT: u8 = 2;
+const CLOSE: u8 = 7;
+
 impl Handshake {
+    /// The connect has completed (the connection may have been closed since).
+    pub fn connected(&self) -> bool {
+        !matches!(self.state, SYN_SENT | CLOSE)
+    }
+
     /// A connection open on this side that never heard from the server: the server did
     /// not complete the handshake (its accept queue was full when our last ACK came) when
     /// it sent its SYN/ACK again, or when it acknowledged none of our data and we had to
@@ -84,6 +102,8 @@ mod tests {
 
     fn h(total_retrans: u32, bytes_acked: u64, bytes_received: u64, segs_in: u32) -> Handshake {
         Handshake {
+            state: 1,
+            rtt_us: 0,
             total_retrans,
             bytes_acked,
             bytes_received,
@@ -116,6 +136,8 @@ mod tests {
         assert_eq!(h.segs_in, 1, "{h:?}");
         assert_eq!(h.bytes_acked, 1, "{h:?}");
         assert_eq!(h.total_retrans, 0);
+        assert_eq!(h.state, 1, "established");
+        assert!(h.rtt_us > 0, "the handshake's round trip");
         assert!(!h.unaccepted(0));
     }
 }

@@ -95,6 +95,19 @@ async fn step<T>(
         .map_err(|e| failure(phase, e))
 }
 
+/// A greeting: timed from where the connect (or the TLS handshake) ended.
+async fn greeting<T>(
+    r: &mut UnitReport,
+    fut: impl Future<Output = Result<T, ClientError>>,
+) -> Result<T, Failure> {
+    let t = r.start_after_last(Phase::Greeting);
+    let v = Box::pin(fut)
+        .await
+        .map_err(|e| failure(Phase::Greeting, e))?;
+    r.timed(Phase::Greeting, t);
+    Ok(v)
+}
+
 /// What a visit counts before it knows whether its deletions were committed.
 #[derive(Default)]
 struct Visit {
@@ -169,7 +182,7 @@ impl Visitor {
     ) -> Result<(), Failure> {
         let conn = self.open(ep, r).await?;
         let s = self.s.clone();
-        let mut p = step(r, Phase::Greeting, Pop3::greet(conn)).await?;
+        let mut p = greeting(r, Pop3::greet(conn)).await?;
         let mut visit = Visit::default();
         let result = async {
             if ep.tls == TlsMode::Starttls {
@@ -224,7 +237,7 @@ impl Visitor {
     ) -> Result<(), Failure> {
         let conn = Box::pin(self.open(ep, r)).await?;
         let s = self.s.clone();
-        let mut m = step(r, Phase::Greeting, Imap::greet(conn)).await?;
+        let mut m = greeting(r, Imap::greet(conn)).await?;
         let mut visit = Visit::default();
         let result = async {
             if ep.tls == TlsMode::Starttls {
@@ -321,7 +334,7 @@ async fn idle(m: &mut Imap, d: Duration, r: &mut UnitReport) -> Result<(), Failu
     let t = r.start(Phase::Idle);
     let wait = std::pin::pin!(tokio::time::sleep(d));
     m.idle(wait, d).await.map_err(|e| failure(Phase::Idle, e))?;
-    let total = r.now().saturating_sub(t);
+    let total = r.took(t);
     let waited = m.idle_waited.as_micros() as u64;
     r.record(Phase::Idle, total.saturating_sub(waited));
     Ok(())
@@ -412,7 +425,7 @@ impl Driver for Visitor {
             f.record(r);
         }
         if outcome == Outcome::Accepted {
-            let session = r.now().saturating_sub(r.started());
+            let session = r.took(r.started());
             r.record(Phase::Session, session);
         }
         outcome

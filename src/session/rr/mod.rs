@@ -166,7 +166,7 @@ impl Session {
         if let Err(e) = conn.send(&self.wire).await {
             return Err(Attempt::Stale(Phase::Request, e));
         }
-        report.timed(Phase::Request, t);
+        report.timed_now(Phase::Request, t);
         report.counters.bytes += self.wire.len() as u64;
         let _ = report.start(Phase::FirstByte);
         let clock = self.s.clock;
@@ -176,7 +176,7 @@ impl Session {
         let read = conn
             .read_frame(self.s.max_response, |b: &[u8]| {
                 if first.is_none() && !b.is_empty() {
-                    first = Some(clock.now_us());
+                    first = Some(clock.end_us(t));
                 }
                 framer.frame(b)
             })

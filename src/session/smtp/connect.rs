@@ -22,7 +22,7 @@ impl Session {
         let n = self.connections_made;
         self.connections_made += 1;
         let mut conn = s.endpoint.open(self.id, n, report).await?;
-        let t = report.start(Phase::Banner);
+        let t = report.start_after_last(Phase::Banner);
         expect(&mut conn, Phase::Banner, 220).await?;
         report.timed(Phase::Banner, t);
         self.caps = self.hello(&mut conn, report).await?;
@@ -159,7 +159,7 @@ impl Session {
             Ok(()) => read_reply(&mut conn).await.is_ok(),
             Err(_) => false,
         };
-        let us = report.now().saturating_sub(t);
+        let us = report.took(t);
         conn.shutdown().await;
         ok.then_some(us)
     }

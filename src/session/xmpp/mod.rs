@@ -646,7 +646,7 @@ impl Session {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         match left() {
-            0 => report.timed(Phase::Subscribe, t),
+            0 => report.timed_now(Phase::Subscribe, t),
             n => {
                 let text = format!(
                     "{n} of {} subscription requests unanswered after {:.0?}",
@@ -807,7 +807,7 @@ impl Driver for Session {
             Failure::transport(Phase::Send, e).record(report);
             return Outcome::Failed;
         }
-        report.timed(Phase::Send, t);
+        report.timed_now(Phase::Send, t);
         report.counters.bytes += self.stanza.len() as u64;
         report.counters.stanzas_out += 1;
         if let Some(rx) = reply {
@@ -989,7 +989,8 @@ impl Reader {
     /// in the ledger (the last copy of a fan-out also times the fan-out). Every stanza is
     /// counted in, with one lock of the recorder whatever it is.
     fn delivery(&self, e: &Element) {
-        let now = self.s.clock.now_us();
+        // When the bytes that carried it reached this host.
+        let now = self.s.clock.end_us(0);
         let arrival = self.stamped(e).map(|(seq, t, kind)| {
             let took = now.saturating_sub(t).max(1);
             (self.s.ledger.received(seq, kind), kind.phases(), took)

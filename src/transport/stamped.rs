@@ -1,0 +1,154 @@
+//! A TCP stream whose reads tell when their bytes reached this host: the kernel's
+//! receive timestamp of the segment (`SO_TIMESTAMPNS`, taken as the packet is delivered
+//! to the socket), handed to the run clock ([`crate::metrics::clock::note_arrival`]).
+//! A phase that ends with the server's reply then ends when the reply arrived, not when
+//! this thread woke up to read it.
+
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, RawFd};
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+use tokio::net::TcpStream;
+
+use crate::metrics::note_arrival;
+
+pub struct Tcp(pub TcpStream);
+
+/// Asks the kernel to timestamp what this socket receives; false when it will not.
+pub fn enable(fd: RawFd) -> bool {
+    let on: libc::c_int = 1;
+    // SAFETY: a c_int option value that outlives the call.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        ) == 0
+    }
+}
+
+/// Room for one `SCM_TIMESTAMPNS` control message (a timespec), 8-byte aligned.
+const CONTROL: usize = 64;
+
+/// One `recvmsg` into `buf`: the bytes read and the receive time of the last segment
+/// they came in, when the kernel gave one.
+fn recv(fd: RawFd, buf: &mut [MaybeUninit<u8>]) -> io::Result<(usize, Option<Instant>)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut control = [0u64; CONTROL / 8];
+    // SAFETY: an all-zero msghdr is valid (no name, no iovecs, no control).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = CONTROL as _;
+    // SAFETY: `msg` points at `iov` (over `buf`, writable for its length) and at
+    // `control`, both alive for the call; the kernel writes within the lengths given.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut at = None;
+    // SAFETY: walking the control messages the kernel wrote, within msg_controllen.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                at = since_realtime(ts);
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok((n as usize, at))
+}
+
+/// A CLOCK_REALTIME instant (the kernel's timestamps) as an `Instant`: how long ago it
+/// was, on the wall clock read now, taken from the monotonic clock read now.
+fn since_realtime(ts: libc::timespec) -> Option<Instant> {
+    let mono = Instant::now();
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec to write.
+    if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut now) } != 0 {
+        return None;
+    }
+    let ns = |t: libc::timespec| t.tv_sec as i128 * 1_000_000_000 + t.tv_nsec as i128;
+    let ago = ns(now) - ns(ts);
+    // A stamp from the future (the wall clock stepped back) or from long ago (stepped
+    // forward) is not believed.
+    if !(0..1_000_000_000_000).contains(&ago) {
+        return None;
+    }
+    mono.checked_sub(Duration::from_nanos(ago as u64))
+}
+
+impl AsyncRead for Tcp {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let tcp = &self.get_mut().0;
+        let fd = tcp.as_raw_fd();
+        loop {
+            ready!(tcp.poll_read_ready(cx))?;
+            // SAFETY: recvmsg only writes initialised bytes, and only `n` are marked so.
+            let unfilled = unsafe { buf.unfilled_mut() };
+            match tcp.try_io(Interest::READABLE, || recv(fd, unfilled)) {
+                Ok((n, at)) => {
+                    // SAFETY: the kernel wrote `n` bytes.
+                    unsafe { buf.assume_init(n) };
+                    buf.advance(n);
+                    if let Some(at) = at {
+                        note_arrival(at);
+                    }
+                    return Poll::Ready(Ok(()));
+                }
+                // Readiness was stale: try_io cleared it; wait again.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+}
+
+impl AsyncWrite for Tcp {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().0).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.0.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
+    }
+}
