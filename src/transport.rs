@@ -12,7 +12,7 @@ use std::time::Duration;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpSocket, TcpStream};
 
 use crate::metrics::note_arrival;
@@ -292,124 +292,114 @@ impl Inbox {
         // tests/idle_memory.rs) than keeping it.
     }
 
-    /// See [`Connection::read_frame`].
-    async fn read_frame<E: std::fmt::Display>(
-        &mut self,
-        io: &mut (impl AsyncRead + Unpin),
+    /// See [`Connection::read_frame`]. A future written by hand rather than an async fn:
+    /// a waiting session holds it for as long as it waits, and nested async fns would
+    /// each keep their arguments twice (456 bytes against 80).
+    fn read_frame<'a, F, E>(
+        &'a mut self,
+        io: &'a mut (dyn AsyncRead + Unpin + Send),
         timeout: Duration,
         cap: usize,
-        mut frame: impl FnMut(&[u8]) -> Result<Option<usize>, E>,
-    ) -> Result<&[u8], TransportError> {
+        frame: F,
+    ) -> ReadFrame<'a, F>
+    where
+        F: FnMut(&[u8]) -> Result<Option<usize>, E>,
+        E: std::fmt::Display,
+    {
         self.release();
-        let deadline = tokio::time::Instant::now() + timeout;
-        let n = loop {
-            match frame(&self.buf[self.start..self.end]) {
-                Ok(Some(n)) => break n.min(self.end - self.start),
-                Ok(None) => {
-                    if self.end - self.start >= cap {
-                        return Err(TransportError::Protocol(format!(
-                            "response longer than {cap} bytes"
-                        )));
-                    }
-                    self.fill(io, deadline, timeout, cap).await?
-                }
-                Err(e) => return Err(TransportError::Protocol(e.to_string())),
-            }
-        };
-        self.pending = n;
-        Ok(&self.buf[self.start..self.start + n])
+        ReadFrame {
+            inbox: Some(self),
+            io,
+            deadline: tokio::time::Instant::now() + timeout,
+            timeout,
+            cap,
+            frame,
+        }
     }
 
-    async fn fill(
-        &mut self,
-        io: &mut (impl AsyncRead + Unpin),
-        deadline: tokio::time::Instant,
-        timeout: Duration,
-        cap: usize,
-    ) -> Result<(), TransportError> {
-        let mut timer = self.timer.take();
-        let n = if self.bare_waits && self.start == self.end {
-            within(&mut timer, deadline, self.read_bare(io)).await
-        } else {
-            if self.start > 0 && self.end == self.buf.len() {
-                self.buf.copy_within(self.start..self.end, 0);
-                self.end -= self.start;
-                self.start = 0;
-            }
-            if self.end == self.buf.len() {
-                if self.buf.len() >= cap {
-                    return Err(TransportError::Protocol("reply too long".into()));
-                }
-                self.buf
-                    .resize((self.buf.len() * 2).max(INITIAL_BUF).min(cap), 0);
-            }
-            within(&mut timer, deadline, io.read(&mut self.buf[self.end..])).await
-        };
-        self.timer = timer;
-        let n = n
-            .map_err(|()| Probe::timed_out(&mut self.probe, timeout))?
-            .map_err(TransportError::from_io)?;
-        if n == 0 {
-            return Err(TransportError::Closed);
+    /// Makes room at the end of the buffer for a read (`Err` when the unit would pass
+    /// `cap`).
+    fn room(&mut self, cap: usize) -> Result<(), TransportError> {
+        if self.start > 0 && self.end == self.buf.len() {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
         }
-        self.probe = None;
-        self.end += n;
+        if self.end == self.buf.len() {
+            if self.buf.len() >= cap {
+                return Err(TransportError::Protocol("reply too long".into()));
+            }
+            self.buf
+                .resize((self.buf.len() * 2).max(INITIAL_BUF).min(cap), 0);
+        }
         Ok(())
+    }
+
+    /// One read into the buffer, bytes or not: the count (0: the server closed).
+    fn poll_read(
+        &mut self,
+        io: &mut (dyn AsyncRead + Unpin + Send),
+        cx: &mut Context<'_>,
+        cap: usize,
+    ) -> Poll<Result<usize, TransportError>> {
+        if self.bare_waits && self.start == self.end {
+            return self.poll_read_bare(io, cx).map_err(TransportError::from_io);
+        }
+        self.room(cap)?;
+        let mut rb = ReadBuf::new(&mut self.buf[self.end..]);
+        match Pin::new(io).poll_read(cx, &mut rb) {
+            Poll::Ready(Ok(())) => Poll::Ready(Ok(rb.filled().len())),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(TransportError::from_io(e))),
+            Poll::Pending => Poll::Pending,
+        }
     }
 
     /// A read into an empty inbox that gives the buffer back while it waits: tried in
     /// the buffer first (bytes already there cost nothing more); when the read has to
     /// wait, the buffer is freed and the bytes that wake it are taken through the stack,
     /// then copied into a new one.
-    async fn read_bare(&mut self, io: &mut (impl AsyncRead + Unpin)) -> io::Result<usize> {
-        std::future::poll_fn(|cx| {
-            if !self.buf.is_empty() {
-                let mut rb = ReadBuf::new(&mut self.buf);
-                return match Pin::new(&mut *io).poll_read(cx, &mut rb) {
-                    Poll::Ready(r) => Poll::Ready(r.map(|()| rb.filled().len())),
-                    Poll::Pending => {
-                        self.buf = Vec::new();
-                        Poll::Pending
-                    }
-                };
-            }
-            let mut stack = [0u8; INITIAL_BUF];
-            let mut rb = ReadBuf::new(&mut stack);
-            match Pin::new(&mut *io).poll_read(cx, &mut rb) {
-                Poll::Ready(Ok(())) => {
-                    let got = rb.filled();
-                    if !got.is_empty() {
-                        self.buf = vec![0; INITIAL_BUF];
-                        self.buf[..got.len()].copy_from_slice(got);
-                    }
-                    Poll::Ready(Ok(got.len()))
+    fn poll_read_bare(
+        &mut self,
+        io: &mut (dyn AsyncRead + Unpin + Send),
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<usize>> {
+        if !self.buf.is_empty() {
+            let mut rb = ReadBuf::new(&mut self.buf);
+            return match Pin::new(&mut *io).poll_read(cx, &mut rb) {
+                Poll::Ready(r) => Poll::Ready(r.map(|()| rb.filled().len())),
+                Poll::Pending => {
+                    self.buf = Vec::new();
+                    Poll::Pending
                 }
-                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-                Poll::Pending => Poll::Pending,
-            }
-        })
-        .await
-    }
-}
-
-/// Runs `fut` until `deadline`: Err(()) when the deadline comes first. The future is
-/// polled first, so a read that finds its bytes costs no timer at all; one that has to
-/// wait uses the connection's `timer`, armed once and re-armed only when it went off
-/// before this read's deadline (it was armed for an earlier read's, and deadlines move
-/// forward) or is set later than it. A connection's reads then register with the
-/// runtime's timer wheel about once per timeout period instead of once per read, and a
-/// read still times out at exactly its own deadline.
-async fn within<T>(
-    timer: &mut Option<Pin<Box<tokio::time::Sleep>>>,
-    deadline: tokio::time::Instant,
-    fut: impl Future<Output = T>,
-) -> Result<T, ()> {
-    let mut fut = std::pin::pin!(fut);
-    std::future::poll_fn(|cx| {
-        if let Poll::Ready(v) = fut.as_mut().poll(cx) {
-            return Poll::Ready(Ok(v));
+            };
         }
-        let t = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        let mut stack = [0u8; INITIAL_BUF];
+        let mut rb = ReadBuf::new(&mut stack);
+        match Pin::new(&mut *io).poll_read(cx, &mut rb) {
+            Poll::Ready(Ok(())) => {
+                let got = rb.filled();
+                if !got.is_empty() {
+                    self.buf = vec![0; INITIAL_BUF];
+                    self.buf[..got.len()].copy_from_slice(got);
+                }
+                Poll::Ready(Ok(got.len()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// After a read that has to wait: Ready(()) when `deadline` has passed. The
+    /// connection has one timer, armed once and re-armed only when it went off before
+    /// this read's deadline (it was armed for an earlier read's, and deadlines move
+    /// forward) or is set later than it. A connection's reads then register with the
+    /// runtime's timer wheel about once per timeout period instead of once per read, a
+    /// read that finds its bytes costs no timer at all, and a read still times out at
+    /// exactly its own deadline.
+    fn poll_deadline(&mut self, cx: &mut Context<'_>, deadline: tokio::time::Instant) -> Poll<()> {
+        let t = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
         if t.deadline() > deadline {
             t.as_mut().reset(deadline);
         }
@@ -417,14 +407,76 @@ async fn within<T>(
             match t.as_mut().poll(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(()) if tokio::time::Instant::now() >= deadline => {
-                    return Poll::Ready(Err(()));
+                    return Poll::Ready(());
                 }
                 // It went off for an earlier read's deadline: this read's is later.
                 Poll::Ready(()) => t.as_mut().reset(deadline),
             }
         }
-    })
-    .await
+    }
+}
+
+/// The future of a connection's `read_frame`: frames what is buffered, reads more until
+/// a unit is whole, within one deadline.
+pub struct ReadFrame<'a, F> {
+    /// Taken when the unit is handed out (its bytes borrow the inbox for `'a`).
+    inbox: Option<&'a mut Inbox>,
+    io: &'a mut (dyn AsyncRead + Unpin + Send),
+    deadline: tokio::time::Instant,
+    timeout: Duration,
+    cap: usize,
+    frame: F,
+}
+
+// Nothing in it is ever pinned: the closure is only called through `&mut`.
+impl<F> Unpin for ReadFrame<'_, F> {}
+
+impl<'a, F, E> Future for ReadFrame<'a, F>
+where
+    F: FnMut(&[u8]) -> Result<Option<usize>, E>,
+    E: std::fmt::Display,
+{
+    type Output = Result<&'a [u8], TransportError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let me = self.get_mut();
+        loop {
+            let inbox = me.inbox.as_deref_mut().expect("polled after completion");
+            match (me.frame)(&inbox.buf[inbox.start..inbox.end]) {
+                Ok(Some(n)) => {
+                    let inbox = me.inbox.take().expect("checked above");
+                    let n = n.min(inbox.end - inbox.start);
+                    inbox.pending = n;
+                    return Poll::Ready(Ok(&inbox.buf[inbox.start..inbox.start + n]));
+                }
+                Ok(None) => {
+                    if inbox.end - inbox.start >= me.cap {
+                        return Poll::Ready(Err(TransportError::Protocol(format!(
+                            "response longer than {} bytes",
+                            me.cap
+                        ))));
+                    }
+                }
+                Err(e) => return Poll::Ready(Err(TransportError::Protocol(e.to_string()))),
+            }
+            let n = match inbox.poll_read(me.io, cx, me.cap) {
+                Poll::Ready(r) => r?,
+                Poll::Pending => {
+                    return match inbox.poll_deadline(cx, me.deadline) {
+                        Poll::Ready(()) => {
+                            Poll::Ready(Err(Probe::timed_out(&mut inbox.probe, me.timeout)))
+                        }
+                        Poll::Pending => Poll::Pending,
+                    };
+                }
+            };
+            if n == 0 {
+                return Poll::Ready(Err(TransportError::Closed));
+            }
+            inbox.probe = None;
+            inbox.end += n;
+        }
+    }
 }
 
 /// The most parts one write takes: a command group, a message and a pipelined QUIT.
@@ -650,14 +702,13 @@ impl Connection {
     /// `frame` sees the buffered bytes and answers `Ok(Some(len))` once a whole unit is
     /// there, `Ok(None)` for more; it may keep state between calls (how far it has
     /// scanned). The unit may be at most `cap` bytes and must arrive within the timeout.
-    pub async fn read_frame<E: std::fmt::Display>(
+    pub fn read_frame<E: std::fmt::Display, F: FnMut(&[u8]) -> Result<Option<usize>, E>>(
         &mut self,
         cap: usize,
-        frame: impl FnMut(&[u8]) -> Result<Option<usize>, E>,
-    ) -> Result<&[u8], TransportError> {
+        frame: F,
+    ) -> ReadFrame<'_, F> {
         self.inbox
             .read_frame(&mut self.stream, self.timeout, cap, frame)
-            .await
     }
 
     pub fn timeout(&self) -> Duration {
@@ -714,14 +765,13 @@ pub struct ReadHalf {
 
 impl ReadHalf {
     /// As [`Connection::read_frame`].
-    pub async fn read_frame<E: std::fmt::Display>(
+    pub fn read_frame<E: std::fmt::Display, F: FnMut(&[u8]) -> Result<Option<usize>, E>>(
         &mut self,
         cap: usize,
-        frame: impl FnMut(&[u8]) -> Result<Option<usize>, E>,
-    ) -> Result<&[u8], TransportError> {
+        frame: F,
+    ) -> ReadFrame<'_, F> {
         self.inbox
             .read_frame(&mut self.io, self.timeout, cap, frame)
-            .await
     }
 
     /// The deadline of each read (a session that waits for pushed data sets it long).

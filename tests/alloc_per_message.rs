@@ -8,30 +8,8 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
-
-struct Counting;
-
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: every call is forwarded to the system allocator unchanged; only a counter moves.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        System.alloc(l)
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        System.dealloc(p, l)
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        System.realloc(p, l, new)
-    }
-}
-
 #[global_allocator]
-static A: Counting = Counting;
+static A: common::counting::Counting = common::counting::Counting;
 
 /// `spate serve --smtp --discard` on a free loopback port, listening.
 fn server() -> (common::Kill, String) {
@@ -58,9 +36,9 @@ fn run(addr: &str, count: u64, extra: &[&str]) -> u64 {
         out.to_str().unwrap(),
     ];
     args.extend_from_slice(extra);
-    let before = ALLOCS.load(Ordering::SeqCst);
+    let before = common::counting::allocs();
     let code = spate::cli::main(args);
-    let after = ALLOCS.load(Ordering::SeqCst);
+    let after = common::counting::allocs();
     assert_eq!(
         format!("{code:?}"),
         format!("{:?}", std::process::ExitCode::SUCCESS)

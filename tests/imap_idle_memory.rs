@@ -9,44 +9,15 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::{Duration, Instant};
-
-struct Counting;
-
-static LIVE: AtomicI64 = AtomicI64::new(0);
-
-fn grew(by: i64) {
-    LIVE.fetch_add(by, Ordering::Relaxed);
-}
-
-// SAFETY: every call is forwarded to the system allocator unchanged; only counters move.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        grew(l.size() as i64);
-        System.alloc(l)
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size() as i64, Ordering::Relaxed);
-        System.dealloc(p, l)
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        grew(new as i64 - l.size() as i64);
-        System.realloc(p, l, new)
-    }
-}
-
 #[global_allocator]
-static A: Counting = Counting;
+static A: common::counting::Counting = common::counting::Counting;
 
 /// Live heap in the middle of one `spate imap` run of `k` sessions in IDLE for 4 s.
 fn plateau(addr: &str, users: &std::path::Path, k: usize) -> i64 {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
     let k = k.to_string();
-    let args: Vec<String> = [
-        "spate",
+    let args = [
         "imap",
         addr,
         "--users-file",
@@ -60,52 +31,16 @@ fn plateau(addr: &str, users: &std::path::Path, k: usize) -> i64 {
         "--quiet",
         "--out",
         out.to_str().unwrap(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let mut samples = Vec::with_capacity(1000);
-    let t0 = Instant::now();
-    let run = std::thread::spawn(move || spate::cli::main(args));
-    while !run.is_finished() && samples.len() < 1000 {
-        samples.push((t0.elapsed().as_secs_f64(), LIVE.load(Ordering::SeqCst)));
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let code = run.join().unwrap();
-    let took = t0.elapsed().as_secs_f64();
-    let mut mid: Vec<i64> = samples
-        .iter()
-        .filter(|(t, _)| *t >= 0.4 * took && *t <= 0.7 * took)
-        .map(|s| s.1)
-        .collect();
-    assert!(mid.len() > 10, "{} samples in {took:.1} s", mid.len());
-    mid.sort_unstable();
-    assert_eq!(
-        format!("{code:?}"),
-        format!("{:?}", std::process::ExitCode::SUCCESS)
-    );
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
-    assert_eq!(summary["totals"]["accepted"].as_u64(), k.parse().ok());
-    assert_eq!(summary["totals"]["failed"], 0);
-    mid[mid.len() / 2]
+    ];
+    let p = common::counting::plateau(&args, &out);
+    assert_eq!(p.summary["totals"]["accepted"].as_u64(), k.parse().ok());
+    assert_eq!(p.summary["totals"]["failed"], 0);
+    p.median
 }
 
 #[test]
 fn an_imap_session_in_idle_costs_the_generator_little() {
-    let dir = tempfile::tempdir().unwrap();
-    let users = dir.path().join("users.txt");
-    let list: String = (0..400)
-        .map(|i| format!("u{i}@example.test pw\n"))
-        .collect();
-    std::fs::write(&users, list).unwrap();
-    let (_server, addr) =
-        common::serve_process("--imap", &["--users-file".as_ref(), users.as_os_str()]);
-    let (k0, k) = (20, 320);
-    plateau(&addr, &users, k0); // warm up: one-off structures
-    let small = plateau(&addr, &users, k0);
-    let large = plateau(&addr, &users, k);
-    let per = (large - small) as f64 / (k - k0) as f64;
+    let per = common::counting::per_session("--imap", (20, 320), plateau);
     eprintln!("spate imap: {per:.0} bytes per session in IDLE");
     assert!(
         per <= 4.5 * 1024.0,

@@ -237,52 +237,57 @@ pub(super) fn spawn<D: Driver>(
     scheduler
 }
 
-/// One session: its setup, its units, its finish.
-async fn session<D: Driver>(
+/// One session: its setup, its units, its finish. An async block over the arguments
+/// rather than an async fn: an async fn keeps its moved arguments twice (as arguments and
+/// as locals) in every session's task.
+#[allow(clippy::manual_async_fn)]
+fn session<D: Driver>(
     id: usize,
     mut driver: Box<D>,
     mut slots: Slots,
     shared: Arc<Shared>,
     start_after: Duration,
-) {
-    if !start_after.is_zero() && !wait_for_turn(&shared, start_after).await {
-        // Stopped before its turn: nothing done, nothing to count.
-        shared.setup_done.one_done();
-        return;
-    }
-    let rec = &shared.recorder;
-    let mut report = UnitReport::new(shared.clock);
-    driver.setup(&mut report).await;
-    commit_step(rec, id, &mut report);
-    shared.setup_done.one_done();
-    let mut first = true;
-    let mut give_up = shared.give_up.listener();
-    loop {
-        // A session whose next unit is not ready at once gives back what it need not
-        // hold while it waits (see Driver::idle); one that is never waits, and never
-        // reallocates.
-        let slot = {
-            let mut next = std::pin::pin!(slots.next(shared.clock, first));
-            match std::future::poll_fn(|cx| Poll::Ready(next.as_mut().poll(cx))).await {
-                Poll::Ready(slot) => slot,
-                Poll::Pending => {
-                    driver.idle();
-                    next.await
-                }
-            }
-        };
-        let Some(slot) = slot else { break };
-        first = false;
-        rec.session_started();
-        let hook = shared.on_unit.as_deref();
-        let done = run_unit(&mut *driver, slot, &mut report, rec, id, hook, &mut give_up).await;
-        rec.session_ended();
-        if !done {
+) -> impl Future<Output = ()> {
+    async move {
+        if !start_after.is_zero() && !wait_for_turn(&shared, start_after).await {
+            // Stopped before its turn: nothing done, nothing to count.
+            shared.setup_done.one_done();
             return;
         }
+        let rec = &shared.recorder;
+        let mut report = UnitReport::new(shared.clock);
+        driver.setup(&mut report).await;
+        commit_step(rec, id, &mut report);
+        shared.setup_done.one_done();
+        let mut first = true;
+        let mut give_up = shared.give_up.listener();
+        loop {
+            // A session whose next unit is not ready at once gives back what it need not
+            // hold while it waits (see Driver::idle); one that is never waits, and never
+            // reallocates.
+            let slot = {
+                let mut next = std::pin::pin!(slots.next(shared.clock, first));
+                match std::future::poll_fn(|cx| Poll::Ready(next.as_mut().poll(cx))).await {
+                    Poll::Ready(slot) => slot,
+                    Poll::Pending => {
+                        driver.idle();
+                        next.await
+                    }
+                }
+            };
+            let Some(slot) = slot else { break };
+            first = false;
+            rec.session_started();
+            let hook = shared.on_unit.as_deref();
+            let done = run_unit(&mut *driver, slot, &mut report, rec, id, hook, &mut give_up).await;
+            rec.session_ended();
+            if !done {
+                return;
+            }
+        }
+        driver.finish(&mut report).await;
+        commit_step(rec, id, &mut report);
     }
-    driver.finish(&mut report).await;
-    commit_step(rec, id, &mut report);
 }
 
 /// Waits until `after` past the run's start, looking at the stop flag every 100 ms; false

@@ -1,6 +1,7 @@
 //! The phase taxonomy. A phase is timed from the first byte of the command written to the
-//! last byte of its complete reply; pipelined groups get a phase of their own rather than
-//! invented per-command times.
+//! last byte of its complete reply, taken when that byte reached this host (the kernel's
+//! receive timestamp, not when this process read it); pipelined groups get a phase of
+//! their own rather than invented per-command times.
 
 use serde::Serialize;
 
@@ -27,7 +28,7 @@ macro_rules! phases {
 }
 
 phases! {
-    Connect => "connect", "TCP connect";
+    Connect => "connect", "TCP connect: the connect call to the server's SYN/ACK (the kernel's round-trip sample of the handshake; when a SYN had to be sent again, to when the connect was seen complete)";
     Tls => "tls", "TLS handshake (implicit TLS or after STARTTLS)";
     Banner => "banner", "connect complete to greeting complete";
     Greeting => "greeting", "POP3/IMAP: connect (or TLS) complete to greeting complete";

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod bed;
+pub mod counting;
 
 /// The spate binary of this build.
 pub const SPATE: &str = env!("CARGO_BIN_EXE_spate");

@@ -861,44 +861,49 @@ struct Reader {
 }
 
 impl Reader {
-    async fn run(self, mut rd: ReadHalf, mut framer: Framer) {
-        // Pushed stanzas come when they come: the read waits as long as the run lasts.
-        rd.set_timeout(Duration::from_secs(365 * 86_400));
-        // ... and holds no read buffer while it waits.
-        rd.set_bare_waits(true);
-        let end = loop {
-            let mut kind = None;
-            let got = rd
-                .read_frame(MAX_STANZA, framing(&mut framer, &mut kind))
-                .await;
-            let bytes = match got {
-                Ok(b) => b,
-                Err(e) => break Some(Failure::transport(Phase::Arrival, e)),
-            };
-            match kind {
-                Some(Frame::Element) => {}
-                Some(Frame::Close) => {
-                    break Some(failure(
-                        Phase::Arrival,
-                        ErrorKind::Closed,
-                        "the server closed the stream",
-                    ))
+    // An async block over the arguments rather than an async fn: an async fn keeps its
+    // moved arguments twice (as arguments and as locals) in every waiting reader's task.
+    #[allow(clippy::manual_async_fn)]
+    fn run(self, mut rd: ReadHalf, mut framer: Framer) -> impl std::future::Future<Output = ()> {
+        async move {
+            // Pushed stanzas come when they come: the read waits as long as the run lasts.
+            rd.set_timeout(Duration::from_secs(365 * 86_400));
+            // ... and holds no read buffer while it waits.
+            rd.set_bare_waits(true);
+            let end = loop {
+                let mut kind = None;
+                let got = rd
+                    .read_frame(MAX_STANZA, framing(&mut framer, &mut kind))
+                    .await;
+                let bytes = match got {
+                    Ok(b) => b,
+                    Err(e) => break Some(Failure::transport(Phase::Arrival, e)),
+                };
+                match kind {
+                    Some(Frame::Element) => {}
+                    Some(Frame::Close) => {
+                        break Some(failure(
+                            Phase::Arrival,
+                            ErrorKind::Closed,
+                            "the server closed the stream",
+                        ))
+                    }
+                    _ => continue,
                 }
-                _ => continue,
-            }
-            let e = match Element::parse(bytes) {
-                Ok(e) => e,
-                Err(x) => break Some(login::breach(Phase::Arrival, x.to_string())),
+                let e = match Element::parse(bytes) {
+                    Ok(e) => e,
+                    Err(x) => break Some(login::breach(Phase::Arrival, x.to_string())),
+                };
+                if let Some(f) = self.stanza(&e).await {
+                    break Some(f);
+                }
             };
-            if let Some(f) = self.stanza(&e).await {
-                break Some(f);
+            self.alive.store(false, Ordering::SeqCst);
+            self.s.online[self.id].store(false, Ordering::SeqCst);
+            if let Some(f) = end.filter(|_| !self.closing.load(Ordering::SeqCst)) {
+                let (key, sample) = (f.key(), f.sample);
+                self.s.recorder.with(self.id, |sh| sh.error(key, || sample));
             }
-        };
-        self.alive.store(false, Ordering::SeqCst);
-        self.s.online[self.id].store(false, Ordering::SeqCst);
-        if let Some(f) = end.filter(|_| !self.closing.load(Ordering::SeqCst)) {
-            let (key, sample) = (f.key(), f.sample);
-            self.s.recorder.with(self.id, |sh| sh.error(key, || sample));
         }
     }
 
