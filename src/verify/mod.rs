@@ -9,12 +9,14 @@
 //! (watched while an inline run goes), or an IMAP/POP3 server read after the run.
 
 mod args;
+mod finds;
 mod ledger;
 mod maildir;
 mod output;
 mod parse;
 mod remote;
 pub mod rules;
+mod seen;
 mod sentlog;
 
 pub use args::{Common, InlineArgs, RemoteOptions, Source, RULES_HELP};
