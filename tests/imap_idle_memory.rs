@@ -8,37 +8,9 @@
 //! little room, so that it cannot grow unnoticed.
 
 mod common;
+mod live_heap;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
-
-struct Counting;
-
-static LIVE: AtomicI64 = AtomicI64::new(0);
-
-fn grew(by: i64) {
-    LIVE.fetch_add(by, Ordering::Relaxed);
-}
-
-// SAFETY: every call is forwarded to the system allocator unchanged; only counters move.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        grew(l.size() as i64);
-        System.alloc(l)
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size() as i64, Ordering::Relaxed);
-        System.dealloc(p, l)
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        grew(new as i64 - l.size() as i64);
-        System.realloc(p, l, new)
-    }
-}
-
-#[global_allocator]
-static A: Counting = Counting;
 
 /// Live heap in the middle of one `spate imap` run of `k` sessions in IDLE for 4 s.
 fn plateau(addr: &str, users: &std::path::Path, k: usize) -> i64 {
@@ -68,7 +40,7 @@ fn plateau(addr: &str, users: &std::path::Path, k: usize) -> i64 {
     let t0 = Instant::now();
     let run = std::thread::spawn(move || spate::cli::main(args));
     while !run.is_finished() && samples.len() < 1000 {
-        samples.push((t0.elapsed().as_secs_f64(), LIVE.load(Ordering::SeqCst)));
+        samples.push((t0.elapsed().as_secs_f64(), live_heap::live()));
         std::thread::sleep(Duration::from_millis(20));
     }
     let code = run.join().unwrap();

@@ -4,36 +4,13 @@
 //! The clients are plain blocking sockets on the test's thread that allocate nothing
 //! while they are counted; the server's threads are counted whole.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+mod live_heap;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use spate::serve;
-
-struct Counting;
-
-static LIVE: AtomicI64 = AtomicI64::new(0);
-
-// SAFETY: every call is forwarded to the system allocator unchanged; only a counter moves.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as i64, Ordering::Relaxed);
-        System.alloc(l)
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size() as i64, Ordering::Relaxed);
-        System.dealloc(p, l)
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        LIVE.fetch_add(new as i64 - l.size() as i64, Ordering::Relaxed);
-        System.realloc(p, l, new)
-    }
-}
-
-#[global_allocator]
-static A: Counting = Counting;
 
 /// Reads until `want` is in what came (a stack buffer: nothing allocated).
 fn until(s: &mut TcpStream, want: &[u8]) {
@@ -93,12 +70,12 @@ fn an_imap_session_in_idle_costs_the_server_little() {
         idle_session(addr, 100_000 + i, s);
     }
     std::thread::sleep(Duration::from_millis(200));
-    let live0 = LIVE.load(Ordering::SeqCst);
+    let live0 = live_heap::live();
     for (i, s) in sessions[..n].iter_mut().enumerate() {
         idle_session(addr, i, s);
     }
     std::thread::sleep(Duration::from_millis(300));
-    let per = (LIVE.load(Ordering::SeqCst) - live0) as f64 / n as f64;
+    let per = (live_heap::live() - live0) as f64 / n as f64;
     eprintln!("spate serve: {per:.0} bytes per IMAP session in IDLE");
     // Each session still answers: DONE ends its IDLE.
     for s in sessions.iter_mut().take(5) {

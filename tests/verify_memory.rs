@@ -9,36 +9,13 @@
 //!
 //! One test in this file: the counter is global to the process.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+mod live_heap;
+
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use spate::message::{body_digest, hex, TRACE_HEADER};
 use spate::verify::{Ingested, Ledger, SentLog, Timing};
-
-struct Counting;
-
-static LIVE: AtomicI64 = AtomicI64::new(0);
-
-// SAFETY: every call is forwarded to the system allocator unchanged; only a counter moves.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as i64, Ordering::Relaxed);
-        System.alloc(l)
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size() as i64, Ordering::Relaxed);
-        System.dealloc(p, l)
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        LIVE.fetch_add(new as i64 - l.size() as i64, Ordering::Relaxed);
-        System.realloc(p, l, new)
-    }
-}
-
-#[global_allocator]
-static A: Counting = Counting;
 
 const N: u64 = 200_000;
 const MAILBOXES: u64 = 2_000;
@@ -107,7 +84,7 @@ fn a_verified_delivery_costs_the_ledger_little() {
     let run = "r1";
     let mut buf = Vec::with_capacity(1024);
     let names: Vec<String> = (0..MAILBOXES).map(mailbox).collect();
-    let before = LIVE.load(Ordering::SeqCst);
+    let before = live_heap::live();
     let mut ledger = Ledger::new(Vec::new());
     for seq in 0..N {
         message(&mut buf, run, seq, "hello\r\n");
@@ -119,7 +96,7 @@ fn a_verified_delivery_costs_the_ledger_little() {
             "seq {seq}"
         );
     }
-    let held = LIVE.load(Ordering::SeqCst) - before;
+    let held = live_heap::live() - before;
     let per = held as f64 / N as f64;
     eprintln!("ledger: {held} bytes live for {N} deliveries, {per:.1} bytes per delivery");
 
