@@ -338,7 +338,7 @@ impl Ledger {
             latency: Histogram::new(3).expect("3 significant figures is valid"),
             not_measurable: None,
             no_time: 0,
-            arrivals: Vec::new(),
+            arrivals: Vec::with_capacity(log.deliveries() as usize),
             injected: Vec::with_capacity(log.messages.len()),
             rules: Vec::new(),
             start_us: log.start_us,
