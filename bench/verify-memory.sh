@@ -17,9 +17,11 @@ serve=$!
 smtp=
 pid=
 cleanup() {
-    [ -n "$pid" ] && kill "$pid" 2>/dev/null
-    [ -n "$smtp" ] && kill "$smtp" 2>/dev/null
-    kill "$serve" 2>/dev/null && wait "$serve" 2>/dev/null
+    # Each kill may find its process gone already: that must not end the cleanup early.
+    if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; fi
+    if [ -n "$smtp" ]; then kill "$smtp" 2>/dev/null || true; fi
+    kill "$serve" 2>/dev/null || true
+    wait "$serve" 2>/dev/null || true
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -51,7 +53,7 @@ while kill -0 "$pid" 2>/dev/null; do
     read -r rss h < <(awk '/VmRSS/ {r=$2} /VmHWM/ {h=$2} END {print r, h}' "/proc/$pid/status" 2>/dev/null || echo "0 0")
     [ "${h:-0}" -gt "$hwm" ] && hwm=$h
     if [ $((now - last)) -ge 10 ]; then
-        files=$(find "$work/mail" -type f 2>/dev/null | wc -l)
+        files=$(find "$work/mail" -type f 2>/dev/null | wc -l || true)
         echo "$now $rss $h $files"
         last=$now
     fi
