@@ -245,6 +245,8 @@ impl Watch {
     }
 
     /// Stops watching and verifies the run in `dir`; the exit status of the check.
+    /// A run that ends before (the server refused, the results directory could not be
+    /// made) drops the watch instead: see `Drop`.
     pub async fn finish(mut self, dir: &Path) -> anyhow::Result<ExitCode> {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.task.take() {
@@ -276,5 +278,14 @@ impl Watch {
         })
         .await??;
         Ok(exit_code(&report))
+    }
+}
+
+impl Drop for Watch {
+    /// The polling thread ends: the runtime waits for its blocking threads when it shuts
+    /// down, so a watch left running would keep spate from exiting after an error.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.idle_stop.send(true);
     }
 }
