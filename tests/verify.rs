@@ -331,6 +331,31 @@ fn usage_errors_and_sources_without_passwords() {
     );
 }
 
+/// A run with `--verify maildir:` whose server refuses ends at once with the error: the
+/// Maildir watch started before the run stops with it (it kept spate alive forever).
+#[test]
+fn a_refused_run_with_a_watched_maildir_ends() {
+    let tmp = tempfile::tempdir().unwrap();
+    let target = format!("127.0.0.1:{}", common::free_port());
+    let mail = format!("maildir:{}", tmp.path().join("mail").display());
+    let out = tmp.path().join("run");
+    let args = [
+        "smtp",
+        &target,
+        "-n",
+        "5",
+        "--verify",
+        &mail,
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    let t0 = Instant::now();
+    let o = common::run_blocking(SPATE, &args, &[], Duration::from_secs(20));
+    assert_eq!(o.code, Some(1), "{o:?}");
+    assert!(o.stderr.contains("connection refused"), "{o:?}");
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+}
+
 /// Postfix accepts ghost@ (it is in its virtual mailbox table) but Dovecot's LMTP does not
 /// know it: each ghost recipient bounces to the (local) sender, with the original headers
 /// returned. spate verify must find every normal delivery in Dovecot's Maildirs and count

@@ -64,7 +64,7 @@ pub async fn run(args: Args, _ctx: &Ctx) -> anyhow::Result<ExitCode> {
         ));
     }
     let rules = rules_of(args.common.rules.as_deref())?;
-    let job = Job {
+    let mut job = Job {
         out: args.out.clone().unwrap_or_else(|| args.dir.clone()),
         dir: args.dir.clone(),
         reader: Reader::new(&source, &args.remote)?,
@@ -75,7 +75,7 @@ pub async fn run(args: Args, _ctx: &Ctx) -> anyhow::Result<ExitCode> {
     };
     let report = tokio::task::spawn_blocking(move || {
         let mut ledger = Ledger::new(rules);
-        run_blocking(&job, &mut ledger)
+        run_blocking(&mut job, &mut ledger)
     })
     .await??;
     Ok(exit_code(&report))

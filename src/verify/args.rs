@@ -69,7 +69,9 @@ impl Default for RemoteOptions {
 #[derive(Debug, Clone, Default, clap::Args, Serialize)]
 pub struct InlineArgs {
     /// After the run, verify delivery from this source (maildir:ROOT, imap://, pop3://);
-    /// a Maildir is watched during the run. Exit status 1 if anything is missing.
+    /// a Maildir is watched during the run. Exit status 1 if anything is missing. Memory:
+    /// about 22 bytes per message found, kept to the end (the final check adds about 70
+    /// per message while it reads the sent log and writes the report).
     #[arg(long, value_name = "SOURCE", help_heading = "Verify")]
     pub verify: Option<String>,
     /// With --verify: wait up to this long for deliveries after the run (default 10s).

@@ -6,13 +6,15 @@
 //! Received, Delivered-To, Return-Path; line endings may change), and the digest is
 //! compared with the one the tracking header carries.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::SystemTime;
 
 use hdrhistogram::Histogram;
 
+use super::finds::Finds;
 use super::parse::{self, Trace};
 use super::rules::{glob, Match, Per, Rule, Where};
+use super::seen::Seen;
 use super::sentlog::{Interner, SentLog};
 use crate::message::{body_digest, split_message, TRACE_HEADER};
 
@@ -27,16 +29,6 @@ pub enum Ingested {
     Derived,
     /// Neither.
     Foreign,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Found {
-    copies: u32,
-    corrupted: u32,
-    /// Earliest arrival of a copy, µs since the epoch; `i64::MIN` when unknown.
-    arrived_us: i64,
-    /// That arrival time is only to the second (IMAP INTERNALDATE, a Received date).
-    coarse: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -56,11 +48,11 @@ pub struct Ledger {
     /// Mailbox (and DSN recipient) names, lowercased.
     mailboxes: Interner,
     runs: Interner,
-    finds: HashMap<(u32, u64, u32), Found>,
+    /// Traced deliveries: about 12 bytes each while they are single copies.
+    finds: Finds,
     hits: Vec<Hit>,
-    /// (mailbox, 64-bit hash of the source id): compact for millions of messages, and a
-    /// collision within one mailbox is vanishingly unlikely.
-    seen: HashSet<(u32, u64)>,
+    /// (mailbox, source id) already ingested: about 9 bytes each.
+    seen: Seen,
     foreign: u64,
     ingested: u64,
 }
@@ -181,14 +173,6 @@ impl Report {
     }
 }
 
-fn id_hash(id: &str) -> u64 {
-    use std::hash::{Hash, Hasher};
-    // Fixed keys: the same id hashes the same in every poll.
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    id.hash(&mut h);
-    h.finish()
-}
-
 fn to_us(t: SystemTime) -> i64 {
     match t.duration_since(SystemTime::UNIX_EPOCH) {
         Ok(d) => d.as_micros() as i64,
@@ -202,9 +186,9 @@ impl Ledger {
             rules,
             mailboxes: Interner::default(),
             runs: Interner::default(),
-            finds: HashMap::new(),
+            finds: Finds::default(),
             hits: Vec::new(),
-            seen: HashSet::new(),
+            seen: Seen::default(),
             foreign: 0,
             ingested: 0,
         }
@@ -220,7 +204,7 @@ impl Ledger {
     pub fn seen(&self, mailbox: &str, source_id: &str) -> bool {
         self.mailboxes
             .get(mailbox)
-            .is_some_and(|m| self.seen.contains(&(m, id_hash(source_id))))
+            .is_some_and(|m| self.seen.contains(m, source_id))
     }
 
     /// Feeds one message found in `mailbox` (an address). `source_id` identifies it within
@@ -236,7 +220,7 @@ impl Ledger {
         arrived: Timing,
     ) -> Ingested {
         let mbx = self.mailboxes.intern(mailbox);
-        if !self.seen.insert((mbx, id_hash(source_id))) {
+        if !self.seen.insert(mbx, source_id) {
             return Ingested::AlreadySeen;
         }
         self.ingested += 1;
@@ -250,18 +234,8 @@ impl Ledger {
             };
             let corrupted = trace.digest != Some(body_digest(body));
             let run = self.runs.intern(&trace.run);
-            let f = self.finds.entry((run, trace.seq, mbx)).or_insert(Found {
-                copies: 0,
-                corrupted: 0,
-                arrived_us,
-                coarse,
-            });
-            f.copies += 1;
-            f.corrupted += corrupted as u32;
-            if arrived_us != i64::MIN && (f.arrived_us == i64::MIN || arrived_us < f.arrived_us) {
-                f.arrived_us = arrived_us;
-                f.coarse = coarse;
-            }
+            self.finds
+                .add(run, trace.seq, mbx, corrupted, arrived_us, coarse);
             return Ingested::Traced;
         }
         if self.derive(mbx, &hs, body) {
@@ -364,12 +338,11 @@ impl Ledger {
             latency: Histogram::new(3).expect("3 significant figures is valid"),
             not_measurable: None,
             no_time: 0,
-            arrivals: Vec::new(),
+            arrivals: Vec::with_capacity(log.deliveries() as usize),
             injected: Vec::with_capacity(log.messages.len()),
             rules: Vec::new(),
             start_us: log.start_us,
         };
-        let mut matched = HashSet::new();
         for m in &log.messages {
             let before = rep.expected;
             for &r in log.recipients(m) {
@@ -379,15 +352,12 @@ impl Ledger {
                 rep.expected += 1;
                 let found = run
                     .zip(mbx_of[r as usize])
-                    .and_then(|(run, mbx)| self.finds.get(&(run, m.seq, mbx)));
+                    .and_then(|(run, mbx)| self.finds.get(run, m.seq, mbx));
                 let Some(f) = found else {
                     rep.missing
                         .push((m.seq, log.addrs.name(r).to_string(), m.accepted_us));
                     continue;
                 };
-                if let (Some(run), Some(mbx)) = (run, mbx_of[r as usize]) {
-                    matched.insert((run, m.seq, mbx));
-                }
                 rep.delivered += 1;
                 rep.duplicated += (f.copies - 1) as u64;
                 rep.corrupted += f.corrupted as u64;
@@ -403,13 +373,8 @@ impl Ledger {
             }
             rep.injected.push((m.accepted_us, rep.expected - before));
         }
-        for (&(r, _, _), f) in &self.finds {
-            if Some(r) != run {
-                rep.foreign += f.copies as u64;
-            }
-        }
         rep.measure_latency();
-        self.strays(log, run, &mbx_of, &matched, &mut rep);
+        self.strays(log, run, &mbx_of, &undelivered, &mut rep);
         for (i, rule) in self.rules.iter().enumerate() {
             rep.rules
                 .push(self.rule_result(i as u16, rule, run, log, &mut rep.foreign));
@@ -417,34 +382,32 @@ impl Ledger {
         rep
     }
 
-    /// This run's messages found where no delivery was expected: in a mailbox that is
-    /// none of the message's recipients (misdelivered), or of a message the sent log does
-    /// not list or at a recipient it expected not to reach (unlogged).
+    /// Everything found that the loop over the sent log did not count: other runs'
+    /// messages (foreign), and this run's where no delivery was expected: in a mailbox
+    /// that is none of the message's recipients (misdelivered), or of a message the sent
+    /// log does not list or at a recipient it expected not to reach (unlogged).
     fn strays(
         &self,
         log: &SentLog,
         run: Option<u32>,
         mbx_of: &[Option<u32>],
-        matched: &HashSet<(u32, u64, u32)>,
+        undelivered: &[bool],
         rep: &mut Report,
     ) {
-        let Some(run) = run else { return };
-        let by_seq: HashMap<u64, &[u32]> = log
-            .messages
-            .iter()
-            .map(|m| (m.seq, log.recipients(m)))
-            .collect();
-        for key @ &(r, seq, mbx) in self.finds.keys() {
-            if r != run || matched.contains(key) {
-                continue;
+        self.finds.each(|r, seq, mbx, f| {
+            if Some(r) != run {
+                rep.foreign += f.copies as u64;
+                return;
             }
-            match by_seq.get(&seq) {
-                Some(rcpts) if !rcpts.iter().any(|&i| mbx_of[i as usize] == Some(mbx)) => {
-                    rep.misdelivered += 1
-                }
+            let rcpts = log.find(seq).map(|m| log.recipients(m));
+            let at = |i: &u32| mbx_of[*i as usize] == Some(mbx);
+            match rcpts {
+                // Counted above.
+                Some(rs) if rs.iter().any(|i| at(i) && !undelivered[*i as usize]) => {}
+                Some(rs) if !rs.iter().any(at) => rep.misdelivered += 1,
                 _ => rep.unlogged += 1,
             }
-        }
+        });
     }
 
     fn rule_result(

@@ -9,12 +9,14 @@
 //! (watched while an inline run goes), or an IMAP/POP3 server read after the run.
 
 mod args;
+mod finds;
 mod ledger;
 mod maildir;
 mod output;
 mod parse;
 mod remote;
 pub mod rules;
+mod seen;
 mod sentlog;
 
 pub use args::{Common, InlineArgs, RemoteOptions, Source, RULES_HELP};
@@ -64,7 +66,7 @@ impl Reader {
     }
 
     /// Reads the mailboxes into `ledger` once.
-    fn poll(&self, log: &SentLog, ledger: &mut Ledger) -> anyhow::Result<()> {
+    fn poll(&mut self, log: &SentLog, ledger: &mut Ledger) -> anyhow::Result<()> {
         match self {
             Reader::Maildir(m) => {
                 m.poll(ledger)?;
@@ -96,7 +98,7 @@ pub struct Job {
 
 /// Polls until complete or out of time, then writes the files and prints the report.
 /// Blocking (file system); returns the report.
-pub fn run_blocking(job: &Job, ledger: &mut Ledger) -> anyhow::Result<Report> {
+pub fn run_blocking(job: &mut Job, ledger: &mut Ledger) -> anyhow::Result<Report> {
     let log = SentLog::read_dir(&job.dir)?;
     let t0 = Instant::now();
     let deadline = job.wait.map(|w| t0 + w);
@@ -211,7 +213,9 @@ impl Watch {
             Source::Maildir(root) => {
                 let (root, ledger, stop) = (root.clone(), ledger.clone(), stop.clone());
                 Some(tokio::task::spawn_blocking(move || {
-                    let dir = Maildir::new(&root);
+                    // The final check reads with a Maildir of its own (the reader below),
+                    // whose first pass lists every directory once more.
+                    let mut dir = Maildir::new(&root);
                     while !stop.load(Ordering::Relaxed) {
                         // Errors (no root yet) are retried; the final pass reports them.
                         let _ = dir.poll(&mut ledger.lock().unwrap_or_else(|p| p.into_inner()));
@@ -241,6 +245,8 @@ impl Watch {
     }
 
     /// Stops watching and verifies the run in `dir`; the exit status of the check.
+    /// A run that ends before (the server refused, the results directory could not be
+    /// made) drops the watch instead: see `Drop`.
     pub async fn finish(mut self, dir: &Path) -> anyhow::Result<ExitCode> {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.task.take() {
@@ -256,7 +262,7 @@ impl Watch {
                 // A watcher stuck on a dead server: the final read reports it.
             }
         }
-        let job = Job {
+        let mut job = Job {
             dir: dir.to_path_buf(),
             out: dir.to_path_buf(),
             source: self.source.clone(),
@@ -268,9 +274,18 @@ impl Watch {
         let ledger = self.ledger.clone();
         let report = tokio::task::spawn_blocking(move || {
             let mut l = ledger.lock().unwrap_or_else(|p| p.into_inner());
-            run_blocking(&job, &mut l)
+            run_blocking(&mut job, &mut l)
         })
         .await??;
         Ok(exit_code(&report))
+    }
+}
+
+impl Drop for Watch {
+    /// The polling thread ends: the runtime waits for its blocking threads when it shuts
+    /// down, so a watch left running would keep spate from exiting after an error.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.idle_stop.send(true);
     }
 }

@@ -32,9 +32,12 @@ impl Interner {
 
     /// The id of `name` if it was interned.
     pub fn get(&self, name: &str) -> Option<u32> {
-        self.ids
-            .get(name.trim().to_ascii_lowercase().as_str())
-            .copied()
+        let name = name.trim();
+        // Called for every file a Maildir poll lists: no copy when there is nothing to lower.
+        if !name.bytes().any(|b| b.is_ascii_uppercase()) {
+            return self.ids.get(name).copied();
+        }
+        self.ids.get(name.to_ascii_lowercase().as_str()).copied()
     }
 
     pub fn name(&self, id: u32) -> &str {
