@@ -210,32 +210,40 @@ impl Capabilities {
     pub fn from_ehlo(reply: &Reply<'_>) -> Self {
         let mut caps = Capabilities::default();
         // The first line is the greeting domain, not a capability.
+        // Compared as bytes, case-insensitively: a connection's EHLO allocates nothing.
         for line in reply.lines().skip(1) {
-            let line = String::from_utf8_lossy(line).to_ascii_uppercase();
-            let mut words = line.split_whitespace();
+            let mut words = line
+                .split(|b| b.is_ascii_whitespace())
+                .filter(|w| !w.is_empty());
             let Some(keyword) = words.next() else {
                 continue;
             };
-            match keyword {
-                "PIPELINING" => caps.pipelining = true,
-                "STARTTLS" => caps.starttls = true,
-                "8BITMIME" => caps.eightbitmime = true,
-                "ENHANCEDSTATUSCODES" => caps.enhanced_status_codes = true,
-                "CHUNKING" => caps.chunking = true,
-                "DSN" => caps.dsn = true,
-                "SIZE" => caps.size = words.next().and_then(|s| s.parse().ok()),
-                "AUTH" => {
-                    caps.auth = true;
-                    for mech in words {
-                        match mech {
-                            "PLAIN" => caps.auth_plain = true,
-                            "LOGIN" => caps.auth_login = true,
-                            "CRAM-MD5" => caps.auth_cram_md5 = true,
-                            _ => {}
-                        }
-                    }
+            let is = |name: &str| keyword.eq_ignore_ascii_case(name.as_bytes());
+            if is("PIPELINING") {
+                caps.pipelining = true;
+            } else if is("STARTTLS") {
+                caps.starttls = true;
+            } else if is("8BITMIME") {
+                caps.eightbitmime = true;
+            } else if is("ENHANCEDSTATUSCODES") {
+                caps.enhanced_status_codes = true;
+            } else if is("CHUNKING") {
+                caps.chunking = true;
+            } else if is("DSN") {
+                caps.dsn = true;
+            } else if is("SIZE") {
+                caps.size = words
+                    .next()
+                    .and_then(|w| std::str::from_utf8(w).ok())
+                    .and_then(|w| w.parse().ok());
+            } else if is("AUTH") {
+                caps.auth = true;
+                for mech in words {
+                    let is = |name: &str| mech.eq_ignore_ascii_case(name.as_bytes());
+                    caps.auth_plain |= is("PLAIN");
+                    caps.auth_login |= is("LOGIN");
+                    caps.auth_cram_md5 |= is("CRAM-MD5");
                 }
-                _ => {}
             }
         }
         caps
