@@ -563,15 +563,25 @@ impl Builder {
             push(out, ">");
         }
         push(out, "\r\n");
-        // Written straight into the output: no allocation per message.
-        let _ = write!(
-            Wrap(out),
-            "Message-ID: <{seq}.{}@spate.invalid>\r\n{TRACE_HEADER}: run={}; seq={seq}; sent={now_unix_us}; digest=",
-            f.run_id,
-            f.run_id,
-        );
+        // Written straight into the output, without formatting machinery or allocation.
+        let mut num = [0u8; 20];
+        push(out, "Message-ID: <");
+        push(out, itoa(seq, &mut num));
+        push(out, ".");
+        push(out, &f.run_id);
+        push(out, "@spate.invalid>\r\n");
+        push(out, TRACE_HEADER);
+        push(out, ": run=");
+        push(out, &f.run_id);
+        push(out, "; seq=");
+        push(out, itoa(seq, &mut num));
+        push(out, "; sent=");
+        push(out, itoa(now_unix_us, &mut num));
+        push(out, "; digest=");
         hex_into(&digest, out);
-        let _ = write!(Wrap(out), "; size={body_size}\r\n");
+        push(out, "; size=");
+        push(out, itoa(body_size as u64, &mut num));
+        push(out, "\r\n");
         push(out, &f.extra_headers);
         match corpus {
             Some(eml) => {
@@ -592,7 +602,7 @@ impl Builder {
                 push(out, "Date: ");
                 push(out, &self.date.1);
                 push(out, "\r\nSubject: spate test message ");
-                push(out, itoa(seq, &mut [0u8; 20]));
+                push(out, itoa(seq, &mut num));
                 push(out, "\r\nMIME-Version: 1.0\r\n");
                 match &f.attachment {
                     None => push(out, "Content-Type: text/plain; charset=us-ascii\r\n\r\n"),
@@ -741,8 +751,11 @@ mod tests {
                 .parse()
                 .unwrap();
             assert_eq!(body.len(), size);
-            assert!(head.contains(&format!("digest={}", hex(&body_digest(body)))));
-            assert!(head.contains(&format!("seq={seq};")));
+            let trace = format!(
+                "\r\nMessage-ID: <{seq}.r1@spate.invalid>\r\n{TRACE_HEADER}: run=r1; seq={seq}; sent=1700000000000000; digest={}; size={size}\r\n",
+                hex(&body_digest(body))
+            );
+            assert!(head.contains(&trace), "{head}");
         }
     }
 
