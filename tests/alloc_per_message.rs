@@ -4,28 +4,45 @@
 //! connections. What the run costs once (start-up, the results directory, the summary)
 //! cancels out in the difference; what is left is what each message costs.
 //!
-//! Counts are exact, not timed, so the bound is a real assertion.
+//! Counts are exact, not timed, so the bound is a real assertion. The same allocator
+//! tracks the live heap's peak: a message body of the run's size is held once, however
+//! many sessions send it.
 
 mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 struct Counting;
 
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
+/// Bytes allocated and not yet freed, and the most there were since the last reset.
+static LIVE: AtomicU64 = AtomicU64::new(0);
+static PEAK: AtomicU64 = AtomicU64::new(0);
+/// The tests of this file count one run at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
 
-// SAFETY: every call is forwarded to the system allocator unchanged; only a counter moves.
+fn grew(by: usize) {
+    let live = LIVE.fetch_add(by as u64, Ordering::Relaxed) + by as u64;
+    PEAK.fetch_max(live, Ordering::Relaxed);
+}
+
+// SAFETY: every call is forwarded to the system allocator unchanged; only counters move.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         ALLOCS.fetch_add(1, Ordering::Relaxed);
+        grew(l.size());
         System.alloc(l)
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        LIVE.fetch_sub(l.size() as u64, Ordering::Relaxed);
         System.dealloc(p, l)
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
         ALLOCS.fetch_add(1, Ordering::Relaxed);
+        LIVE.fetch_sub(l.size() as u64, Ordering::Relaxed);
+        grew(new);
         System.realloc(p, l, new)
     }
 }
@@ -38,17 +55,19 @@ fn server() -> (common::Kill, String) {
     common::serve_process("--smtp", &["--discard".as_ref()])
 }
 
-/// Allocations of one in-process `spate smtp` run of `count` messages.
-fn run(addr: &str, count: u64, extra: &[&str]) -> u64 {
+/// Allocations of one in-process `spate smtp` run of `count` messages from `users`
+/// sessions.
+fn run(addr: &str, count: u64, users: u32, extra: &[&str]) -> u64 {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
     let count = count.to_string();
+    let users = users.to_string();
     let mut args = vec![
         "spate",
         "smtp",
         addr,
         "--users",
-        "4",
+        &users,
         "--count",
         &count,
         "-m",
@@ -74,18 +93,45 @@ fn run(addr: &str, count: u64, extra: &[&str]) -> u64 {
 fn per_message(extra: &[&str]) -> f64 {
     let (_server, addr) = server();
     // Warm up: whatever is allocated once per process.
-    run(&addr, 100, extra);
-    let small = run(&addr, 400, extra);
-    let large = run(&addr, 2000, extra);
+    run(&addr, 100, 4, extra);
+    let small = run(&addr, 400, 4, extra);
+    let large = run(&addr, 2000, 4, extra);
     (large as f64 - small as f64) / 1600.0
 }
 
 #[test]
 fn a_message_on_a_reused_connection_allocates_next_to_nothing() {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let chunking = per_message(&[]);
     let data = per_message(&["--no-chunking"]);
     eprintln!("allocations per message: {chunking:.2} with BDAT, {data:.2} with DATA");
     for (how, n) in [("BDAT", chunking), ("DATA", data)] {
         assert!(n < 1.0, "{n:.2} allocations per message with {how}");
     }
+}
+
+/// The peak of the live heap during one run, above what was live before it.
+fn peak(addr: &str, size: &str) -> u64 {
+    let before = LIVE.load(Ordering::SeqCst);
+    PEAK.store(before, Ordering::SeqCst);
+    run(addr, 40, 20, &["--size", size]);
+    PEAK.load(Ordering::SeqCst).saturating_sub(before)
+}
+
+/// Twenty sessions sending 1 MiB messages hold one copy of the body between them, not
+/// one (or three: a scratch body and two messages) per session: the peak heap grows by
+/// about the body, not by twenty times it.
+#[test]
+fn a_body_of_the_run_s_size_is_held_once_whatever_the_sessions() {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let (_server, addr) = server();
+    run(&addr, 40, 20, &[]);
+    let small = peak(&addr, "1024");
+    let large = peak(&addr, "1048576");
+    let grown = large.saturating_sub(small);
+    eprintln!("peak heap: {small} bytes with 1 KiB messages, {large} with 1 MiB");
+    assert!(
+        grown < 4 << 20,
+        "20 sessions with 1 MiB messages grew the peak heap by {grown} bytes"
+    );
 }
