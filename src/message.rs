@@ -2,13 +2,15 @@
 //! .eml files, or with an attachment), and the tracking header that lets a later step
 //! prove delivery: run id, sequence number, send time and a digest of the body.
 //!
-//! Bodies are a deterministic function of (size, template), so their digests are cached:
-//! building a message costs a header format and a copy, not a hash.
+//! Bodies are a deterministic function of (size, template), so their digests are cached,
+//! and a body of the run's fixed size (or a corpus file's) is built once and shared by every
+//! session: building a message costs a header format, neither a hash nor a copy of the
+//! body, which is written from where it lives ([`Built::body`]).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use base64::Engine as _;
 use rand::rngs::SmallRng;
@@ -172,7 +174,8 @@ pub enum Pick {
 #[derive(Debug)]
 struct Eml {
     headers: Vec<u8>,
-    wire_body: Vec<u8>,
+    /// Sent from here, shared by every session.
+    wire_body: Arc<[u8]>,
     /// A body line starts with '.': `wire_body` is dot-stuffed and differs from the
     /// message itself, so it can go in DATA only, not in a BDAT chunk.
     stuffed: bool,
@@ -193,6 +196,15 @@ pub struct Factory {
     corpus: Vec<Eml>,
     /// Extra header lines (already CRLF-terminated), e.g. for DSN tests.
     pub extra_headers: String,
+    /// The generated body of the run's fixed size, built by the first session that needs
+    /// it (after any attachment is set) and sent by all of them from here.
+    fixed_body: OnceLock<SharedBody>,
+}
+
+/// A generated body that sessions send from where it lives.
+struct SharedBody {
+    bytes: Arc<[u8]>,
+    digest: [u8; 16],
 }
 
 impl crate::results::AddressBook for Factory {
@@ -269,6 +281,7 @@ impl Factory {
             attachment: None,
             corpus: Vec::new(),
             extra_headers: String::new(),
+            fixed_body: OnceLock::new(),
         })
     }
 
@@ -329,6 +342,21 @@ impl Factory {
             body: Vec::new(),
         }
     }
+
+    /// The shared generated body of `size`, when `size` is the run's fixed size.
+    fn fixed_body(&self, size: u64) -> Option<&SharedBody> {
+        if !self.size.is_fixed() || size != self.size.lo {
+            return None;
+        }
+        Some(self.fixed_body.get_or_init(|| {
+            let mut bytes = Vec::new();
+            generated_body(self, size, &mut bytes);
+            SharedBody {
+                digest: body_digest(&bytes),
+                bytes: bytes.into(),
+            }
+        }))
+    }
 }
 
 fn parse_eml(data: &[u8]) -> Eml {
@@ -367,7 +395,7 @@ fn parse_eml(data: &[u8]) -> Eml {
     let stuffed = body.first() == Some(&b'.') || body.windows(2).any(|w| w == b"\n.");
     Eml {
         headers,
-        wire_body,
+        wire_body: wire_body.into(),
         stuffed,
         digest: body_digest(body),
         body_len: body.len(),
@@ -378,6 +406,9 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
+/// The final dot of a DATA payload.
+pub const DOT: &[u8] = b".\r\n";
+
 /// What the session needs to know about a message it built.
 #[derive(Debug, Clone, Default)]
 pub struct Built {
@@ -387,13 +418,27 @@ pub struct Built {
     pub rcpts: Vec<u32>,
     /// The payload is dot-stuffed (a line of the message starts with '.'): DATA only.
     pub stuffed: bool,
+    /// After [`Builder::build_head`]: the body, when it is shared rather than written into
+    /// the head (a generated body of the run's fixed size, a corpus file's body).
+    pub body: Option<Arc<[u8]>>,
 }
 
 impl Built {
     /// The message itself, for a BDAT chunk: `wire` (from [`Builder::build`]) without
     /// its final dot; None when the payload is dot-stuffed and so not the message.
     pub fn chunk<'w>(&self, wire: &'w [u8]) -> Option<&'w [u8]> {
-        (!self.stuffed).then(|| wire.strip_suffix(b".\r\n").unwrap_or(wire))
+        (!self.stuffed).then(|| wire.strip_suffix(DOT).unwrap_or(wire))
+    }
+
+    /// The message after [`Builder::build_head`] wrote its `head`: the head and the shared
+    /// body (empty when the head holds it), in order.
+    pub fn parts<'a>(&'a self, head: &'a [u8]) -> [&'a [u8]; 2] {
+        [head, self.body.as_deref().unwrap_or_default()]
+    }
+
+    /// The length of [`Built::parts`].
+    pub fn len(&self, head: &[u8]) -> usize {
+        head.len() + self.body.as_deref().map_or(0, <[u8]>::len)
     }
 }
 
@@ -401,11 +446,23 @@ impl Built {
 pub struct Builder {
     factory: Arc<Factory>,
     rng: SmallRng,
-    digests: HashMap<u64, [u8; 16]>,
+    /// Digest and length of the generated body of each size (sizes drawn from a range).
+    digests: HashMap<u64, ([u8; 16], usize)>,
     next_to: usize,
     next_from: usize,
     date: (u64, String),
+    /// A body of a size not seen yet, built here to take its digest before its header.
     body: Vec<u8>,
+}
+
+/// Where the body of a message being built comes from.
+enum Source {
+    /// Shared: sent from where it lives.
+    Shared(Arc<[u8]>),
+    /// Generated straight into the output (its digest and length are known).
+    Generate(u64),
+    /// Already in the builder's scratch buffer.
+    Scratch,
 }
 
 impl Builder {
@@ -447,24 +504,53 @@ impl Builder {
     /// Appends the DATA payload of message `seq` to `out`: headers, body, final dot,
     /// dot-stuffed and CRLF. `now_unix_us` is the send time written into the trace header.
     pub fn build(&mut self, seq: u64, now_unix_us: u64, built: &mut Built, out: &mut Vec<u8>) {
+        self.build_head(seq, now_unix_us, built, out);
+        if let Some(body) = built.body.take() {
+            out.extend_from_slice(&body);
+        }
+        out.extend_from_slice(DOT);
+    }
+
+    /// Appends message `seq` to `out` without its final dot, and without its body when
+    /// that is shared: then `built.body` holds it, to be sent after `out` with no copy
+    /// ([`Built::parts`]). `now_unix_us` is the send time written into the trace header.
+    pub fn build_head(&mut self, seq: u64, now_unix_us: u64, built: &mut Built, out: &mut Vec<u8>) {
         let f = &*self.factory;
         let from = &f.from.addrs[built.from as usize];
-        let (digest, body_size, corpus) = if f.corpus.is_empty() {
+        let (digest, body_size, source, corpus) = if f.corpus.is_empty() {
             let size = if f.size.is_fixed() {
                 f.size.lo
             } else {
                 self.rng.random_range(f.size.lo..=f.size.hi)
             };
-            let digest = generated_body(f, size, &mut self.body, &mut self.digests);
-            (digest, self.body.len(), None)
+            let (digest, len, source) = if let Some(b) = f.fixed_body(size) {
+                (b.digest, b.bytes.len(), Source::Shared(b.bytes.clone()))
+            } else if let Some(&(digest, len)) = self.digests.get(&size) {
+                (digest, len, Source::Generate(size))
+            } else {
+                self.body.clear();
+                generated_body(f, size, &mut self.body);
+                if self.digests.len() > 100_000 {
+                    self.digests.clear();
+                }
+                let digest = body_digest(&self.body);
+                self.digests.insert(size, (digest, self.body.len()));
+                (digest, self.body.len(), Source::Scratch)
+            };
+            (digest, len, source, None)
         } else {
             let eml = &f.corpus[(seq % f.corpus.len() as u64) as usize];
-            (eml.digest, eml.body_len, Some(eml))
+            let source = Source::Shared(eml.wire_body.clone());
+            (eml.digest, eml.body_len, source, Some(eml))
         };
         built.digest = digest;
         built.stuffed = corpus.is_some_and(|e| e.stuffed);
 
-        out.reserve(body_size + 600);
+        let inline = match source {
+            Source::Shared(_) => 0,
+            _ => body_size,
+        };
+        out.reserve(inline + 600);
         push(out, "From: <");
         push(out, from);
         push(out, ">\r\nTo: ");
@@ -477,21 +563,30 @@ impl Builder {
             push(out, ">");
         }
         push(out, "\r\n");
-        // Written straight into the output: no allocation per message.
-        let _ = write!(
-            Wrap(out),
-            "Message-ID: <{seq}.{}@spate.invalid>\r\n{TRACE_HEADER}: run={}; seq={seq}; sent={now_unix_us}; digest=",
-            f.run_id,
-            f.run_id,
-        );
+        // Written straight into the output, without formatting machinery or allocation.
+        let mut num = [0u8; 20];
+        push(out, "Message-ID: <");
+        push(out, itoa(seq, &mut num));
+        push(out, ".");
+        push(out, &f.run_id);
+        push(out, "@spate.invalid>\r\n");
+        push(out, TRACE_HEADER);
+        push(out, ": run=");
+        push(out, &f.run_id);
+        push(out, "; seq=");
+        push(out, itoa(seq, &mut num));
+        push(out, "; sent=");
+        push(out, itoa(now_unix_us, &mut num));
+        push(out, "; digest=");
         hex_into(&digest, out);
-        let _ = write!(Wrap(out), "; size={body_size}\r\n");
+        push(out, "; size=");
+        push(out, itoa(body_size as u64, &mut num));
+        push(out, "\r\n");
         push(out, &f.extra_headers);
         match corpus {
             Some(eml) => {
                 out.extend_from_slice(&eml.headers);
                 out.extend_from_slice(b"\r\n");
-                out.extend_from_slice(&eml.wire_body);
             }
             None => {
                 let secs = now_unix_us / 1_000_000;
@@ -507,7 +602,7 @@ impl Builder {
                 push(out, "Date: ");
                 push(out, &self.date.1);
                 push(out, "\r\nSubject: spate test message ");
-                push(out, itoa(seq, &mut [0u8; 20]));
+                push(out, itoa(seq, &mut num));
                 push(out, "\r\nMIME-Version: 1.0\r\n");
                 match &f.attachment {
                     None => push(out, "Content-Type: text/plain; charset=us-ascii\r\n\r\n"),
@@ -517,22 +612,25 @@ impl Builder {
                         push(out, "\"\r\n\r\n");
                     }
                 }
-                // Generated bodies never start a line with '.', so no stuffing is needed.
-                out.extend_from_slice(&self.body);
             }
         }
-        out.extend_from_slice(b".\r\n");
+        // Generated bodies never start a line with '.', so no stuffing is needed.
+        built.body = match source {
+            Source::Shared(body) => Some(body),
+            Source::Generate(size) => {
+                generated_body(f, size, out);
+                None
+            }
+            Source::Scratch => {
+                out.extend_from_slice(&self.body);
+                None
+            }
+        };
     }
 }
 
-/// Fills `body` with the generated body of this size; returns its digest (cached per size).
-fn generated_body(
-    f: &Factory,
-    size: u64,
-    body: &mut Vec<u8>,
-    digests: &mut HashMap<u64, [u8; 16]>,
-) -> [u8; 16] {
-    body.clear();
+/// Appends the generated body of this size to `body`.
+fn generated_body(f: &Factory, size: u64, body: &mut Vec<u8>) {
     if let Some((name, b64)) = &f.attachment {
         let b = &f.run_id;
         let _ = write!(
@@ -547,10 +645,6 @@ fn generated_body(
     } else {
         push_text(body, &f.text, size);
     }
-    if digests.len() > 100_000 {
-        digests.clear();
-    }
-    *digests.entry(size).or_insert_with(|| body_digest(body))
 }
 
 /// `size` bytes of text ending in CRLF (whole lines, the last padded with 'x').
@@ -657,8 +751,11 @@ mod tests {
                 .parse()
                 .unwrap();
             assert_eq!(body.len(), size);
-            assert!(head.contains(&format!("digest={}", hex(&body_digest(body)))));
-            assert!(head.contains(&format!("seq={seq};")));
+            let trace = format!(
+                "\r\nMessage-ID: <{seq}.r1@spate.invalid>\r\n{TRACE_HEADER}: run=r1; seq={seq}; sent=1700000000000000; digest={}; size={size}\r\n",
+                hex(&body_digest(body))
+            );
+            assert!(head.contains(&trace), "{head}");
         }
     }
 
@@ -742,6 +839,72 @@ mod tests {
         assert_eq!(chunk.len(), out.len() - 3);
         assert!(chunk.ends_with(b"\r\n") && !chunk.ends_with(b"\r\n.\r\n"));
         assert_eq!(body_digest(split_message(chunk).1), built.digest);
+    }
+
+    /// The message in parts (head, shared body) is the contiguous one without its dot,
+    /// for a fixed size (one body shared by every session, never copied), a range (bodies
+    /// written into the head, on a digest cache miss and on a hit) and a corpus.
+    #[test]
+    fn parts_are_the_message_and_a_fixed_body_is_shared() {
+        let contiguous_and_parts = |f: &Arc<Factory>, seq: u64| {
+            let (mut a, mut b) = (
+                f.builder(SmallRng::seed_from_u64(seq), 0),
+                f.builder(SmallRng::seed_from_u64(seq), 0),
+            );
+            let (mut built_a, mut built_b) = (Built::default(), Built::default());
+            a.envelope(&mut built_a);
+            b.envelope(&mut built_b);
+            let (mut wire, mut head) = (Vec::new(), Vec::new());
+            a.build(seq, 1_700_000_000_000_000, &mut built_a, &mut wire);
+            b.build_head(seq, 1_700_000_000_000_000, &mut built_b, &mut head);
+            assert_eq!(
+                built_b.parts(&head).concat(),
+                wire.strip_suffix(DOT).unwrap()
+            );
+            assert_eq!(built_b.len(&head) + DOT.len(), wire.len());
+            assert_eq!(built_a.digest, built_b.digest);
+            assert!(built_a.body.is_none(), "build() leaves nothing apart");
+            built_b
+        };
+        let fixed = factory(Range::fixed(10_240));
+        let one = contiguous_and_parts(&fixed, 1);
+        let two = contiguous_and_parts(&fixed, 2);
+        let (Some(x), Some(y)) = (&one.body, &two.body) else {
+            panic!("a body of the fixed size is shared");
+        };
+        assert!(Arc::ptr_eq(x, y) && x.len() == 10_240);
+
+        let range = factory(Range { lo: 100, hi: 110 });
+        let mut b = range.builder(SmallRng::seed_from_u64(3), 0);
+        let mut built = Built::default();
+        for seq in 0..60 {
+            // Eleven sizes over sixty messages: misses first, hits after.
+            let mut head = Vec::new();
+            b.envelope(&mut built);
+            b.build_head(seq, 0, &mut built, &mut head);
+            assert!(
+                built.body.is_none(),
+                "a drawn size is written into the head"
+            );
+            let (_, body) = split_message(&head);
+            assert_eq!(body_digest(body), built.digest);
+            contiguous_and_parts(&range, seq);
+        }
+
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.eml"), b"Subject: s\n\nline\n").unwrap();
+        let mut f = Factory::new(
+            "r4".into(),
+            Range::fixed(1),
+            Range::fixed(1),
+            AddressPool::from_pattern("s@x.test").unwrap(),
+            AddressPool::from_pattern("u@x.test").unwrap(),
+            Pick::RoundRobin,
+        )
+        .unwrap();
+        f.load_corpus(dir.path()).unwrap();
+        let built = contiguous_and_parts(&Arc::new(f), 1);
+        assert_eq!(built.body.as_deref(), Some(&b"line\r\n"[..]));
     }
 
     #[test]

@@ -12,6 +12,8 @@ pub struct Counting;
 
 static LIVE: AtomicI64 = AtomicI64::new(0);
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
+/// The most bytes live at once since [`reset_peak`].
+static PEAK: AtomicI64 = AtomicI64::new(0);
 /// Live bytes in allocations under [`SMALL`].
 static LIVE_SMALL: AtomicI64 = AtomicI64::new(0);
 
@@ -28,10 +30,15 @@ fn small(size: usize) -> i64 {
     }
 }
 
+fn grew(by: i64) {
+    let live = LIVE.fetch_add(by, Ordering::Relaxed) + by;
+    PEAK.fetch_max(live, Ordering::Relaxed);
+}
+
 // SAFETY: every call is forwarded to the system allocator unchanged; only counters move.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as i64, Ordering::Relaxed);
+        grew(l.size() as i64);
         LIVE_SMALL.fetch_add(small(l.size()), Ordering::Relaxed);
         ALLOCS.fetch_add(1, Ordering::Relaxed);
         System.alloc(l)
@@ -42,7 +49,7 @@ unsafe impl GlobalAlloc for Counting {
         System.dealloc(p, l)
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        LIVE.fetch_add(new as i64 - l.size() as i64, Ordering::Relaxed);
+        grew(new as i64 - l.size() as i64);
         LIVE_SMALL.fetch_add(small(new) - small(l.size()), Ordering::Relaxed);
         ALLOCS.fetch_add(1, Ordering::Relaxed);
         System.realloc(p, l, new)
@@ -52,6 +59,16 @@ unsafe impl GlobalAlloc for Counting {
 /// Bytes allocated and not yet freed.
 pub fn live() -> i64 {
     LIVE.load(Ordering::SeqCst)
+}
+
+/// The most bytes live at once since the last [`reset_peak`].
+pub fn peak() -> i64 {
+    PEAK.load(Ordering::SeqCst)
+}
+
+/// Starts a new peak from what is live now.
+pub fn reset_peak() {
+    PEAK.store(live(), Ordering::SeqCst);
 }
 
 /// Allocations (and reallocations) so far.

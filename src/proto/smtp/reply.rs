@@ -210,27 +210,34 @@ impl Capabilities {
     pub fn from_ehlo(reply: &Reply<'_>) -> Self {
         let mut caps = Capabilities::default();
         // The first line is the greeting domain, not a capability.
+        // Compared as bytes, upper-cased on the stack: a connection's EHLO allocates nothing.
         for line in reply.lines().skip(1) {
-            let line = String::from_utf8_lossy(line).to_ascii_uppercase();
-            let mut words = line.split_whitespace();
+            let mut words = line
+                .split(|b| b.is_ascii_whitespace())
+                .filter(|w| !w.is_empty());
             let Some(keyword) = words.next() else {
                 continue;
             };
-            match keyword {
-                "PIPELINING" => caps.pipelining = true,
-                "STARTTLS" => caps.starttls = true,
-                "8BITMIME" => caps.eightbitmime = true,
-                "ENHANCEDSTATUSCODES" => caps.enhanced_status_codes = true,
-                "CHUNKING" => caps.chunking = true,
-                "DSN" => caps.dsn = true,
-                "SIZE" => caps.size = words.next().and_then(|s| s.parse().ok()),
-                "AUTH" => {
+            match upper(keyword, &mut [0; 20]) {
+                b"PIPELINING" => caps.pipelining = true,
+                b"STARTTLS" => caps.starttls = true,
+                b"8BITMIME" => caps.eightbitmime = true,
+                b"ENHANCEDSTATUSCODES" => caps.enhanced_status_codes = true,
+                b"CHUNKING" => caps.chunking = true,
+                b"DSN" => caps.dsn = true,
+                b"SIZE" => {
+                    caps.size = words
+                        .next()
+                        .and_then(|w| std::str::from_utf8(w).ok())
+                        .and_then(|w| w.parse().ok());
+                }
+                b"AUTH" => {
                     caps.auth = true;
                     for mech in words {
-                        match mech {
-                            "PLAIN" => caps.auth_plain = true,
-                            "LOGIN" => caps.auth_login = true,
-                            "CRAM-MD5" => caps.auth_cram_md5 = true,
+                        match upper(mech, &mut [0; 20]) {
+                            b"PLAIN" => caps.auth_plain = true,
+                            b"LOGIN" => caps.auth_login = true,
+                            b"CRAM-MD5" => caps.auth_cram_md5 = true,
                             _ => {}
                         }
                     }
@@ -240,6 +247,18 @@ impl Capabilities {
         }
         caps
     }
+}
+
+/// `word` upper-cased into `buf`; empty when it is longer than `buf` (then it is no word
+/// that [`Capabilities::from_ehlo`] looks for).
+fn upper<'b>(word: &[u8], buf: &'b mut [u8; 20]) -> &'b [u8] {
+    let Some(out) = buf.get_mut(..word.len()) else {
+        return &[];
+    };
+    for (o, b) in out.iter_mut().zip(word) {
+        *o = b.to_ascii_uppercase();
+    }
+    out
 }
 
 #[cfg(test)]
@@ -273,6 +292,11 @@ mod tests {
         assert!(caps.auth_plain && caps.auth_login && caps.auth_cram_md5);
         assert_eq!(caps.size, Some(10240000));
         assert!(!caps.chunking);
+        // Keywords in any case, tabs between words, words longer than any keyword.
+        let buf = b"250-mx\r\n250-pipelining\r\n250-Chunking\r\n250-X-A-VERY-LONG-KEYWORD-INDEED\r\n250-auth\tplain X-MECHANISM-WITH-A-LONG-NAME\r\n250 dsn\r\n";
+        let caps = Capabilities::from_ehlo(&complete(buf).0);
+        assert!(caps.pipelining && caps.chunking && caps.dsn && caps.auth && caps.auth_plain);
+        assert!(!caps.auth_login && !caps.starttls && caps.size.is_none());
     }
 
     #[test]

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Endpoint, Failure};
 use crate::engine::{Ahead, Driver, Outcome, UnitReport};
-use crate::message::{Builder, Built};
+use crate::message::{Builder, Built, DOT};
 use crate::metrics::{Detail, ErrorKind, Phase, SentRecord};
 use crate::proto::smtp::client as cmd;
 use crate::proto::smtp::reply::{self, Capabilities, Reply};
@@ -267,7 +267,8 @@ impl Session {
         }
     }
 
-    /// Draws message `seq`'s envelope and builds it into `built` and `wire`.
+    /// Draws message `seq`'s envelope and builds it into `built` and `wire`: the message
+    /// is `built.parts(wire)`, without its final dot.
     fn build(builder: &mut Builder, seq: u64, built: &mut Built, wire: &mut Vec<u8>) {
         builder.envelope(built);
         let now_unix_us = SystemTime::now()
@@ -275,7 +276,7 @@ impl Session {
             .map(|d| d.as_micros() as u64)
             .unwrap_or(0);
         wire.clear();
-        builder.build(seq, now_unix_us, built, wire);
+        builder.build_head(seq, now_unix_us, built, wire);
     }
 
     /// One message; `last` when it is the connection's last (QUIT may go behind it).
@@ -381,23 +382,25 @@ impl Session {
     ) -> Result<bool, Failure> {
         let tf = |phase| move |e| Failure::transport(phase, e);
         let f = self.builder.factory();
-        let chunk = self.built.chunk(&self.wire).unwrap_or(&self.wire);
-        let size = self.caps.size.is_some().then_some(chunk.len());
+        // Not dot-stuffed (or this would not be chunked): the message as it is.
+        let len = self.built.len(&self.wire);
+        let size = self.caps.size.is_some().then_some(len);
         let notify = self.s.dsn_notify.as_deref().filter(|_| self.caps.dsn);
         self.cmd.clear();
         cmd::mail(&mut self.cmd, &f.from.addrs[self.built.from as usize], size);
         for &r in &self.built.rcpts {
             cmd::rcpt(&mut self.cmd, &f.to.addrs[r as usize], notify);
         }
-        cmd::bdat_last(&mut self.cmd, chunk.len());
+        cmd::bdat_last(&mut self.cmd, len);
         let t = report.start(Phase::Bdat);
+        let [head, body] = self.built.parts(&self.wire);
         let parts: &[&[u8]] = if quit {
-            &[&self.cmd, chunk, cmd::QUIT]
+            &[&self.cmd, head, body, cmd::QUIT]
         } else {
-            &[&self.cmd, chunk]
+            &[&self.cmd, head, body]
         };
         conn.send_parts(parts).await.map_err(tf(Phase::Bdat))?;
-        report.counters.bytes += chunk.len() as u64;
+        report.counters.bytes += len as u64;
         let mail_fail = self.envelope_replies(conn).await?;
         // The chunk's replies: LMTP gives one per accepted recipient, else one.
         let taken = mail_fail.is_none() && !self.rcpts.ok.is_empty();
@@ -474,7 +477,11 @@ impl Session {
     ) -> Result<bool, Failure> {
         let f = self.builder.factory();
         let from = &f.from.addrs[self.built.from as usize];
-        let size = self.caps.size.is_some().then_some(self.wire.len());
+        let size = self
+            .caps
+            .size
+            .is_some()
+            .then(|| self.built.len(&self.wire) + DOT.len());
         let notify = self.s.dsn_notify.as_deref().filter(|_| self.caps.dsn);
         self.cmd.clear();
         cmd::mail(&mut self.cmd, from, size);
@@ -655,12 +662,14 @@ impl Session {
             None
         };
         let t = report.start(Phase::Body);
-        let parts: [&[u8]; 2] = match (next, quit) {
-            (Some(_), _) => [&self.wire, &self.cmd],
-            (None, true) => [&self.wire, cmd::QUIT],
-            (None, false) => [&self.wire, &[]],
+        // The message from where its parts live, its final dot, and what goes behind it.
+        let [head, body] = self.built.parts(&self.wire);
+        let behind: &[u8] = match (next, quit) {
+            (Some(_), _) => &self.cmd,
+            (None, true) => cmd::QUIT,
+            (None, false) => &[],
         };
-        let sent = conn.send_parts(&parts).await;
+        let sent = conn.send_parts(&[head, body, DOT, behind]).await;
         if let (Some(seq), Ok(())) = (next, &sent) {
             self.next = Some(Next {
                 seq,
@@ -668,7 +677,7 @@ impl Session {
             });
         }
         sent.map_err(|e| Failure::transport(Phase::Body, e))?;
-        report.counters.bytes += self.wire.len() as u64;
+        report.counters.bytes += (self.built.len(&self.wire) + DOT.len()) as u64;
         let lmtp = self.s.lmtp;
         let replies = if lmtp { self.rcpts.ok.len() } else { 1 };
         // LMTP recipients refused at the end (allocated only when one is).
@@ -727,7 +736,11 @@ impl Session {
         );
         self.next = Some(Next { seq, sent_at: None });
         let f = self.builder.factory();
-        let size = self.caps.size.is_some().then_some(self.next_wire.len());
+        let size = self
+            .caps
+            .size
+            .is_some()
+            .then(|| self.next_built.len(&self.next_wire) + DOT.len());
         let notify = self.s.dsn_notify.as_deref().filter(|_| self.caps.dsn);
         self.cmd.clear();
         cmd::mail(
