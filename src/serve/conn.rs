@@ -125,6 +125,13 @@ impl Conn {
         self.wbuf.extend_from_slice(bytes);
     }
 
+    /// Queues formatted text, written straight into the output buffer.
+    pub fn queue_fmt(&mut self, text: std::fmt::Arguments<'_>) {
+        use std::io::Write;
+        // Writing into a Vec cannot fail.
+        let _ = self.wbuf.write_fmt(text);
+    }
+
     pub async fn flush(&mut self) -> Result<(), ConnError> {
         if self.wbuf.is_empty() {
             return Ok(());

@@ -77,17 +77,29 @@ pub(crate) async fn run(
 impl Session<'_> {
     /// Queues one reply line (the tarpit applies to every reply).
     async fn reply(&mut self, code: u16, enhanced: &str, text: &str) -> Result<(), ConnError> {
+        self.replying(code).await?;
+        self.queue_reply(code, enhanced, format_args!("{text}"));
+        Ok(())
+    }
+
+    /// What every reply goes through before it is queued: the tarpit, the count.
+    async fn replying(&mut self, code: u16) -> Result<(), ConnError> {
         if let Some(d) = self.faults.tarpit() {
             self.conn.pause(d).await?;
         }
         self.sh.stats.reply(code);
-        let line = if enhanced.is_empty() {
-            format!("{code} {text}\r\n")
-        } else {
-            format!("{code} {enhanced} {text}\r\n")
-        };
-        self.conn.queue(line.as_bytes());
         Ok(())
+    }
+
+    /// Formats a reply line straight into the connection's output: no string per reply.
+    /// After [`Session::replying`].
+    fn queue_reply(&mut self, code: u16, enhanced: &str, text: std::fmt::Arguments<'_>) {
+        if enhanced.is_empty() {
+            self.conn.queue_fmt(format_args!("{code} {text}\r\n"));
+        } else {
+            self.conn
+                .queue_fmt(format_args!("{code} {enhanced} {text}\r\n"));
+        }
     }
 
     /// Applies the faults drawn for this phase. `Ok(true)` means a failure reply was sent
@@ -518,8 +530,9 @@ impl Session<'_> {
             return self.reply(552, "5.3.4", text).await;
         }
         if !last {
-            let text = format!("{size} octets received");
-            return self.reply(250, "2.0.0", &text).await;
+            self.replying(250).await?;
+            self.queue_reply(250, "2.0.0", format_args!("{size} octets received"));
+            return Ok(());
         }
         self.sh.stats.chunked();
         let message = self
@@ -558,8 +571,12 @@ impl Session<'_> {
                 match self.sh.store.deliver(rcpt, message) {
                     Ok(_) => {
                         delivered += 1;
-                        let text = format!("<{rcpt}> delivered as {id:X}");
-                        self.reply(250, "2.0.0", &text).await?;
+                        self.replying(250).await?;
+                        self.queue_reply(
+                            250,
+                            "2.0.0",
+                            format_args!("<{rcpt}> delivered as {id:X}"),
+                        );
                     }
                     Err(e) => self.store_error(&e).await?,
                 }
@@ -585,8 +602,9 @@ impl Session<'_> {
             }
         }
         self.sh.stats.accepted(delivered, size);
-        let text = format!("Ok: queued as {id:X}");
-        self.reply(250, "2.0.0", &text).await
+        self.replying(250).await?;
+        self.queue_reply(250, "2.0.0", format_args!("Ok: queued as {id:X}"));
+        Ok(())
     }
 
     async fn store_error(&mut self, e: &StoreError) -> Result<(), ConnError> {
