@@ -14,8 +14,6 @@ static A: common::counting::Counting = common::counting::Counting;
 
 /// Live heap in the middle of one `spate imap` run of `k` sessions in IDLE for 4 s.
 fn plateau(addr: &str, users: &std::path::Path, k: usize) -> i64 {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("run");
     let k = k.to_string();
     let args = [
         "imap",
@@ -28,11 +26,8 @@ fn plateau(addr: &str, users: &std::path::Path, k: usize) -> i64 {
         &k,
         "--idle",
         "4s",
-        "--quiet",
-        "--out",
-        out.to_str().unwrap(),
     ];
-    let p = common::counting::plateau(&args, &out);
+    let p = common::counting::plateau(&args);
     assert_eq!(p.summary["totals"]["accepted"].as_u64(), k.parse().ok());
     assert_eq!(p.summary["totals"]["failed"], 0);
     p.median

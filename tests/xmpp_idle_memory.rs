@@ -17,8 +17,6 @@ static A: common::counting::Counting = common::counting::Counting;
 
 /// Live heap in the middle of one `spate xmpp` run of `k` sessions that wait 8 s.
 fn plateau(addr: &str, users: &std::path::Path, k: usize) -> i64 {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("run");
     let k = k.to_string();
     let args = [
         "xmpp",
@@ -36,11 +34,8 @@ fn plateau(addr: &str, users: &std::path::Path, k: usize) -> i64 {
         "8s:0/s,1s:2/s,5s:2/s",
         "--count",
         "2",
-        "--quiet",
-        "--out",
-        out.to_str().unwrap(),
     ];
-    let p = common::counting::plateau(&args, &out);
+    let p = common::counting::plateau(&args);
     assert_eq!(p.summary["totals"]["failed"], 0, "{}", p.summary["totals"]);
     // Without the run's large allocations: with many phases, how many threads' recorder
     // shards hold histograms (190 KiB each) varies by a megabyte from run to run.

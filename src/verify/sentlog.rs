@@ -53,7 +53,7 @@ impl Interner {
     }
 }
 
-/// One accepted message: 24 bytes.
+/// One accepted message: 32 bytes.
 #[derive(Debug, Clone, Copy)]
 pub struct Sent {
     pub seq: u64,

@@ -86,11 +86,15 @@ pub struct Plateau {
     pub summary: serde_json::Value,
 }
 
-/// Runs `spate ARGS` in this process and returns the live heap in the middle of the run
-/// and its summary.json, read from `out`. The run must succeed.
-pub fn plateau(args: &[&str], out: &Path) -> Plateau {
+/// Runs `spate ARGS --quiet --out DIR` in this process (DIR a new temporary directory)
+/// and returns the live heap in the middle of the run and its summary.json. The run must
+/// succeed.
+pub fn plateau(args: &[&str]) -> Plateau {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
     let args: Vec<String> = std::iter::once("spate")
         .chain(args.iter().copied())
+        .chain(["--quiet", "--out", out.to_str().unwrap()])
         .map(String::from)
         .collect();
     let mut samples = Vec::with_capacity(1000);
