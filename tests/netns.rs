@@ -1,6 +1,7 @@
 //! Shards as separate hosts: network namespaces made by the test (root), one for the
 //! embedded server and one per shard, joined by a bridge in the server's namespace with
-//! addresses that exist only inside them (10.231.0.0/24; no route leads anywhere else).
+//! loopback-range addresses that exist only inside them (127.231.0.0/24 on the links
+//! between them; no route leads anywhere else).
 //! Four `spate smtp --shard I/4` processes, each in its own namespace, load the server;
 //! the server sees four distinct client addresses, and the merge of the shards adds up
 //! to the server's own count. Every namespace (and with them the bridge and the veth
@@ -16,11 +17,14 @@ use std::time::{Duration, Instant};
 use common::{assert_merge_adds_up, have, merge, run_blocking};
 
 const SHARDS: usize = 4;
-/// Exists only inside the namespaces this test creates (a veth subnet between them);
-/// nothing outside them is ever addressed, and the test checks that no namespace has a
-/// route beyond that subnet.
-const SERVER_IP: &str = "10.231.0.1";
-/// Shard I's address: 10.231.0.(10 + I).
+/// The subnet of the links between the test's namespaces: loopback range, which the
+/// namespaces route over their links (`route_localnet`) once their own loopback keeps only
+/// 127.0.0.1; nothing outside them is ever addressed, and the test checks that no
+/// namespace has a route beyond that subnet.
+const SUBNET: &str = "127.231.0";
+/// The server's address on the bridge.
+const SERVER_IP: &str = "127.231.0.1";
+/// Shard I's address: SUBNET.(10 + I).
 const SHARD_IP_BASE: usize = 10;
 
 /// The test's namespaces (`spate-t<pid>-srv`, `spate-t<pid>-s0`...) and the server
@@ -51,7 +55,8 @@ impl Net {
         assert!(o.ok, "ip {args}: {}{}", o.stdout, o.stderr);
     }
 
-    /// A namespace with its loopback up.
+    /// A namespace with its loopback up, holding 127.0.0.1 only, and loopback-range
+    /// addresses routed over its other links (the SUBNET between the test's namespaces).
     fn add(&mut self, what: &str) -> String {
         let ns = self.ns(what);
         let o = run_blocking("ip", &["netns", "add", &ns], &[], Duration::from_secs(10));
@@ -63,6 +68,22 @@ impl Net {
         );
         self.created.push(ns.clone());
         self.ip(&format!("-n {ns} link set lo up"));
+        self.ip(&format!("-n {ns} addr del 127.0.0.1/8 dev lo"));
+        self.ip(&format!("-n {ns} addr add 127.0.0.1/32 dev lo"));
+        let o = run_blocking(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &ns,
+                "sysctl",
+                "-qw",
+                "net.ipv4.conf.all.route_localnet=1",
+            ],
+            &[],
+            Duration::from_secs(10),
+        );
+        assert!(o.ok, "route_localnet in {ns}: {}", o.stderr.trim());
         ns
     }
 
@@ -82,7 +103,7 @@ impl Net {
             ));
             self.ip(&format!("-n {srv} link set h{i} master br0"));
             self.ip(&format!("-n {srv} link set h{i} up"));
-            let addr = format!("10.231.0.{}/24", SHARD_IP_BASE + i);
+            let addr = format!("{SUBNET}.{}/24", SHARD_IP_BASE + i);
             self.ip(&format!("-n {ns} addr add {addr} dev eth0"));
             self.ip(&format!("-n {ns} link set eth0 up"));
             shards.push(ns);
@@ -102,7 +123,7 @@ impl Net {
             assert!(o.ok, "{}", o.stderr);
             let routes: Vec<&str> = o.stdout.lines().collect();
             assert!(
-                routes.len() == 1 && routes[0].starts_with("10.231.0.0/24 "),
+                routes.len() == 1 && routes[0].starts_with(&format!("{SUBNET}.0/24 ")),
                 "{ns} routes: {routes:?}"
             );
         }
