@@ -719,6 +719,20 @@ mod tests {
         )
     }
 
+    /// A factory of fixed-size messages from s@x.test to u@x.test, to load a corpus into
+    /// or attach to.
+    fn plain(run: &str, size: u64) -> Factory {
+        Factory::new(
+            run.into(),
+            Range::fixed(size),
+            Range::fixed(1),
+            AddressPool::from_pattern("s@x.test").unwrap(),
+            AddressPool::from_pattern("u@x.test").unwrap(),
+            Pick::RoundRobin,
+        )
+        .unwrap()
+    }
+
     fn unstuff(wire: &[u8]) -> Vec<u8> {
         let wire = wire.strip_suffix(b".\r\n").unwrap();
         let mut out = Vec::new();
@@ -772,15 +786,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let att = dir.path().join("doc.bin");
         std::fs::write(&att, vec![7u8; 9167]).unwrap();
-        let mut f = Factory::new(
-            "r2".into(),
-            Range::fixed(10200),
-            Range::fixed(1),
-            AddressPool::from_pattern("s@x.test").unwrap(),
-            AddressPool::from_pattern("u@x.test").unwrap(),
-            Pick::RoundRobin,
-        )
-        .unwrap();
+        let mut f = plain("r2", 10200);
         f.attach(&att).unwrap();
         let f = Arc::new(f);
         let mut b = f.builder(SmallRng::seed_from_u64(1), 0);
@@ -800,15 +806,7 @@ mod tests {
             b"From: old@x\nTo: old@y\nSubject: hi\n\n.dot line\nbody\n",
         )
         .unwrap();
-        let mut f2 = Factory::new(
-            "r3".into(),
-            Range::fixed(1),
-            Range::fixed(1),
-            AddressPool::from_pattern("s@x.test").unwrap(),
-            AddressPool::from_pattern("u@x.test").unwrap(),
-            Pick::RoundRobin,
-        )
-        .unwrap();
+        let mut f2 = plain("r3", 1);
         f2.load_corpus(dir.path()).unwrap();
         let f2 = Arc::new(f2);
         let mut b = f2.builder(SmallRng::seed_from_u64(1), 0);
@@ -893,15 +891,7 @@ mod tests {
 
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("a.eml"), b"Subject: s\n\nline\n").unwrap();
-        let mut f = Factory::new(
-            "r4".into(),
-            Range::fixed(1),
-            Range::fixed(1),
-            AddressPool::from_pattern("s@x.test").unwrap(),
-            AddressPool::from_pattern("u@x.test").unwrap(),
-            Pick::RoundRobin,
-        )
-        .unwrap();
+        let mut f = plain("r4", 1);
         f.load_corpus(dir.path()).unwrap();
         let built = contiguous_and_parts(&Arc::new(f), 1);
         assert_eq!(built.body.as_deref(), Some(&b"line\r\n"[..]));
