@@ -203,6 +203,8 @@ where
             return ExitCode::SUCCESS;
         }
     };
+    // Turned on now, the kernel's receive stamps are on by the first connection.
+    crate::transport::keep_receive_stamps_on();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

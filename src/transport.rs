@@ -21,6 +21,7 @@ use tokio_rustls::TlsConnector;
 
 mod handshake;
 mod stamped;
+pub use stamped::keep_on as keep_receive_stamps_on;
 
 use stamped::Tcp;
 
@@ -602,6 +603,7 @@ impl Connection {
         socket.set_nodelay(true).map_err(TransportError::from_io)?;
         let fd = socket.as_raw_fd();
         // Replies are timed to when they reached this host (see `stamped`).
+        stamped::keep_on();
         stamped::enable(fd);
         // Pinned here, not moved into the timeout: the socket stays open after a
         // timeout, for the kernel to say whether its SYN went unanswered.
@@ -860,6 +862,8 @@ mod tests {
             let _ = s.read(&mut b);
         });
         let clock = crate::metrics::Clock::new();
+        stamped::keep_on();
+        stamped::tests::wait_for_stamps();
         let mut c = Connection::connect(addr, None, Duration::from_secs(5))
             .await
             .unwrap();
