@@ -21,7 +21,9 @@ use tokio_rustls::TlsConnector;
 
 mod handshake;
 mod stamped;
+mod timer;
 pub use stamped::keep_on as keep_receive_stamps_on;
+pub use timer::WaitTimer;
 
 use stamped::Tcp;
 
@@ -226,9 +228,9 @@ struct Inbox {
     /// A read that finds nothing buffered and has to wait gives the buffer back first,
     /// and takes bytes through the stack when they come (reads of pushed data).
     bare_waits: bool,
-    /// The connection's one read timer (see [`within`]): a read that has to wait does not
+    /// The connection's one read timer (see [`WaitTimer`]): a read that has to wait does not
     /// register a timer of its own.
-    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    timer: WaitTimer,
     /// Until the first byte comes: what a timeout asks the kernel about the handshake.
     probe: Option<Probe>,
 }
@@ -263,7 +265,7 @@ impl Inbox {
             end: 0,
             pending: 0,
             bare_waits: false,
-            timer: None,
+            timer: WaitTimer::default(),
             probe,
         }
     }
@@ -389,32 +391,6 @@ impl Inbox {
             Poll::Pending => Poll::Pending,
         }
     }
-
-    /// After a read that has to wait: Ready(()) when `deadline` has passed. The
-    /// connection has one timer, armed once and re-armed only when it went off before
-    /// this read's deadline (it was armed for an earlier read's, and deadlines move
-    /// forward) or is set later than it. A connection's reads then register with the
-    /// runtime's timer wheel about once per timeout period instead of once per read, a
-    /// read that finds its bytes costs no timer at all, and a read still times out at
-    /// exactly its own deadline.
-    fn poll_deadline(&mut self, cx: &mut Context<'_>, deadline: tokio::time::Instant) -> Poll<()> {
-        let t = self
-            .timer
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-        if t.deadline() > deadline {
-            t.as_mut().reset(deadline);
-        }
-        loop {
-            match t.as_mut().poll(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(()) if tokio::time::Instant::now() >= deadline => {
-                    return Poll::Ready(());
-                }
-                // It went off for an earlier read's deadline: this read's is later.
-                Poll::Ready(()) => t.as_mut().reset(deadline),
-            }
-        }
-    }
 }
 
 /// The future of a connection's `read_frame`: frames what is buffered, reads more until
@@ -463,7 +439,7 @@ where
             let n = match inbox.poll_read(me.io, cx, me.cap) {
                 Poll::Ready(r) => r?,
                 Poll::Pending => {
-                    return match inbox.poll_deadline(cx, me.deadline) {
+                    return match inbox.timer.poll_until(cx, me.deadline) {
                         Poll::Ready(()) => {
                             Poll::Ready(Err(Probe::timed_out(&mut inbox.probe, me.timeout)))
                         }
@@ -831,7 +807,7 @@ mod tests {
             let (r, ()) = tokio::join!(inbox.read_frame(&mut client, timeout, 1024, line), reply);
             assert_eq!(r.unwrap(), b"ok\n");
         }
-        assert!(inbox.timer.is_some(), "the timer is kept between reads");
+        assert!(inbox.timer.is_armed(), "the timer is kept between reads");
         for t in [timeout, Duration::from_millis(300)] {
             let t0 = tokio::time::Instant::now();
             let e = inbox

@@ -419,3 +419,75 @@ except smtplib.SMTPAuthenticationError as e:
     assert!(bad.stdout.contains("auth 535"), "{}", bad.stdout);
     running.shutdown().await;
 }
+
+/// `spate serve --threads N`: the sessions run on N threads of the server's own (and it
+/// says so), and every message sent is counted.
+#[test]
+fn serve_runs_its_sessions_on_the_threads_asked_for() {
+    use std::io::Read;
+    for threads in [1usize, 3] {
+        let addr = format!("127.0.0.1:{}", common::free_port());
+        let dir = tempfile::tempdir().unwrap();
+        let stats = dir.path().join("stats.json");
+        let child = std::process::Command::new(common::SPATE)
+            .args(["serve", "--smtp", &addr, "--discard", "--threads"])
+            .arg(threads.to_string())
+            .arg("--stats-file")
+            .arg(&stats)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut server = common::Kill(child);
+        common::wait_listen(&addr, Duration::from_secs(10));
+        let pid = server.0.id();
+        let named = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .filter(|t| {
+                let comm = t.as_ref().unwrap().path().join("comm");
+                std::fs::read_to_string(comm).is_ok_and(|c| c.trim() == "spate-server")
+            })
+            .count();
+        assert_eq!(named, threads, "threads named spate-server");
+        let out = std::process::Command::new(common::SPATE)
+            .args(["smtp", &addr, "--users", "8", "--count", "400", "--quiet"])
+            .arg("--out")
+            .arg(dir.path().join("run"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The counters are rewritten every second.
+        let t0 = std::time::Instant::now();
+        let accepted = loop {
+            let n = std::fs::read_to_string(&stats)
+                .ok()
+                .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+                .and_then(|v| v["messages_accepted"].as_u64());
+            if n == Some(400) || t0.elapsed() > Duration::from_secs(10) {
+                break n;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert_eq!(accepted, Some(400));
+        // SAFETY: a signal to the server this test started.
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        let status = server.0.wait().unwrap();
+        assert!(status.success(), "{status}");
+        let mut text = String::new();
+        server
+            .0
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut text)
+            .unwrap();
+        assert!(
+            text.contains(&format!("; {threads} session threads;")),
+            "{text}"
+        );
+    }
+}

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::config::{Addrs, Config, Listener, RrOptions, XmppOptions};
 use super::faults::{self, Faults};
-use super::server::start;
+use super::server::start_apart;
 use super::store::{StoreOptions, Users};
 use crate::tls::ServerIdentity;
 use crate::units::{fmt_bytes, parse_duration, parse_size};
@@ -168,6 +168,16 @@ pub struct Args {
     /// for testing soak runs' leak detection (e.g. 10k)
     #[arg(long, value_name = "SIZE", help_heading = "Mailboxes")]
     pub leak_per_message: Option<String>,
+    /// Threads that run the sessions [default: one per CPU]. A server that shares its
+    /// host with the generator may do more per CPU-second on fewer
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        hide_default_value = true,
+        help_heading = "Limits"
+    )]
+    pub threads: usize,
     /// Close a session idle this long (421 4.4.2)
     #[arg(
         long,
@@ -325,6 +335,7 @@ impl Args {
         c.max_rcpt = self.max_rcpt;
         c.max_connections = self.max_connections;
         c.queue_connections = self.queue_connections;
+        c.threads = self.threads;
         if let Some(l) = &self.leak_per_message {
             c.store.leak_per_message =
                 parse_size(l).map_err(|e| UsageError(format!("--leak-per-message: {e}")))?;
@@ -407,7 +418,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         format!("memory cap {}", fmt_bytes(config.store.memory_cap))
     };
-    let running = start(config).await?;
+    // On a runtime of its own, of --threads threads.
+    let running = start_apart(config).await?;
     // A generated certificate is always written somewhere (removed again at exit), so
     // clients can trust it. Written before anything is printed: a script that waits for
     // the first line may read it at once.
@@ -436,7 +448,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             if temporary { ", removed at exit" } else { "" }
         );
     }
-    println!("spate serve: store: {store_note}; Ctrl-C stops");
+    println!(
+        "spate serve: store: {store_note}; {} session threads; Ctrl-C stops",
+        running.threads
+    );
     signals.recv().await;
     eprintln!("spate serve: shutting down");
     let stats = running.stats.clone();

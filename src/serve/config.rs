@@ -108,6 +108,8 @@ pub struct Config {
     pub reject_bare_lf: bool,
     pub xmpp: XmppOptions,
     pub rr: RrOptions,
+    /// Threads that run the sessions, each with its own event loop (0: one per CPU).
+    pub threads: usize,
 }
 
 /// How the request/response decision service (`--rr`, `--rrs`) behaves.
@@ -199,6 +201,7 @@ impl Config {
             reject_bare_lf: false,
             xmpp: XmppOptions::default(),
             rr: RrOptions::default(),
+            threads: 0,
         }
     }
 }

@@ -7,6 +7,7 @@
 //! Every read has an idle deadline; waiting for a new command also wakes on shutdown.
 
 use std::future::Future;
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -16,6 +17,7 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
 use crate::proto::smtp::data::DataDecoder;
+use crate::transport::WaitTimer;
 
 const READ_CHUNK: usize = 16 * 1024;
 /// How much of a discarded overlong line is kept: enough for an IMAP tag.
@@ -47,8 +49,9 @@ enum Stream {
 
 /// With nothing buffered and nothing to read yet, gives the read buffer back while the
 /// client thinks (an IMAP session in IDLE, a kept SMTP connection) and returns when the
-/// socket has bytes; the caller takes a buffer again then. Not over TLS: rustls may hold
-/// bytes the socket no longer shows. Cancel-safe: it frees only an empty buffer.
+/// socket has bytes; the caller takes a buffer again then ([`take_spare`]). Not over TLS:
+/// rustls may hold bytes the socket no longer shows. Cancel-safe: it frees only an empty
+/// buffer.
 async fn wait_bare(stream: &Stream, rbuf: &mut Vec<u8>) -> std::io::Result<()> {
     let (Stream::Plain(s), true) = (stream, rbuf.is_empty()) else {
         return Ok(());
@@ -56,10 +59,68 @@ async fn wait_bare(stream: &Stream, rbuf: &mut Vec<u8>) -> std::io::Result<()> {
     let mut ready = std::pin::pin!(s.readable());
     let now = std::future::poll_fn(|cx| std::task::Poll::Ready(ready.as_mut().poll(cx))).await;
     if now.is_pending() {
-        *rbuf = Vec::new();
+        give_spare(std::mem::take(rbuf));
         ready.await?;
     }
     Ok(())
+}
+
+/// Read buffers given back by sessions that wait, kept for the next session on this
+/// thread that has bytes to read: a session that waits for every command (a client that
+/// does not pipeline) would otherwise free and allocate a buffer per command.
+const SPARES: usize = 8;
+
+thread_local! {
+    static SPARE: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn give_spare(buf: Vec<u8>) {
+    if buf.capacity() != READ_CHUNK {
+        return;
+    }
+    SPARE.with_borrow_mut(|s| {
+        if s.len() < SPARES {
+            s.push(buf);
+        }
+    });
+}
+
+/// Message bodies up to this size leave their buffer for the next message on the thread.
+const SPARE_BODY: usize = 256 * 1024;
+
+thread_local! {
+    static BODIES: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// An empty buffer for a message body: one a finished message left on this thread
+/// ([`give_body`]) when there is one, so a message costs no allocation (nor the
+/// reallocations of a buffer growing to the message's size).
+pub fn take_body() -> Vec<u8> {
+    BODIES.with_borrow_mut(|s| s.pop()).unwrap_or_default()
+}
+
+/// The buffer of a message that is done with, for the next one (see [`take_body`]).
+pub fn give_body(mut body: Vec<u8>) {
+    if body.capacity() > SPARE_BODY {
+        return;
+    }
+    body.clear();
+    BODIES.with_borrow_mut(|s| {
+        if s.len() < SPARES {
+            s.push(body);
+        }
+    });
+}
+
+/// An empty buffer with room for a read (a spare one when this thread has one).
+fn take_spare(rbuf: &mut Vec<u8>) {
+    if rbuf.capacity() == 0 {
+        if let Some(b) = SPARE.with_borrow_mut(|s| s.pop()) {
+            *rbuf = b;
+            return;
+        }
+    }
+    rbuf.reserve(READ_CHUNK);
 }
 
 pub struct Conn {
@@ -71,6 +132,7 @@ pub struct Conn {
     shutdown: watch::Receiver<bool>,
     writes: u64,
     overlong_head: Vec<u8>,
+    timer: WaitTimer,
 }
 
 impl Conn {
@@ -84,6 +146,7 @@ impl Conn {
             shutdown,
             writes: 0,
             overlong_head: Vec::new(),
+            timer: WaitTimer::default(),
         }
     }
 
@@ -113,6 +176,7 @@ impl Conn {
             shutdown,
             writes: 0,
             overlong_head: Vec::new(),
+            timer: WaitTimer::default(),
         }
     }
 
@@ -132,23 +196,39 @@ impl Conn {
         let _ = self.wbuf.write_fmt(text);
     }
 
+    /// Writes what is queued, within the idle limit. A write that the kernel takes at
+    /// once (nearly all) reads no clock and arms no timer.
     pub async fn flush(&mut self) -> Result<(), ConnError> {
         if self.wbuf.is_empty() {
             return Ok(());
         }
-        let fut = async {
-            match &mut self.stream {
-                Stream::Plain(s) => s.write_all(&self.wbuf).await,
+        let Conn {
+            stream,
+            wbuf,
+            timer,
+            idle,
+            ..
+        } = self;
+        let write = async {
+            match stream {
+                Stream::Plain(s) => s.write_all(wbuf).await,
                 Stream::Tls(s) => {
-                    s.write_all(&self.wbuf).await?;
+                    s.write_all(wbuf).await?;
                     s.flush().await
                 }
                 Stream::Gone => Err(std::io::ErrorKind::NotConnected.into()),
             }
         };
-        tokio::time::timeout(self.idle, fut)
-            .await
-            .map_err(|_| ConnError::Idle)??;
+        let mut write = std::pin::pin!(write);
+        let mut deadline = None;
+        std::future::poll_fn(|cx| {
+            if let Poll::Ready(r) = write.as_mut().poll(cx) {
+                return Poll::Ready(r.map_err(ConnError::from));
+            }
+            let d = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + *idle);
+            timer.poll_until(cx, d).map(|()| Err(ConnError::Idle))
+        })
+        .await?;
         self.wbuf.clear();
         self.writes += 1;
         Ok(())
@@ -179,15 +259,15 @@ impl Conn {
     /// Cancel-safe once the flush is done: bytes are appended only when read.
     async fn fill(&mut self, idle_wait: bool) -> Result<(), ConnError> {
         self.flush().await?;
-        let deadline = tokio::time::Instant::now() + self.idle;
-        self.read_until(deadline, idle_wait).await
+        self.read_until(None, idle_wait).await
     }
 
-    /// Reads more bytes until `deadline` (then `Idle`); with `watch_shutdown` the wait
+    /// Reads more bytes until `deadline` (None: the idle limit, from when the read has to
+    /// wait), then `Idle`; with `watch_shutdown` the wait
     /// also ends on server shutdown. Cancel-safe: bytes are appended only when read.
     async fn read_until(
         &mut self,
-        deadline: tokio::time::Instant,
+        deadline: Option<tokio::time::Instant>,
         watch_shutdown: bool,
     ) -> Result<(), ConnError> {
         self.compact();
@@ -195,18 +275,30 @@ impl Conn {
             stream,
             rbuf,
             shutdown,
+            timer,
+            idle,
             ..
         } = self;
+        // None: the idle limit from now, read from the clock only if the read waits.
+        let mut deadline = deadline;
         let read = async {
             wait_bare(stream, rbuf).await?;
-            rbuf.reserve(READ_CHUNK);
+            take_spare(rbuf);
             match stream {
                 Stream::Plain(s) => s.read_buf(rbuf).await,
                 Stream::Tls(s) => s.read_buf(rbuf).await,
                 Stream::Gone => Ok(0),
             }
         };
-        let read = tokio::time::timeout_at(deadline, read);
+        let mut read = std::pin::pin!(read);
+        // The connection's one timer, not one per read (see `WaitTimer`).
+        let read = std::future::poll_fn(|cx| {
+            if let Poll::Ready(r) = read.as_mut().poll(cx) {
+                return Poll::Ready(Some(r));
+            }
+            let d = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + *idle);
+            timer.poll_until(cx, d).map(|()| None)
+        });
         let result = if watch_shutdown {
             tokio::select! {
                 r = read => r,
@@ -216,10 +308,10 @@ impl Conn {
             read.await
         };
         match result {
-            Ok(Ok(0)) => Err(ConnError::Closed),
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(e.into()),
-            Err(_) => Err(ConnError::Idle),
+            Some(Ok(0)) => Err(ConnError::Closed),
+            Some(Ok(_)) => Ok(()),
+            Some(Err(e)) => Err(e.into()),
+            None => Err(ConnError::Idle),
         }
     }
 
@@ -228,7 +320,7 @@ impl Conn {
         self.flush().await?;
         self.compact();
         wait_bare(&self.stream, &mut self.rbuf).await?;
-        self.rbuf.reserve(READ_CHUNK);
+        take_spare(&mut self.rbuf);
         let n = match &mut self.stream {
             Stream::Plain(s) => s.read_buf(&mut self.rbuf).await?,
             Stream::Tls(s) => s.read_buf(&mut self.rbuf).await?,
@@ -265,7 +357,7 @@ impl Conn {
     pub async fn read_more(&mut self, deadline: tokio::time::Instant) -> Result<(), ConnError> {
         self.compact();
         let between = self.rpos == self.rbuf.len();
-        self.read_until(deadline, between).await
+        self.read_until(Some(deadline), between).await
     }
 
     /// The idle limit this connection was made with.
@@ -277,6 +369,19 @@ impl Conn {
     /// read to its end and thrown away, then reported as `LineTooLong`, so the session can
     /// answer and carry on without buffering it.
     pub async fn read_line(&mut self, max: usize) -> Result<Vec<u8>, ConnError> {
+        let mut line = Vec::new();
+        self.read_line_into(max, &mut line).await?;
+        Ok(line)
+    }
+
+    /// [`Conn::read_line`] into `line` (cleared first): a session that keeps one buffer
+    /// for its commands allocates none per command.
+    pub async fn read_line_into(
+        &mut self,
+        max: usize,
+        line: &mut Vec<u8>,
+    ) -> Result<(), ConnError> {
+        line.clear();
         let mut discarding = false;
         loop {
             let avail = &self.rbuf[self.rpos..];
@@ -294,9 +399,9 @@ impl Conn {
                     self.compact();
                     return Err(ConnError::LineTooLong);
                 }
-                let line = self.rbuf[start..end].to_vec();
+                line.extend_from_slice(&self.rbuf[start..end]);
                 self.compact();
-                return Ok(line);
+                return Ok(());
             }
             let waiting_idle = avail.is_empty() && !discarding;
             if avail.len() > max + 1 {

@@ -29,6 +29,8 @@ pub struct Running {
     pub store: Arc<Store>,
     /// The server certificate (PEM): trust it as a CA to verify TLS to this server.
     pub cert_pem: String,
+    /// Threads running the sessions (of the server's own runtime, when started apart).
+    pub threads: usize,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     stats_file: Option<PathBuf>,
@@ -63,7 +65,10 @@ impl Running {
 /// [`crate::engine::cpu::SERVER_THREAD`]: a generator in the same process (the demo, a
 /// scenario's `[server]`) then reports its own CPU without the server's.
 pub async fn start_apart(config: Config) -> anyhow::Result<Running> {
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let threads = match config.threads {
+        0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+        n => n,
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
         .thread_name(crate::engine::cpu::SERVER_THREAD)
@@ -74,6 +79,7 @@ pub async fn start_apart(config: Config) -> anyhow::Result<Running> {
     match started {
         Ok(Ok(mut running)) => {
             running.runtime = Some(rt);
+            running.threads = threads;
             Ok(running)
         }
         Ok(Err(e)) => {
@@ -182,6 +188,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         stats,
         store,
         cert_pem: identity.cert_pem.clone(),
+        threads: tokio::runtime::Handle::current().metrics().num_workers(),
         shutdown: tx,
         tasks,
         stats_file: config.stats_file,

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::conn::{Conn, ConnError};
+use super::conn::{give_body, take_body, Conn, ConnError};
 use super::faults::{FaultPoint, FaultSession, Injected};
 use super::shared::Shared;
 use super::store::StoreError;
@@ -136,9 +136,11 @@ impl Session<'_> {
             if self.mode == Mode::Lmtp { " LMTP" } else { "" }
         );
         self.reply(220, "", &banner).await?;
+        // One buffer for every command line of the session.
+        let mut line = Vec::new();
         loop {
-            let line = match self.conn.read_line(MAX_LINE).await {
-                Ok(l) => l,
+            match self.conn.read_line_into(MAX_LINE, &mut line).await {
+                Ok(()) => {}
                 Err(ConnError::LineTooLong) => {
                     self.reply(500, "5.5.2", "Line too long").await?;
                     self.bad_command().await?;
@@ -455,7 +457,7 @@ impl Session<'_> {
         } else {
             BareLf::Normalize
         };
-        let mut dec = DataDecoder::new(self.sh.max_message_size, policy);
+        let mut dec = DataDecoder::into_buffer(self.sh.max_message_size, policy, take_body());
         self.conn.read_data(&mut dec).await?;
         if dec.oversized() {
             return self
@@ -472,7 +474,9 @@ impl Session<'_> {
                 .await;
         }
         let message = dec.take();
-        self.finish(&message).await
+        let done = self.finish(&message).await;
+        give_body(message);
+        done
     }
 
     async fn bdat(&mut self, size: u64, last: bool) -> Result<(), ConnError> {

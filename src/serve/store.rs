@@ -281,11 +281,17 @@ impl Drop for MaildropLock {
 
 /// Mailbox names are addresses, compared case-insensitively.
 pub fn mailbox_key(address: &str) -> String {
-    address
-        .trim()
-        .trim_start_matches('<')
-        .trim_end_matches('>')
-        .to_ascii_lowercase()
+    mailbox_key_ref(address).into_owned()
+}
+
+/// [`mailbox_key`], borrowed from `address` when it is already in that form.
+fn mailbox_key_ref(address: &str) -> std::borrow::Cow<'_, str> {
+    let key = address.trim().trim_start_matches('<').trim_end_matches('>');
+    if key.bytes().any(|b| b.is_ascii_uppercase()) {
+        key.to_ascii_lowercase().into()
+    } else {
+        key.into()
+    }
 }
 
 impl Store {
@@ -320,7 +326,7 @@ impl Store {
 
     /// Delivers one message to one mailbox; returns its UID.
     pub fn deliver(&self, mailbox: &str, data: &[u8]) -> Result<u32, StoreError> {
-        let key = mailbox_key(mailbox);
+        let key = mailbox_key_ref(mailbox);
         let size = data.len() as u64;
         if !self.opts.discard && self.opts.memory_cap > 0 {
             let now = self.stored_bytes.load(Ordering::Relaxed);
@@ -340,10 +346,14 @@ impl Store {
                 .push(leak);
         }
         let mut boxes = self.boxes.lock().unwrap_or_else(|p| p.into_inner());
-        let mb = &mut boxes
-            .entry(key.into_boxed_str())
-            .or_insert_with(|| self.new_account())
-            .inbox;
+        // A mailbox that exists is found without making its key.
+        if !boxes.contains_key(&*key) {
+            boxes.insert(
+                key.clone().into_owned().into_boxed_str(),
+                self.new_account(),
+            );
+        }
+        let mb = &mut boxes.get_mut(&*key).expect("just made").inbox;
         self.delivered.fetch_add(1, Ordering::Relaxed);
         if self.opts.discard {
             let uid = mb.next_uid;
@@ -540,8 +550,8 @@ impl Users {
 
     /// May mail be delivered to this address?
     pub fn is_local(&self, address: &str) -> bool {
-        let key = mailbox_key(address);
-        if self.passwords.contains_key(&key) {
+        let key = mailbox_key_ref(address);
+        if self.passwords.contains_key(&*key) {
             return true;
         }
         if self.has_table() {

@@ -114,15 +114,20 @@ pub fn parse(line: &[u8]) -> Result<Command, CommandError> {
     if verb.len() > 10 {
         return Err(CommandError::Unknown);
     }
-    let verb = verb.to_ascii_uppercase();
-    match verb.as_str() {
+    // Upper-cased on the stack: no allocation per command.
+    let mut upper = [0u8; 10];
+    let upper = &mut upper[..verb.len()];
+    upper.copy_from_slice(verb.as_bytes());
+    upper.make_ascii_uppercase();
+    let verb = std::str::from_utf8(upper).map_err(|_| CommandError::Unknown)?;
+    match verb {
         "EHLO" | "HELO" | "LHLO" => {
             let name = rest.split_whitespace().next().unwrap_or("");
             if name.is_empty() {
                 return Err(syntax("a domain name or address literal is required"));
             }
             let name = name.to_string();
-            Ok(match verb.as_str() {
+            Ok(match verb {
                 "EHLO" => Command::Ehlo(name),
                 "HELO" => Command::Helo(name),
                 _ => Command::Lhlo(name),

@@ -51,9 +51,16 @@ pub struct DataDecoder {
 impl DataDecoder {
     /// `max` is the largest message (after unstuffing) that will be kept; 0 = no cap.
     pub fn new(max: u64, policy: BareLf) -> Self {
+        Self::into_buffer(max, policy, Vec::new())
+    }
+
+    /// [`DataDecoder::new`], decoding into `out` (cleared first): a buffer that held an
+    /// earlier message has room for this one.
+    pub fn into_buffer(max: u64, policy: BareLf, mut out: Vec<u8>) -> Self {
+        out.clear();
         DataDecoder {
             state: State::LineStart,
-            out: Vec::new(),
+            out,
             size: 0,
             max,
             policy,
@@ -86,10 +93,7 @@ impl DataDecoder {
             }
             // Fast path: copy a run of ordinary bytes in the middle of a line.
             if self.state == State::Mid {
-                let run = input[i..]
-                    .iter()
-                    .position(|&b| b == b'\r' || b == b'\n')
-                    .unwrap_or(input.len() - i);
+                let run = memchr::memchr2(b'\r', b'\n', &input[i..]).unwrap_or(input.len() - i);
                 if run > 0 {
                     self.emit(&input[i..i + run]);
                     i += run;
