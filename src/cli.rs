@@ -203,8 +203,23 @@ where
             return ExitCode::SUCCESS;
         }
     };
-    // Turned on now, the kernel's receive stamps are on by the first connection.
-    crate::transport::keep_receive_stamps_on();
+    // Commands that time replies turn the kernel's receive stamps on now, so that they
+    // are on by the first connection (a server has no use for them: every packet the
+    // machine receives is stamped while they are on).
+    if matches!(
+        cli.command,
+        Command::Smtp(_)
+            | Command::Pop3(_)
+            | Command::Imap(_)
+            | Command::Xmpp(_)
+            | Command::Rr(_)
+            | Command::Ping(_)
+            | Command::Sweep(_)
+            | Command::Demo(_)
+            | Command::Run(_)
+    ) {
+        crate::transport::keep_receive_stamps_on();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
