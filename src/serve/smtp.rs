@@ -42,6 +42,8 @@ struct Session<'a> {
     greeted: bool,
     user: Option<String>,
     tx: Option<Transaction>,
+    /// The recipient list of the last transaction, emptied, for the next one.
+    spare_rcpts: Vec<String>,
     errors: u32,
 }
 
@@ -60,6 +62,7 @@ pub(crate) async fn run(
         greeted: false,
         user: None,
         tx: None,
+        spare_rcpts: Vec::new(),
         errors: 0,
     };
     let r = s.serve().await;
@@ -191,7 +194,7 @@ impl Session<'_> {
             Command::Starttls => self.starttls().await,
             Command::Auth { mechanism, initial } => self.auth(&mechanism, initial).await,
             Command::Mail { from, params } => self.mail(&from, &params).await,
-            Command::Rcpt { to, .. } => self.rcpt(&to).await,
+            Command::Rcpt { to, .. } => self.rcpt(to).await,
             Command::Data => self.data().await,
             Command::Bdat { size, last } => self.bdat(size, last).await,
             Command::Rset => {
@@ -394,14 +397,14 @@ impl Session<'_> {
         }
         let _ = from;
         self.tx = Some(Transaction {
-            rcpts: Vec::new(),
+            rcpts: std::mem::take(&mut self.spare_rcpts),
             chunks: None,
             chunk_bytes: 0,
         });
         self.reply(250, "2.1.0", "Ok").await
     }
 
-    async fn rcpt(&mut self, to: &str) -> Result<(), ConnError> {
+    async fn rcpt(&mut self, to: String) -> Result<(), ConnError> {
         let Some(tx) = &self.tx else {
             return self.reply(503, "5.5.1", "Need MAIL before RCPT").await;
         };
@@ -417,13 +420,13 @@ impl Session<'_> {
             return Ok(());
         }
         // Authenticated clients may send anywhere (the copy is stored all the same).
-        if self.user.is_none() && !self.sh.users.is_local(to) {
+        if self.user.is_none() && !self.sh.users.is_local(&to) {
             return self
                 .reply(550, "5.1.1", "Recipient address rejected: user unknown")
                 .await;
         }
         if let Some(tx) = &mut self.tx {
-            tx.rcpts.push(to.to_string());
+            tx.rcpts.push(to);
         }
         self.reply(250, "2.1.5", "Ok").await
     }
@@ -564,6 +567,15 @@ impl Session<'_> {
         let Some(tx) = self.tx.take() else {
             return Ok(());
         };
+        let done = self.deliver(&tx, message).await;
+        let mut rcpts = tx.rcpts;
+        rcpts.clear();
+        self.spare_rcpts = rcpts;
+        done
+    }
+
+    /// Delivers a whole message to the transaction's recipients and answers.
+    async fn deliver(&mut self, tx: &Transaction, message: &[u8]) -> Result<(), ConnError> {
         let size = message.len() as u64;
         let id = self.sh.next_id();
         if self.mode == Mode::Lmtp {

@@ -255,7 +255,7 @@ fn split_path(rest: &str, allow_null: bool) -> Result<(String, &str), CommandErr
     // The address must be what `<address>` holds, so that it reads back the same: no
     // second source route, and no `>` or quote left open outside a quoted local part
     // (a bare address, or a route cut through a quoted string).
-    if path.starts_with('@') || path_end(&format!("{path}>")) != Some(path.len()) {
+    if path.starts_with('@') || scan_path(path) != Err(false) {
         return Err(syntax("malformed address"));
     }
     if path
@@ -276,6 +276,12 @@ fn split_path(rest: &str, allow_null: bool) -> Result<(String, &str), CommandErr
 /// Where the `>` closing a path is in `inner` (the text after `<`): the first one outside
 /// a quoted local part.
 fn path_end(inner: &str) -> Option<usize> {
+    scan_path(inner).ok()
+}
+
+/// [`path_end`], or at the end of `inner` without one: `Err(open)`, `open` when a quoted
+/// part or an escape is still open there (a `>` put after it would not close the path).
+fn scan_path(inner: &str) -> Result<usize, bool> {
     let mut quoted = false;
     let mut escaped = false;
     for (i, c) in inner.char_indices() {
@@ -286,11 +292,11 @@ fn path_end(inner: &str) -> Option<usize> {
         match c {
             '\\' if quoted => escaped = true,
             '"' => quoted = !quoted,
-            '>' if !quoted => return Some(i),
+            '>' if !quoted => return Ok(i),
             _ => {}
         }
     }
-    None
+    Err(quoted || escaped)
 }
 
 fn params_iter(text: &str) -> impl Iterator<Item = (String, Option<&str>)> {
