@@ -336,10 +336,7 @@ impl Args {
         c.max_rcpt = self.max_rcpt;
         c.max_connections = self.max_connections;
         c.queue_connections = self.queue_connections;
-        c.threads = match self.threads {
-            0 => std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)),
-            n => n,
-        };
+        c.threads = self.threads;
         if let Some(l) = &self.leak_per_message {
             c.store.leak_per_message =
                 parse_size(l).map_err(|e| UsageError(format!("--leak-per-message: {e}")))?;

@@ -108,7 +108,7 @@ pub struct Config {
     pub reject_bare_lf: bool,
     pub xmpp: XmppOptions,
     pub rr: RrOptions,
-    /// Threads that run the sessions, each with its own event loop (0: one per CPU).
+    /// Threads that run the sessions of a server started apart (0: half the CPUs).
     pub threads: usize,
 }
 

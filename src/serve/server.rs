@@ -66,7 +66,9 @@ impl Running {
 /// scenario's `[server]`) then reports its own CPU without the server's.
 pub async fn start_apart(config: Config) -> anyhow::Result<Running> {
     let threads = match config.threads {
-        0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+        // Half the CPUs: the other half is for the generator, in this process (the demo,
+        // a scenario's `[server]`) or beside it (`spate serve` under a load tool).
+        0 => std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)),
         n => n,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
