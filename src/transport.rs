@@ -838,7 +838,6 @@ mod tests {
             let _ = s.read(&mut b);
         });
         let clock = crate::metrics::Clock::new();
-        stamped::keep_on();
         stamped::tests::wait_for_stamps();
         let mut c = Connection::connect(addr, None, Duration::from_secs(5))
             .await

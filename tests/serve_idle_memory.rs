@@ -6,39 +6,21 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
+use common::counting::read_until;
 use spate::serve;
 
 #[global_allocator]
 static A: common::counting::Counting = common::counting::Counting;
 
-/// Reads until `want` is in what came (a stack buffer: nothing allocated).
-fn until(s: &mut TcpStream, want: &[u8]) {
-    let mut buf = [0u8; 2048];
-    let mut have = 0;
-    loop {
-        let n = s.read(&mut buf[have..]).expect("the server answers");
-        assert!(n > 0, "the server closed the session");
-        have += n;
-        if buf[..have].windows(want.len()).any(|w| w == want) {
-            return;
-        }
-        if have == buf.len() {
-            // Keep the tail, where `want` may begin.
-            buf.copy_within(have - 64.., 0);
-            have = 64;
-        }
-    }
-}
-
 /// A session of user `i` in IDLE on its INBOX.
 fn idle_session(addr: std::net::SocketAddr, i: usize, s: &mut Option<TcpStream>) {
     let mut t = TcpStream::connect(addr).unwrap();
     t.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    until(&mut t, b"* OK");
+    read_until(&mut t, b"* OK");
     let mut cmd = [0u8; 96];
     let n = {
         let mut w = &mut cmd[..];
@@ -46,11 +28,11 @@ fn idle_session(addr: std::net::SocketAddr, i: usize, s: &mut Option<TcpStream>)
         96 - w.len()
     };
     t.write_all(&cmd[..n]).unwrap();
-    until(&mut t, b"a OK");
+    read_until(&mut t, b"a OK");
     t.write_all(b"b SELECT INBOX\r\n").unwrap();
-    until(&mut t, b"b OK");
+    read_until(&mut t, b"b OK");
     t.write_all(b"c IDLE\r\n").unwrap();
-    until(&mut t, b"+ ");
+    read_until(&mut t, b"+ ");
     *s = Some(t);
 }
 
@@ -84,7 +66,7 @@ fn an_imap_session_in_idle_costs_the_server_little() {
     for s in sessions.iter_mut().take(5) {
         let t = s.as_mut().unwrap();
         t.write_all(b"DONE\r\n").unwrap();
-        until(t, b"c OK");
+        read_until(t, b"c OK");
     }
     assert!(
         per <= 8192.0,

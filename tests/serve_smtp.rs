@@ -427,20 +427,13 @@ fn serve_runs_its_sessions_on_the_threads_asked_for() {
     use std::io::Read;
     let half = std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1));
     for (asked, threads) in [(Some(1usize), 1usize), (Some(3), 3), (None, half)] {
-        let addr = format!("127.0.0.1:{}", common::free_port());
         let dir = tempfile::tempdir().unwrap();
         let stats = dir.path().join("stats.json");
-        let child = std::process::Command::new(common::SPATE)
-            .args(["serve", "--smtp", &addr, "--discard"])
-            .args(asked.map(|n| format!("--threads={n}")))
-            .arg("--stats-file")
-            .arg(&stats)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut server = common::Kill(child);
-        common::wait_listen(&addr, Duration::from_secs(10));
+        let asked = asked.map(|n| format!("--threads={n}"));
+        let mut extra: Vec<&std::ffi::OsStr> = vec!["--discard".as_ref(), "--stats-file".as_ref()];
+        extra.push(stats.as_os_str());
+        extra.extend(asked.iter().map(std::ffi::OsStr::new));
+        let (mut server, addr) = common::serve_process("--smtp", &extra);
         let pid = server.0.id();
         let named = std::fs::read_dir(format!("/proc/{pid}/task"))
             .unwrap()
@@ -450,17 +443,24 @@ fn serve_runs_its_sessions_on_the_threads_asked_for() {
             })
             .count();
         assert_eq!(named, threads, "threads named spate-server");
-        let out = std::process::Command::new(common::SPATE)
-            .args(["smtp", &addr, "--users", "8", "--count", "400", "--quiet"])
-            .arg("--out")
-            .arg(dir.path().join("run"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let run = dir.path().join("run");
+        let out = common::run_blocking(
+            common::SPATE,
+            &[
+                "smtp",
+                &addr,
+                "--users",
+                "8",
+                "--count",
+                "400",
+                "--quiet",
+                "--out",
+                run.to_str().unwrap(),
+            ],
+            &[],
+            Duration::from_secs(60),
         );
+        assert!(out.ok, "{}", out.stderr);
         // The counters are rewritten every second.
         let t0 = std::time::Instant::now();
         let accepted = loop {
@@ -476,8 +476,8 @@ fn serve_runs_its_sessions_on_the_threads_asked_for() {
         assert_eq!(accepted, Some(400));
         // SAFETY: a signal to the server this test started.
         unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-        let status = server.0.wait().unwrap();
-        assert!(status.success(), "{status}");
+        let status = common::wait_bounded(&mut server.0, Duration::from_secs(20));
+        assert!(status.is_some_and(|s| s.success()), "{status:?}");
         let mut text = String::new();
         server
             .0

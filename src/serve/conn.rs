@@ -7,7 +7,6 @@
 //! Every read has an idle deadline; waiting for a new command also wakes on shutdown.
 
 use std::future::Future;
-use std::task::Poll;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -59,63 +58,65 @@ async fn wait_bare(stream: &Stream, rbuf: &mut Vec<u8>) -> std::io::Result<()> {
     let mut ready = std::pin::pin!(s.readable());
     let now = std::future::poll_fn(|cx| std::task::Poll::Ready(ready.as_mut().poll(cx))).await;
     if now.is_pending() {
-        give_spare(std::mem::take(rbuf));
+        let buf = std::mem::take(rbuf);
+        if buf.capacity() == READ_CHUNK {
+            keep(&READS, buf);
+        }
         ready.await?;
     }
     Ok(())
 }
 
-/// Read buffers given back by sessions that wait, kept for the next session on this
-/// thread that has bytes to read: a session that waits for every command (a client that
-/// does not pipeline) would otherwise free and allocate a buffer per command.
+/// Buffers left by sessions on this thread for the next one that needs one: a session
+/// that waits for every command (a client that does not pipeline) would otherwise free
+/// and allocate a read buffer per command, and a message body per message.
+type Spares = std::cell::RefCell<Vec<Vec<u8>>>;
+
+/// At most this many spare buffers of each kind per thread.
 const SPARES: usize = 8;
 
+/// Message bodies up to this size leave their buffer for the next message on the thread.
+const SPARE_BODY: usize = 256 * 1024;
+
 thread_local! {
-    static SPARE: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Read buffers (of `READ_CHUNK` bytes) of sessions waiting with nothing buffered.
+    static READS: Spares = const { std::cell::RefCell::new(Vec::new()) };
+    /// Buffers of finished message bodies.
+    static BODIES: Spares = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-fn give_spare(buf: Vec<u8>) {
-    if buf.capacity() != READ_CHUNK {
-        return;
-    }
-    SPARE.with_borrow_mut(|s| {
+/// Keeps `buf`, emptied, among `spares` (unless there are enough already).
+fn keep(spares: &'static std::thread::LocalKey<Spares>, mut buf: Vec<u8>) {
+    buf.clear();
+    spares.with_borrow_mut(|s| {
         if s.len() < SPARES {
             s.push(buf);
         }
     });
 }
 
-/// Message bodies up to this size leave their buffer for the next message on the thread.
-const SPARE_BODY: usize = 256 * 1024;
-
-thread_local! {
-    static BODIES: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+fn reuse(spares: &'static std::thread::LocalKey<Spares>) -> Option<Vec<u8>> {
+    spares.with_borrow_mut(|s| s.pop())
 }
 
 /// An empty buffer for a message body: one a finished message left on this thread
 /// ([`give_body`]) when there is one, so a message costs no allocation (nor the
 /// reallocations of a buffer growing to the message's size).
 pub fn take_body() -> Vec<u8> {
-    BODIES.with_borrow_mut(|s| s.pop()).unwrap_or_default()
+    reuse(&BODIES).unwrap_or_default()
 }
 
 /// The buffer of a message that is done with, for the next one (see [`take_body`]).
-pub fn give_body(mut body: Vec<u8>) {
-    if body.capacity() > SPARE_BODY {
-        return;
+pub fn give_body(body: Vec<u8>) {
+    if body.capacity() <= SPARE_BODY {
+        keep(&BODIES, body);
     }
-    body.clear();
-    BODIES.with_borrow_mut(|s| {
-        if s.len() < SPARES {
-            s.push(body);
-        }
-    });
 }
 
-/// An empty buffer with room for a read (a spare one when this thread has one).
+/// Room for a read in `rbuf` (a spare buffer when it has none and this thread has one).
 fn take_spare(rbuf: &mut Vec<u8>) {
     if rbuf.capacity() == 0 {
-        if let Some(b) = SPARE.with_borrow_mut(|s| s.pop()) {
+        if let Some(b) = reuse(&READS) {
             *rbuf = b;
             return;
         }
@@ -219,16 +220,10 @@ impl Conn {
                 Stream::Gone => Err(std::io::ErrorKind::NotConnected.into()),
             }
         };
-        let mut write = std::pin::pin!(write);
-        let mut deadline = None;
-        std::future::poll_fn(|cx| {
-            if let Poll::Ready(r) = write.as_mut().poll(cx) {
-                return Poll::Ready(r.map_err(ConnError::from));
-            }
-            let d = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + *idle);
-            timer.poll_until(cx, d).map(|()| Err(ConnError::Idle))
-        })
-        .await?;
+        timer
+            .bound(write, None, *idle)
+            .await
+            .ok_or(ConnError::Idle)??;
         self.wbuf.clear();
         self.writes += 1;
         Ok(())
@@ -279,8 +274,6 @@ impl Conn {
             idle,
             ..
         } = self;
-        // None: the idle limit from now, read from the clock only if the read waits.
-        let mut deadline = deadline;
         let read = async {
             wait_bare(stream, rbuf).await?;
             take_spare(rbuf);
@@ -290,15 +283,8 @@ impl Conn {
                 Stream::Gone => Ok(0),
             }
         };
-        let mut read = std::pin::pin!(read);
         // The connection's one timer, not one per read (see `WaitTimer`).
-        let read = std::future::poll_fn(|cx| {
-            if let Poll::Ready(r) = read.as_mut().poll(cx) {
-                return Poll::Ready(Some(r));
-            }
-            let d = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + *idle);
-            timer.poll_until(cx, d).map(|()| None)
-        });
+        let read = timer.bound(read, deadline, *idle);
         let result = if watch_shutdown {
             tokio::select! {
                 r = read => r,

@@ -460,7 +460,7 @@ impl Session<'_> {
         } else {
             BareLf::Normalize
         };
-        let mut dec = DataDecoder::into_buffer(self.sh.max_message_size, policy, take_body());
+        let mut dec = DataDecoder::with_buffer(self.sh.max_message_size, policy, take_body());
         self.conn.read_data(&mut dec).await?;
         if dec.oversized() {
             return self
@@ -476,10 +476,7 @@ impl Session<'_> {
                 .refuse_message(550, "5.6.0", "Bare LF line endings are not accepted")
                 .await;
         }
-        let message = dec.take();
-        let done = self.finish(&message).await;
-        give_body(message);
-        done
+        self.finish(dec.take()).await
     }
 
     async fn bdat(&mut self, size: u64, last: bool) -> Result<(), ConnError> {
@@ -496,7 +493,7 @@ impl Session<'_> {
         // commands.
         let max = self.sh.max_message_size;
         let mut kept = match (&mut self.tx, refusal, injected) {
-            (Some(tx), None, Injected::None) => tx.chunks.take().unwrap_or_default(),
+            (Some(tx), None, Injected::None) => tx.chunks.take().unwrap_or_else(take_body),
             _ => Vec::new(),
         };
         let mut total = self.tx.as_ref().map(|t| t.chunk_bytes).unwrap_or(0);
@@ -547,7 +544,7 @@ impl Session<'_> {
             .as_mut()
             .and_then(|tx| tx.chunks.take())
             .unwrap_or_default();
-        self.finish(&message).await
+        self.finish(message).await
     }
 
     /// Refuses a received message: one reply, or in LMTP one per recipient (RFC 2033 4.2).
@@ -563,11 +560,14 @@ impl Session<'_> {
     }
 
     /// The message is in: dot-phase faults, delivery, the final reply (or replies).
-    async fn finish(&mut self, message: &[u8]) -> Result<(), ConnError> {
+    /// Delivers a whole message; its buffer and the recipient list are kept for the next.
+    async fn finish(&mut self, message: Vec<u8>) -> Result<(), ConnError> {
         let Some(tx) = self.tx.take() else {
+            give_body(message);
             return Ok(());
         };
-        let done = self.deliver(&tx, message).await;
+        let done = self.deliver(&tx, &message).await;
+        give_body(message);
         let mut rcpts = tx.rcpts;
         rcpts.clear();
         self.spare_rcpts = rcpts;

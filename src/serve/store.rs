@@ -347,13 +347,20 @@ impl Store {
         }
         let mut boxes = self.boxes.lock().unwrap_or_else(|p| p.into_inner());
         // A mailbox that exists is found without making its key.
-        if !boxes.contains_key(&*key) {
-            boxes.insert(
-                key.clone().into_owned().into_boxed_str(),
-                self.new_account(),
-            );
-        }
-        let mb = &mut boxes.get_mut(&*key).expect("just made").inbox;
+        Ok(match boxes.get_mut(&*key) {
+            Some(account) => self.put(&mut account.inbox, data),
+            None => {
+                let account = boxes
+                    .entry(key.into_owned().into_boxed_str())
+                    .or_insert_with(|| self.new_account());
+                self.put(&mut account.inbox, data)
+            }
+        })
+    }
+
+    /// Puts a delivered message into `mb` (or counts it, discarding); returns its UID.
+    fn put(&self, mb: &mut Mailbox, data: &[u8]) -> u32 {
+        let size = data.len() as u64;
         self.delivered.fetch_add(1, Ordering::Relaxed);
         if self.opts.discard {
             let uid = mb.next_uid;
@@ -361,10 +368,10 @@ impl Store {
             mb.discarded += 1;
             mb.discarded_bytes += size;
             mb.touch();
-            return Ok(uid);
+            return uid;
         }
         self.stored_bytes.fetch_add(size, Ordering::Relaxed);
-        Ok(mb.push(StoredMessage::new(0, Arc::from(data), SystemTime::now())))
+        mb.push(StoredMessage::new(0, Arc::from(data), SystemTime::now()))
     }
 
     fn write_maildir(&self, dir: &std::path::Path, key: &str, data: &[u8]) -> std::io::Result<()> {

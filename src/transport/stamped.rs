@@ -173,12 +173,18 @@ pub(crate) mod tests {
     use super::*;
     use std::io::Write;
 
-    /// One byte over a loopback connection that asks for stamps: whether it came stamped.
-    fn one_stamped_byte() -> bool {
+    /// A loopback connection whose client side asks for stamps: (client, server).
+    fn stamping_pair() -> (std::net::TcpStream, std::net::TcpStream) {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
         assert!(enable(c.as_raw_fd()));
-        let (mut s, _) = l.accept().unwrap();
+        let (s, _) = l.accept().unwrap();
+        (c, s)
+    }
+
+    /// One byte over a loopback connection that asks for stamps: whether it came stamped.
+    fn one_stamped_byte() -> bool {
+        let (c, mut s) = stamping_pair();
         s.write_all(b"x").unwrap();
         let mut buf = [MaybeUninit::uninit(); 8];
         // On loopback the byte is queued by the time the write returns; wait if not.
@@ -212,10 +218,7 @@ pub(crate) mod tests {
     fn a_received_segment_carries_its_stamp_and_it_is_recent() {
         wait_for_stamps();
         let before = Instant::now();
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        enable(c.as_raw_fd());
-        let (mut s, _) = l.accept().unwrap();
+        let (c, mut s) = stamping_pair();
         s.write_all(b"ab").unwrap();
         std::thread::sleep(Duration::from_millis(20));
         let mut buf = [MaybeUninit::uninit(); 8];

@@ -34,6 +34,27 @@ impl WaitTimer {
         }
     }
 
+    /// `fut`, bounded by this timer: None when `deadline` passed first. Without a
+    /// deadline, `limit` from when `fut` first has to wait: a wait that never has to wait
+    /// reads no clock and arms no timer.
+    pub async fn bound<F: Future>(
+        &mut self,
+        fut: F,
+        deadline: Option<Instant>,
+        limit: std::time::Duration,
+    ) -> Option<F::Output> {
+        let mut fut = std::pin::pin!(fut);
+        let mut deadline = deadline;
+        std::future::poll_fn(|cx| {
+            if let Poll::Ready(r) = fut.as_mut().poll(cx) {
+                return Poll::Ready(Some(r));
+            }
+            let d = *deadline.get_or_insert_with(|| Instant::now() + limit);
+            self.poll_until(cx, d).map(|()| None)
+        })
+        .await
+    }
+
     /// Whether a read has armed it (it stays, between reads).
     pub fn is_armed(&self) -> bool {
         self.0.is_some()

@@ -155,3 +155,24 @@ pub fn per_session(
     let large = run(&addr, &users, k);
     (large - small) as f64 / (k - k0) as f64
 }
+
+/// Reads from `s` until `want` is in what came, into a stack buffer: a client on the
+/// test's thread that allocates nothing while the server's heap is counted.
+pub fn read_until(s: &mut std::net::TcpStream, want: &[u8]) {
+    use std::io::Read;
+    let mut buf = [0u8; 2048];
+    let mut have = 0;
+    loop {
+        let n = s.read(&mut buf[have..]).expect("the server answers");
+        assert!(n > 0, "the server closed the session");
+        have += n;
+        if buf[..have].windows(want.len()).any(|w| w == want) {
+            return;
+        }
+        if have == buf.len() {
+            // Keep the tail, where `want` may begin.
+            buf.copy_within(have - 64.., 0);
+            have = 64;
+        }
+    }
+}

@@ -523,13 +523,14 @@ pub fn wait_listen(addr: &str, limit: Duration) {
 }
 
 /// `spate serve LISTEN 127.0.0.1:PORT EXTRA...` in a process of its own on a free port,
-/// listening; the address, and the process (killed when dropped).
+/// listening; the address, and the process (killed when dropped; its stdout, a few lines,
+/// is piped for the test to read).
 pub fn serve_process(listen: &str, extra: &[&std::ffi::OsStr]) -> (Kill, String) {
     let addr = format!("127.0.0.1:{}", free_port());
     let child = std::process::Command::new(SPATE)
         .args(["serve", listen, &addr])
         .args(extra)
-        .stdout(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("spate serve");

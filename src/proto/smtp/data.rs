@@ -51,12 +51,12 @@ pub struct DataDecoder {
 impl DataDecoder {
     /// `max` is the largest message (after unstuffing) that will be kept; 0 = no cap.
     pub fn new(max: u64, policy: BareLf) -> Self {
-        Self::into_buffer(max, policy, Vec::new())
+        Self::with_buffer(max, policy, Vec::new())
     }
 
     /// [`DataDecoder::new`], decoding into `out` (cleared first): a buffer that held an
     /// earlier message has room for this one.
-    pub fn into_buffer(max: u64, policy: BareLf, mut out: Vec<u8>) -> Self {
+    pub fn with_buffer(max: u64, policy: BareLf, mut out: Vec<u8>) -> Self {
         out.clear();
         DataDecoder {
             state: State::LineStart,
