@@ -320,3 +320,48 @@ async fn report_shows_latency_per_class() {
     assert!(!section.contains("not measurable"), "{section}");
     server.shutdown().await;
 }
+
+/// An open rate faster than the sessions can serve (2 in flight, 200 ms each, 50/s asked
+/// for 2 s): every arrival is counted, in exactly one class: started and answered,
+/// started and cut off, never started (still waiting in the backlog at the end), or
+/// dropped (the backlog full). Before, the backlog's arrivals vanished from the counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_rate_counts_every_arrival_even_those_still_queued_at_the_end() {
+    let (server, addr) = rr_server(Frame::Line, |c| {
+        c.faults.delays = vec![serve::faults::parse_delay("rr:200ms").unwrap()];
+    })
+    .await;
+    let (_, s, _) = rr(&[
+        &addr,
+        "--template",
+        "x",
+        "--rate",
+        "50/s",
+        "-d",
+        "2s",
+        "--max-in-flight",
+        "2",
+        "--grace",
+        "0s",
+    ])
+    .await;
+    let (attempted, dropped) = (totals(&s, "attempted"), totals(&s, "dropped"));
+    assert_eq!(
+        attempted + dropped,
+        100,
+        "rate × duration arrivals: {}",
+        s["totals"]
+    );
+    let never_started: u64 = s["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["text"].as_str().unwrap_or("").contains("never started"))
+        .map(|e| e["count"].as_u64().unwrap())
+        .sum();
+    // The backlog holds 4 × --max-in-flight, full all along at this rate (a session that
+    // ends its unit as the run stops may still take one from it).
+    assert!((1..=8).contains(&never_started), "{}", s["errors"]);
+    assert!(totals(&s, "unfinished") >= never_started, "{}", s["totals"]);
+    server.shutdown().await;
+}

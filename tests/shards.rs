@@ -216,3 +216,87 @@ async fn bad_shards_and_merges_are_named_and_nothing_is_written() {
     .unwrap();
     refused(&merge(vec![&run_b[0], &run_b[1]]).await, "did not finish");
 }
+
+/// Lists every file below `dir` with its contents, to show that nothing changed.
+fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            if e.file_type().unwrap().is_dir() {
+                todo.push(e.path());
+            } else {
+                out.push((e.path(), std::fs::read(e.path()).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn merge_never_deletes_what_it_did_not_write() {
+    let server = serve::start(serve::Config::loopback()).await.unwrap();
+    let addr = server.addrs.smtp.unwrap().to_string();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("runs");
+    std::fs::create_dir_all(&root).unwrap();
+    let dirs = shards(&addr, &root, 2, &["-n", "10"]).await;
+    server.shutdown().await;
+    std::fs::write(root.join("README"), "the shards of Tuesday's run\n").unwrap();
+    let foreign = tmp.path().join("foreign");
+    std::fs::create_dir_all(&foreign).unwrap();
+    std::fs::write(foreign.join("notes.txt"), "mine\n").unwrap();
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, "a file\n").unwrap();
+    let before = snapshot(tmp.path());
+
+    let merge = |out: &Path, overwrite: bool| {
+        let mut args: Vec<String> = vec!["merge".into()];
+        args.extend(dirs.iter().map(|d| d.display().to_string()));
+        args.extend(["-o".into(), out.display().to_string()]);
+        if overwrite {
+            args.push("--overwrite".into());
+        }
+        common::run_tool(common::SPATE, args, std::time::Duration::from_secs(60))
+    };
+    let inside = dirs[0].join("sub");
+    for (out, what) in [
+        (&root, "it contains"),
+        (&inside, "it lies inside"),
+        (&dirs[1], "one of the inputs"),
+        (&foreign, "neither empty nor a results directory"),
+        (&file, "is not a directory"),
+    ] {
+        for overwrite in [false, true] {
+            let o = merge(out, overwrite).await;
+            assert_eq!(o.code, Some(2), "-o {out:?} --overwrite={overwrite}: {o:?}");
+            assert!(o.stderr.contains(what), "{what}: {o:?}");
+            assert_eq!(o.stderr.trim().lines().count(), 1, "one line: {o:?}");
+            assert_eq!(
+                snapshot(tmp.path()),
+                before,
+                "-o {out:?} --overwrite={overwrite}: nothing deleted, changed or left behind"
+            );
+        }
+    }
+
+    // An empty directory takes a merge; a second merge into it needs --overwrite, and
+    // replaces only a results directory's own files.
+    let merged = tmp.path().join("merged");
+    std::fs::create_dir(&merged).unwrap();
+    let o = merge(&merged, false).await;
+    assert_eq!(o.code, Some(0), "{o:?}");
+    let o = merge(&merged, false).await;
+    assert_eq!(o.code, Some(2), "{o:?}");
+    assert!(o.stderr.contains("--overwrite"), "{o:?}");
+    let o = merge(&merged, true).await;
+    assert_eq!(o.code, Some(0), "{o:?}");
+    assert_eq!(summary(&merged)["totals"]["accepted"], 10);
+    std::fs::write(merged.join("notes.txt"), "mine\n").unwrap();
+    let kept = snapshot(tmp.path());
+    let o = merge(&merged, true).await;
+    assert_eq!(o.code, Some(2), "{o:?}");
+    assert!(o.stderr.contains("holds notes.txt"), "{o:?}");
+    assert_eq!(snapshot(tmp.path()), kept, "nothing deleted or left behind");
+}

@@ -17,6 +17,9 @@ thresholds read unchanged:
 A missing, duplicated, unfinished or truncated shard, or one of another run or command
 line, is named, exit status 2, and nothing is written to -o (the merge is built beside it
 and renamed into place at the end).
+-o must be new, empty, or an earlier merge (with --overwrite). A merge never deletes what
+it did not write: an -o that is a file, that contains or lies inside a shard, that holds
+anything but a results directory's files, is refused before anything is built.
 
 EXAMPLES:
   for i in 0 1 2 3; do
@@ -36,7 +39,8 @@ pub struct Args {
     /// The merged results directory.
     #[arg(long, short = 'o', value_name = "DIR")]
     pub out: PathBuf,
-    /// Replace --out when it holds an earlier run.
+    /// Replace -o when it holds an earlier run: only a results directory's own files are
+    /// removed; one that holds anything else (a subdirectory, a README) is refused.
     #[arg(long)]
     pub overwrite: bool,
 }

@@ -86,6 +86,17 @@ impl Dispatch {
         }
     }
 
+    /// The end of the run: closes the dispatch and takes every arrival no session took
+    /// (handed to a session that ended first, or waiting in the backlog), which the run
+    /// must still count.
+    pub fn take_unstarted(&self) -> Vec<Arrival> {
+        let mut st = self.lock();
+        st.closed = true;
+        let mut left: Vec<Arrival> = st.mailbox.iter_mut().filter_map(Option::take).collect();
+        left.extend(st.backlog.drain(..));
+        left
+    }
+
     /// Session `id`'s next arrival: one handed to it, else the oldest in the backlog, else
     /// it waits idle; None once closed and drained.
     pub async fn next(&self, id: usize) -> Option<Arrival> {

@@ -246,10 +246,7 @@ pub async fn run<D: Driver>(
     let mut workers = JoinSet::new();
     let scheduler = worker::spawn(r.workload, r.seed, &shared, &mut workers, make);
     let mut agg = aggregate::Aggregator::new(r.header.clone(), r.writer.take())?;
-    let stopping = follow(&mut r, &mut workers, &mut agg, &shared, early).await?;
-    if let Some(s) = scheduler {
-        s.abort();
-    }
+    let stopping = follow(&mut r, &mut workers, &mut agg, &shared, early, scheduler).await?;
     let t = r.clock.origin().elapsed().as_secs_f64();
     let mut summary = agg.summary(t, true, stopping.interrupted);
     summary.interrupted_by = stopping.by.map(|s| s.name().to_string());
@@ -278,6 +275,7 @@ async fn follow(
     agg: &mut aggregate::Aggregator,
     shared: &worker::Shared,
     early: Stopping,
+    mut scheduler: Option<worker::Scheduler>,
 ) -> anyhow::Result<Stopping> {
     let give_up = &shared.give_up;
     let origin = tokio::time::Instant::from_std(r.clock.origin());
@@ -315,6 +313,12 @@ async fn follow(
         }
         if st.since.is_some_and(|s| now.duration_since(s) >= r.grace) && !workers.is_empty() {
             end_work_in_flight(workers, give_up).await;
+        }
+        if workers.is_empty() {
+            // Arrivals still queued for a session are counted before the last interval.
+            if let Some(s) = scheduler.take() {
+                s.end(shared).await;
+            }
         }
         let t = r.clock.origin().elapsed().as_secs_f64();
         let planned = (r.workload.duration_s, r.workload.count);

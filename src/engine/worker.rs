@@ -15,7 +15,7 @@ use tokio::task::JoinSet;
 use super::dispatch::Dispatch;
 use super::schedule::{Arrivals, Batches, Model, Workload};
 use super::unit::{commit_step, run_unit, Ahead, AheadOf, Driver, Slot, UnitHook, UnitReport};
-use crate::metrics::{Clock, Recorder};
+use crate::metrics::{Clock, Phase, Recorder};
 
 /// Where a worker's units come from.
 enum Slots {
@@ -159,15 +159,64 @@ impl GiveUp {
     }
 }
 
+/// An open model's arrival scheduler, as the run sees it.
+pub(super) struct Scheduler {
+    task: tokio::task::JoinHandle<()>,
+    dispatch: Arc<Dispatch>,
+}
+
+impl Scheduler {
+    /// Waits for the scheduler to end (the run has stopped: it hands out what was due by
+    /// then, within 50 ms) and counts every arrival no session started, each as attempted
+    /// and unfinished (an error class says it waited for a session until the end), with
+    /// how long it waited as its lag: queued work never vanishes from the counts.
+    pub async fn end(self, shared: &Shared) {
+        shared.stop.store(true, Ordering::Relaxed);
+        let mut task = self.task;
+        if tokio::time::timeout(Duration::from_secs(2), &mut task)
+            .await
+            .is_err()
+        {
+            task.abort();
+        }
+        let left = self.dispatch.take_unstarted();
+        if left.is_empty() {
+            return;
+        }
+        let now = shared.clock.now_us();
+        shared.recorder.with(0, |sh| {
+            for &(_, at) in &left {
+                let waited = now.saturating_sub(at);
+                sh.counters.attempted += 1;
+                sh.counters.unfinished += 1;
+                sh.record(Phase::Lag, waited);
+                let key = crate::metrics::ErrorKey {
+                    phase: Phase::Lag,
+                    kind: crate::metrics::ErrorKind::Unfinished,
+                    code: 0,
+                    detail: None,
+                    text: "never started: waited for a free session (--max-in-flight) until the run ended".into(),
+                };
+                sh.error(key, || {
+                    format!(
+                        "due {} before the end, still waiting for a session",
+                        crate::units::fmt_duration(Duration::from_micros(waited))
+                    )
+                });
+            }
+        });
+    }
+}
+
 /// Starts the sessions of `workload` (and, for an open model, the scheduler that feeds
-/// them); returns the scheduler's task.
+/// them); returns the scheduler.
 pub(super) fn spawn<D: Driver>(
     workload: &Workload,
     seed: u64,
     shared: &Arc<Shared>,
     workers: &mut JoinSet<()>,
     mut make: impl FnMut(usize, SmallRng) -> D,
-) -> Option<tokio::task::JoinHandle<()>> {
+) -> Option<Scheduler> {
     let rng = |id: usize| SmallRng::seed_from_u64(seed ^ (id as u64).wrapping_mul(0x9E37_79B9));
     let (sessions, scheduler, open_rx) = match &workload.model {
         Model::Closed { users, .. } => (*users as usize, None, None),
@@ -187,7 +236,11 @@ pub(super) fn spawn<D: Driver>(
                 (count, limit, after),
                 shared.clone(),
             ));
-            (n, Some(task), Some(d))
+            let scheduler = Scheduler {
+                task,
+                dispatch: d.clone(),
+            };
+            (n, Some(scheduler), Some(d))
         }
     };
     let next = Arc::new(AtomicU64::new(0));
@@ -284,6 +337,10 @@ fn session<D: Driver>(
             if !done {
                 return;
             }
+            // A unit that ends without waiting on anything (one that fails before it
+            // touches the network) must not keep this thread from the run's timer and
+            // signals: give way once the task's budget is used up.
+            tokio::task::consume_budget().await;
         }
         driver.finish(&mut report).await;
         commit_step(rec, id, &mut report);
@@ -329,13 +386,28 @@ async fn schedule(
     (count, limit, after_setup): (Option<u64>, Option<f64>, bool),
     shared: Arc<Shared>,
 ) {
-    // Arrival times count from the run's start, or from the end of every session's setup.
+    // Arrival times count from the run's start, or from the end of every session's setup
+    // (a run stopped before that has no arrivals).
     let start = match after_setup {
-        true => shared.setup_done.wait().await,
+        true => {
+            let stopped = async {
+                while !shared.stop.load(Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            };
+            tokio::select! {
+                t = shared.setup_done.wait() => t,
+                () = stopped => {
+                    dispatch.close();
+                    return;
+                }
+            }
+        }
         false => shared.clock.origin(),
     };
     let offset_s = start.duration_since(shared.clock.origin()).as_secs_f64();
     let closer = dispatch.clone();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     let run = move || {
         // SAFETY: prctl(PR_SET_TIMERSLACK) changes only this thread's timer slack.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
@@ -370,15 +442,21 @@ async fn schedule(
             }
         }
         dispatch.close();
+        let _ = done_tx.send(());
     };
-    // A thread, not the runtime's blocking pool: the runtime never waits for it, and it
-    // ends by itself within 50 ms of the run's stop.
-    if let Err(e) = std::thread::Builder::new()
+    // A thread, not the runtime's blocking pool: it ends by itself within 50 ms of the
+    // run's stop, and this task with it.
+    match std::thread::Builder::new()
         .name("spate-schedule".into())
         .spawn(run)
     {
-        eprintln!("spate: cannot start the arrival scheduler: {e}");
-        closer.close();
+        Ok(_) => {
+            let _ = done_rx.await;
+        }
+        Err(e) => {
+            eprintln!("spate: cannot start the arrival scheduler: {e}");
+            closer.close();
+        }
     }
 }
 
@@ -576,7 +654,7 @@ mod tests {
         let scheduler = spawn(&workload, 1, &shared, &mut workers, move |_, _| {
             Stamps(st.clone())
         });
-        scheduler.unwrap().await.unwrap();
+        scheduler.unwrap().task.await.unwrap();
         while workers.join_next().await.is_some() {}
         let mut got = stamps.lock().unwrap().clone();
         let mut iv = crate::metrics::Shard::default();

@@ -12,4 +12,4 @@ pub mod smtp;
 mod text;
 pub mod xmpp;
 
-pub use text::normalize;
+pub use text::{class_of, escaped, normalize};

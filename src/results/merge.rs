@@ -586,17 +586,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path, overwrite: bool) -> anyhow::Result<Me
             return bad(format!("{}: given twice", d.display()));
         }
     }
-    if let Ok(o) = std::fs::canonicalize(out) {
-        if seen.contains_key(&o) {
-            return bad(format!("-o {}: that is one of the shards", out.display()));
-        }
-    }
-    if crate::opts::output::holds_run(out) && !overwrite {
-        return bad(format!(
-            "{} holds an earlier run: give another -o, or --overwrite to replace it",
-            out.display()
-        ));
-    }
+    let target = super::outdir::check(out, dirs, overwrite)?;
     let mut inputs = dirs
         .iter()
         .map(|d| read_input(d))
@@ -623,34 +613,18 @@ pub fn merge(dirs: &[PathBuf], out: &Path, overwrite: bool) -> anyhow::Result<Me
         add_errors(i, &mut tl)?;
     }
 
-    // Built beside the target, renamed into place once complete.
-    let parent = out
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent)
-        .map_err(|e| UsageError(format!("cannot create {}: {e}", parent.display())))?;
-    let name = out
-        .file_name()
-        .map_or("merged".into(), |n| n.to_string_lossy().into_owned());
-    let tmp = parent.join(format!(".{name}.merging-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
-    let result = write_merged(&inputs, tl, &tmp);
-    let summary = match result {
+    // Built beside the target, put in its place once complete.
+    let tmp = target.build_dir()?;
+    let summary = match write_merged(&inputs, tl, &tmp) {
         Ok(s) => s,
         Err(e) => {
-            let _ = std::fs::remove_dir_all(&tmp);
+            let _ = std::fs::remove_dir_all(&tmp); // ours: made empty by build_dir
             return Err(e);
         }
     };
-    if out.exists() {
-        std::fs::remove_dir_all(out)
-            .map_err(|e| UsageError(format!("cannot replace {}: {e}", out.display())))?;
-    }
-    std::fs::rename(&tmp, out)
-        .map_err(|e| UsageError(format!("cannot create {}: {e}", out.display())))?;
+    let dir = target.commit(&tmp)?;
     Ok(Merged {
-        dir: out.to_path_buf(),
+        dir,
         summary,
         shards: inputs.len(),
     })

@@ -15,6 +15,7 @@
 //! [`merge`] makes one such directory of a sharded run's shards.
 
 pub mod merge;
+pub mod outdir;
 mod summary;
 mod tagged;
 mod writer;

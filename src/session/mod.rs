@@ -254,13 +254,16 @@ pub struct Failure {
 
 impl Failure {
     pub fn transport(phase: Phase, e: TransportError) -> Self {
-        let sample = e.to_string();
-        // A deadline is the run's own setting, not a varying detail: keep its number.
-        let text = match e {
+        let sample = crate::proto::escaped(&e.to_string());
+        // A deadline is the run's own setting, not a varying detail: keep its number. A
+        // protocol breach is spate's own wording (its numbers are spate's limits) with
+        // what the server sent after ": ", which only the sample keeps.
+        let text = match &e {
             TransportError::Timeout(_)
             | TransportError::SynUnanswered(_)
             | TransportError::Unaccepted(_)
             | TransportError::UnacceptedLikely(_) => sample.clone(),
+            TransportError::Protocol(what) => format!("protocol: {}", crate::proto::class_of(what)),
             _ => crate::proto::normalize(&sample),
         };
         Failure {

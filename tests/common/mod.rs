@@ -24,10 +24,57 @@ pub fn phase_count(s: &serde_json::Value, name: &str) -> u64 {
         .map_or(0, |p| p["count"].as_u64().unwrap())
 }
 
-/// A results directory's summary.json.
+/// A results directory's summary.json. Every test that reads one also checks that the
+/// run accounted for every unit: attempted = accepted + rejected + failed + unfinished,
+/// in the totals and in every interval of intervals.csv, and the intervals add up to the
+/// totals.
 pub fn summary(dir: &std::path::Path) -> serde_json::Value {
     let text = std::fs::read_to_string(dir.join("summary.json")).expect("summary.json");
-    serde_json::from_str(&text).expect("valid JSON")
+    let s: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    assert_every_unit_counted(dir, &s);
+    s
+}
+
+/// The classes a unit of work ends in, each exactly one.
+const CLASSES: [&str; 4] = ["accepted", "rejected", "failed", "unfinished"];
+
+/// attempted = the sum of the classes, in summary.json's totals and in each interval.
+pub fn assert_every_unit_counted(dir: &std::path::Path, s: &serde_json::Value) {
+    let Some(t) = s.get("totals").filter(|t| t.get("attempted").is_some()) else {
+        return; // not a load run's summary (a sweep's, a scenario's)
+    };
+    let n = |k: &str| t[k].as_u64().unwrap_or(0);
+    let classes: u64 = CLASSES.iter().map(|k| n(k)).sum();
+    assert_eq!(
+        n("attempted"),
+        classes,
+        "{}: attempted {} but accepted + rejected + failed + unfinished = {classes}: {t}",
+        dir.display(),
+        n("attempted")
+    );
+    if !dir.join("intervals.csv").exists() {
+        return;
+    }
+    let mut cols = vec!["attempted"];
+    cols.extend(CLASSES);
+    let rows = column_rows(dir, &cols);
+    for r in &rows {
+        assert_eq!(
+            r[0],
+            r[1..].iter().sum::<u64>(),
+            "{}: an interval {r:?}",
+            dir.display()
+        );
+    }
+    if s["complete"] == true {
+        let sum: u64 = rows.iter().map(|r| r[0]).sum();
+        assert_eq!(
+            sum,
+            n("attempted"),
+            "{}: the intervals add up to the totals",
+            dir.display()
+        );
+    }
 }
 
 /// Counter columns of a results directory's intervals.csv, row by row, in the order asked.

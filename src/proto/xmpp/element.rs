@@ -24,7 +24,7 @@ pub enum ParseError {
     Utf8,
     #[error("malformed XML: {0}")]
     Xml(String),
-    #[error("malformed XMPP element: {0}")]
+    #[error("malformed XMPP element ({0})")]
     Malformed(&'static str),
     #[error("XMPP element nested deeper than {MAX_PARSE_DEPTH}")]
     TooDeep,

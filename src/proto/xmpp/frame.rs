@@ -33,7 +33,7 @@ pub enum FrameError {
     /// Elements nest deeper than the cap (the cap's value).
     #[error("XMPP elements nested deeper than {0}")]
     TooDeep(usize),
-    #[error("malformed XMPP stream: {0}")]
+    #[error("malformed XMPP stream ({0})")]
     Malformed(&'static str),
 }
 
@@ -257,7 +257,9 @@ impl Framer {
             }
             self.lex = Lex::Lt;
         } else if self.depth == 0 && !is_space(b) {
-            return Err(FrameError::Malformed("text outside any element"));
+            return Err(FrameError::Malformed(
+                "text outside any element, so the server does not speak XMPP here",
+            ));
         }
         Ok(None)
     }

@@ -153,7 +153,7 @@ pub async fn search(
         return Err(broken(
             phase,
             format!(
-                "SEARCH answered {hits} hits up to message {max} in a mailbox of {}",
+                "SEARCH answered messages the mailbox does not hold: {hits} hits up to message {max} in a mailbox of {}",
                 m.exists
             ),
         ));
@@ -239,7 +239,7 @@ async fn structure_and_part(
         None => {
             return Err(broken(
                 Phase::Structure,
-                format!("FETCH {n} (BODYSTRUCTURE) returned no BODYSTRUCTURE"),
+                format!("FETCH (BODYSTRUCTURE) returned none: FETCH {n} (BODYSTRUCTURE)"),
             ))
         }
     };
@@ -265,17 +265,17 @@ async fn structure_and_part(
         Some(Ok(len)) => Err(broken(
             Phase::Part,
             format!(
-                "{want} of message {n} is {len} bytes; its BODYSTRUCTURE said {}",
+                "a body part's size differs from its BODYSTRUCTURE: {want} of message {n} is {len} bytes; its BODYSTRUCTURE said {}",
                 part.size
             ),
         )),
         Some(Err(name)) => Err(broken(
             Phase::Part,
-            format!("asked for {want} of message {n}, got {name}"),
+            format!("the server answered another body part: asked for {want} of message {n}, got {name}"),
         )),
         None => Err(broken(
             Phase::Part,
-            format!("FETCH {n} ({want}) returned no body"),
+            format!("FETCH of a body part returned no body: FETCH {n} ({want})"),
         )),
     }
 }
@@ -314,7 +314,7 @@ async fn move_message(
     if !pos.gone {
         return Err(broken(
             phase,
-            format!("message {n} was moved but no EXPUNGE of it came back"),
+            format!("a moved message was not expunged: message {n} was moved but no EXPUNGE of it came back"),
         ));
     }
     Ok(())

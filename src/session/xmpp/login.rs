@@ -46,8 +46,8 @@ pub(super) fn breach(phase: Phase, what: impl Into<String>) -> Failure {
         kind: ErrorKind::Protocol,
         code: 0,
         detail: None,
-        text: crate::proto::normalize(&what),
-        sample: what,
+        text: crate::proto::class_of(&what),
+        sample: crate::proto::escaped(&what),
         fatal: true,
     }
 }
@@ -94,18 +94,56 @@ pub(super) async fn element(
     framer: &mut Framer,
     phase: Phase,
 ) -> Result<Element, Failure> {
-    loop {
-        match read(conn, framer, phase).await? {
-            Got::Element(e) => return Ok(e),
-            Got::Open | Got::Whitespace => continue,
-            Got::Close => {
-                return Err(Failure {
+    element_where(conn, framer, phase, |_| true).await
+}
+
+/// The next element `want` picks, skipping others (and whitespace keepalives), within one
+/// timeout for the whole wait: a server that keeps sending something else, or a byte a
+/// second, cannot hold a phase open past it. The stream's end is a failure of `phase`.
+pub(super) async fn element_where(
+    conn: &mut Connection,
+    framer: &mut Framer,
+    phase: Phase,
+    mut want: impl FnMut(&Element) -> bool,
+) -> Result<Element, Failure> {
+    let timeout = conn.timeout();
+    let until = tokio::time::Instant::now() + timeout;
+    let got = loop {
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            break Err(Failure {
+                kind: ErrorKind::Timeout,
+                text: "no answer in time while the server kept sending other data".into(),
+                sample: format!(
+                    "no answer within {} (--timeout) while the server kept sending other data",
+                    crate::units::fmt_duration(timeout)
+                ),
+                ..breach(phase, "")
+            });
+        }
+        conn.set_timeout(left);
+        match read(conn, framer, phase).await {
+            Ok(Got::Element(e)) if want(&e) => break Ok(e),
+            Ok(Got::Element(_) | Got::Open | Got::Whitespace) => continue,
+            Ok(Got::Close) => {
+                break Err(Failure {
                     kind: ErrorKind::Closed,
                     ..breach(phase, "the server closed the stream")
                 })
             }
+            // The wait's own deadline, stated as the whole timeout (one class, however
+            // much of it the skipped stanzas used).
+            Err(f) if f.kind == ErrorKind::Timeout => {
+                break Err(Failure::transport(
+                    phase,
+                    crate::transport::TransportError::Timeout(timeout),
+                ))
+            }
+            Err(f) => break Err(f),
         }
-    }
+    };
+    conn.set_timeout(timeout);
+    got
 }
 
 async fn send(conn: &mut Connection, phase: Phase, text: &str) -> Result<(), Failure> {
@@ -243,7 +281,7 @@ async fn authenticate(
             ("challenge", Some(c)) => {
                 let fin = c
                     .client_final(&data)
-                    .map_err(|x| breach(Phase::Auth, format!("SCRAM: {x}")))?;
+                    .map_err(|x| breach(Phase::Auth, format!("SCRAM failed ({x})")))?;
                 send(
                     conn,
                     Phase::Auth,
@@ -254,13 +292,18 @@ async fn authenticate(
             ("success", c) => {
                 if let Some(c) = c {
                     c.verify_server_final(&data)
-                        .map_err(|x| breach(Phase::Auth, format!("SCRAM: {x}")))?;
+                        .map_err(|x| breach(Phase::Auth, format!("SCRAM failed ({x})")))?;
                 }
                 report.timed(Phase::Auth, t);
                 return Ok(());
             }
             ("failure", _) => return Err(stated(Phase::Auth, ErrorKind::Sasl, &condition(&e), &e)),
-            (other, _) => return Err(breach(Phase::Auth, format!("unexpected <{other}> in SASL"))),
+            (other, _) => {
+                return Err(breach(
+                    Phase::Auth,
+                    format!("unexpected element in SASL: <{other}>"),
+                ))
+            }
         }
     }
 }
@@ -308,18 +351,16 @@ pub(super) async fn iq_result(
     phase: Phase,
     id: &str,
 ) -> Result<Element, Failure> {
-    loop {
-        let e = element(conn, framer, phase).await?;
-        if e.local_name() != "iq" || e.attr("id") != Some(id) {
-            continue;
+    let e = element_where(conn, framer, phase, |e| {
+        e.local_name() == "iq" && e.attr("id") == Some(id)
+    })
+    .await?;
+    match e.attr("type") {
+        Some("result") => Ok(e),
+        _ => {
+            let cond = e.child("error").map(condition).unwrap_or_default();
+            Err(stated(phase, ErrorKind::Permanent, &cond, &e))
         }
-        return match e.attr("type") {
-            Some("result") => Ok(e),
-            _ => {
-                let cond = e.child("error").map(condition).unwrap_or_default();
-                Err(stated(phase, ErrorKind::Permanent, &cond, &e))
-            }
-        };
     }
 }
 
@@ -461,12 +502,10 @@ pub(crate) async fn login(
     // Initial presence; the server sends it back to this resource too (RFC 6121 §4.2.2).
     let t = report.start(Phase::Presence);
     send(&mut conn, Phase::Presence, "<presence/>").await?;
-    loop {
-        let e = element(&mut conn, &mut framer, Phase::Presence).await?;
-        if e.local_name() == "presence" && e.attr("from") == Some(jid.as_str()) {
-            break;
-        }
-    }
+    element_where(&mut conn, &mut framer, Phase::Presence, |e| {
+        e.local_name() == "presence" && e.attr("from") == Some(jid.as_str())
+    })
+    .await?;
     report.timed(Phase::Presence, t);
     Ok(LoggedIn {
         conn,

@@ -362,15 +362,15 @@ impl Session {
         self.writer = Some(writer);
     }
 
-    /// The server ended this session's live stream: logs in again at once, as a client
-    /// would; after a failed login, only once a back-off has passed (100 ms, doubling up
-    /// to 30 s), so that a server refusing logins is not hammered with them. The login's
-    /// phases and errors are this unit's; a reconnection is counted when it is tried.
-    /// `None` when the back-off has not passed yet.
-    async fn reconnect(&mut self, report: &mut UnitReport) -> Option<bool> {
-        let now = tokio::time::Instant::now();
-        if self.retry.is_some_and(|(at, _)| now < at) {
-            return None;
+    /// The session is not logged in (its login failed, or the server ended its stream):
+    /// logs in again at once, as a client would; after a failed login, only once a
+    /// back-off has passed (100 ms, doubling up to 30 s), which this unit waits for, so
+    /// that a server refusing logins is not hammered with them and a session that cannot
+    /// log in does not spin through units. The login's phases and errors are this
+    /// unit's; a reconnection is counted when it is tried. Whether it logged in.
+    async fn reconnect(&mut self, report: &mut UnitReport) -> bool {
+        if let Some((at, _)) = self.retry {
+            tokio::time::sleep_until(at).await;
         }
         if let Some(r) = self.reader.take() {
             // Already ended (that is how the stream was found dead).
@@ -384,7 +384,7 @@ impl Session {
                 // The roster lives on the server: a --roster all run subscribed already.
                 self.online(l);
                 self.retry = None;
-                Some(true)
+                true
             }
             Err(f) => {
                 // The dead writer stays, so that a later unit tries again.
@@ -393,7 +393,7 @@ impl Session {
                     (b * 2).min(Duration::from_secs(30))
                 });
                 self.retry = Some((tokio::time::Instant::now() + backoff, backoff));
-                Some(false)
+                false
             }
         }
     }
@@ -675,6 +675,10 @@ pub(super) fn framing<'a>(
     }
 }
 
+/// How long a unit waits for another session to be logged in before it fails for want of
+/// a recipient.
+const NOBODY_ONLINE_WAIT: Duration = Duration::from_millis(100);
+
 fn failure(phase: Phase, kind: ErrorKind, text: &str) -> Failure {
     Failure {
         phase,
@@ -735,7 +739,11 @@ impl Driver for Session {
                 }
                 self.online(l);
             }
-            Err(f) => f.record(report),
+            Err(f) => {
+                f.record(report);
+                let backoff = Duration::from_millis(100);
+                self.retry = Some((tokio::time::Instant::now() + backoff, backoff));
+            }
         }
         self.s.gate.tried();
         // No message before every session has tried to log in (outside any phase, and
@@ -759,8 +767,8 @@ impl Driver for Session {
     }
 
     async fn run_one(&mut self, seq: u64, report: &mut UnitReport) -> Outcome {
-        let lost = self.writer.is_some() && !self.alive.load(Ordering::SeqCst);
-        if lost && self.reconnect(report).await == Some(false) {
+        let down = self.writer.is_none() || !self.alive.load(Ordering::SeqCst);
+        if down && !self.reconnect(report).await {
             // The login failed: its error is this unit's.
             return Outcome::Failed;
         }
@@ -777,7 +785,13 @@ impl Driver for Session {
             return Outcome::Failed;
         };
         let kind = self.s.mix.next();
-        let recipients = self.build(kind, seq, report.started());
+        let mut recipients = self.build(kind, seq, report.started());
+        if recipients == 0 {
+            // Nobody else is logged in now (they may be logging in again): wait a little
+            // for them rather than spin through units that cannot be sent.
+            tokio::time::sleep(NOBODY_ONLINE_WAIT).await;
+            recipients = self.build(kind, seq, report.started());
+        }
         if recipients == 0 {
             failure(
                 Phase::Send,

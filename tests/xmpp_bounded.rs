@@ -1,0 +1,151 @@
+//! A closed `spate xmpp` workload bounded by `--duration` ends on time whatever the server
+//! does: refuses every login (the embedded server, wrong passwords), accepts and stays
+//! silent, or sends a byte a second forever. Sessions that are not logged in back off
+//! between logins instead of spinning through units (which once took both cores and
+//! ignored SIGTERM); and a run that logs some sessions in still ends and counts
+//! every unit.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use common::{run_tool_env, SPATE};
+use spate::serve::{self, Addrs, Config, Users};
+
+/// Far above the run's 3 s and its grace: a run still going then is hung.
+const HUNG: Duration = Duration::from_secs(60);
+
+/// `spate xmpp ADDR --users N -d 3s --timeout 2s` with `password` (and `extra`, which
+/// may name a --users-file instead of the pattern); (output, summary).
+async fn run(
+    addr: &str,
+    users: &str,
+    password: &str,
+    extra: &[&str],
+) -> (common::Output, serde_json::Value) {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("r");
+    let mut args: Vec<String> = ["xmpp", addr, "--users", users, "-d", "3s"]
+        .iter()
+        .chain(["--timeout", "2s", "-q", "-o", out.to_str().unwrap()].iter())
+        .map(|s| s.to_string())
+        .collect();
+    if extra.is_empty() {
+        args.extend(["--user-pattern".into(), "u{0..9}@example.test".into()]);
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let env = vec![("SPATE_PASSWORD".to_string(), password.to_string())];
+    let o = run_tool_env(SPATE, args, env, HUNG).await;
+    assert!(o.code.is_some(), "killed after {HUNG:?}: {o:?}");
+    let s = common::summary(&out);
+    (o, s)
+}
+
+async fn embedded() -> serve::Running {
+    let mut c = Config::loopback();
+    let lo: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    c.listen = Addrs {
+        xmpp: Some(lo),
+        ..Addrs::default()
+    };
+    c.domains = vec!["example.test".into()];
+    let users: String = (0..10).map(|i| format!("u{i}@example.test pw\n")).collect();
+    c.users = Users::parse(&users).unwrap();
+    serve::start(c).await.unwrap()
+}
+
+fn count(s: &serde_json::Value, k: &str) -> u64 {
+    s["totals"][k].as_u64().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_login_refused_ends_on_time_with_few_units_and_exit_1() {
+    let server = embedded().await;
+    let addr = server.addrs.xmpp.unwrap().to_string();
+    let (o, s) = run(&addr, "3", "wrong", &[]).await;
+    assert_eq!(o.code, Some(1), "{o:?}");
+    assert_eq!(count(&s, "accepted"), 0, "{}", s["totals"]);
+    // Each session logs in again only after a back-off (100 ms, doubling): a handful of
+    // units each in 3 s, not millions.
+    let attempted = count(&s, "attempted");
+    assert!(
+        attempted <= 60,
+        "a session that cannot log in spun: {}",
+        s["totals"]
+    );
+    let errors = s["errors"].to_string();
+    assert!(errors.contains("not-authorized"), "{errors}");
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_refused_login_among_several_ends_and_the_others_send() {
+    let server = embedded().await;
+    let addr = server.addrs.xmpp.unwrap().to_string();
+    let tmp = tempfile::tempdir().unwrap();
+    let users = tmp.path().join("users.txt");
+    let lines: String = (0..4)
+        .map(|i| {
+            format!(
+                "u{i}@example.test {}\n",
+                if i == 3 { "wrong" } else { "pw" }
+            )
+        })
+        .collect();
+    std::fs::write(&users, lines).unwrap();
+    let file = users.to_str().unwrap();
+    let (o, s) = run(&addr, "4", "", &["--users-file", file, "--think", "20ms"]).await;
+    assert!(o.ended(), "{o:?}");
+    assert!(count(&s, "accepted") > 0, "{}", s["totals"]);
+    // The session that cannot log in backs off: a handful of failed units, not millions.
+    assert!(count(&s, "failed") <= 20, "{}", s["totals"]);
+    let errors = s["errors"].to_string();
+    assert!(errors.contains("not-authorized"), "{errors}");
+    server.shutdown().await;
+}
+
+/// A fake server: `silent` accepts and never sends; otherwise it sends one space a second
+/// (a whitespace keepalive) forever.
+async fn fake(silent: bool) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                // Bounded: the connection lives 40 s at most.
+                for _ in 0..40 {
+                    if !silent && sock.write_all(b" ").await.is_err() {
+                        return;
+                    }
+                    match tokio::time::timeout(Duration::from_secs(1), sock.read(&mut buf)).await {
+                        Ok(Ok(0)) | Ok(Err(_)) => return,
+                        _ => {}
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_server_and_a_byte_a_second_end_on_time() {
+    for silent in [true, false] {
+        let addr = fake(silent).await;
+        let t = Instant::now();
+        let (o, s) = run(&addr, "3", "pw", &[]).await;
+        assert_eq!(o.code, Some(1), "silent={silent}: {o:?}");
+        assert_eq!(count(&s, "accepted"), 0);
+        let errors = s["errors"].to_string();
+        assert!(
+            errors.contains("timed out after 2.00s"),
+            "silent={silent}: {errors}"
+        );
+        assert!(t.elapsed() < HUNG);
+    }
+}
