@@ -112,7 +112,7 @@ pub fn tls_words(e: &rustls::Error) -> String {
             return format!("the server refused the client certificate ({a:?} alert): give one with --cert and --key, or check that its CA is the one the server trusts");
         }
         rustls::Error::AlertReceived(a) => {
-            return format!("the server ended the handshake with a {a:?} alert");
+            return format!("the server ended the handshake with the alert {a:?}");
         }
         other => return other.to_string(),
     };

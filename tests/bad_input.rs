@@ -86,6 +86,85 @@ async fn bad_input_is_one_line_and_exit_2() {
     server.shutdown().await;
 }
 
+/// The inputs that once ran anyway (or failed without naming the option): each is one
+/// line and exit 2 now, with nothing sent and nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inputs_that_once_ran_anyway_are_refused() {
+    let server = serve::start(serve::Config::loopback()).await.unwrap();
+    let addr = server.addrs.smtp.unwrap().to_string();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("never");
+    let o_ = out.to_str().unwrap();
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let e_ = empty.to_str().unwrap();
+    let port = common::free_port().to_string();
+    let same = format!("127.0.0.1:{port}");
+    let cases: &[(&[&str], &str)] = &[
+        (&["serve", "--threads", "0"], "--threads must be at least 1"),
+        (
+            &["serve", "--smtp", &same, "--imap", &same],
+            "--smtp and --imap both ask for",
+        ),
+        (&["demo", "--seconds", "0", "-o", o_], "--seconds"),
+        (&["demo", "--seconds", "-1", "-o", o_], "--seconds"),
+        (&["compare", e_, e_], "no summary.json"),
+        (
+            &[
+                "ping",
+                &addr,
+                "-c",
+                "1",
+                "--json",
+                "/nonexistent-dir/p.json",
+            ],
+            "--json /nonexistent-dir/p.json",
+        ),
+        (
+            &[
+                "sweep", "--users", "1,2", "-o", o_, "--", &addr, "--users", "3",
+            ],
+            "--users 3 after --: the sweep sets --users at every step",
+        ),
+        (
+            &["smtp", &addr, "--users", "100000000000", "-o", o_],
+            "1..=4294967295",
+        ),
+        (
+            &["smtp", &addr, "-d", "-3s", "-o", o_],
+            "--duration: bad duration",
+        ),
+        (
+            &["smtp", &addr, "--rate", "-5/s", "-o", o_],
+            "--rate: bad rate",
+        ),
+    ];
+    for (args, want) in cases {
+        let o = spate(args).await;
+        one_line_exit_2(&o, want);
+        assert!(!out.exists(), "{args:?} wrote {o_}");
+    }
+    let connections: u64 = server.stats.snapshot().connections.values().sum();
+    assert_eq!(connections, 0, "no connection was made");
+    server.shutdown().await;
+}
+
+/// `spate ping lmtp://HOST:PORT` speaks LMTP (LHLO), as --lmtp does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ping_with_the_lmtp_scheme_speaks_lmtp() {
+    let mut c = serve::Config::loopback();
+    c.listen = serve::Addrs {
+        lmtp: Some("127.0.0.1:0".parse().unwrap()),
+        ..serve::Addrs::default()
+    };
+    let server = serve::start(c).await.unwrap();
+    let target = format!("lmtp://{}", server.addrs.lmtp.unwrap());
+    let o = spate(&["ping", &target, "-c", "2", "-w", "0"]).await;
+    assert_eq!(o.code, Some(0), "{o:?}");
+    assert!(o.stdout.contains("lhlo"), "{}", o.stdout);
+    server.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_of_the_server_read_as_they_should() {
     // Nothing listens: the address once, not twice.

@@ -147,6 +147,53 @@ async fn bad_rr_input_is_one_line_and_exit_2() {
             vec!["--template", "x", "--max-response", "lots"],
             "lots".into(),
         ),
+        (
+            vec![
+                "--template",
+                "x",
+                "--frame",
+                "http",
+                "--expect-status",
+                "999",
+            ],
+            "--expect-status 999: an HTTP status is 100..599".into(),
+        ),
+        (
+            vec!["--template", "x", "--frame", "http", "--expect-status", "0"],
+            "--expect-status 0: an HTTP status is 100..599".into(),
+        ),
+        (
+            vec!["--template", "x", "--rate", "5/s", "--max-in-flight", "0"],
+            "--max-in-flight".into(),
+        ),
+        (
+            vec!["--template", "x", "--method", "GET"],
+            "--method is for --frame http".into(),
+        ),
+        (
+            vec!["--template", "x", "--path", "/a"],
+            "--path is for --frame http".into(),
+        ),
+        (
+            vec!["--template", "x", "--frame", "len32", "--header", "A: b"],
+            "--header is for --frame http".into(),
+        ),
+        (
+            vec!["--template", "GET {n"],
+            "placeholder {n is not closed".into(),
+        ),
+        (
+            vec!["--template", "x", "--rate", "-5/s"],
+            "--rate: bad rate".into(),
+        ),
+        (
+            vec!["--template", "x", "--duration", "-3s"],
+            "--duration: bad duration".into(),
+        ),
+        (
+            vec!["--template", "x", "--users", "100000000000"],
+            "1..=4294967295".into(),
+        ),
     ];
     for (extra, want) in &cases {
         let mut args = vec!["rr", addr.as_str(), "-n", "1", "-o", o_];

@@ -147,11 +147,14 @@ async fn no_auth_is_sent_to_a_server_that_does_not_offer_it() {
     .await;
     assert!(o.ended(), "{}", o.stderr);
     let s = summary(&out);
-    assert_eq!(s["totals"]["rejected"], 2, "{s}");
+    // Nothing was asked of the server, so it refused nothing: the messages failed.
+    assert_eq!(s["totals"]["failed"], 2, "{s}");
+    assert_eq!(s["totals"]["rejected"], 0, "{s}");
     assert_eq!(seen.auths.load(Ordering::Relaxed), 0);
     assert_eq!(seen.mails.load(Ordering::Relaxed), 0);
     let e = &s["errors"][0];
     assert_eq!(e["phase"], "auth", "{s}");
+    assert_eq!(e["kind"], "not-offered", "not a 5xx: none came; {s}");
     assert!(
         e["text"].as_str().unwrap().contains("does not offer AUTH"),
         "{s}"

@@ -39,6 +39,12 @@ pub fn run(args: Args, _ctx: &Ctx) -> anyhow::Result<ExitCode> {
         if !d.is_dir() {
             return crate::usage(format!("{}: no such directory", d.display()));
         }
+        if !d.join("summary.json").is_file() {
+            return crate::usage(format!(
+                "{}: no summary.json: not the results directory of a run",
+                d.display()
+            ));
+        }
         runs.push(Run::read(d)?);
     }
     let c = crate::report::compare::compare(&runs);

@@ -16,8 +16,9 @@ use crate::serve::{self, faults, store::Users, Addrs};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Seconds of load in all (split between the two parts).
-    #[arg(long, default_value_t = 20)]
+    /// Seconds of load in all (split between the two parts; at least 2).
+    #[arg(long, default_value_t = 20, allow_hyphen_values = true,
+          value_parser = clap::value_parser!(u64).range(2..))]
     pub seconds: u64,
     /// Where to put the results (default: ./spate-results/<timestamp>-demo).
     #[arg(long, short = 'o')]

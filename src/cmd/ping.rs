@@ -394,15 +394,33 @@ fn wait(text: &str) -> anyhow::Result<Duration> {
 }
 
 /// `spate ping`.
-pub async fn run(a: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
+pub async fn run(mut a: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     if a.count == 0 {
         return crate::usage("-n/--count must be at least 1");
     }
     let wait = wait(&a.wait)?;
+    // lmtp:// speaks LMTP (LHLO, port 24), as --lmtp does.
+    if a.target.trim().starts_with("lmtp://") {
+        a.lmtp = true;
+    }
+    if let Some(path) = &a.json {
+        writable(path)?;
+    }
     match scheme(&a.target)? {
         Scheme::Xmpp => xmpp::run(&a, wait).await,
         Scheme::Smtp => smtp(a, wait, ctx).await,
     }
+}
+
+/// Refuses a --json path that cannot be written before any probe is sent (the file is
+/// created empty when it is new, and left as it is when it exists).
+fn writable(path: &std::path::Path) -> anyhow::Result<()> {
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .map(drop)
+        .map_err(|e| crate::UsageError(format!("--json {}: {e}", path.display())).into())
 }
 
 /// The SMTP ping.

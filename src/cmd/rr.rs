@@ -74,13 +74,14 @@ pub struct Args {
         help_heading = "Framing"
     )]
     pub max_response: String,
-    /// HTTP method.
-    #[arg(long, default_value = "POST", help_heading = "Framing")]
-    pub method: String,
-    /// HTTP request target.
-    #[arg(long, default_value = "/", help_heading = "Framing")]
-    pub path: String,
-    /// An HTTP header line 'Name: value' (repeatable). Host and Content-Length are set.
+    /// HTTP method (--frame http) [default: POST].
+    #[arg(long, help_heading = "Framing")]
+    pub method: Option<String>,
+    /// HTTP request target (--frame http) [default: /].
+    #[arg(long, help_heading = "Framing")]
+    pub path: Option<String>,
+    /// An HTTP header line 'Name: value' (repeatable; --frame http). Host and
+    /// Content-Length are set.
     #[arg(long = "header", value_name = "'K: V'", help_heading = "Framing")]
     pub headers: Vec<String>,
 
@@ -107,7 +108,7 @@ pub struct Args {
     #[arg(long, default_value = "round-robin", value_parser = parse_pick, value_name = "HOW", help_heading = "Requests")]
     pub pick: Pick,
 
-    /// HTTP: the status a response must have [default: any below 400].
+    /// HTTP: the status a response must have, 100..599 [default: any below 400].
     #[arg(long, value_name = "CODE", help_heading = "Checks")]
     pub expect_status: Option<u16>,
     /// The response must match REGEX: the HTTP body (chunking removed), the bytes after
@@ -288,12 +289,14 @@ fn http_request(args: &Args, host: &str) -> anyhow::Result<HttpRequest> {
         }
     }
     let token = |s: &str| !s.is_empty() && !s.contains(char::is_whitespace);
-    if !token(&args.method) || !token(&args.path) {
+    let method = args.method.as_deref().unwrap_or("POST");
+    let path = args.path.as_deref().unwrap_or("/");
+    if !token(method) || !token(path) {
         return usage("--method and --path must be single words");
     }
     Ok(HttpRequest {
-        method: args.method.clone(),
-        path: args.path.clone(),
+        method: method.to_string(),
+        path: path.to_string(),
         host: host.to_string(),
         headers: args.headers.clone(),
     })
@@ -332,6 +335,22 @@ fn prepare(
     }
     if args.expect_status.is_some() && args.frame != Frame::Http {
         return usage("--expect-status is for --frame http");
+    }
+    if let Some(c) = args.expect_status.filter(|c| !(100..=599).contains(c)) {
+        return usage(format!("--expect-status {c}: an HTTP status is 100..599"));
+    }
+    let http_only = [
+        ("--method", args.method.is_some()),
+        ("--path", args.path.is_some()),
+        ("--header", !args.headers.is_empty()),
+    ];
+    if let Some((flag, _)) = http_only.iter().find(|(_, given)| *given) {
+        if args.frame != Frame::Http {
+            return usage(format!(
+                "{flag} is for --frame http (this run frames requests as {})",
+                args.frame.name()
+            ));
+        }
     }
     let expect = regex("--expect", &args.expect)?;
     let reqs = requests(args)?;

@@ -265,6 +265,11 @@ fn step_args(
             if v == 0 {
                 return crate::usage("--users: every step needs at least 1 user");
             }
+            if let Some(u) = w.users {
+                return crate::usage(format!(
+                    "--users {u} after --: the sweep sets --users at every step; drop it"
+                ));
+            }
             if closed_users && (w.rate.is_some() || w.stages.is_some()) {
                 return crate::usage(
                     "sweep --users sweeps a closed workload: drop --rate/--stages after --",
@@ -283,6 +288,11 @@ fn step_args(
         Param::Rate => {
             if v == 0 {
                 return crate::usage("--rate: every step needs a rate above 0");
+            }
+            if let Some(r) = &w.rate {
+                return crate::usage(format!(
+                    "--rate {r} after --: the sweep sets --rate at every step; drop it"
+                ));
             }
             if (w.users.is_some() && closed_users) || w.think.is_some() {
                 return crate::usage(
@@ -834,13 +844,19 @@ mod tests {
         let b = base(&words, Some("addresses"));
         let a = xmpp(step_args(&b, Param::Value, 5, None).unwrap());
         assert_eq!((a.addresses.as_str(), a.monitor.monitor), ("5", true));
-        // XMPP's sessions stay with a rate sweep, and a users sweep keeps the rate.
+        // XMPP's sessions stay with a rate sweep, and a users sweep keeps the rate; the
+        // swept option itself after -- is refused, not silently replaced.
         let b = base(&words, None);
+        assert!(step_args(&b, Param::Rate, 20, None).is_err());
+        assert!(step_args(&b, Param::Users, 5, None).is_err());
+        let b = base(&words[..10], None);
         let a = xmpp(step_args(&b, Param::Rate, 20, None).unwrap());
         assert_eq!(
             (a.workload.rate.as_deref(), a.workload.users),
             (Some("20/s"), Some(10))
         );
+        let unrated: Vec<&str> = words[..4].iter().chain(&words[6..]).copied().collect();
+        let b = base(&unrated, None);
         let a = xmpp(step_args(&b, Param::Users, 5, None).unwrap());
         assert_eq!(
             (a.workload.rate.as_deref(), a.workload.users),

@@ -669,7 +669,11 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     if nothing {
         println!("no stanza could be sent (no session logged in?): see the error table");
     }
-    let ok = if missing > 0 || nothing {
+    let duplicated = a.total.duplicates;
+    if duplicated > 0 {
+        println!("{duplicated} deliveries arrived more than once (the server duplicated them): exit status 1");
+    }
+    let ok = if missing > 0 || nothing || duplicated > 0 {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS

@@ -242,6 +242,9 @@ pub async fn run<D: Driver>(
             Model::Open { max_in_flight, .. } => *max_in_flight as usize,
         }),
     });
+    // A shard that gets here after the shared start (a throttled batch system, a stale
+    // start file) runs late: said in its summary, and flagged by the merge.
+    let late_start = Instant::now().saturating_duration_since(r.clock.origin());
     let early = wait_for_start(r.clock.origin(), r.header.started, &r.stop).await;
     let mut workers = JoinSet::new();
     let scheduler = worker::spawn(r.workload, r.seed, &shared, &mut workers, make);
@@ -250,6 +253,16 @@ pub async fn run<D: Driver>(
     let t = r.clock.origin().elapsed().as_secs_f64();
     let mut summary = agg.summary(t, true, stopping.interrupted);
     summary.interrupted_by = stopping.by.map(|s| s.name().to_string());
+    if r.workload.start.is_some() && late_start > LATE_START {
+        summary.warnings.push(format!(
+            "this run started {} after its shared start (--start-at): its schedule was already that far along, so it ran short of its share; start the shards nearer together, or give a later --start-at",
+            units::fmt_duration(late_start)
+        ));
+        summary.extra.insert(
+            "late_start_s".into(),
+            serde_json::json!((late_start.as_secs_f64() * 1000.0).round() / 1000.0),
+        );
+    }
     if r.workload.count_is_default
         && r.workload
             .count
@@ -289,7 +302,9 @@ async fn follow(
     };
     let mut tick =
         tokio::time::interval_at(origin + Duration::from_secs(1), Duration::from_secs(1));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // A late tick does not move the later ones: intervals stay on the run's seconds, so
+    // shards' intervals line up by wall clock (`spate merge`).
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut st = early;
     let mut signals = Signals::new();
     loop {
@@ -328,6 +343,9 @@ async fn follow(
         }
     }
 }
+
+/// How late after the shared start a run may begin before it says so.
+const LATE_START: Duration = Duration::from_secs(1);
 
 /// Sleeps until the run's clock starts (a shard's --start-at); a signal meanwhile stops
 /// the run before its first unit, which still leaves a complete, empty results directory.

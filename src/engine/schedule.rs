@@ -157,6 +157,8 @@ pub struct Arrivals<R> {
     t: f64,
     rng: R,
     first: bool,
+    /// Constant spacing: where in its first gap the first arrival falls (0: at the start).
+    phase: f64,
 }
 
 impl<R: Rng> Arrivals<R> {
@@ -167,7 +169,19 @@ impl<R: Rng> Arrivals<R> {
             t: 0.0,
             rng,
             first: true,
+            phase: 0.0,
         }
+    }
+
+    /// Shard `index` of `count`, whose profile is the run's divided by `count`: with
+    /// constant spacing its arrivals are every `count`-th of the whole run's, starting at
+    /// the `index`-th, so the shards together send exactly what one run sends (each
+    /// rounding its own share up sent up to one more per shard).
+    pub fn shard(mut self, index: u32, count: u32) -> Self {
+        if count > 0 {
+            self.phase = f64::from(index) / f64::from(count);
+        }
+        self
     }
 }
 
@@ -176,13 +190,15 @@ impl<R: Rng> Iterator for Arrivals<R> {
     fn next(&mut self) -> Option<f64> {
         // Constant spacing: arrival k comes when the integral of the rate reaches k, the
         // first at the start, so rate × duration arrivals fit in a run (not one fewer).
-        if std::mem::take(&mut self.first) && self.kind == Arrival::Constant {
+        let first = std::mem::take(&mut self.first);
+        if first && self.kind == Arrival::Constant && self.phase == 0.0 {
             return self.profile.rate_at(0.0).map(|_| 0.0);
         }
         // Integrate the rate until one arrival's worth (1 for constant spacing, an
         // exponential sample for Poisson) has accumulated: exact for ramps and for
         // stages that start at rate 0, where a naive 1/rate gap would jump past them.
         let mut need = match self.kind {
+            Arrival::Constant if first => self.phase,
             Arrival::Constant => 1.0,
             Arrival::Poisson => -self.rng.random_range(f64::EPSILON..1.0f64).ln(),
         };
@@ -294,6 +310,36 @@ mod tests {
         assert_eq!(at.len(), 40);
         assert_eq!(at[0], 0.0);
         assert!((at[39] - 3.9).abs() < 1e-6, "{}", at[39]);
+    }
+
+    #[test]
+    fn constant_rate_shards_send_together_what_one_run_sends() {
+        let whole =
+            |p: Profile| Arrivals::new(p, Arrival::Constant, SmallRng::seed_from_u64(1)).count();
+        for (rate, secs) in [(200.0, 30), (400.0, 11), (7.0, 3), (1000.0, 2)] {
+            let one = whole(Profile::constant(rate, Some(Duration::from_secs(secs))));
+            for n in [2u32, 3, 4, 7] {
+                let shares: usize = (0..n)
+                    .map(|i| {
+                        let p = Profile::constant(rate / n as f64, Some(Duration::from_secs(secs)));
+                        Arrivals::new(p, Arrival::Constant, SmallRng::seed_from_u64(1))
+                            .shard(i, n)
+                            .count()
+                    })
+                    .sum();
+                assert_eq!(shares, one, "{rate}/s for {secs}s in {n} shards");
+            }
+        }
+        // The shards' arrivals are the whole run's, interleaved.
+        let p = Profile::constant(10.0 / 3.0, Some(Duration::from_secs(3)));
+        let at: Vec<f64> = Arrivals::new(p, Arrival::Constant, SmallRng::seed_from_u64(1))
+            .shard(1, 3)
+            .collect();
+        let want = [0.1, 0.4, 0.7, 1.0, 1.3, 1.6, 1.9, 2.2, 2.5, 2.8];
+        assert_eq!(at.len(), want.len(), "{at:?}");
+        for (a, w) in at.iter().zip(want) {
+            assert!((a - w).abs() < 1e-6, "{at:?}");
+        }
     }
 
     #[test]

@@ -227,7 +227,11 @@ pub(super) fn spawn<D: Driver>(
         } => {
             let n = *max_in_flight as usize;
             let d = Arc::new(Dispatch::new(n, n * 4));
-            let arrivals = Arrivals::new(profile.clone(), *arrival, SmallRng::seed_from_u64(seed));
+            let mut arrivals =
+                Arrivals::new(profile.clone(), *arrival, SmallRng::seed_from_u64(seed));
+            if let Some(of) = &workload.shard {
+                arrivals = arrivals.shard(of.index, of.count);
+            }
             let (count, limit) = (workload.count, workload.duration_s);
             let after = workload.after_setup;
             let task = tokio::spawn(schedule(

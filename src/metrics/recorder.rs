@@ -149,6 +149,9 @@ pub enum ErrorKind {
     Sasl,
     /// XMPP: a stream error (`<stream:error/>`), which ends the stream.
     Stream,
+    /// The server does not offer what the run needs (AUTH, STARTTLS): nothing was asked
+    /// of it, so it refused nothing.
+    Unsupported,
 }
 
 impl ErrorKind {
@@ -168,6 +171,7 @@ impl ErrorKind {
         ErrorKind::Unfinished,
         ErrorKind::Sasl,
         ErrorKind::Stream,
+        ErrorKind::Unsupported,
     ];
 
     /// The kind [`ErrorKind::name`] names.
@@ -192,6 +196,7 @@ impl ErrorKind {
             ErrorKind::Unfinished => "unfinished",
             ErrorKind::Sasl => "sasl",
             ErrorKind::Stream => "stream-error",
+            ErrorKind::Unsupported => "not-offered",
         }
     }
 }

@@ -14,21 +14,32 @@ pub struct WorkloadArgs {
     /// Concurrent sessions (closed workload: each does one unit of work, waits for the
     /// reply, does the next) [default: 1]. An open workload (--rate, --stages) has no
     /// fixed sessions: --max-in-flight bounds its concurrency instead.
-    #[arg(long, short = 'u', value_name = "N", help_heading = "Workload")]
+    #[arg(long, short = 'u', value_name = "N", help_heading = "Workload",
+          value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
     pub users: Option<u32>,
     /// Stop after this many units of work in total (default 1000 when neither --duration
     /// nor --stages bounds the run).
-    #[arg(long, short = 'n', help_heading = "Workload")]
+    #[arg(
+        long,
+        short = 'n',
+        help_heading = "Workload",
+        allow_hyphen_values = true
+    )]
     pub count: Option<u64>,
     /// Stop after this long (e.g. 30s, 10m, 1h).
-    #[arg(long, short = 'd', help_heading = "Workload")]
+    #[arg(
+        long,
+        short = 'd',
+        help_heading = "Workload",
+        allow_hyphen_values = true
+    )]
     pub duration: Option<String>,
     /// Pause between units of work of one session (closed workload), e.g. 100ms.
-    #[arg(long, help_heading = "Workload")]
+    #[arg(long, help_heading = "Workload", allow_hyphen_values = true)]
     pub think: Option<String>,
     /// Open workload: start work at this rate whether or not earlier work finished
     /// (200/s, 5000/min). Latency then counts from each scheduled start.
-    #[arg(long, help_heading = "Workload")]
+    #[arg(long, help_heading = "Workload", allow_hyphen_values = true)]
     pub rate: Option<String>,
     /// Stages of an open workload, ramping linearly: 1m:100/s,5m:500/s,1m:0/s.
     #[arg(long, conflicts_with = "rate", help_heading = "Workload")]
@@ -37,7 +48,8 @@ pub struct WorkloadArgs {
     #[arg(long, value_enum, default_value_t = Arrival::Constant, help_heading = "Workload")]
     pub arrival: Arrival,
     /// Open workload: most units of work in flight at once (also the number of connections).
-    #[arg(long, default_value_t = 1000, help_heading = "Workload")]
+    #[arg(long, default_value_t = 1000, help_heading = "Workload",
+          value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
     pub max_in_flight: u32,
     /// Closed workload: sessions start at this rate (500/s): session i begins i/RATE after
     /// the start, so thousands of --users do not open their connections as one SYN storm
@@ -75,6 +87,11 @@ pub struct WorkloadArgs {
     pub start_file: Option<std::path::PathBuf>,
 }
 
+/// A value's parse error as a usage error that names its option.
+fn named<T, E: std::fmt::Display>(flag: &str, r: Result<T, E>) -> anyhow::Result<T> {
+    r.map_err(|e| crate::UsageError(format!("{flag}: {e}")).into())
+}
+
 /// Units of work a run with no --count, --duration or --stages stops after.
 pub const DEFAULT_COUNT: u64 = 1000;
 
@@ -89,7 +106,7 @@ impl WorkloadArgs {
         let duration = self
             .duration
             .as_deref()
-            .map(units::parse_duration)
+            .map(|t| named("--duration", units::parse_duration(t)))
             .transpose()?;
         if duration.is_some_and(|d| d.is_zero()) {
             return usage("--duration must be more than 0");
@@ -116,20 +133,20 @@ impl WorkloadArgs {
         }
         let model = match (&self.rate, &self.stages) {
             (Some(rate), _) => {
-                let r = units::parse_rate(rate)?;
+                let r = named("--rate", units::parse_rate(rate))?;
                 if r <= 0.0 {
                     return usage("--rate must be more than 0");
                 }
                 Model::Open {
                     profile: Profile::constant(r, duration),
                     arrival: self.arrival,
-                    max_in_flight: self.max_in_flight.max(1),
+                    max_in_flight: self.max_in_flight,
                 }
             }
             (None, Some(stages)) => Model::Open {
                 profile: Profile {
                     start_rate: 0.0,
-                    stages: schedule::parse_stages(stages)?,
+                    stages: named("--stages", schedule::parse_stages(stages))?,
                 },
                 arrival: self.arrival,
                 max_in_flight: self.max_in_flight.max(1),
@@ -142,7 +159,7 @@ impl WorkloadArgs {
                 let think = self
                     .think
                     .as_deref()
-                    .map(units::parse_duration)
+                    .map(|t| named("--think", units::parse_duration(t)))
                     .transpose()?;
                 Model::Closed {
                     users,
@@ -157,7 +174,7 @@ impl WorkloadArgs {
                 )
             }
             (Some(text), _) => {
-                let r = units::parse_rate(text)?;
+                let r = named("--connect-rate", units::parse_rate(text))?;
                 if r <= 0.0 {
                     return usage("--connect-rate must be more than 0");
                 }

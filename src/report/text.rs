@@ -18,7 +18,7 @@ pub fn render(s: &Summary) -> String {
     headline(&mut o, s, retrieval);
     phases(&mut o, s);
     errors(&mut o, s);
-    footer(&mut o, s, retrieval);
+    footer(&mut o, s);
     o
 }
 
@@ -271,7 +271,7 @@ pub fn cpu_basis(s: &Summary) -> String {
 }
 
 /// The generator's own CPU cost, then the warnings.
-fn footer(o: &mut String, s: &Summary, retrieval: bool) {
+fn footer(o: &mut String, s: &Summary) {
     let c = &s.totals;
     let _ = writeln!(
         o,
@@ -283,7 +283,9 @@ fn footer(o: &mut String, s: &Summary, retrieval: bool) {
             format!(
                 ", {:.1} µs/{}",
                 s.generator_cpu_s * 1e6 / c.accepted as f64,
-                if retrieval { "visit" } else { "msg" }
+                rate_unit(&s.protocol)
+                    .trim_end_matches("s/s")
+                    .trim_end_matches("/s")
             )
         } else {
             String::new()

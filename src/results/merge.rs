@@ -213,19 +213,21 @@ struct Timeline {
 }
 
 impl Timeline {
-    /// The bucket of an interval of a shard started at `start` that ends `end_s` seconds
-    /// into it, and that end on the merged clock.
-    fn key(&self, start: SystemTime, end_s: f64) -> (i64, f64) {
+    /// The bucket of an interval of a shard started at `start` that runs from `from_s`
+    /// to `end_s` seconds into it: the wall-clock second the interval starts in (to the
+    /// nearest), so that a tick that came late (its interval ends past the second, the
+    /// next one starts there) moves no interval into the next second; and its end on the
+    /// merged clock.
+    fn key(&self, start: SystemTime, from_s: f64, end_s: f64) -> (i64, f64) {
         let offset = start
             .duration_since(self.t0)
             .unwrap_or_default()
             .as_secs_f64();
-        let end = offset + end_s;
-        ((end - 0.05).ceil() as i64, end)
+        ((offset + from_s).round() as i64 + 1, offset + end_s)
     }
 
-    fn at(&mut self, start: SystemTime, end_s: f64) -> &mut Bucket {
-        let (key, end) = self.key(start, end_s);
+    fn at(&mut self, start: SystemTime, from_s: f64, end_s: f64) -> &mut Bucket {
+        let (key, end) = self.key(start, from_s, end_s);
         let b = self.buckets.entry(key).or_default();
         b.end_s = b.end_s.max(end);
         b
@@ -233,7 +235,9 @@ impl Timeline {
 }
 
 /// Adds intervals.csv of `i` to the timeline; the counters it accounts for.
-fn add_intervals(i: &Input, tl: &mut Timeline) -> anyhow::Result<Counters> {
+/// Adds shard `i`'s intervals to the timeline; returns their sums and the columns the
+/// file has (what can be checked against the shard's summary).
+fn add_intervals(i: &Input, tl: &mut Timeline) -> anyhow::Result<(Counters, Vec<String>)> {
     let path = i.dir.join("intervals.csv");
     let text = std::fs::read_to_string(&path)
         .map_err(|e| UsageError(format!("{}: {e}", path.display())))?;
@@ -267,14 +271,33 @@ fn add_intervals(i: &Input, tl: &mut Timeline) -> anyhow::Result<Counters> {
             .collect();
         let c: Counters = serde_json::from_value(Value::Object(map)).map_err(|_| truncated())?;
         let active: i64 = f[active_col].parse().map_err(|_| truncated())?;
-        let b = tl.at(i.started, t);
+        let b = tl.at(i.started, prev, t);
         b.iv.counters.add(&c);
         b.len_s = b.len_s.max(t - prev);
         b.active += active;
         total.add(&c);
         prev = t;
     }
-    Ok(total)
+    Ok((total, header.iter().map(|h| h.to_string()).collect()))
+}
+
+/// The first counter that intervals.csv holds (`columns`) whose sum differs from the
+/// summary's total: its name and both values. Counters the file has no column for (the
+/// summary's alone: SYN retransmits, SEARCH hits) are not compared.
+fn first_difference(
+    counted: &Counters,
+    total: &Counters,
+    columns: &[String],
+) -> Option<(String, u64, u64)> {
+    let (Ok(Value::Object(a)), Ok(Value::Object(b))) =
+        (serde_json::to_value(counted), serde_json::to_value(total))
+    else {
+        return None;
+    };
+    columns.iter().find_map(|c| {
+        let (x, y) = (a.get(c)?.as_u64()?, b.get(c)?.as_u64()?);
+        (x != y).then(|| (c.clone(), x, y))
+    })
 }
 
 /// The start and length of an interval line of an hlog (None for comments and the
@@ -326,7 +349,7 @@ fn hlog_buckets(i: &Input, tl: &mut Timeline) -> anyhow::Result<()> {
         for (k, line) in lines {
             let line = line.map_err(|e| UsageError(format!("{}: {e}", path.display())))?;
             if let Some((start, len, _)) = hlog_line(&line).map_err(|_| corrupt(&path, k))? {
-                tl.at(i.started, start + len);
+                tl.at(i.started, start, start + len);
             }
         }
     }
@@ -381,7 +404,7 @@ impl HlogCursor {
             else {
                 continue;
             };
-            let (key, _) = tl.key(self.started, start + len);
+            let (key, _) = tl.key(self.started, start, start + len);
             self.next = Some((key, k, b64.to_string()));
             break;
         }
@@ -476,8 +499,10 @@ fn add_errors(i: &Input, tl: &mut Timeline) -> anyhow::Result<()> {
             text: v["text"].as_str().unwrap_or("").to_string(),
         };
         let t = v["t_s"].as_f64().ok_or_else(corrupt)?;
+        // The interval's length (a run before spate wrote it: a second).
+        let len = v["len_s"].as_f64().unwrap_or(1.0);
         let e = tl
-            .at(i.started, t)
+            .at(i.started, (t - len).max(0.0), t)
             .iv
             .errors
             .entry(key)
@@ -598,15 +623,11 @@ pub fn merge(dirs: &[PathBuf], out: &Path, overwrite: bool) -> anyhow::Result<Me
         buckets: BTreeMap::new(),
     };
     for i in &inputs {
-        let counted = add_intervals(i, &mut tl)?;
-        if counted != i.summary.totals {
+        let (counted, columns) = add_intervals(i, &mut tl)?;
+        if let Some((field, sum, total)) = first_difference(&counted, &i.summary.totals, &columns) {
             return bad(format!(
-                "{}: intervals.csv accounts for {} accepted of {} attempted, summary.json for {} of {}: a truncated or edited file",
+                "{}: intervals.csv's {field} adds up to {sum}, summary.json says {total}: a truncated or edited file",
                 i.dir.display(),
-                counted.accepted,
-                counted.attempted,
-                i.summary.totals.accepted,
-                i.summary.totals.attempted
             ));
         }
         hlog_buckets(i, &mut tl)?;
@@ -746,6 +767,51 @@ fn write_merged(inputs: &[Input], mut tl: Timeline, dir: &Path) -> anyhow::Resul
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_late_tick_moves_no_interval_into_the_next_second() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let tl = Timeline {
+            t0,
+            buckets: BTreeMap::new(),
+        };
+        let keys = |start: SystemTime, rows: &[(f64, f64)]| -> Vec<i64> {
+            rows.iter().map(|&(a, b)| tl.key(start, a, b).0).collect()
+        };
+        // On time, a first tick 70 ms late, one 400 ms late; a shard that started 30 ms
+        // after the first; the last interval of each cut short by the end of the run.
+        let on_time = [(0.0, 1.0), (1.0, 2.0), (2.0, 3.0), (3.0, 3.4)];
+        let late = [(0.0, 1.07), (1.07, 2.0), (2.0, 3.4), (3.4, 3.45)];
+        assert_eq!(keys(t0, &on_time), vec![1, 2, 3, 4]);
+        assert_eq!(keys(t0, &late), vec![1, 2, 3, 4]);
+        let after = t0 + Duration::from_millis(30);
+        assert_eq!(keys(after, &on_time), vec![1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn only_the_columns_intervals_csv_has_are_checked_and_a_difference_is_named() {
+        let columns: Vec<String> = ["t_s", "attempted", "accepted"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let counted = Counters {
+            attempted: 5,
+            accepted: 5,
+            ..Counters::default()
+        };
+        // A counter only the summary holds (no column) differs: not a difference.
+        let mut total = Counters {
+            search_hits: 7,
+            connect_retransmits: 2,
+            ..counted
+        };
+        assert_eq!(first_difference(&counted, &total, &columns), None);
+        total.accepted = 4;
+        assert_eq!(
+            first_difference(&counted, &total, &columns),
+            Some(("accepted".into(), 5, 4))
+        );
+    }
 
     #[test]
     fn shards_differ_only_in_their_own_options() {

@@ -389,6 +389,7 @@ impl Writer {
             let line = serde_json::json!({
                 "time": at,
                 "t_s": t0_s + len_s,
+                "len_s": len_s,
                 "phase": k.phase.name(),
                 "kind": k.kind.name(),
                 "code": k.code,

@@ -171,14 +171,8 @@ pub struct Args {
     /// Threads that run the sessions [default: half the CPUs, at least 1: the other half
     /// is for a generator on the same host]. On a 2-CPU host, one thread took smtp-source's
     /// messages at 26.5 CPU-µs each and two at 32 (bench/serve.sh)
-    #[arg(
-        long,
-        value_name = "N",
-        default_value_t = 0,
-        hide_default_value = true,
-        help_heading = "Limits"
-    )]
-    pub threads: usize,
+    #[arg(long, value_name = "N", help_heading = "Limits")]
+    pub threads: Option<usize>,
     /// Close a session idle this long (421 4.4.2)
     #[arg(
         long,
@@ -311,6 +305,21 @@ impl Args {
         if c.listen.is_empty() {
             c.listen.smtp = Some(SocketAddr::from(([127, 0, 0, 1], 2525)));
         }
+        // Two listeners cannot share an address (port 0 picks a free port for each).
+        let given: Vec<(Listener, SocketAddr)> = Listener::ALL
+            .iter()
+            .filter_map(|&l| c.listen.get(l).map(|a| (l, a)))
+            .filter(|(_, a)| a.port() != 0)
+            .collect();
+        for (i, (l, a)) in given.iter().enumerate() {
+            if let Some((other, _)) = given[i + 1..].iter().find(|(_, b)| b == a) {
+                return Err(UsageError(format!(
+                    "--{} and --{} both ask for {a}: give each listener an address of its own",
+                    l.name(),
+                    other.name()
+                )));
+            }
+        }
         if !self.domains.is_empty() {
             c.domains = self
                 .domains
@@ -336,7 +345,12 @@ impl Args {
         c.max_rcpt = self.max_rcpt;
         c.max_connections = self.max_connections;
         c.queue_connections = self.queue_connections;
-        c.threads = self.threads;
+        if self.threads == Some(0) {
+            return Err(UsageError(
+                "--threads must be at least 1 (leave it out for half the CPUs)".into(),
+            ));
+        }
+        c.threads = self.threads.unwrap_or(0);
         if let Some(l) = &self.leak_per_message {
             c.store.leak_per_message =
                 parse_size(l).map_err(|e| UsageError(format!("--leak-per-message: {e}")))?;

@@ -321,7 +321,10 @@ fn malformed_streams_are_refused() {
         (format!("{h}<a><b></a></b>"), "mismatched end tag"),
         (format!("{h}</message>"), "end tag without a start tag"),
         (format!("{h}</stream:foo>"), "end tag without a start tag"),
-        (format!("{h}hello"), "text outside any element"),
+        (
+            format!("{h}hello"),
+            "text outside any element, so the server does not speak XMPP here",
+        ),
         (format!("{h}<![CDATA[x]]>"), "CDATA outside any element"),
         (format!("{h}<a b='<'/>"), "'<' in an attribute value"),
         (format!("{h}< a/>"), "bad character after '<'"),
@@ -334,7 +337,10 @@ fn malformed_streams_are_refused() {
         ),
         ("<message/>".into(), "expected the stream header"),
         ("<stream:stream/>".into(), "the stream header is closed"),
-        ("hello".into(), "text outside any element"),
+        (
+            "hello".into(),
+            "text outside any element, so the server does not speak XMPP here",
+        ),
     ];
     for (input, why) in cases {
         assert_eq!(first_error(&input), FrameError::Malformed(why), "{input}");

@@ -21,6 +21,8 @@ const MAX_REQUESTS: usize = 100_000;
 pub enum TemplateError {
     #[error("{0}: unknown placeholder {{{1}}} (placeholders: {{seq}}, {{n}} or {{variant}}, {{rand:A..B}}, {{identity}})")]
     Unknown(String, String),
+    #[error("{0}: placeholder {{{1} is not closed (write {{{1}}})")]
+    Unclosed(String, String),
     #[error("{0}: bad {{rand:A..B}}: {1}")]
     Rand(String, String),
 }
@@ -50,7 +52,11 @@ impl Template {
         let mut i = 0;
         while i < text.len() {
             if text[i] == b'{' {
-                if let Some(close) = text[i + 1..].iter().position(|&b| b == b'}') {
+                let close = text[i + 1..].iter().position(|&b| b == b'}');
+                if close.is_none() {
+                    unclosed(&text[i + 1..], at)?;
+                }
+                if let Some(close) = close {
                     let inner = &text[i + 1..i + 1 + close];
                     if let Some(p) = placeholder(inner, at)? {
                         if !lit.is_empty() {
@@ -101,6 +107,25 @@ impl Template {
             };
         }
     }
+}
+
+/// `rest` follows a `{` that no `}` closes: an error when it starts with a placeholder
+/// (`{n`, `{rand:1..9`), which would otherwise go out as it is written.
+fn unclosed(rest: &[u8], at: &str) -> Result<(), TemplateError> {
+    let word: Vec<u8> = rest
+        .iter()
+        .copied()
+        .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b':' | b'.'))
+        .collect();
+    let known =
+        matches!(&word[..], b"seq" | b"n" | b"variant" | b"identity") || word.starts_with(b"rand:");
+    if known {
+        return Err(TemplateError::Unclosed(
+            at.to_string(),
+            String::from_utf8_lossy(&word).into_owned(),
+        ));
+    }
+    Ok(())
 }
 
 /// The placeholder written `{inner}`: Some, None for text in braces that is none

@@ -187,7 +187,7 @@ fn not_offered() -> Failure {
         "the server does not offer AUTH here (many offer it only after STARTTLS: --starttls)";
     Failure {
         phase: Phase::Auth,
-        kind: crate::metrics::ErrorKind::Permanent,
+        kind: crate::metrics::ErrorKind::Unsupported,
         code: 0,
         detail: None,
         text: text.into(),

@@ -185,10 +185,10 @@ async fn starttls(
         return Ok(features);
     }
     if features.child("starttls").is_none() {
-        return Err(breach(
-            Phase::Starttls,
-            "the server does not offer STARTTLS",
-        ));
+        return Err(Failure {
+            kind: ErrorKind::Unsupported,
+            ..breach(Phase::Starttls, "the server does not offer STARTTLS")
+        });
     }
     let t = report.start(Phase::Starttls);
     send(conn, Phase::Starttls, &xmpp::starttls()).await?;
