@@ -14,7 +14,7 @@ use std::sync::{Arc, OnceLock};
 
 use base64::Engine as _;
 use rand::rngs::SmallRng;
-use rand::Rng;
+use rand::{Rng, SeedableRng};
 use sha2::{Digest, Sha256};
 
 use crate::units::Range;
@@ -196,6 +196,10 @@ pub struct Factory {
     corpus: Vec<Eml>,
     /// Extra header lines (already CRLF-terminated), e.g. for DSN tests.
     pub extra_headers: String,
+    /// The run's seed: every message's random choices (recipients, sender, size) then
+    /// come from (seed, its sequence number), so a run repeats with any number of
+    /// sessions; None: from each session's own generator, in the order it builds.
+    pub seed: Option<u64>,
     /// The generated body of the run's fixed size, built by the first session that needs
     /// it (after any attachment is set) and sent by all of them from here.
     fixed_body: OnceLock<SharedBody>,
@@ -281,6 +285,7 @@ impl Factory {
             attachment: None,
             corpus: Vec::new(),
             extra_headers: String::new(),
+            seed: None,
             fixed_body: OnceLock::new(),
         })
     }
@@ -442,6 +447,15 @@ impl Built {
     }
 }
 
+/// The seed of unit `seq`'s random choices in a run seeded with `seed` (SplitMix64 of
+/// the two: neighbouring units get unrelated streams).
+pub fn unit_seed(seed: u64, seq: u64) -> u64 {
+    let mut z = seed ^ seq.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 /// Per-session message builder: its own RNG, digest cache and scratch buffers.
 pub struct Builder {
     factory: Arc<Factory>,
@@ -471,8 +485,15 @@ impl Builder {
     }
 
     /// Chooses the envelope of message `seq` into `built`.
-    pub fn envelope(&mut self, built: &mut Built) {
+    pub fn envelope(&mut self, seq: u64, built: &mut Built) {
         let f = &*self.factory;
+        if let Some(seed) = f.seed {
+            // Everything drawn for this message from here on (the size too) is the
+            // message's own, whichever session builds it and when.
+            self.rng = SmallRng::seed_from_u64(unit_seed(seed, seq));
+            self.next_to = (seq as usize).wrapping_mul(f.rcpts.hi.max(1) as usize);
+            self.next_from = seq as usize;
+        }
         let n = if f.rcpts.is_fixed() {
             f.rcpts.lo
         } else {
@@ -703,7 +724,6 @@ pub fn split_message(data: &[u8]) -> (&[u8], &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::SeedableRng;
 
     fn factory(size: Range<u64>) -> Arc<Factory> {
         Arc::new(
@@ -749,7 +769,7 @@ mod tests {
         let mut built = Built::default();
         for seq in 0..200 {
             let mut out = Vec::new();
-            b.envelope(&mut built);
+            b.envelope(0, &mut built);
             assert!((1..=3).contains(&built.rcpts.len()));
             b.build(seq, 1_700_000_000_000_000, &mut built, &mut out);
             let msg = unstuff(&out);
@@ -792,7 +812,7 @@ mod tests {
         let mut b = f.builder(SmallRng::seed_from_u64(1), 0);
         let mut built = Built::default();
         let mut out = Vec::new();
-        b.envelope(&mut built);
+        b.envelope(0, &mut built);
         b.build(1, 0, &mut built, &mut out);
         let s = String::from_utf8_lossy(&out);
         assert!(s.contains("Content-Transfer-Encoding: base64"));
@@ -811,7 +831,7 @@ mod tests {
         let f2 = Arc::new(f2);
         let mut b = f2.builder(SmallRng::seed_from_u64(1), 0);
         let mut out = Vec::new();
-        b.envelope(&mut built);
+        b.envelope(0, &mut built);
         b.build(1, 0, &mut built, &mut out);
         let s = String::from_utf8_lossy(&out);
         assert!(s.contains("From: <s@x.test>") && !s.contains("old@"));
@@ -829,7 +849,7 @@ mod tests {
         let mut b = f.builder(SmallRng::seed_from_u64(7), 0);
         let mut built = Built::default();
         let mut out = Vec::new();
-        b.envelope(&mut built);
+        b.envelope(0, &mut built);
         b.build(3, 0, &mut built, &mut out);
         let chunk = built
             .chunk(&out)
@@ -850,8 +870,8 @@ mod tests {
                 f.builder(SmallRng::seed_from_u64(seq), 0),
             );
             let (mut built_a, mut built_b) = (Built::default(), Built::default());
-            a.envelope(&mut built_a);
-            b.envelope(&mut built_b);
+            a.envelope(seq, &mut built_a);
+            b.envelope(seq, &mut built_b);
             let (mut wire, mut head) = (Vec::new(), Vec::new());
             a.build(seq, 1_700_000_000_000_000, &mut built_a, &mut wire);
             b.build_head(seq, 1_700_000_000_000_000, &mut built_b, &mut head);
@@ -878,7 +898,7 @@ mod tests {
         for seq in 0..60 {
             // Eleven sizes over sixty messages: misses first, hits after.
             let mut head = Vec::new();
-            b.envelope(&mut built);
+            b.envelope(0, &mut built);
             b.build_head(seq, 0, &mut built, &mut head);
             assert!(
                 built.body.is_none(),

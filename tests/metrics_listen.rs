@@ -132,10 +132,17 @@ impl Run {
         let server = serve::start(serve::Config::loopback()).await.unwrap();
         let target = server.addrs.smtp.unwrap().to_string();
         let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        // Shard I listens on the port given + I: give the free port less I.
+        let index: u16 = extra
+            .iter()
+            .position(|a| *a == "--shard")
+            .and_then(|i| extra[i + 1].split('/').next()?.parse().ok())
+            .unwrap_or(0);
+        let listen = format!("127.0.0.1:{}", metrics.port() - index);
         let tmp = tempfile::tempdir().unwrap();
         let out = tmp.path().join("run");
         let ended = Arc::new(AtomicBool::new(false));
-        let (flag, listen, dir) = (ended.clone(), metrics.to_string(), out.clone());
+        let (flag, dir) = (ended.clone(), out.clone());
         let task = tokio::spawn(async move {
             let mut args = vec!["smtp", &target, "--metrics-listen", &listen, "-q"];
             args.extend(["-o", dir.to_str().unwrap()]);
@@ -179,6 +186,11 @@ async fn a_scraped_run_ends_with_its_summary_figures() {
     };
     let exited = read_at.elapsed();
     assert_eq!(o.code, Some(0), "{o:?}");
+    // Shard 1 listened on the port given + 1, and its results say where.
+    let at: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.out.join("metrics.json")).unwrap())
+            .unwrap();
+    assert_eq!(at["address"], metrics.to_string(), "{at}");
     // The linger ended with the final scrape, not after its 60 s.
     assert!(exited < Duration::from_secs(30), "exited {exited:?} after");
     assert!(get(metrics, "/metrics").is_none(), "still listening");
@@ -187,7 +199,17 @@ async fn a_scraped_run_ends_with_its_summary_figures() {
     let totals = s["totals"].as_object().unwrap();
     assert!(totals["accepted"].as_u64().unwrap() > 0);
     for (name, v) in totals {
-        assert_eq!(last.counter(name), v.as_u64().unwrap(), "{name}");
+        let v = v.as_u64().unwrap();
+        // A microsecond total is exposed in seconds, as Prometheus names times.
+        match name.strip_suffix("_us") {
+            Some(base) => {
+                let secs = last
+                    .value(&format!("spate_{base}_seconds_total"), "")
+                    .unwrap_or_else(|| panic!("no spate_{base}_seconds_total"));
+                assert!((secs - v as f64 / 1e6).abs() < 1e-9, "{name}");
+            }
+            None => assert_eq!(last.counter(name), v, "{name}"),
+        }
     }
     let accepted = |x: &Scrape| x.counter("accepted");
     assert!(0 < accepted(&during) && accepted(&during) <= accepted(&last));

@@ -992,7 +992,9 @@ async fn ended_streams_are_logged_in_again_and_every_stream_error_is_counted() {
 }
 
 /// A wrong password: each session's SASL failure is counted by its condition, in the
-/// errors, intervals.csv's sasl_failures column and the text summary.
+/// errors, intervals.csv's sasl_failures column and the text summary. Each of the 8
+/// units of a session that is not logged in tries to log in again (after a back-off):
+/// 4 failures at the start and 8 more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sasl_failures_are_counted_by_condition() {
     let users: String = (0..4)
@@ -1016,12 +1018,13 @@ async fn sasl_failures_are_counted_by_condition() {
     let o = xmpp(&args, "wrong", &out).await;
     assert_eq!(o.code, Some(1), "{o:?}");
     assert!(
-        o.stdout.contains("SASL failures 4 (not-authorized 4)"),
+        o.stdout.contains("SASL failures 12 (not-authorized 12)"),
         "{}",
         o.stdout
     );
-    assert_eq!(common::column_sums(&out, &["sasl_failures"]), [4]);
-    assert_eq!(running.stats.snapshot().auth_failures, 4);
+    assert!(o.stdout.contains("reconnections 8"), "{}", o.stdout);
+    assert_eq!(common::column_sums(&out, &["sasl_failures"]), [12]);
+    assert_eq!(running.stats.snapshot().auth_failures, 12);
     running.shutdown().await;
 }
 
@@ -1075,5 +1078,57 @@ async fn subscription_rosters_are_built_by_roster_all() {
         .collect();
     assert_eq!(items.len(), 7, "{roster:?}");
     assert!(items.iter().all(|(_, s)| *s == "both"), "{items:?}");
+    running.shutdown().await;
+}
+
+/// A multicast to a service the server does not have, and a message to a domain it does
+/// not serve: the server answers each with an error bounce, which spate counts as refused
+/// deliveries with their condition (not as missing ones), and the run exits 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn error_bounces_are_refusals_with_their_condition_not_missing() {
+    let users: String = (0..3).map(|i| format!("u{i}@{DOMAIN} pw\n")).collect();
+    let running = start(Some(&users), &[DOMAIN]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let addr = running.addrs.xmpp.unwrap().to_string();
+    let out = dir.path().join("r");
+    let o = xmpp(
+        &[
+            &addr,
+            "--user-pattern",
+            "u{0..2}@example.test",
+            "--users",
+            "3",
+            "-n",
+            "6",
+            "--traffic",
+            "multicast",
+            "--addresses",
+            "2",
+            "--multicast-service",
+            "nosuch.elsewhere.test",
+            "--wait",
+            "2s",
+            "-q",
+        ],
+        "pw",
+        &out,
+    )
+    .await;
+    assert_eq!(o.code, Some(1), "{}\n{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("missing 0"), "{}", o.stdout);
+    assert!(o.stdout.contains("bounced 12"), "{}", o.stdout);
+    let s = common::summary(&out);
+    let x = &s["extra"]["xmpp"];
+    assert_eq!(
+        (x["bounced"].as_u64(), x["missing"].as_u64()),
+        (Some(12), Some(0)),
+        "{x}"
+    );
+    let errors = s["errors"].to_string();
+    assert!(
+        errors.contains("bounced: remote-server-not-found"),
+        "{errors}"
+    );
+    assert_eq!(running.stats.xmpp().bounces, 6);
     running.shutdown().await;
 }

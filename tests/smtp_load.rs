@@ -51,6 +51,16 @@ async fn closed_load_counts_match_the_server_and_every_body_is_intact() {
     let rcpts = t["rcpt_accepted"].as_u64().unwrap();
     assert_eq!(server.stats.messages(), 2000);
     assert_eq!(server.stats.recipients(), rcpts);
+    // The server counted one connection more than the load made: the check before it,
+    // which the summary states.
+    let served: u64 = server.stats.snapshot().connections.values().sum();
+    assert_eq!(s["extra"]["preflight_connections"], 1, "{}", s["extra"]);
+    assert_eq!(served, t["connections"].as_u64().unwrap() + 1);
+    assert!(
+        o.stdout.contains("1 connection before the load"),
+        "{}",
+        o.stdout
+    );
     assert_eq!(server.store.delivered(), rcpts);
 
     // The sent log lists every accepted message once.
@@ -438,4 +448,62 @@ async fn hostile_servers_are_measured_not_fatal() {
             serde_json::to_string(&s["errors"]).unwrap()
         );
     }
+}
+
+/// `--seed` repeats a run whatever the number of sessions: each message's recipients,
+/// sender and size come from (seed, its sequence number). Five sessions gave other
+/// recipients on each run before (597, 598, 596 recipients).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seeded_run_repeats_with_any_number_of_sessions() {
+    let server = serve::start(serve::Config::loopback()).await.unwrap();
+    let addr = server.addrs.smtp.unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str, users: &str| {
+        let out = dir.path().join(name);
+        let args = [
+            "smtp",
+            &addr,
+            "--users",
+            users,
+            "-n",
+            "150",
+            "--rcpt",
+            "1..3",
+            "--size",
+            "0..5k",
+            "--to",
+            "user{0..49}@example.test",
+            "--from",
+            "s{0..9}@example.test",
+            "--seed",
+            "7",
+            "-q",
+            "-o",
+        ];
+        let mut a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        a.push(out.display().to_string());
+        async move {
+            let o = common::run_tool(SPATE, a, Duration::from_secs(120)).await;
+            assert!(o.ok, "{}", o.stderr);
+            // Every field of the sent log but the accept time, by sequence number.
+            let sent = std::fs::read_to_string(out.join("sent.log")).unwrap();
+            let mut rows: Vec<Vec<String>> = sent
+                .lines()
+                .filter(|l| !l.starts_with('#') && !l.starts_with("seq"))
+                .map(|l| {
+                    let f: Vec<&str> = l.split('\t').collect();
+                    [0, 2, 3, 4, 5].iter().map(|&i| f[i].to_string()).collect()
+                })
+                .collect();
+            rows.sort_by_key(|r| r[0].parse::<u64>().unwrap());
+            rows
+        }
+    };
+    let five = run("five", "5").await;
+    assert_eq!(five.len(), 150);
+    assert_eq!(run("again", "5").await, five, "the same run again");
+    assert_eq!(run("one", "1").await, five, "one session");
+    let other = run("three", "3").await;
+    assert_eq!(other, five, "three sessions");
+    server.shutdown().await;
 }

@@ -617,10 +617,12 @@ pub async fn run(proto: Protocol, args: Args, ctx: &Ctx) -> anyhow::Result<ExitC
     );
     let (plan, settings) = prepare(proto, args, ctx.command_line.clone())?;
     let stop = Arc::new(AtomicBool::new(false));
-    let observers = observers(&output, &monitor, &plan, progress, title, "visit", &stop)?;
+    let mut observers = observers(&output, &monitor, &plan, progress, title, "visit", &stop)?;
+    let mut checked = crate::session::Preflight::default();
     for ep in settings.pop3.iter().chain(settings.imap.iter()) {
-        crate::session::preflight(&plan.head.target, ep).await?;
+        checked = checked.and(crate::session::preflight(&plan.head.target, ep).await?);
     }
+    observers.push(Box::new(checked));
     // Created only now that the options are good and the server answers: a run that
     // cannot start writes nothing.
     let out = crate::opts::output::results_dir(output.out.as_deref(), output.overwrite, name)?;

@@ -247,9 +247,10 @@ pub fn prepare(args: Args, command: Vec<String>) -> anyhow::Result<(Plan, Arc<Fa
     }
     let protocol = if args.lmtp { "lmtp" } else { "smtp" };
     let head = PlanHead::new::<Session>(command, protocol, &args.target).of(&workload);
-    let factory = factory(&args, &head.run_id)?;
+    let mut factory = factory(&args, &head.run_id)?;
     let auth = credentials(&args)?;
     let seed = args.output.seed.unwrap_or_else(rand::random);
+    factory.seed = Some(seed);
     let plan = Plan {
         head,
         address: endpoint.addr,
@@ -327,8 +328,10 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         &recipients,
     )?;
     let stop = Arc::new(AtomicBool::new(false));
-    let observers = observers(&output, &monitor, &plan, progress, title, "msg", &stop)?;
-    crate::session::preflight(&plan.head.target, &settings.endpoint).await?;
+    let mut observers = observers(&output, &monitor, &plan, progress, title, "msg", &stop)?;
+    observers.push(Box::new(
+        crate::session::preflight(&plan.head.target, &settings.endpoint).await?,
+    ));
     // Created only now that the options are good and the server answers: a run that
     // cannot start writes nothing.
     let out = crate::opts::output::results_dir(output.out.as_deref(), output.overwrite, "smtp")?;

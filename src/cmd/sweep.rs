@@ -457,8 +457,10 @@ async fn run_step(
     let stop = Arc::new(AtomicBool::new(false));
     let (output, monitor) = (args.output.clone(), args.monitor.clone());
     let (plan, factory, settings) = super::smtp::prepare(args, command)?;
-    let observers = super::observers(&output, &monitor, &plan, progress, title, "msg", &stop)?;
-    crate::session::preflight(&plan.head.target, &settings.endpoint).await?;
+    let mut observers = super::observers(&output, &monitor, &plan, progress, title, "msg", &stop)?;
+    observers.push(Box::new(
+        crate::session::preflight(&plan.head.target, &settings.endpoint).await?,
+    ));
     let port = plan.address.port();
     let o = super::smtp::run_load(plan, factory, settings, out, observers, stop).await?;
     Ok((o.summary, port))

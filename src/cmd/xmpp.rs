@@ -573,7 +573,9 @@ pub async fn load(args: Args, command: Vec<String>, progress: bool) -> anyhow::R
     )?;
     let ledger = Arc::new(Ledger::default());
     obs.push(Box::new(LedgerReport(ledger.clone(), args.roster)));
-    crate::session::preflight(&plan.head.target, &endpoint).await?;
+    obs.push(Box::new(
+        crate::session::preflight(&plan.head.target, &endpoint).await?,
+    ));
     let out = crate::opts::output::results_dir(
         args.output.out.as_deref(),
         args.output.overwrite,
@@ -597,10 +599,10 @@ pub async fn load(args: Args, command: Vec<String>, progress: bool) -> anyhow::R
         raw,
         wait,
         addresses: (addresses.lo, addresses.hi),
-        multicast_service: args
-            .multicast_service
-            .clone()
-            .unwrap_or_else(|| format!("multicast.{}", plan.domain)),
+        multicast_service: match &args.multicast_service {
+            Some(jid) => service_jid(jid)?,
+            None => format!("multicast.{}", plan.domain),
+        },
         run_id: plan.head.run_id.clone(),
         gate: Gate::default(),
         finishing: Gate::default(),
@@ -628,8 +630,16 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     let missing = a.total.missing;
     let line = |c: &crate::session::xmpp::ledger::Counts| {
         format!(
-            "expected {}  delivered {}  missing {}  duplicates {}",
-            c.expected, c.delivered, c.missing, c.duplicates
+            "expected {}  delivered {}  missing {}  duplicates {}{}",
+            c.expected,
+            c.delivered,
+            c.missing,
+            c.duplicates,
+            if c.bounced > 0 {
+                format!("  bounced {}", c.bounced)
+            } else {
+                String::new()
+            }
         )
     };
     println!("deliveries: {}", line(&a.total));
@@ -673,10 +683,30 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     if duplicated > 0 {
         println!("{duplicated} deliveries arrived more than once (the server duplicated them): exit status 1");
     }
-    let ok = if missing > 0 || nothing || duplicated > 0 {
+    let bounced = a.total.bounced;
+    if bounced > 0 {
+        println!("{bounced} deliveries were refused by the server (error bounces: see the error table): exit status 1");
+    }
+    let ok = if missing > 0 || nothing || duplicated > 0 || bounced > 0 {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
     };
     Ok(super::exit_code(&finished.summary, ok))
+}
+
+/// --multicast-service: a domain JID (the service's address), checked before the run.
+fn service_jid(jid: &str) -> anyhow::Result<String> {
+    let j = jid.trim();
+    let ok = !j.is_empty()
+        && j.len() <= 1023
+        && !j.contains(['@', '/', ' ', '<', '>', '\'', '"', '&'])
+        && !j.starts_with('.')
+        && !j.ends_with('.');
+    if !ok {
+        return crate::usage(format!(
+            "--multicast-service {jid:?}: give the service's domain JID, e.g. multicast.example.test"
+        ));
+    }
+    Ok(j.to_string())
 }

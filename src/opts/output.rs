@@ -43,7 +43,10 @@ pub struct OutputArgs {
         help_heading = "Output"
     )]
     pub detail: String,
-    /// Seed for every random choice, for repeatable runs.
+    /// Seed for every random choice, for repeatable runs. spate smtp draws each message's
+    /// recipients, sender and size from (seed, its sequence number): the same messages
+    /// with any number of sessions. Elsewhere each session's choices repeat, but which
+    /// session does which unit depends on timing, so only a one-session run repeats whole.
     #[arg(long, help_heading = "Output")]
     pub seed: Option<u64>,
     /// Serve the run's live figures to Prometheus (or Grafana's agent) at
@@ -53,6 +56,8 @@ pub struct OutputArgs {
     /// spate_phase_seconds per phase (buckets from 100µs to 100s, counted from the HDR
     /// data). Every series is labelled run_id, shard ("I/N"; "0/1" when not sharded) and
     /// protocol, so the shards of one run, each scraped on its own host, sum to one test.
+    /// Shard I of a run listens on PORT + I, so the shards of one host do not collide
+    /// (port 0: a free port each); each results directory's metrics.json says where.
     /// ADDR is IP:PORT; prefer loopback (127.0.0.1:9464): the endpoint has no
     /// authentication. It listens before the run starts and closes when the run ends.
     #[arg(

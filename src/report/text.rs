@@ -292,6 +292,18 @@ fn footer(o: &mut String, s: &Summary) {
         },
         cpu_basis(s)
     );
+    if let Some(n) = s
+        .extra
+        .get("preflight_connections")
+        .and_then(|n| n.as_u64())
+    {
+        let _ = writeln!(
+            o,
+            "  + {n} connection{} before the load to check that the server answers (closed without a byte; the server counts {})",
+            if n == 1 { "" } else { "s" },
+            if n == 1 { "it" } else { "them" }
+        );
+    }
     for w in &s.warnings {
         let _ = writeln!(o, "  warning: {w}");
     }

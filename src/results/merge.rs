@@ -92,6 +92,30 @@ fn read_input(dir: &Path) -> anyhow::Result<Input> {
     })
 }
 
+/// Where two JSON values first differ: the dotted path and both values (`absent` for a
+/// key only one has); None when they are equal.
+fn first_json_difference(a: &Value, b: &Value) -> Option<(String, String, String)> {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            keys.into_iter().find_map(|k| {
+                let absent = Value::String("absent".into());
+                let (va, vb) = (x.get(k).unwrap_or(&absent), y.get(k).unwrap_or(&absent));
+                first_json_difference(va, vb).map(|(p, l, r)| {
+                    let path = if p.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{k}.{p}")
+                    };
+                    (path, l, r)
+                })
+            })
+        }
+        (a, b) if a == b => None,
+        (a, b) => Some((String::new(), a.to_string(), b.to_string())),
+    }
+}
+
 /// A plan's workload fields: flattened into the plan, or under "workload".
 fn workload(plan: &Value) -> &Value {
     plan.get("workload").unwrap_or(plan)
@@ -170,9 +194,9 @@ fn check(inputs: &mut [Input]) -> anyhow::Result<()> {
                 i.shard.index
             ));
         }
-        if comparable(&i.plan) != base {
+        if let Some((at, here, there)) = first_json_difference(&comparable(&i.plan), &base) {
             return bad(format!(
-                "{}: its plan differs from {}'s (another command line): not shards of one run",
+                "{}: its plan differs from {}'s at {at} ({here} here, {there} there): not shards of one run",
                 i.dir.display(),
                 first.dir.display()
             ));
@@ -840,6 +864,15 @@ mod tests {
             };
             args["output"]["detail"] = json!("2h");
             assert_ne!(comparable(&plan(0, common)), comparable(&other));
+            let at = if common {
+                "args.common.output.detail"
+            } else {
+                "args.output.detail"
+            };
+            assert_eq!(
+                first_json_difference(&comparable(&other), &comparable(&plan(0, common))),
+                Some((at.into(), "\"2h\"".into(), "\"1h\"".into()))
+            );
         }
     }
 }

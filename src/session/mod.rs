@@ -203,13 +203,15 @@ pub fn resolve(target: &str, default_port: u16) -> anyhow::Result<(String, Socke
 
 /// Checks before a run that the server takes a TCP connection at all: a server that
 /// cannot be reached is the user's problem to fix (one line, exit 1), not a run to record.
-pub async fn preflight(target: &str, ep: &Endpoint) -> anyhow::Result<()> {
+/// That connection is closed without a byte, and the server counts it (a TLS server logs
+/// a failed handshake): the [`Preflight`] it returns says so in the run's summary.
+pub async fn preflight(target: &str, ep: &Endpoint) -> anyhow::Result<Preflight> {
     let addr = ep.addr;
     let source = ep.source(0, 0);
     match Connection::connect(addr, source, ep.timeout.min(Duration::from_secs(10))).await {
         Ok(conn) => {
             conn.shutdown().await;
-            Ok(())
+            Ok(Preflight { connections: 1 })
         }
         Err(TransportError::Io(e)) if e.kind() == std::io::ErrorKind::AddrNotAvailable => {
             let ip = source.map_or(String::new(), |ip| ip.to_string());
@@ -217,6 +219,34 @@ pub async fn preflight(target: &str, ep: &Endpoint) -> anyhow::Result<()> {
         }
         Err(e) if target == addr.to_string() => anyhow::bail!("cannot connect to {target}: {e}"),
         Err(e) => anyhow::bail!("cannot connect to {target} ({addr}): {e}"),
+    }
+}
+
+/// The connections made before the load to check the server answers: an observer that
+/// puts their number in summary.json (`extra.preflight_connections`), since the server's
+/// own connection count includes them.
+#[derive(Debug, Default)]
+pub struct Preflight {
+    pub connections: u64,
+}
+
+impl Preflight {
+    /// Another check's connections added to these.
+    pub fn and(mut self, other: Preflight) -> Preflight {
+        self.connections += other.connections;
+        self
+    }
+}
+
+impl crate::engine::Observer for Preflight {
+    fn interval(&mut self, _snap: &crate::engine::Snapshot<'_>) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    fn finish(&mut self, summary: &mut crate::results::Summary) {
+        summary
+            .extra
+            .insert("preflight_connections".into(), self.connections.into());
     }
 }
 

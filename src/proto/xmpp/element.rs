@@ -122,6 +122,19 @@ impl Element {
         self.attr("xmlns")
     }
 
+    /// The element's namespace as XML Namespaces resolves it: the declaration of its
+    /// prefix (`xmlns:p` for `p:name`), or the default one (`xmlns`), on the element or
+    /// else on the nearest of `outer` (its ancestors, outermost first) that declares it.
+    pub fn namespace<'a>(&'a self, outer: &[&'a Element]) -> Option<&'a str> {
+        let key = match self.name.split_once(':') {
+            Some((prefix, _)) => format!("xmlns:{prefix}"),
+            None => "xmlns".to_string(),
+        };
+        std::iter::once(self)
+            .chain(outer.iter().rev().copied())
+            .find_map(|e| e.attr(&key))
+    }
+
     /// The first child with this local name.
     pub fn child(&self, local: &str) -> Option<&Element> {
         self.children.iter().find(|c| c.local_name() == local)

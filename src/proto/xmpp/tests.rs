@@ -431,3 +431,22 @@ proptest! {
         prop_assert_eq!(normalize(run(chunks).unwrap()), run([t]).unwrap());
     }
 }
+
+#[test]
+fn a_namespace_resolves_through_its_prefix_on_the_element_or_its_parent() {
+    let m = Element::parse(
+        b"<message xmlns='jabber:client' xmlns:ns1='urn:x-spate:stamp:0'><ns1:stamp/>\
+          <stamp xmlns='urn:x'/><body/><ns2:x xmlns:ns2='urn:y'/></message>",
+    )
+    .unwrap();
+    let ns = |i: usize| m.children[i].namespace(&[&m]);
+    assert_eq!(
+        ns(0),
+        Some("urn:x-spate:stamp:0"),
+        "prefix declared on the parent"
+    );
+    assert_eq!(ns(1), Some("urn:x"), "its own default");
+    assert_eq!(ns(2), Some("jabber:client"), "the parent's default");
+    assert_eq!(ns(3), Some("urn:y"), "prefix declared on itself");
+    assert_eq!(m.namespace(&[]), Some("jabber:client"));
+}

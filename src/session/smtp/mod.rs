@@ -270,7 +270,7 @@ impl Session {
     /// Draws message `seq`'s envelope and builds it into `built` and `wire`: the message
     /// is `built.parts(wire)`, without its final dot.
     fn build(builder: &mut Builder, seq: u64, built: &mut Built, wire: &mut Vec<u8>) {
-        builder.envelope(built);
+        builder.envelope(seq, built);
         let now_unix_us = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.as_micros() as u64)

@@ -37,6 +37,7 @@ struct Inner {
     expected: [u64; KINDS],
     delivered: [u64; KINDS],
     duplicates: [u64; KINDS],
+    bounced: [u64; KINDS],
 }
 
 /// Shared by every session of a run.
@@ -60,6 +61,9 @@ pub struct Counts {
     pub delivered: u64,
     pub duplicates: u64,
     pub missing: u64,
+    /// Deliveries the server refused with an error bounce (so neither delivered nor
+    /// missing): expected = delivered + missing + bounced.
+    pub bounced: u64,
 }
 
 /// A stanza some recipients never got.
@@ -134,6 +138,19 @@ impl Ledger {
         }
     }
 
+    /// The server answered stanza `seq` with an error bounce: the deliveries it still
+    /// awaited are refused, not missing. False when it was not open (a late bounce).
+    pub fn bounced(&self, seq: u64) -> bool {
+        let mut l = self.lock();
+        let Some((want, got, k)) = l.open.remove(&seq) else {
+            return false;
+        };
+        let left = u64::from(want.saturating_sub(got));
+        l.awaited -= left;
+        l.bounced[k as usize] += left;
+        true
+    }
+
     /// Deliveries still awaited.
     pub fn pending(&self) -> u64 {
         self.lock().awaited
@@ -162,6 +179,7 @@ impl Ledger {
             delivered: l.delivered[k],
             duplicates: l.duplicates[k],
             missing: missing[k],
+            bounced: l.bounced[k],
         };
         let mut total = Counts::default();
         let mut kinds = Vec::new();
@@ -172,6 +190,7 @@ impl Ledger {
             total.delivered += c.delivered;
             total.duplicates += c.duplicates;
             total.missing += c.missing;
+            total.bounced += c.bounced;
             if c.sent > 0 || c.duplicates > 0 {
                 kinds.push((Traffic::ALL[k].name(), c));
             }
@@ -189,6 +208,26 @@ impl Ledger {
 mod tests {
     use super::*;
     use Traffic::{Message as M, Multicast as C, Presence as P};
+
+    #[test]
+    fn a_bounce_refuses_what_is_still_awaited_and_is_not_missing() {
+        let l = Ledger::default();
+        l.sending(0, C, 3);
+        assert_eq!(l.received(0, C), Arrival::First);
+        assert!(l.bounced(0));
+        assert!(!l.bounced(0), "once");
+        let a = l.account();
+        assert_eq!(
+            (
+                a.total.expected,
+                a.total.delivered,
+                a.total.missing,
+                a.total.bounced
+            ),
+            (3, 1, 0, 2)
+        );
+        assert_eq!(l.pending(), 0);
+    }
 
     #[test]
     fn first_copies_duplicates_unknown_and_missing() {
@@ -235,7 +274,8 @@ mod tests {
                 expected: 1,
                 delivered: 1,
                 duplicates: 1,
-                missing: 0
+                missing: 0,
+                bounced: 0
             }
         );
         assert_eq!(
@@ -245,7 +285,8 @@ mod tests {
                 expected: 3,
                 delivered: 2,
                 duplicates: 0,
-                missing: 1
+                missing: 1,
+                bounced: 0
             }
         );
         assert_eq!(
@@ -255,7 +296,8 @@ mod tests {
                 expected: 2,
                 delivered: 0,
                 duplicates: 0,
-                missing: 2
+                missing: 2,
+                bounced: 0
             }
         );
         assert_eq!(l.received(1, C), Arrival::Last);

@@ -22,7 +22,7 @@ use tokio::sync::Mutex;
 
 use super::{Endpoint, Failure};
 use crate::engine::{Driver, Outcome, UnitReport};
-use crate::metrics::{Clock, ErrorKind, Phase, Recorder};
+use crate::metrics::{Clock, ErrorKey, ErrorKind, Phase, Recorder};
 use crate::proto::xmpp::{self, Element, Frame, Framer};
 use crate::transport::{ReadHalf, WriteHalf};
 use ledger::{Arrival, Ledger};
@@ -449,13 +449,16 @@ impl Session {
     /// Builds unit `seq`'s stanza; returns how many recipients it is for (0: none can
     /// get it, nobody else is logged in).
     fn build(&mut self, kind: Traffic, seq: u64, t_us: u64) -> u32 {
+        use std::fmt::Write as _;
         self.stanza.clear();
         match kind {
             Traffic::Message => {
                 let Some(to) = self.recipient() else { return 0 };
                 let s = &*self.s;
                 let out = &mut self.stanza;
-                out.push_str("<message type='chat' to='");
+                // An id, so that an error bounce names the message even when the server
+                // does not return its payload (RFC 6120 §8.3.1 leaves that optional).
+                let _ = write!(out, "<message type='chat' id='{}' to='", raw_id(seq));
                 xmpp::escape(&s.accounts[to % s.accounts.len()].jid, out);
                 out.push_str("'>");
                 out.push_str(&s.body);
@@ -502,6 +505,7 @@ impl Session {
     /// A XEP-0033 message to distinct logged-in sessions other than this one, addressed
     /// as they are picked.
     fn multicast(&mut self, seq: u64, t_us: u64) -> u32 {
+        use std::fmt::Write as _;
         let (lo, hi) = self.s.addresses;
         let want = if hi > lo {
             self.rng.random_range(lo..=hi)
@@ -512,7 +516,7 @@ impl Session {
         let start = self.rng.random_range(0..n);
         let s = &*self.s;
         let out = &mut self.stanza;
-        out.push_str("<message to='");
+        let _ = write!(out, "<message id='{}' to='", raw_id(seq));
         xmpp::escape(&s.multicast_service, out);
         out.push_str("'><addresses xmlns='http://jabber.org/protocol/address'>");
         let mut picked = 0;
@@ -935,6 +939,7 @@ impl Reader {
                 let replies = self.subscription(e).await;
                 self.tally(replies);
             }
+            "message" if e.attr("type") == Some("error") => self.bounce(e),
             "message" | "presence" => self.delivery(e),
             "iq" if matches!(e.attr("type"), Some("result" | "error")) => {
                 let waiting = e
@@ -1030,16 +1035,61 @@ impl Reader {
         });
     }
 
+    /// An error bounce of a message this session sent (XMPP servers return the stanza,
+    /// stamp included, with an <error/>): its deliveries are refused, counted in the
+    /// ledger (not missing) and as an error class with its condition, 4xx-like for a
+    /// `wait` error, 5xx-like otherwise.
+    fn bounce(&self, e: &Element) {
+        let stamp = self
+            .stamp_of(e)
+            .filter(|s| s.attr("from").and_then(|f| f.parse::<usize>().ok()) == Some(self.id));
+        let seq = stamp
+            .and_then(|s| s.attr("seq")?.parse::<u64>().ok())
+            .or_else(|| e.attr("id")?.strip_prefix("spate-")?.parse().ok());
+        let Some(seq) = seq else {
+            // Not a bounce of this session's: only counted as a stanza.
+            return self.tally(0);
+        };
+        self.s.ledger.bounced(seq);
+        let error = e.child("error");
+        let cond = error.map(login::condition).unwrap_or_default();
+        let kind = match error.and_then(|x| x.attr("type")) {
+            Some("wait") => ErrorKind::Transient,
+            _ => ErrorKind::Permanent,
+        };
+        self.s.recorder.with(self.id, |sh| {
+            sh.counters.stanzas_in += 1;
+            {
+                let key = ErrorKey {
+                    phase: Phase::Arrival,
+                    kind,
+                    code: 0,
+                    detail: None,
+                    text: format!("bounced: {cond}"),
+                };
+                sh.error(key, || {
+                    format!(
+                        "the server bounced a message to {} with {cond}",
+                        e.attr("from").unwrap_or("?")
+                    )
+                });
+            }
+        });
+    }
+
+    /// This run's stamp in `e`, whoever sent it.
+    fn stamp_of<'a>(&self, e: &'a Element) -> Option<&'a Element> {
+        e.children
+            .iter()
+            .find(|c| c.local_name() == "stamp" && c.namespace(&[e]) == Some(STAMP_NS))
+            .filter(|s| s.attr("run") == Some(self.s.run_id.as_str()))
+    }
+
     /// The sequence, scheduled time and kind of a stanza this run stamped, sent by another
     /// session (not another run's, nor this session's own presence coming back to it).
     fn stamped(&self, e: &Element) -> Option<(u64, u64, Traffic)> {
-        let stamp = e
-            .children
-            .iter()
-            .find(|c| c.local_name() == "stamp" && c.ns() == Some(STAMP_NS))?;
-        if stamp.attr("run") != Some(self.s.run_id.as_str())
-            || stamp.attr("from").and_then(|f| f.parse::<usize>().ok()) == Some(self.id)
-        {
+        let stamp = self.stamp_of(e)?;
+        if stamp.attr("from").and_then(|f| f.parse::<usize>().ok()) == Some(self.id) {
             return None;
         }
         let seq = stamp.attr("seq")?.parse::<u64>().ok()?;

@@ -35,6 +35,21 @@ pub fn observer(
         return Ok(None);
     };
     let linger = crate::units::parse_duration(&output.metrics_linger)?;
+    // Shards on one host each need a port: shard I listens on PORT + I (port 0 picks a
+    // free one each); metrics.json in each results directory says where.
+    let addr = match shard {
+        Some(s) if addr.port() != 0 => {
+            let port = u32::from(addr.port()) + s.index;
+            let port = u16::try_from(port).map_err(|_| {
+                crate::UsageError(format!(
+                    "--metrics-listen {addr}: shard {} would listen on port {port}, beyond 65535",
+                    s.index
+                ))
+            })?;
+            SocketAddr::new(addr.ip(), port)
+        }
+        _ => addr,
+    };
     let shard = shard.map_or((0, 1), |s| (s.index, s.count));
     let mut m = Metrics::listen(
         addr,
@@ -124,6 +139,21 @@ impl Metrics {
 }
 
 impl Observer for Metrics {
+    /// Says where the endpoint listens, for a scraper's file-based discovery (and for
+    /// shards, which each listen on a port of their own).
+    fn start(
+        &mut self,
+        dir: &std::path::Path,
+        _start: std::time::SystemTime,
+    ) -> anyhow::Result<()> {
+        let at = serde_json::json!({
+            "address": self.local_addr().to_string(),
+            "url": format!("http://{}/metrics", self.local_addr()),
+        });
+        crate::results::write_atomic(&dir.join("metrics.json"), format!("{at:#}\n").as_bytes())
+            .context("cannot write metrics.json")
+    }
+
     fn interval(&mut self, snap: &Snapshot<'_>) -> anyhow::Result<()> {
         self.totals.add(snap.interval);
         self.active = snap.active;

@@ -105,6 +105,16 @@ fn counters(out: &mut String, labels: &Labels, c: &Counters) {
         .filter_map(|(k, v)| Some((k, v.as_u64()?)))
         .collect();
     for (field, value) in fields {
+        // Prometheus names times in seconds: a microsecond total is exposed as seconds.
+        if let Some(base) = field.strip_suffix("_us") {
+            let name = format!("spate_{base}_seconds_total");
+            let help = format!(
+                "The run's {base} so far, in seconds (summary.json: totals.{field}, in µs)."
+            );
+            family(out, &name, "counter", &help);
+            sample(out, &name, labels, &[], value as f64 / 1e6);
+            continue;
+        }
         let name = format!("spate_{field}_total");
         let help = format!("The run's {field} so far (summary.json: totals.{field}).");
         family(out, &name, "counter", &help);
