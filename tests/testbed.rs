@@ -401,3 +401,91 @@ fn held_queue_drains_after_release_and_each_message_returns_a_receipt() {
     );
     assert!(text.contains("X-Spate-Trace:"), "returned headers: {text}");
 }
+
+/// `scripts/testbed up` with the bed's ports set to free ones of the test's, as root.
+fn bed_up(dir: &Path, ports: &[(&str, u16)]) -> std::process::Output {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed");
+    let mut c = Command::new(script);
+    c.args(["up", "--dir", dir.to_str().unwrap(), "--users", "5"])
+        .args(["--in-flow-delay", "0", "--port-offset", "0"])
+        .env_remove("TESTBED_PORT_OFFSET");
+    for (k, p) in ports {
+        c.env(k, p.to_string());
+    }
+    c.output().unwrap()
+}
+
+/// A new bed's `up` that fails half-way (Postfix's port is taken after Dovecot has
+/// started) stops what it started, by PID, so the next `up` works; and a --dir whose
+/// parent only its owner may enter (mktemp -d's 0700) is refused first, with the reason.
+#[test]
+fn a_failed_up_stops_what_it_started_and_an_unreachable_dir_is_refused() {
+    let is_root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0"));
+    if !is_root
+        || !Path::new("/usr/sbin/postfix").exists()
+        || !Path::new("/usr/sbin/dovecot").exists()
+    {
+        common::cannot_run(
+            "the Postfix+Dovecot test bed needs root and the postfix/dovecot packages",
+        );
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    // The bed's ports (below the ephemeral range, as the bed wants them) at an offset
+    // where all of them are free now.
+    let names = [
+        ("TESTBED_SMTP_PORT", 2525),
+        ("TESTBED_SUBMISSION_PORT", 2587),
+        ("TESTBED_LMTP_PORT", 2424),
+        ("TESTBED_IMAP_PORT", 1143),
+        ("TESTBED_POP3_PORT", 1110),
+    ];
+    let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+    let offset = (0..2000u16)
+        .map(|k| 20_000 + k * 5)
+        .find(|off| names.iter().all(|(_, p)| free(p + off)))
+        .expect("a free set of ports");
+    let ports: Vec<(&str, u16)> = names.iter().map(|(k, p)| (*k, p + offset)).collect();
+
+    // A parent mode 0700: refused before anything starts.
+    let closed = tmp.path().join("closed");
+    std::fs::create_dir(&closed).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let o = bed_up(&closed.join("bed"), &ports);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("is mode 700") && err.contains("chmod o+x"),
+        "{err}"
+    );
+    assert!(!closed.join("bed").exists(), "nothing made: {err}");
+
+    // Postfix's port taken: Dovecot starts, Postfix cannot, and Dovecot is stopped again.
+    let dir = tmp.path().join("bed");
+    let taken = std::net::TcpListener::bind(("127.0.0.1", ports[0].1)).unwrap();
+    let o = bed_up(&dir, &ports);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("dovecot up"), "Dovecot had started: {err}");
+    assert!(err.contains("stopping what it started"), "{err}");
+    let imap = format!("127.0.0.1:{}", ports[3].1);
+    assert!(
+        std::net::TcpStream::connect(&imap).is_err(),
+        "Dovecot still listens on {imap}: {err}"
+    );
+    drop(taken);
+    // The port free again: the same bed comes up, and goes down.
+    let o = bed_up(&dir, &ports);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(std::net::TcpStream::connect(&imap).is_ok());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed");
+    let o = Command::new(script)
+        .args(["down", "--dir", dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
