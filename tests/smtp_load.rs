@@ -5,6 +5,7 @@ mod common;
 
 use common::{errors_of, spate, summary};
 
+use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::process::Command;
@@ -379,7 +380,7 @@ fn hostile(mode: &'static str) -> (std::net::SocketAddr, std::thread::JoinHandle
     l.set_nonblocking(false).unwrap();
     let h = std::thread::spawn(move || {
         // Bounded: a handful of connections, then stop.
-        for _ in 0..12 {
+        for n in 0..12u64 {
             let Ok((mut s, _)) = l.accept() else { return };
             std::thread::spawn(move || {
                 let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
@@ -387,6 +388,11 @@ fn hostile(mode: &'static str) -> (std::net::SocketAddr, std::thread::JoinHandle
                 match mode {
                     "garbage" => {
                         let _ = s.write_all(b"\x00\x01garbage that is not SMTP\r\n");
+                    }
+                    "varying-garbage" => {
+                        let word = char::from(b'a' + n as u8).to_string().repeat(3);
+                        let line = format!("\x02{word}{n}\x1b[0m not SMTP\r\n");
+                        let _ = s.write_all(line.as_bytes());
                     }
                     "overlong" => {
                         let _ = s.write_all(b"220 ");
@@ -447,7 +453,32 @@ async fn hostile_servers_are_measured_not_fatal() {
             "{mode}: {}",
             serde_json::to_string(&s["errors"]).unwrap()
         );
+        // spate's own wording keeps its numbers (no "reply line longer than # bytes").
+        for e in s["errors"].as_array().unwrap() {
+            assert!(!e["text"].as_str().unwrap().contains('#'), "{mode}: {e}");
+        }
     }
+    // Garbage that differs on every connection is one error class, not one per attempt
+    // (the result files would grow with the garbage), with an escaped sample.
+    let (addr, _h) = hostile("varying-garbage");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r");
+    let o = spate(&["smtp", &addr.to_string(), "-n", "10", "-o", out.to_str().unwrap()]).await;
+    assert!(o.ended(), "{}", o.stderr);
+    let s = summary(&out);
+    assert_eq!(s["totals"]["failed"], 10, "{}", o.stdout);
+    let errors = s["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0]["count"], 10);
+    assert_eq!(errors[0]["text"], "protocol: malformed reply line", "{errors:?}");
+    let sample = errors[0]["sample"].as_str().unwrap();
+    assert!(!sample.contains('\x1b') && sample.contains("\\u{1b}"), "{sample}");
+    let lines = std::fs::read_to_string(out.join("errors.jsonl")).unwrap();
+    let classes: HashSet<&str> = lines
+        .lines()
+        .map(|l| l.split("\"text\":").nth(1).unwrap_or(""))
+        .collect();
+    assert_eq!(classes.len(), 1, "{lines}");
 }
 
 /// `--seed` repeats a run whatever the number of sessions: each message's recipients,
