@@ -463,16 +463,30 @@ async fn hostile_servers_are_measured_not_fatal() {
     let (addr, _h) = hostile("varying-garbage");
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("r");
-    let o = spate(&["smtp", &addr.to_string(), "-n", "10", "-o", out.to_str().unwrap()]).await;
+    let o = spate(&[
+        "smtp",
+        &addr.to_string(),
+        "-n",
+        "10",
+        "-o",
+        out.to_str().unwrap(),
+    ])
+    .await;
     assert!(o.ended(), "{}", o.stderr);
     let s = summary(&out);
     assert_eq!(s["totals"]["failed"], 10, "{}", o.stdout);
     let errors = s["errors"].as_array().unwrap();
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert_eq!(errors[0]["count"], 10);
-    assert_eq!(errors[0]["text"], "protocol: malformed reply line", "{errors:?}");
+    assert_eq!(
+        errors[0]["text"], "protocol: malformed reply line",
+        "{errors:?}"
+    );
     let sample = errors[0]["sample"].as_str().unwrap();
-    assert!(!sample.contains('\x1b') && sample.contains("\\u{1b}"), "{sample}");
+    assert!(
+        !sample.contains('\x1b') && sample.contains("\\u{1b}"),
+        "{sample}"
+    );
     let lines = std::fs::read_to_string(out.join("errors.jsonl")).unwrap();
     let classes: HashSet<&str> = lines
         .lines()
@@ -537,4 +551,42 @@ async fn a_seeded_run_repeats_with_any_number_of_sessions() {
     let other = run("three", "3").await;
     assert_eq!(other, five, "three sessions");
     server.shutdown().await;
+}
+
+/// The exit rule: a run in which most units failed (here the server drops the connection
+/// at MAIL for 9 messages in 10) exits 1 and says so, though some were accepted; one in
+/// which a few failed exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn most_units_failed_is_exit_1_and_a_few_is_not() {
+    for (p, code) in [("0.9", 1), ("0.1", 0)] {
+        let mut c = serve::Config::loopback();
+        c.faults.drops = vec![faults::parse_drop(&format!("mail:{p}")).unwrap()];
+        c.faults.seed = Some(5);
+        let server = serve::start(c).await.unwrap();
+        let addr = server.addrs.smtp.unwrap().to_string();
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("r");
+        let o = spate(&[
+            "smtp",
+            &addr,
+            "-n",
+            "200",
+            "-q",
+            "-o",
+            out.to_str().unwrap(),
+        ])
+        .await;
+        let s = summary(&out);
+        let t = &s["totals"];
+        assert!(t["accepted"].as_u64().unwrap() > 0, "{p}: {t}");
+        assert_eq!(o.code, Some(code), "{p}: {}\n{}", o.stdout, o.stderr);
+        assert_eq!(
+            o.stdout.contains("most units failed"),
+            code == 1,
+            "{}",
+            o.stdout
+        );
+        assert!(o.ended(), "{p}");
+        server.shutdown().await;
+    }
 }

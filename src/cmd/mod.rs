@@ -93,8 +93,9 @@ pub fn exit_code(summary: &Summary, otherwise: std::process::ExitCode) -> std::p
 }
 
 /// The exit status rule of `spate smtp`, `pop3` and `imap` (and `xmpp`'s): 1 when the
-/// server accepted nothing (no unit was made, or every one failed or was refused), said
-/// in one line; else `otherwise` (a check's verdict: `--verify`); 130/143 after a signal.
+/// server accepted nothing (no unit was made, or every one failed or was refused), or
+/// when most units failed ([`mostly_failed`]), said in one line; else `otherwise` (a
+/// check's verdict: `--verify`); 130/143 after a signal.
 pub fn load_exit(
     summary: &Summary,
     what: &str,
@@ -104,7 +105,27 @@ pub fn load_exit(
         println!("nothing accepted: no {what} went through (see the errors above); exit status 1");
         return std::process::ExitCode::from(1);
     }
+    if mostly_failed(summary, what) {
+        return exit_code(summary, std::process::ExitCode::from(1));
+    }
     exit_code(summary, otherwise)
+}
+
+/// More than half of the units attempted failed (the transport or the protocol broke;
+/// refusals are the server's answers and do not count): the run did not measure the
+/// server's service but its failures. Said in one line; the caller exits 1.
+pub fn mostly_failed(summary: &Summary, what: &str) -> bool {
+    let t = &summary.totals;
+    if t.attempted == 0 || t.failed * 2 <= t.attempted {
+        return false;
+    }
+    println!(
+        "most units failed: {} of {} {what}s attempted ({:.0}%; see the errors above); exit status 1",
+        t.failed,
+        t.attempted,
+        t.failed as f64 * 100.0 / t.attempted as f64
+    );
+    true
 }
 
 /// The end of every load run: the text summary, the monitoring block, report.html.

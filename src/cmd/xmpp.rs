@@ -687,7 +687,8 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     if bounced > 0 {
         println!("{bounced} deliveries were refused by the server (error bounces: see the error table): exit status 1");
     }
-    let ok = if missing > 0 || nothing || duplicated > 0 || bounced > 0 {
+    let failing = !nothing && super::mostly_failed(&finished.summary, "stanza");
+    let ok = if missing > 0 || nothing || duplicated > 0 || bounced > 0 || failing {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS

@@ -191,14 +191,17 @@ impl<R: Rng> Iterator for Arrivals<R> {
         // Constant spacing: arrival k comes when the integral of the rate reaches k, the
         // first at the start, so rate × duration arrivals fit in a run (not one fewer).
         let first = std::mem::take(&mut self.first);
-        if first && self.kind == Arrival::Constant && self.phase == 0.0 {
-            return self.profile.rate_at(0.0).map(|_| 0.0);
+        // The first arrival at the start, unless the rate is 0 there (a 0/s stage, or a
+        // ramp from 0): then as soon as the rate is above 0, not during the quiet stage.
+        let start = self.profile.rate_at(0.0)?;
+        if first && self.kind == Arrival::Constant && self.phase == 0.0 && start > 0.0 {
+            return Some(0.0);
         }
         // Integrate the rate until one arrival's worth (1 for constant spacing, an
         // exponential sample for Poisson) has accumulated: exact for ramps and for
         // stages that start at rate 0, where a naive 1/rate gap would jump past them.
         let mut need = match self.kind {
-            Arrival::Constant if first => self.phase,
+            Arrival::Constant if first => self.phase.max(1e-9),
             Arrival::Constant => 1.0,
             Arrival::Poisson => -self.rng.random_range(f64::EPSILON..1.0f64).ln(),
         };
@@ -340,6 +343,20 @@ mod tests {
         for (a, w) in at.iter().zip(want) {
             assert!((a - w).abs() < 1e-6, "{at:?}");
         }
+    }
+
+    #[test]
+    fn a_zero_rate_stage_sends_nothing_not_even_at_its_start() {
+        let stages = parse_stages("2s:0/s,1s:0/s,1s:10/s").unwrap();
+        let p = Profile {
+            start_rate: 0.0,
+            stages,
+        };
+        let at: Vec<f64> =
+            Arrivals::new(p, Arrival::Constant, SmallRng::seed_from_u64(1)).collect();
+        // A ramp from 0 to 10/s over the last second: 5 arrivals' worth, all in it.
+        assert_eq!(at.len(), 5, "{at:?}");
+        assert!(at.iter().all(|&t| t > 3.0), "{at:?}");
     }
 
     #[test]

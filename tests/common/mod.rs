@@ -201,15 +201,19 @@ impl Output {
     /// A load run that ended as the exit-status rule says it should: 0, or 1 when the
     /// server accepted nothing and the run said so.
     pub fn ended(&self) -> bool {
-        self.ok || (self.code == Some(1) && self.stdout.contains("nothing accepted"))
+        self.ok || (self.code == Some(1) && said_it_failed(&self.stdout))
     }
 }
 
 /// As [`Output::ended`], for a `std::process::Output`.
 pub fn ended(o: &std::process::Output) -> bool {
     o.status.success()
-        || (o.status.code() == Some(1)
-            && String::from_utf8_lossy(&o.stdout).contains("nothing accepted"))
+        || (o.status.code() == Some(1) && said_it_failed(&String::from_utf8_lossy(&o.stdout)))
+}
+
+/// The run said why it exits 1: the server accepted nothing, or most units failed.
+fn said_it_failed(stdout: &str) -> bool {
+    stdout.contains("nothing accepted") || stdout.contains("most units failed")
 }
 
 /// Runs `spate ARGS...` (which include `-o DIR`) to its end and returns the run's
