@@ -365,3 +365,22 @@ async fn an_open_rate_counts_every_arrival_even_those_still_queued_at_the_end() 
     assert!(totals(&s, "unfinished") >= never_started, "{}", s["totals"]);
     server.shutdown().await;
 }
+
+/// The run's concurrency, measured: 4 closed sessions against a service that takes 50 ms
+/// a request keep at most 4 requests in flight, nearly 4 on average (the time requests
+/// spent in flight over the run's), in summary.json and the text summary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_in_flight_are_measured() {
+    let (server, addr) = rr_server(Frame::Line, |c| {
+        c.faults.delays = vec![serve::faults::parse_delay("rr:50ms").unwrap()];
+    })
+    .await;
+    let (code, s, stdout) = rr(&[&addr, "--template", "x", "-u", "4", "-n", "40"]).await;
+    assert_eq!(code, Some(0), "{stdout}");
+    let f = &s["extra"]["in_flight"];
+    assert_eq!(f["max"], 4, "{f}");
+    let mean = f["mean"].as_f64().unwrap();
+    assert!(mean > 1.0 && mean <= 4.0, "{f}");
+    assert!(stdout.contains("in flight: mean"), "{stdout}");
+    server.shutdown().await;
+}

@@ -215,6 +215,38 @@ async fn bad_shards_and_merges_are_named_and_nothing_is_written() {
     )
     .unwrap();
     refused(&merge(vec![&run_b[0], &run_b[1]]).await, "did not finish");
+
+    // --partial merges the shards that finished, marked partial, naming what is left out
+    // (the killed shard 0 of run b; shard 1 of run a, not given).
+    for (dirs, left_out, kept) in [
+        (vec![&run_b[0], &run_b[1]], "0/2", &run_b[1]),
+        (vec![&run_a[0]], "1/2", &run_a[0]),
+    ] {
+        let partial = tmp
+            .path()
+            .join(format!("partial-{left_out}").replace('/', "of"));
+        let mut args: Vec<String> = vec!["merge".into()];
+        args.extend(dirs.iter().map(|d| d.display().to_string()));
+        args.extend([
+            "-o".into(),
+            partial.display().to_string(),
+            "--partial".into(),
+        ]);
+        let o = common::run_tool(common::SPATE, args, std::time::Duration::from_secs(60)).await;
+        assert_eq!(o.code, Some(0), "{o:?}");
+        assert!(
+            o.stdout.contains("PARTIAL: 1 of 2 shards merged"),
+            "{}",
+            o.stdout
+        );
+        let s = summary(&partial);
+        assert_eq!(
+            s["extra"]["partial"]["missing"],
+            serde_json::json!([left_out]),
+            "{s}"
+        );
+        assert_eq!(s["totals"]["accepted"], summary(kept)["totals"]["accepted"]);
+    }
 }
 
 /// Lists every file below `dir` with its contents, to show that nothing changed.

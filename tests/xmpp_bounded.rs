@@ -149,3 +149,97 @@ async fn a_silent_server_and_a_byte_a_second_end_on_time() {
         assert!(t.elapsed() < HUNG);
     }
 }
+
+/// A fake server that logs the session in and then, instead of sending the session's own
+/// presence back, sends other presences without end (one each 50 ms, for 40 s at most).
+async fn presence_flood() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    const HEADER: &str = "<?xml version='1.0'?><stream:stream xmlns='jabber:client' \
+        xmlns:stream='http://etherx.jabber.org/streams' from='example.test' id='f' version='1.0'>";
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                // Reads until the client has sent `want` (or gives up).
+                async fn until(s: &mut tokio::net::TcpStream, buf: &mut [u8], want: &str) -> bool {
+                    let mut seen = String::new();
+                    while !seen.contains(want) {
+                        match tokio::time::timeout(Duration::from_secs(5), s.read(buf)).await {
+                            Ok(Ok(n)) if n > 0 => {
+                                seen.push_str(&String::from_utf8_lossy(&buf[..n]))
+                            }
+                            _ => return false,
+                        }
+                    }
+                    true
+                }
+                if !until(&mut sock, &mut buf, "<stream:stream").await {
+                    return;
+                }
+                let features =
+                    "<stream:features><mechanisms xmlns='urn:ietf:params:xml:ns:xmpp-sasl'>\
+                    <mechanism>PLAIN</mechanism></mechanisms></stream:features>";
+                let _ = sock
+                    .write_all(format!("{HEADER}{features}").as_bytes())
+                    .await;
+                if !until(&mut sock, &mut buf, "</auth>").await {
+                    return;
+                }
+                let _ = sock
+                    .write_all(b"<success xmlns='urn:ietf:params:xml:ns:xmpp-sasl'/>")
+                    .await;
+                if !until(&mut sock, &mut buf, "<stream:stream").await {
+                    return;
+                }
+                let bind = "<stream:features><bind xmlns='urn:ietf:params:xml:ns:xmpp-bind'/></stream:features>";
+                let _ = sock.write_all(format!("{HEADER}{bind}").as_bytes()).await;
+                let mut seen = String::new();
+                while !seen.contains("</iq>") {
+                    match tokio::time::timeout(Duration::from_secs(5), sock.read(&mut buf)).await {
+                        Ok(Ok(n)) if n > 0 => seen.push_str(&String::from_utf8_lossy(&buf[..n])),
+                        _ => return,
+                    }
+                }
+                let id = seen
+                    .split("id='")
+                    .nth(1)
+                    .and_then(|r| r.split('\'').next())
+                    .or_else(|| seen.split("id=\"").nth(1).and_then(|r| r.split('"').next()))
+                    .unwrap_or("b")
+                    .to_string();
+                let result = format!(
+                    "<iq type='result' id='{id}'><bind xmlns='urn:ietf:params:xml:ns:xmpp-bind'>\
+                     <jid>u0@example.test/r</jid></bind></iq>"
+                );
+                let _ = sock.write_all(result.as_bytes()).await;
+                for i in 0..800 {
+                    let p = format!("<presence from='other{i}@example.test/x'/>");
+                    if sock.write_all(p.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A login whose last phase never completes while the server keeps sending other
+/// stanzas ends at the phase's deadline (the per-read timeout restarted with every
+/// stanza, and the login never ended), and the run ends on time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_keeps_sending_other_stanzas_cannot_hold_a_login_open() {
+    let addr = presence_flood().await;
+    let (o, s) = run(&addr, "2", "pw", &[]).await;
+    assert_eq!(o.code, Some(1), "{o:?}");
+    assert_eq!(count(&s, "accepted"), 0);
+    let errors = s["errors"].as_array().unwrap();
+    assert!(
+        errors
+            .iter()
+            .any(|e| e["phase"] == "presence" && e["kind"] == "timeout"),
+        "{errors:?}"
+    );
+}

@@ -43,11 +43,16 @@ pub struct Args {
     /// removed; one that holds anything else (a subdirectory, a README) is refused.
     #[arg(long)]
     pub overwrite: bool,
+    /// Merge the shards that finished when others are missing, were killed or were
+    /// interrupted: the result says it is partial (a warning, summary.json's
+    /// extra.partial with the shards left out and why).
+    #[arg(long)]
+    pub partial: bool,
 }
 
 /// `spate merge`.
 pub fn run(args: Args, _ctx: &Ctx) -> anyhow::Result<ExitCode> {
-    let m = crate::results::merge::merge(&args.dirs, &args.out, args.overwrite)?;
+    let m = crate::results::merge::merge(&args.dirs, &args.out, args.overwrite, args.partial)?;
     let s = &m.summary;
     let t = &s.totals;
     println!(

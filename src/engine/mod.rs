@@ -253,6 +253,11 @@ pub async fn run<D: Driver>(
     let t = r.clock.origin().elapsed().as_secs_f64();
     let mut summary = agg.summary(t, true, stopping.interrupted);
     summary.interrupted_by = stopping.by.map(|s| s.name().to_string());
+    let (mean, max) = r.recorder.in_flight(summary.elapsed_s);
+    summary.extra.insert(
+        "in_flight".into(),
+        serde_json::json!({"mean": (mean * 100.0).round() / 100.0, "max": max}),
+    );
     if r.workload.start.is_some() && late_start > LATE_START {
         summary.warnings.push(format!(
             "this run started {} after its shared start (--start-at): its schedule was already that far along, so it ran short of its share; start the shards nearer together, or give a later --start-at",

@@ -335,9 +335,10 @@ fn session<D: Driver>(
             let Some(slot) = slot else { break };
             first = false;
             rec.session_started();
+            let began = shared.clock.now_us();
             let hook = shared.on_unit.as_deref();
             let done = run_unit(&mut *driver, slot, &mut report, rec, id, hook, &mut give_up).await;
-            rec.session_ended();
+            rec.session_ended(shared.clock.now_us().saturating_sub(began));
             if !done {
                 return;
             }

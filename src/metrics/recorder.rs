@@ -4,7 +4,7 @@
 //! beyond the interval except what the sent log must record.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use hdrhistogram::Histogram;
@@ -417,6 +417,10 @@ thread_local! {
 pub struct Recorder {
     shards: Box<[Mutex<Shard>]>,
     active: AtomicI64,
+    /// The most units in flight at once, and the time all units have spent in flight
+    /// (µs): the run's concurrency, its maximum and its mean.
+    active_max: AtomicI64,
+    busy_us: AtomicU64,
 }
 
 impl Recorder {
@@ -426,6 +430,8 @@ impl Recorder {
                 .map(|_| Mutex::new(Shard::default()))
                 .collect(),
             active: AtomicI64::new(0),
+            active_max: AtomicI64::new(0),
+            busy_us: AtomicU64::new(0),
         }
     }
 
@@ -443,10 +449,25 @@ impl Recorder {
     }
 
     pub fn session_started(&self) {
-        self.active.fetch_add(1, Ordering::Relaxed);
+        let now = self.active.fetch_add(1, Ordering::Relaxed) + 1;
+        self.active_max.fetch_max(now, Ordering::Relaxed);
     }
-    pub fn session_ended(&self) {
+    /// A unit ended after `busy_us` in flight.
+    pub fn session_ended(&self, busy_us: u64) {
         self.active.fetch_sub(1, Ordering::Relaxed);
+        self.busy_us.fetch_add(busy_us, Ordering::Relaxed);
+    }
+
+    /// Units in flight over a run of `elapsed_s`: the mean (the time units spent in
+    /// flight over the run's time: Little's L) and the most at once.
+    pub fn in_flight(&self, elapsed_s: f64) -> (f64, i64) {
+        let busy_s = self.busy_us.load(Ordering::Relaxed) as f64 / 1e6;
+        let mean = if elapsed_s > 0.0 {
+            busy_s / elapsed_s
+        } else {
+            0.0
+        };
+        (mean, self.active_max.load(Ordering::Relaxed))
     }
     pub fn active_sessions(&self) -> i64 {
         self.active.load(Ordering::Relaxed)

@@ -292,6 +292,18 @@ fn footer(o: &mut String, s: &Summary) {
         },
         cpu_basis(s)
     );
+    if let Some(f) = s
+        .extra
+        .get("in_flight")
+        .filter(|f| f["max"].as_i64() > Some(0))
+    {
+        let _ = writeln!(
+            o,
+            "  in flight: mean {:.2}, max {} (units of work at once; the mean is their time in flight over the run's)",
+            f["mean"].as_f64().unwrap_or(0.0),
+            f["max"]
+        );
+    }
     if let Some(n) = s
         .extra
         .get("preflight_connections")

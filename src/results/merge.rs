@@ -65,23 +65,6 @@ fn read_input(dir: &Path) -> anyhow::Result<Input> {
             dir.display()
         ));
     };
-    if !summary.complete {
-        return bad(format!(
-            "{}: shard {}/{} did not finish (its summary is incomplete: killed?)",
-            dir.display(),
-            shard.index,
-            shard.count
-        ));
-    }
-    if summary.interrupted {
-        return bad(format!(
-            "{}: shard {}/{} was interrupted ({}) before its planned end",
-            dir.display(),
-            shard.index,
-            shard.count,
-            summary.interrupted_by.as_deref().unwrap_or("signal")
-        ));
-    }
     let started = started_of(dir, &summary)?;
     Ok(Input {
         dir: dir.to_path_buf(),
@@ -114,6 +97,25 @@ fn first_json_difference(a: &Value, b: &Value) -> Option<(String, String, String
         (a, b) if a == b => None,
         (a, b) => Some((String::new(), a.to_string(), b.to_string())),
     }
+}
+
+/// Why shard `i` cannot be merged as a whole run's share: it did not finish (killed),
+/// or a signal stopped it before its planned end.
+fn unfinished(i: &Input) -> Option<String> {
+    let (dir, s) = (i.dir.display(), &i.summary);
+    let (index, count) = (i.shard.index, i.shard.count);
+    if !s.complete {
+        return Some(format!(
+            "{dir}: shard {index}/{count} did not finish (its summary is incomplete: killed?)"
+        ));
+    }
+    if s.interrupted {
+        return Some(format!(
+            "{dir}: shard {index}/{count} was interrupted ({}) before its planned end",
+            s.interrupted_by.as_deref().unwrap_or("signal")
+        ));
+    }
+    None
 }
 
 /// A plan's workload fields: flattened into the plan, or under "workload".
@@ -162,8 +164,9 @@ fn forget_own_options(args: &mut Value) {
     }
 }
 
-/// Checks that `inputs` are all the shards of one run, each once.
-fn check(inputs: &mut [Input]) -> anyhow::Result<()> {
+/// Checks that `inputs` are shards of one run, each once, and all of them unless
+/// `partial`; returns the shards missing (`I/N`).
+fn check(inputs: &mut [Input], partial: bool) -> anyhow::Result<Vec<String>> {
     let first = &inputs[0];
     let (run, n) = (first.summary.run_id.clone(), first.shard.count);
     let base = comparable(&first.plan);
@@ -206,15 +209,15 @@ fn check(inputs: &mut [Input]) -> anyhow::Result<()> {
         .filter(|i| !by_index.contains_key(i))
         .map(|i| format!("{i}/{n}"))
         .collect();
-    if !missing.is_empty() {
+    if !missing.is_empty() && !partial {
         return bad(format!(
-            "run {run}: shard{} {} missing",
+            "run {run}: shard{} {} missing (--partial merges the others, marked partial)",
             if missing.len() > 1 { "s" } else { "" },
             missing.join(", ")
         ));
     }
     inputs.sort_by_key(|i| i.shard.index);
-    Ok(())
+    Ok(missing)
 }
 
 /// One merged interval: what every shard counted in the second (or minute) that ends at
@@ -623,7 +626,14 @@ pub struct Merged {
 /// Merges the shard directories `dirs` into `out` (which must not hold a run unless
 /// `overwrite`). The merge is built beside `out` and renamed into place at the end, so
 /// `out` never holds a partial merge.
-pub fn merge(dirs: &[PathBuf], out: &Path, overwrite: bool) -> anyhow::Result<Merged> {
+/// With `partial`, shards that are missing, did not finish or were interrupted are left
+/// out, and the merge of the others says so (summary.json's `extra.partial`, a warning).
+pub fn merge(
+    dirs: &[PathBuf],
+    out: &Path,
+    overwrite: bool,
+    partial: bool,
+) -> anyhow::Result<Merged> {
     if dirs.is_empty() {
         return bad("give the shards' results directories".into());
     }
@@ -640,7 +650,33 @@ pub fn merge(dirs: &[PathBuf], out: &Path, overwrite: bool) -> anyhow::Result<Me
         .iter()
         .map(|d| read_input(d))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    check(&mut inputs)?;
+    let mut left_out = Vec::new();
+    for i in &inputs {
+        if let Some(why) = unfinished(i) {
+            if !partial {
+                return bad(format!(
+                    "{why} (--partial merges the others, marked partial)"
+                ));
+            }
+            left_out.push((format!("{}/{}", i.shard.index, i.shard.count), why));
+        }
+    }
+    inputs.retain(|i| unfinished(i).is_none());
+    if inputs.is_empty() {
+        return bad("no shard finished: nothing to merge".into());
+    }
+    // The shards left out are missing from the inputs now, with the ones not given.
+    let missing = check(&mut inputs, partial)?;
+    let partial = (!missing.is_empty()).then(|| {
+        serde_json::json!({
+            "missing": missing,
+            "left_out": left_out
+                .iter()
+                .map(|(s, why)| serde_json::json!({"shard": s, "why": why}))
+                .collect::<Vec<_>>(),
+            "merged": inputs.len(),
+        })
+    });
     let t0 = inputs.iter().map(|i| i.started).min().expect("not empty");
     let mut tl = Timeline {
         t0,
@@ -660,7 +696,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path, overwrite: bool) -> anyhow::Result<Me
 
     // Built beside the target, put in its place once complete.
     let tmp = target.build_dir()?;
-    let summary = match write_merged(&inputs, tl, &tmp) {
+    let summary = match write_merged(&inputs, tl, &tmp, partial) {
         Ok(s) => s,
         Err(e) => {
             let _ = std::fs::remove_dir_all(&tmp); // ours: made empty by build_dir
@@ -675,7 +711,12 @@ pub fn merge(dirs: &[PathBuf], out: &Path, overwrite: bool) -> anyhow::Result<Me
     })
 }
 
-fn write_merged(inputs: &[Input], mut tl: Timeline, dir: &Path) -> anyhow::Result<Summary> {
+fn write_merged(
+    inputs: &[Input],
+    mut tl: Timeline,
+    dir: &Path,
+    partial: Option<Value>,
+) -> anyhow::Result<Summary> {
     let first = &inputs[0];
     let plan = merged_plan(inputs);
     let detail = plan["args"]["output"]["detail"]
@@ -773,6 +814,22 @@ fn write_merged(inputs: &[Input], mut tl: Timeline, dir: &Path) -> anyhow::Resul
                 .collect(),
         ),
     );
+    if let Some(p) = partial {
+        let missing: Vec<&str> = p["missing"]
+            .as_array()
+            .map(|m| m.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        s.warnings.insert(
+            0,
+            format!(
+                "PARTIAL: {} of {} shards merged; missing {} (their share of the load is not in these figures)",
+                inputs.len(),
+                inputs[0].shard.count,
+                missing.join(", ")
+            ),
+        );
+        s.extra.insert("partial".into(), p);
+    }
     w.finish()?;
     w.write_summary(&s, true)?;
     drop(w);

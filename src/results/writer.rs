@@ -76,7 +76,10 @@ impl<T: Default> Coarse<T> {
         let (_, len, acc) = self.open.get_or_insert_with(|| (t0_s, 0.0, T::default()));
         *len += len_s;
         add(acc);
-        if *len >= COARSE_S - 1e-6 {
+        // Full at the minute to within half an interval: the ticks' wake-ups jitter, so
+        // 60 one-second intervals add up to a few µs under 60 s as often as over it (a
+        // minute then took a 61st interval, and rows came every 61 s).
+        if *len >= COARSE_S - len_s / 2.0 {
             self.open.take()
         } else {
             None
@@ -566,6 +569,13 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(t.col("t_s").unwrap(), vec![1.0, 2.0, 62.0, 122.0, 130.0]);
+        // Intervals a few µs short of a second (jittering ticks) still make a minute of 60.
+        let mut c: Coarse<u32> = Coarse::new(Duration::ZERO);
+        let rows: Vec<f64> = (0..180)
+            .filter_map(|i| c.gather(i as f64 * 0.99999, 0.99999, |n| *n += 1))
+            .map(|(_, _, n)| f64::from(n))
+            .collect();
+        assert_eq!(rows, vec![60.0, 60.0, 60.0]);
         assert_eq!(
             t.col("accepted").unwrap(),
             vec![3.0, 3.0, 180.0, 180.0, 24.0]

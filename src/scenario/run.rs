@@ -237,7 +237,7 @@ impl Execution {
         if let Some(f) = failed {
             return Err(f);
         }
-        let merged = crate::results::merge::merge(&dirs, dir, true)
+        let merged = crate::results::merge::merge(&dirs, dir, true, false)
             .map_err(|e| (2, format!("merging the shards: {e:#}")))?;
         if let Err(e) = crate::report::write_report(&merged.dir) {
             eprintln!("spate run: warning: no HTML report of the merged shards: {e:#}");

@@ -113,6 +113,9 @@ pub struct Report {
     /// Why the latency cannot be measured from this source's arrival times (then
     /// `latency` is empty).
     pub not_measurable: Option<&'static str>,
+    /// Most arrival times have whole seconds (IMAP INTERNALDATE, a Date header): the
+    /// latencies are to the second.
+    pub to_the_second: bool,
     /// Deliveries whose arrival time is unknown (no file time, no Received date).
     pub no_time: u64,
     pub arrivals: Vec<Arrival>,
@@ -121,6 +124,9 @@ pub struct Report {
     pub rules: Vec<RuleResult>,
     pub start_us: i64,
 }
+
+/// Why whole-second arrival times cannot time deliveries that take under a second.
+pub const TO_THE_SECOND: &str = "arrival times to the second (IMAP INTERNALDATE and Date headers have whole seconds) for deliveries that take under a second";
 
 impl Report {
     /// The latency histogram from the arrivals, or why their times cannot give one: a
@@ -132,15 +138,22 @@ impl Report {
         if n == 0 {
             return;
         }
-        let early = self.arrivals.iter().filter(|a| a.latency_us < 0).count();
+        // A time to the second may read up to a second before the accept time it follows
+        // (truncated): early only beyond that.
+        let early = self
+            .arrivals
+            .iter()
+            .filter(|a| a.latency_us < if a.coarse { -1_000_000 } else { 0 })
+            .count();
         let coarse = self.arrivals.iter().filter(|a| a.coarse).count();
         let mut lat: Vec<i64> = self.arrivals.iter().map(|a| a.latency_us).collect();
         lat.sort_unstable();
         let median = lat[n / 2];
-        self.not_measurable = if early * 2 > n {
+        self.to_the_second = coarse * 2 > n;
+        self.not_measurable = if self.to_the_second && median < 1_000_000 {
+            Some(TO_THE_SECOND)
+        } else if early * 2 > n {
             Some("this source records a message before the server's reply")
-        } else if coarse * 2 > n && median < 1_000_000 {
-            Some("arrival times to the second")
         } else {
             None
         };
@@ -337,6 +350,7 @@ impl Ledger {
             missing: Vec::new(),
             latency: Histogram::new(3).expect("3 significant figures is valid"),
             not_measurable: None,
+            to_the_second: false,
             no_time: 0,
             arrivals: Vec::with_capacity(log.deliveries() as usize),
             injected: Vec::with_capacity(log.messages.len()),
@@ -702,12 +716,19 @@ mod tests {
         };
         // To the second, and under a second after acceptance: not measurable.
         let r = feed(&|seq| Timing::Seconds(t0 + Duration::from_secs(seq)));
-        assert_eq!(r.not_measurable, Some("arrival times to the second"));
+        assert_eq!(r.not_measurable, Some(TO_THE_SECOND));
+        // Truncated to the second (INTERNALDATE): up to a second before the accept time,
+        // which is the resolution, not a source that records before the reply.
+        let r = feed(&|seq| {
+            Timing::Seconds(t0 + Duration::from_secs(seq) - Duration::from_millis(400))
+        });
+        assert_eq!(r.not_measurable, Some(TO_THE_SECOND));
         assert!(r.latency.is_empty());
         assert_eq!(r.arrivals.len(), 3, "the timeline keeps them");
         // To the second, but five seconds late: that resolution can tell.
         let r = feed(&|seq| Timing::Seconds(t0 + Duration::from_secs(seq + 5)));
         assert_eq!(r.not_measurable, None);
+        assert!(r.to_the_second);
         assert_eq!(r.latency.len(), 3);
         // Recorded before the server's reply (stored, then 250).
         let r =

@@ -124,6 +124,8 @@ fn json(r: &Report, source: &str) -> serde_json::Value {
         "latency": {
             "measurable": r.not_measurable.is_none(),
             "not_measurable": r.not_measurable,
+            "resolution": if r.to_the_second { "1s" } else { "1us" },
+            "basis": basis(r, source),
             "count": l.len(),
             "p50_us": l.value_at_quantile(0.5),
             "p90_us": l.value_at_quantile(0.9),
@@ -181,6 +183,17 @@ pub fn verdict(r: &Report) -> String {
     format!("FAILED: {}", why.join("; "))
 }
 
+/// What the latency figures are times of, by source: a figure says what it is based on.
+pub fn basis(r: &Report, source: &str) -> &'static str {
+    let imap = source.starts_with("imap://") || source.starts_with("imaps://");
+    match (imap, r.to_the_second) {
+        (true, true) => "IMAP INTERNALDATE, whole seconds",
+        (true, false) => "when the server's IMAP IDLE announced each message: a server may hold these back (Dovecot up to 0.5 s, NOTIFY_DELAY_MSECS), and the figure then includes it; a Maildir's file times do not",
+        (false, true) => "the messages' dates, whole seconds",
+        (false, false) => "the messages' file times in the mailbox",
+    }
+}
+
 pub fn render(r: &Report, source: &str, dir: &Path, show: usize) -> String {
     let mut s = String::new();
     let _ = writeln!(
@@ -221,21 +234,32 @@ pub fn render(r: &Report, source: &str, dir: &Path, show: usize) -> String {
     }
     let l = &r.latency;
     if let Some(why) = r.not_measurable {
+        let hint = if why == super::ledger::TO_THE_SECOND {
+            "; exact arrival times: a Maildir (--maildir), or inline --verify over IMAP IDLE"
+        } else {
+            "; for real delivery latency verify inline over IMAP IDLE: spate smtp ... --verify imap://HOST:PORT"
+        };
         let _ = writeln!(
             s,
-            "  latency    not measurable from this source ({why}); for real delivery latency verify inline over IMAP IDLE: spate smtp ... --verify imap://HOST:PORT"
+            "  latency    not measurable from this source ({why}){hint}"
         );
     } else if l.is_empty() {
         let _ = writeln!(s, "  latency    no arrival times");
     } else {
         let _ = writeln!(
             s,
-            "  latency    p50 {}  p90 {}  p99 {}  max {}  (accept to arrival, {} deliveries)",
+            "  latency    p50 {}  p90 {}  p99 {}  max {}  (accept to arrival, {} deliveries{})\n             arrival: {}",
             us(l.value_at_quantile(0.5)),
             us(l.value_at_quantile(0.9)),
             us(l.value_at_quantile(0.99)),
             us(l.max()),
-            l.len()
+            l.len(),
+            if r.to_the_second {
+                "; to the second: the source's arrival times have whole seconds"
+            } else {
+                ""
+            },
+            basis(r, source)
         );
     }
     for rule in &r.rules {
