@@ -317,6 +317,7 @@ impl Inbox {
             timeout,
             cap,
             frame,
+            or_close: false,
         }
     }
 
@@ -403,6 +404,19 @@ pub struct ReadFrame<'a, F> {
     timeout: Duration,
     cap: usize,
     frame: F,
+    /// A close by the server hands over what was read until then (see [`Self::or_close`]).
+    or_close: bool,
+}
+
+impl<F> ReadFrame<'_, F> {
+    /// When the server closes the connection before the framer found a whole unit, the
+    /// bytes read until then are the answer (at least one) instead of an error: for a
+    /// unit whose end is the close (an HTTP/1.0 body); the caller asks its framer whether
+    /// they make one.
+    pub fn or_close(mut self) -> Self {
+        self.or_close = true;
+        self
+    }
 }
 
 // Nothing in it is ever pinned: the closure is only called through `&mut`.
@@ -448,6 +462,11 @@ where
                 }
             };
             if n == 0 {
+                if me.or_close && inbox.end > inbox.start {
+                    let inbox = me.inbox.take().expect("checked above");
+                    inbox.pending = inbox.end - inbox.start;
+                    return Poll::Ready(Ok(&inbox.buf[inbox.start..inbox.end]));
+                }
                 return Poll::Ready(Err(TransportError::Closed));
             }
             inbox.probe = None;

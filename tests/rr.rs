@@ -384,3 +384,48 @@ async fn requests_in_flight_are_measured() {
     assert!(stdout.contains("in flight: mean"), "{stdout}");
     server.shutdown().await;
 }
+
+/// An HTTP/1.0 server that ends each response by closing the connection (no
+/// Content-Length, not chunked): the response is read to the close and counts, and the
+/// next request goes on a new connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_ended_by_the_close_is_read_to_the_close() {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        // Bounded: the check connection and five requests, then it stops.
+        for _ in 0..6 {
+            let Ok((mut s, _)) = l.accept() else { return };
+            let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+            let mut buf = [0u8; 4096];
+            let mut got = Vec::new();
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf) {
+                    Ok(n) if n > 0 => got.extend_from_slice(&buf[..n]),
+                    _ => break,
+                }
+            }
+            if !got.is_empty() {
+                let _ = s.write_all(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nPermit\n");
+            }
+        }
+    });
+    let (code, s, stdout) = rr(&[
+        &addr,
+        "--frame",
+        "http",
+        "--method",
+        "GET",
+        "--template",
+        "",
+        "-n",
+        "5",
+        "--expect",
+        "^Permit",
+    ])
+    .await;
+    assert_eq!(code, Some(0), "{stdout}");
+    assert_eq!(totals(&s, "accepted"), 5, "{stdout}");
+    assert_eq!(totals(&s, "connections"), 5, "a connection per response");
+}

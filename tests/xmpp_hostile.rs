@@ -172,6 +172,17 @@ async fn bad_input_is_one_line_and_exit_2() {
                 "xmpp",
                 "127.0.0.1:5222",
                 "--user-pattern",
+                "u{0..1}@a@example.test",
+                "--users",
+                "2",
+            ][..],
+            "not a bare JID",
+        ),
+        (
+            &[
+                "xmpp",
+                "127.0.0.1:5222",
+                "--user-pattern",
                 "u{0..9}@x",
                 "--users",
                 "4",

@@ -152,6 +152,9 @@ pub enum ErrorKind {
     /// The server does not offer what the run needs (AUTH, STARTTLS): nothing was asked
     /// of it, so it refused nothing.
     Unsupported,
+    /// XMPP: a stanza error (`<error type=...>` in an IQ reply or a bounce), its
+    /// condition the error's text.
+    Stanza,
 }
 
 impl ErrorKind {
@@ -172,6 +175,7 @@ impl ErrorKind {
         ErrorKind::Sasl,
         ErrorKind::Stream,
         ErrorKind::Unsupported,
+        ErrorKind::Stanza,
     ];
 
     /// The kind [`ErrorKind::name`] names.
@@ -197,6 +201,7 @@ impl ErrorKind {
             ErrorKind::Sasl => "sasl",
             ErrorKind::Stream => "stream-error",
             ErrorKind::Unsupported => "not-offered",
+            ErrorKind::Stanza => "stanza-error",
         }
     }
 }

@@ -19,6 +19,9 @@ enum Body {
     ChunkData(usize),
     /// After the last chunk: trailer lines up to an empty one.
     Trailer,
+    /// Neither a length nor chunks (HTTP/1.0 style): the body is what comes until the
+    /// server closes the connection ([`Framer::at_close`]).
+    UntilClose,
 }
 
 /// A whole message, as decided.
@@ -191,6 +194,10 @@ impl Framer {
                     self.line_start = self.pos;
                     Body::ChunkSize
                 }
+                Body::UntilClose => {
+                    self.pos = buf.len();
+                    return Ok(None);
+                }
                 Body::Trailer => {
                     let Some(line) = self.line(buf, MAX_HEAD, "trailer line too long")? else {
                         return Ok(None);
@@ -283,8 +290,28 @@ impl Framer {
             Some(n) if n > self.max as u64 => Err(Error::ContentLengthOverCap(n, self.max)),
             Some(n) => Ok(Body::Fixed(body_at + n as usize)),
             None if self.request => Ok(Body::Fixed(body_at)),
-            None => Err(Error::NoLength),
+            None => Ok(Body::UntilClose),
         }
+    }
+
+    /// The server closed the connection with `buf` read: a response whose body runs until
+    /// the close (no Content-Length, not chunked) is whole, all of `buf`; anything else
+    /// is cut off (None).
+    pub fn at_close(&mut self, buf: &[u8]) -> Option<usize> {
+        if self.frame(buf).ok()?.is_some() {
+            return self.done.map(|d| d.len);
+        }
+        let (body_at, mut head, Body::UntilClose) = self.http? else {
+            return None;
+        };
+        head.close = true;
+        self.done = Some(Done {
+            len: buf.len(),
+            start: self.start,
+            body: body_at,
+            head,
+        });
+        Some(buf.len())
     }
 
     /// What the message that [`Framer::frame`] last found says; `bytes` is that message

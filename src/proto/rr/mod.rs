@@ -79,8 +79,6 @@ pub enum Error {
     BadChunk(&'static str),
     #[error("chunk of {0} bytes over the cap of {1}")]
     ChunkOverCap(u64, usize),
-    #[error("response has neither Content-Length nor chunked encoding (read-until-close is not supported)")]
-    NoLength,
     #[error("unsupported Transfer-Encoding: {0}")]
     TransferEncoding(String),
 }

@@ -139,8 +139,6 @@ fn http_hostile_heads() {
     assert!(matches!(whole(&mut f, r), Err(Error::BadContentLength(_))));
     let r = b"SMTP 220 hello\r\n\r\n";
     assert!(matches!(whole(&mut f, r), Err(Error::BadStartLine(_))));
-    let r = b"HTTP/1.1 200 OK\r\n\r\n";
-    assert_eq!(whole(&mut f, r), Err(Error::NoLength));
     let r = b"HTTP/1.1 200 OK\r\nbad header\r\n\r\n";
     assert!(matches!(whole(&mut f, r), Err(Error::BadHeader(_))));
 }
@@ -238,4 +236,27 @@ proptest! {
             }
         }
     }
+}
+
+/// HTTP/1.0 style: no Content-Length, not chunked: the body runs until the server closes
+/// the connection, which makes the response whole; a response with a length that the
+/// close cuts short stays cut off.
+#[test]
+fn a_response_without_a_length_ends_at_the_close() {
+    let mut f = http();
+    let r = b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nPermit all\nmore";
+    assert_eq!(whole(&mut f, r), Ok(None), "more may come until the close");
+    assert_eq!(f.at_close(r), Some(r.len()));
+    let m = f.message(r);
+    assert_eq!((m.status, m.close), (Some(200), true));
+    assert_eq!(
+        m.body(),
+        std::borrow::Cow::Borrowed(&b"Permit all\nmore"[..])
+    );
+    let cut = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc";
+    assert_eq!(whole(&mut f, cut), Ok(None));
+    assert_eq!(f.at_close(cut), None);
+    let head_only = b"HTTP/1.0 200 OK\r\n";
+    f.reset();
+    assert_eq!(f.at_close(head_only), None, "a head the close cut short");
 }

@@ -180,9 +180,18 @@ impl Session {
                 }
                 framer.frame(b)
             })
+            .or_close()
             .await;
         let bytes = match read {
-            Ok(b) => b,
+            // A whole response, or what came until the server closed: whole when its
+            // body runs until the close (HTTP without a length), else cut off.
+            Ok(b) if self.framer.at_close(b).is_some() => b,
+            Ok(_) => {
+                return Err(Attempt::Failed(Failure::transport(
+                    Phase::Response,
+                    TransportError::Closed,
+                )))
+            }
             Err(TransportError::Closed) if first.is_none() => {
                 return Err(Attempt::Stale(Phase::FirstByte, TransportError::Closed))
             }

@@ -359,7 +359,7 @@ pub(super) async fn iq_result(
         Some("result") => Ok(e),
         _ => {
             let cond = e.child("error").map(condition).unwrap_or_default();
-            Err(stated(phase, ErrorKind::Permanent, &cond, &e))
+            Err(stated(phase, ErrorKind::Stanza, &cond, &e))
         }
     }
 }
@@ -443,7 +443,7 @@ impl LoggedIn {
                 ("message", _) if e.attr("id") != Some(id) => {}
                 ("message", Some("error")) => {
                     let cond = e.child("error").map(condition).unwrap_or_default();
-                    let f = stated(Phase::Arrival, ErrorKind::Permanent, &cond, &e);
+                    let f = stated(Phase::Arrival, ErrorKind::Stanza, &cond, &e);
                     break Err(Failure { fatal: false, ..f });
                 }
                 ("message", _) => break Ok(Some(start.elapsed().as_micros() as u64)),

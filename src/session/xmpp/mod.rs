@@ -186,7 +186,12 @@ impl Account {
     /// An account whose JID must be bare (local@domain, no resource).
     pub fn bare(jid: String, password: String) -> Result<Account, crate::UsageError> {
         match jid.split_once('@') {
-            Some((l, d)) if !l.is_empty() && !d.is_empty() && !jid.contains('/') => {
+            Some((l, d))
+                if !l.is_empty()
+                    && !d.is_empty()
+                    && !d.contains('@')
+                    && !jid.contains(['/', ' ', '<', '>', '"', '\'', '&']) =>
+            {
                 Ok(Account { jid, password })
             }
             _ => Err(crate::UsageError(format!(
@@ -599,7 +604,7 @@ impl Session {
             Ok(Ok(e)) => {
                 report.timed(Phase::Reply, t);
                 let cond = e.child("error").map(login::condition).unwrap_or_default();
-                let mut f = login::stated(Phase::Reply, ErrorKind::Permanent, &cond, &e);
+                let mut f = login::stated(Phase::Reply, ErrorKind::Stanza, &cond, &e);
                 f.fatal = false;
                 f.record(report);
                 Outcome::Rejected
@@ -1037,8 +1042,7 @@ impl Reader {
 
     /// An error bounce of a message this session sent (XMPP servers return the stanza,
     /// stamp included, with an <error/>): its deliveries are refused, counted in the
-    /// ledger (not missing) and as an error class with its condition, 4xx-like for a
-    /// `wait` error, 5xx-like otherwise.
+    /// ledger (not missing) and as a stanza error with its condition.
     fn bounce(&self, e: &Element) {
         let stamp = self
             .stamp_of(e)
@@ -1053,10 +1057,7 @@ impl Reader {
         self.s.ledger.bounced(seq);
         let error = e.child("error");
         let cond = error.map(login::condition).unwrap_or_default();
-        let kind = match error.and_then(|x| x.attr("type")) {
-            Some("wait") => ErrorKind::Transient,
-            _ => ErrorKind::Permanent,
-        };
+        let kind = ErrorKind::Stanza;
         self.s.recorder.with(self.id, |sh| {
             sh.counters.stanzas_in += 1;
             {
