@@ -712,6 +712,11 @@ impl Connection {
         self.timeout
     }
 
+    /// Bytes read beyond the last unit handed out (what the server sent ahead).
+    pub fn leftover(&self) -> usize {
+        self.inbox.end - self.inbox.start - self.inbox.pending
+    }
+
     /// The per-read deadline (also what `read_frame` allows for a whole unit).
     pub fn set_timeout(&mut self, timeout: Duration) {
         self.timeout = timeout;

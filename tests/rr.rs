@@ -429,3 +429,98 @@ async fn a_response_ended_by_the_close_is_read_to_the_close() {
     assert_eq!(totals(&s, "accepted"), 5, "{stdout}");
     assert_eq!(totals(&s, "connections"), 5, "a connection per response");
 }
+
+/// A line server that answers each request `Q <seq>` with `A <number>`: the number of
+/// the request before (`late`), or the request's own twice in one write (`twice`).
+fn misordered(twice: bool) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        // Bounded: the check connection and at most 12 more.
+        for _ in 0..13 {
+            let Ok((s, _)) = l.accept() else { return };
+            std::thread::spawn(move || {
+                let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+                let mut w = s.try_clone().unwrap();
+                let mut prev = String::from("none");
+                for line in BufReader::new(s).lines().take(20) {
+                    let Ok(line) = line else { return };
+                    let seq = line.trim_start_matches("Q ").trim().to_string();
+                    let answer = if twice {
+                        format!("A {seq}\r\nA {seq}\r\n")
+                    } else {
+                        format!("A {prev}\r\n")
+                    };
+                    if w.write_all(answer.as_bytes()).is_err() {
+                        return;
+                    }
+                    prev = seq;
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// `--expect` with `{seq}`: an answer that names another request is rejected as such
+/// (out of order), and bytes after a whole response are this request's fault, not the
+/// next one's: the connection goes and the next request starts clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_to_other_requests_and_extra_bytes_are_named() {
+    let addr = misordered(false);
+    let (code, s, stdout) = rr(&[
+        &addr,
+        "--template",
+        "Q {seq}",
+        "-n",
+        "5",
+        "--expect",
+        "^A {seq}$",
+    ])
+    .await;
+    assert_eq!(code, Some(1), "{stdout}");
+    assert_eq!(totals(&s, "rejected"), 5, "{stdout}");
+    let e = &s["errors"][0];
+    assert_eq!(
+        e["text"], "the answer to another request",
+        "{}",
+        s["errors"]
+    );
+    assert!(
+        e["sample"].as_str().unwrap().contains("out of order"),
+        "{e}"
+    );
+
+    let addr = misordered(true);
+    let (code, s, stdout) = rr(&[
+        &addr,
+        "--template",
+        "Q {seq}",
+        "-n",
+        "5",
+        "--expect",
+        "^A {seq}$",
+    ])
+    .await;
+    assert_eq!(code, Some(1), "{stdout}");
+    assert_eq!(totals(&s, "rejected"), 5, "{stdout}");
+    let errors = s["errors"].as_array().unwrap();
+    assert_eq!(
+        errors.len(),
+        1,
+        "only the extra bytes, never a wrong answer: {errors:?}"
+    );
+    assert!(
+        errors[0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("more than one response"),
+        "{errors:?}"
+    );
+    assert_eq!(
+        totals(&s, "connections"),
+        5,
+        "a connection per request after extra bytes"
+    );
+}

@@ -164,11 +164,13 @@ async fn multi_line_responses_until_a_line_matches() {
     let (code, s, _) = rr(&addr, &["--until", "^OK", "--expect", "(?m)^item 2$"]).await;
     assert_eq!(code, Some(0), "{}", errors(&s));
     assert_eq!(s["totals"]["accepted"], 3);
-    // Without --until the first line is the whole response: the rest is left over and
-    // taken as the next responses, which --expect then refuses.
+    // Without --until the first line is the whole response, which --expect refuses; the
+    // rest is left over, and the connection goes with it: each request gets its own
+    // first line, none is handed the leftovers of the one before.
     let (code, s, _) = rr(&addr, &["--expect", "^OK"]).await;
     assert_eq!(code, Some(1));
-    assert_eq!(s["totals"]["rejected"], 2, "{}", errors(&s));
+    assert_eq!(s["totals"]["rejected"], 3, "{}", errors(&s));
+    assert_eq!(s["totals"]["connections"], 3, "{}", errors(&s));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

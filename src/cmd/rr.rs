@@ -113,7 +113,9 @@ pub struct Args {
     pub expect_status: Option<u16>,
     /// The response must match REGEX: the HTTP body (chunking removed), the bytes after
     /// a length prefix, or the line(s) without the last line end (CRLF read as LF; (?m)
-    /// makes ^ and $ match at every line).
+    /// makes ^ and $ match at every line). {seq} and {variant} stand for the request's
+    /// own numbers: an answer that names another request's (out of order, or left over)
+    /// is rejected as such.
     #[arg(long, value_name = "REGEX", help_heading = "Checks")]
     pub expect: Option<String>,
 
@@ -352,7 +354,14 @@ fn prepare(
             ));
         }
     }
-    let expect = regex("--expect", &args.expect)?;
+    let expect = args
+        .expect
+        .as_deref()
+        .map(|r| {
+            crate::session::rr::Expect::new(r)
+                .map_err(|e| UsageError(format!("--expect {r:?}: {}", one_line(&e.to_string()))))
+        })
+        .transpose()?;
     let reqs = requests(args)?;
     let n = args.variants.unwrap_or(reqs.templates.len() as u64);
     if n == 0 || n > MAX_VARIANTS {

@@ -46,9 +46,72 @@ pub struct Settings {
     pub requests: Requests,
     pub picker: Picker,
     pub expect_status: Option<u16>,
-    pub expect: Option<Regex>,
+    pub expect: Option<Expect>,
     pub clock: Clock,
     pub stats: Arc<Stats>,
+}
+
+/// `--expect REGEX`, whose `{seq}` and `{variant}` (`{n}`) stand for the request's own
+/// sequence number and variant: a response that names another request's (out of order,
+/// or left over from an earlier one) is a rejection that says so.
+#[derive(Debug, Clone)]
+pub struct Expect {
+    re: Regex,
+    seq: bool,
+    n: bool,
+}
+
+impl Expect {
+    /// Compiles `pattern`, the placeholders made capture groups of digits.
+    pub fn new(pattern: &str) -> Result<Expect, regex::Error> {
+        let mut p = pattern.to_string();
+        let seq = p.contains("{seq}");
+        let n = p.contains("{variant}") || p.contains("{n}");
+        p = p
+            .replacen("{seq}", "(?P<spate_seq>[0-9]+)", 1)
+            .replace("{seq}", "[0-9]+");
+        let named = "(?P<spate_n>[0-9]+)";
+        p = match (p.find("{variant}"), p.find("{n}")) {
+            (Some(a), Some(b)) if b < a => p.replacen("{n}", named, 1),
+            (Some(_), _) => p.replacen("{variant}", named, 1),
+            (None, Some(_)) => p.replacen("{n}", named, 1),
+            (None, None) => p,
+        };
+        p = p.replace("{variant}", "[0-9]+").replace("{n}", "[0-9]+");
+        Ok(Expect {
+            re: Regex::new(&p)?,
+            seq,
+            n,
+        })
+    }
+
+    /// None when `body` matches for request (`seq`, `n`); else why not.
+    fn check(&self, body: &[u8], seq: u64, n: u64) -> Option<String> {
+        if !self.seq && !self.n {
+            return (!self.re.is_match(body)).then(|| "no match for --expect".into());
+        }
+        let Some(c) = self.re.captures(body) else {
+            return Some("no match for --expect".into());
+        };
+        let num = |g: &str| {
+            c.name(g)
+                .and_then(|m| std::str::from_utf8(m.as_bytes()).ok()?.parse::<u64>().ok())
+        };
+        for (on, group, want, what) in [
+            (self.seq, "spate_seq", seq, "{seq}"),
+            (self.n, "spate_n", n, "{variant}"),
+        ] {
+            match num(group) {
+                Some(got) if on && got != want => {
+                    return Some(format!(
+                        "the answer to another request: --expect's {what} is {got}, this request's {want} (out of order, or left over from an earlier request)"
+                    ))
+                }
+                _ => {}
+            }
+        }
+        None
+    }
 }
 
 /// What the summary's `extra.rr` counts beyond the engine's counters.
@@ -91,6 +154,8 @@ pub struct Session {
     framer: Framer,
     body: Vec<u8>,
     wire: Vec<u8>,
+    /// The request being made: its sequence number and variant.
+    current: (u64, u64),
 }
 
 impl Session {
@@ -111,6 +176,7 @@ impl Session {
             framer,
             body: Vec::new(),
             wire: Vec::new(),
+            current: (0, 0),
         }
     }
 
@@ -145,6 +211,7 @@ impl Session {
     /// Writes variant `n` as the next request (after the connection is open: its
     /// identity may be part of the request).
     fn build(&mut self, seq: u64, n: u64) {
+        self.current = (seq, n);
         let t = self.s.requests.get(n);
         let name = self
             .s
@@ -211,9 +278,27 @@ impl Session {
             .response_bytes
             .fetch_add(bytes.len() as u64, Relaxed);
         let m = self.framer.message(bytes);
-        let verdict = check(&self.s, &m);
+        let (seq, n) = self.current;
+        let mut verdict = check(&self.s, &m, seq, n);
+        let close = m.close;
+        // Bytes after a whole response before the next request went: the server answered
+        // more than was asked (a second response?): this request's answer is in doubt, and
+        // the connection goes, so the next request is not blamed for them.
+        let extra = conn.leftover();
+        if extra > 0 && verdict.is_none() {
+            let text = "the server sent more than one response: bytes after the response";
+            verdict = Some(Failure {
+                phase: Phase::Response,
+                kind: ErrorKind::Protocol,
+                code: 0,
+                detail: None,
+                text: text.into(),
+                sample: format!("{text} ({extra} bytes)"),
+                fatal: false,
+            });
+        }
         Ok(Exchanged {
-            close: m.close,
+            close: close || extra > 0,
             verdict,
         })
     }
@@ -284,13 +369,18 @@ enum Attempt {
 
 /// `--expect-status` and `--expect`: None when the response passes, else its rejection
 /// with the response's first line.
-fn check(s: &Settings, m: &crate::proto::rr::Message<'_>) -> Option<Failure> {
+fn check(s: &Settings, m: &crate::proto::rr::Message<'_>, seq: u64, n: u64) -> Option<Failure> {
     let bad_status = match (m.status, s.expect_status) {
         (Some(st), Some(want)) => st != want,
         (Some(st), None) => st >= 400,
         (None, _) => false,
     };
-    if !bad_status && s.expect.as_ref().is_none_or(|re| re.is_match(&m.body())) {
+    let mismatch = if bad_status {
+        None
+    } else {
+        s.expect.as_ref().and_then(|e| e.check(&m.body(), seq, n))
+    };
+    if !bad_status && mismatch.is_none() {
         return None;
     }
     // Only a rejection pays for its text.
@@ -301,10 +391,16 @@ fn check(s: &Settings, m: &crate::proto::rr::Message<'_>) -> Option<Failure> {
         500..=599 => ErrorKind::Permanent,
         _ => ErrorKind::Protocol,
     };
-    let text = if bad_status {
-        crate::proto::normalize(&first)
-    } else {
-        format!("no match for --expect: {}", crate::proto::normalize(&first))
+    let text = match mismatch {
+        None => crate::proto::normalize(&first),
+        Some(ref why) if why.starts_with("no match") => {
+            format!("no match for --expect: {}", crate::proto::normalize(&first))
+        }
+        Some(ref why) => crate::proto::class_of(why),
+    };
+    let first = match mismatch {
+        Some(why) if !why.starts_with("no match") => format!("{why}; the response: {first}"),
+        _ => first,
     };
     Some(Failure {
         phase: Phase::Response,
