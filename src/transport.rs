@@ -100,7 +100,7 @@ pub fn tls_words(e: &rustls::Error) -> String {
                 "the server's certificate is not valid yet (check the clocks)"
             }
             C::NotValidForName | C::NotValidForNameContext { .. } => {
-                "the server's certificate is not valid for the name connected to"
+                "the server's certificate is not valid for the name connected to (give the name it carries with --server-name NAME)"
             }
             C::Revoked => "the server's certificate is revoked",
             C::BadSignature | C::BadEncoding => {
@@ -110,6 +110,9 @@ pub fn tls_words(e: &rustls::Error) -> String {
         },
         rustls::Error::AlertReceived(a) if client_certificate_refused(e) => {
             return format!("the server refused the client certificate ({a:?} alert): give one with --cert and --key, or check that its CA is the one the server trusts");
+        }
+        rustls::Error::AlertReceived(a @ rustls::AlertDescription::HandshakeFailure) => {
+            return format!("the server ended the handshake with the alert {a:?}: under TLS 1.2 a server that requires a client certificate and got none says this (give one with --cert and --key); otherwise no cipher or version is common");
         }
         rustls::Error::AlertReceived(a) => {
             return format!("the server ended the handshake with the alert {a:?}");

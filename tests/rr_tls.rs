@@ -201,3 +201,53 @@ async fn identities_in_turn_and_resumption() {
     assert_eq!(s["extra"]["rr"]["resumed_handshakes"], 0);
     server.shutdown().await;
 }
+
+/// A server whose certificate names `svc.test` (signed by the test's CA), reached at
+/// 127.0.0.1: the name check fails with a hint to --server-name, and --server-name
+/// svc.test verifies it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_name_verifies_a_name_other_than_the_address() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = pki();
+    let ca = tmp.path().join("ca.pem");
+    std::fs::write(&ca, &pki.ca_pem).unwrap();
+    pki.client(tmp.path(), "svc", "crt");
+    let (crt, key) = (tmp.path().join("svc.crt"), tmp.path().join("svc.key"));
+    let mut c = Config::loopback();
+    c.listen = Addrs {
+        rrs: Some("127.0.0.1:0".parse().unwrap()),
+        ..Addrs::default()
+    };
+    c.rr.frame = Frame::Line;
+    c.identity = Some(std::sync::Arc::new(
+        spate::tls::ServerIdentity::from_pem_files(crt.to_str().unwrap(), key.to_str().unwrap())
+            .unwrap(),
+    ));
+    let server = serve::start(c).await.unwrap();
+    let addr = server.addrs.rrs.unwrap().to_string();
+    let base = [
+        "--tls",
+        "--ca",
+        ca.to_str().unwrap(),
+        "--template",
+        "x",
+        "-n",
+        "3",
+    ];
+    let mut args = vec![addr.as_str()];
+    args.extend(base);
+    let (code, s, _) = rr(&args, &tmp.path().join("by-address")).await;
+    assert_eq!(code, Some(1));
+    let e = &s["errors"][0];
+    assert_eq!(e["kind"], "tls", "{}", s["errors"]);
+    assert!(
+        e["sample"].as_str().unwrap().contains("--server-name"),
+        "{}",
+        s["errors"]
+    );
+    args.extend(["--server-name", "svc.test"]);
+    let (code, s, out) = rr(&args, &tmp.path().join("by-name")).await;
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(s["totals"]["accepted"], 3);
+    server.shutdown().await;
+}

@@ -323,6 +323,7 @@ fn transport(a: &Args) -> TransportArgs {
         key: None,
         bind: Vec::new(),
         timeout: a.timeout.clone(),
+        server_name: None,
     }
 }
 

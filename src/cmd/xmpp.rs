@@ -557,9 +557,12 @@ pub async fn load(args: Args, command: Vec<String>, progress: bool) -> anyhow::R
     let mut endpoint =
         args.transport
             .endpoint(strip_scheme(&args.target), plan.address.port(), false)?;
-    // RFC 6120 §13.7.2: the certificate names the XMPP domain, not the host connected to.
-    endpoint.server_name =
-        crate::tls::server_name(&plan.domain).map_err(|e| UsageError(e.to_string()))?;
+    // RFC 6120 §13.7.2: the certificate names the XMPP domain, not the host connected to
+    // (unless --server-name says otherwise).
+    if args.transport.server_name.is_none() {
+        endpoint.server_name =
+            crate::tls::server_name(&plan.domain).map_err(|e| UsageError(e.to_string()))?;
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let title = format!("spate — XMPP load on {}", args.target);
     let mut obs = observers(

@@ -47,6 +47,10 @@ pub struct TransportArgs {
     /// completed) is reported as that, not as a plain timeout.
     #[arg(long, default_value = "30s", help_heading = "Transport")]
     pub timeout: String,
+    /// The name to send (SNI) and to verify the server's certificate against, when it is
+    /// not the host connected to (an address, or a name the certificate does not carry).
+    #[arg(long, value_name = "NAME", help_heading = "Transport")]
+    pub server_name: Option<String>,
 }
 
 impl TransportArgs {
@@ -97,7 +101,8 @@ impl TransportArgs {
         };
         Ok(Endpoint {
             addr,
-            server_name: crate::tls::server_name(&host).map_err(|e| UsageError(e.to_string()))?,
+            server_name: crate::tls::server_name(self.server_name.as_deref().unwrap_or(&host))
+                .map_err(|e| UsageError(format!("--server-name: {e}")))?,
             tls,
             tls_config,
             timeout: self.timeout()?,

@@ -367,6 +367,25 @@ enum Attempt {
     Failed(Failure),
 }
 
+/// The gist of an error response's body: an HTML page's <title> or <h1>, else its first
+/// non-empty line; at most 160 characters, control characters escaped.
+fn what_it_said(body: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(&body[..body.len().min(4096)]);
+    let tag = |t: &str| {
+        let open = format!("<{t}>");
+        let start = text.find(&open)? + open.len();
+        let end = text[start..].find('<')? + start;
+        Some(text[start..end].trim().to_string())
+    };
+    let said = tag("title").or_else(|| tag("h1")).or_else(|| {
+        text.lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .map(String::from)
+    })?;
+    (!said.is_empty()).then(|| crate::proto::escaped(&said.chars().take(160).collect::<String>()))
+}
+
 /// `--expect-status` and `--expect`: None when the response passes, else its rejection
 /// with the response's first line.
 fn check(s: &Settings, m: &crate::proto::rr::Message<'_>, seq: u64, n: u64) -> Option<Failure> {
@@ -400,6 +419,12 @@ fn check(s: &Settings, m: &crate::proto::rr::Message<'_>, seq: u64, n: u64) -> O
     };
     let first = match mismatch {
         Some(why) if !why.starts_with("no match") => format!("{why}; the response: {first}"),
+        // What the server said about a refusal (nginx names a client certificate
+        // problem in its page's title).
+        _ if bad_status => match what_it_said(&m.body()) {
+            Some(said) => format!("{first} — {said}"),
+            None => first,
+        },
         _ => first,
     };
     Some(Failure {
@@ -440,5 +465,36 @@ impl Driver for Session {
 
     async fn finish(&mut self, _report: &mut UnitReport) {
         self.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_shows_what_the_server_said() {
+        let nginx = b"<html>\r\n<head><title>400 No required SSL certificate was sent</title></head>\r\n<body>\r\n<center><h1>400 Bad Request</h1></center>\r\n</body>\r\n</html>\r\n";
+        assert_eq!(
+            what_it_said(nginx).as_deref(),
+            Some("400 No required SSL certificate was sent")
+        );
+        assert_eq!(
+            what_it_said(b"\n\n  Deny: expired\nmore").as_deref(),
+            Some("Deny: expired")
+        );
+        assert_eq!(what_it_said(b""), None);
+    }
+
+    #[test]
+    fn expect_placeholders_name_the_request() {
+        let e = Expect::new("^A {seq} v={variant}$").unwrap();
+        assert_eq!(e.check(b"A 7 v=3", 7, 3), None);
+        let why = e.check(b"A 6 v=3", 7, 3).unwrap();
+        assert!(why.starts_with("the answer to another request"), "{why}");
+        assert!(e.check(b"B 7 v=3", 7, 3).unwrap().starts_with("no match"));
+        // Without placeholders, a plain match.
+        let plain = Expect::new("^OK").unwrap();
+        assert_eq!(plain.check(b"OK 1", 0, 0), None);
     }
 }
