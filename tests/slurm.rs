@@ -418,3 +418,61 @@ fn the_kubernetes_examples_pass_the_check_and_a_broken_copy_fails() {
         assert!(o.stdout.contains(finding), "{name}: {o:?}");
     }
 }
+
+/// The sh block of examples/slurm/README.md that starts with `marker`, as written.
+fn readme_block(marker: &str) -> String {
+    let text = std::fs::read_to_string(Path::new(ROOT).join("examples/slurm/README.md")).unwrap();
+    let at = text
+        .find(marker)
+        .unwrap_or_else(|| panic!("no block with {marker}"));
+    let start = text[..at].rfind("```sh\n").expect("an sh block") + "```sh\n".len();
+    let end = text[start..].find("```").expect("a closed block") + start;
+    text[start..end].to_string()
+}
+
+/// "Trying it on one machine" of examples/slurm/README.md, run as written (its SL, RUN
+/// and PORT given: a directory of the test's and a free port): a private cluster, the
+/// embedded server, the array and its merge, the report, everything stopped again. The
+/// merged run holds every message the server received.
+#[test]
+fn the_one_machine_example_runs_as_written() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        common::cannot_run("a private Slurm cluster needs root (scripts/slurm up)");
+        return;
+    }
+    if !["sbatch", "srun", "scontrol"].iter().all(|t| have(t)) {
+        return;
+    }
+    let block = readme_block("SL=${SL:-/tmp/sl}");
+    let tmp = tempfile::tempdir().unwrap();
+    let (sl, run) = (tmp.path().join("sl"), tmp.path().join("run1"));
+    // Whatever happens, the cluster and the server stop (the block does it too when it
+    // gets to its end; `timeout` ends a block that hangs with TERM, which runs the trap).
+    let script = format!(
+        "set -euo pipefail\ntrap 'kill ${{SERVE:-}} 2>/dev/null || true; scripts/slurm down --dir \"$SL\" >/dev/null 2>&1 || true' EXIT\n{block}"
+    );
+    let bin = Path::new(common::SPATE).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let env = vec![
+        ("SL".to_string(), sl.display().to_string()),
+        ("RUN".to_string(), run.display().to_string()),
+        ("PORT".to_string(), common::free_port().to_string()),
+        ("PATH".to_string(), path),
+    ];
+    let o = run_blocking(
+        "timeout",
+        &["--signal=TERM", "170", "bash", "-c", &script],
+        &env,
+        Duration::from_secs(200),
+    );
+    assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("accepted 400"), "{}", o.stdout);
+    let s = common::summary(&run.join("merged"));
+    assert_eq!(s["totals"]["accepted"], 400);
+    assert!(!sl.exists(), "the cluster was brought down");
+}
