@@ -1132,3 +1132,45 @@ async fn error_bounces_are_refusals_with_their_condition_not_missing() {
     assert_eq!(running.stats.xmpp().bounces, 6);
     running.shutdown().await;
 }
+
+/// RFC 6121 §4.2.2: a session that becomes available is sent the current presence of its
+/// contacts who are online (alice's status reaches bob, who logs in after her), and an
+/// unavailable contact's is not sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_that_becomes_available_learns_which_contacts_are_online() {
+    let users = "alice@example.test pa\nbob@example.test pb\ncarol@example.test pc\n";
+    let running = start(Some(users), &[DOMAIN]).await;
+    let addr = running.addrs.xmpp.unwrap();
+    tokio::task::spawn_blocking(move || {
+        let mut alice = Client::bound(addr, "alice", "pa", "phone");
+        alice.send("<presence><status>busy</status></presence>");
+        let me = alice.jid.clone();
+        alice.wait_for(|e| e.local_name() == "presence" && e.attr("from") == Some(me.as_str()));
+        // carol is bound but never available: nothing of hers is sent.
+        let _carol = Client::bound(addr, "carol", "pc", "desk");
+        let mut bob = Client::bound(addr, "bob", "pb", "laptop");
+        bob.send("<presence/>");
+        let from_alice = bob.wait_for(|e| {
+            e.local_name() == "presence" && e.attr("from") == Some("alice@example.test/phone")
+        });
+        assert_eq!(
+            from_alice.child("status").unwrap().text,
+            "busy",
+            "{from_alice:?}"
+        );
+        // bob's own echo comes too, and nothing from carol before it ends.
+        let bob_jid = bob.jid.clone();
+        let mut seen = Vec::new();
+        loop {
+            let e = bob.element();
+            if e.attr("from") == Some(bob_jid.as_str()) {
+                break;
+            }
+            seen.push(e.attr("from").unwrap_or("").to_string());
+        }
+        assert!(seen.iter().all(|f| !f.starts_with("carol@")), "{seen:?}");
+    })
+    .await
+    .unwrap();
+    running.shutdown().await;
+}

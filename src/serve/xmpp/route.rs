@@ -34,6 +34,9 @@ struct Entry {
     /// Sent available presence (and not unavailable since).
     available: bool,
     priority: i8,
+    /// Its last available presence, for a contact that becomes available later (RFC
+    /// 6121 §4.2.2: the server answers a session's initial presence with its contacts').
+    last: Option<Arc<Prepared>>,
 }
 
 /// Where a session lives in the registry.
@@ -114,6 +117,35 @@ impl Entry {
 impl Inner {
     /// A copy to every available session of `domain`, each addressed to its full JID.
     /// `audience`: the local parts reached (see [`super::Hub::audience`]); `None`: all.
+    /// The last presence of every available contact of `b` (its audience, which is
+    /// symmetric: a shared roster), to `b`'s session, which has just become available.
+    fn probe(&self, b: &Binding, audience: Option<&HashSet<String>>, victims: &mut Victims) -> u64 {
+        let Some(accounts) = self.domains.get(&b.domain) else {
+            return 0;
+        };
+        let Some(me) = accounts
+            .get(&b.local)
+            .and_then(|s| s.iter().find(|e| e.id == b.id))
+        else {
+            return 0;
+        };
+        let mut n = 0;
+        for (local, sessions) in accounts {
+            if audience.is_some_and(|a| !a.contains(local)) {
+                continue;
+            }
+            for e in sessions.iter().filter(|e| e.available && e.id != b.id) {
+                let Some(last) = &e.last else { continue };
+                let out = Outbound {
+                    stanza: last.clone(),
+                    to: me.to.clone(),
+                };
+                n += u64::from(me.push((&b.domain, &b.local), out, victims));
+            }
+        }
+        n
+    }
+
     fn broadcast(
         &self,
         domain: &str,
@@ -237,6 +269,7 @@ impl Routes {
             queued: queued.clone(),
             kick: kick.clone(),
             available: false,
+            last: None,
             priority: 0,
         });
         if let Some(old) = old {
@@ -285,16 +318,18 @@ impl Routes {
         let Some(me) = me else {
             return 0; // removed already: its end is on the way
         };
+        let initial = available && !me.available;
         me.available = available;
         me.priority = priority;
+        let stanza = Arc::new(stanza);
+        me.last = available.then(|| stanza.clone());
         let mut victims = Victims::default();
         let audience = sh.xmpp.audience(&b.local, &b.domain);
-        let n = inner.broadcast(
-            &b.domain,
-            &Arc::new(stanza),
-            audience.as_ref(),
-            &mut victims,
-        );
+        let n = inner.broadcast(&b.domain, &stanza, audience.as_ref(), &mut victims);
+        if initial {
+            // Not counted as routed: the contacts' presences went out when they sent them.
+            inner.probe(b, audience.as_ref(), &mut victims);
+        }
         inner.evict(sh, victims);
         n
     }

@@ -122,6 +122,10 @@ impl Ledger {
                 *got += 1;
                 (*got >= *want, *k as usize)
             }
+            // A presence is state, not a message: a server sends a contact's current one
+            // again to a session that becomes available (RFC 6121 §4.2.2), so a copy of
+            // one already delivered is no duplicate.
+            None if seq < next && kind == Traffic::Presence => return Arrival::Unknown,
             None if seq < next => {
                 l.duplicates[kind as usize] += 1;
                 return Arrival::Duplicate;
