@@ -123,7 +123,8 @@ pub fn tls_words(e: &rustls::Error) -> String {
 }
 
 /// Whether the server refused the client's certificate (or its absence): an alert that
-/// names the certificate, or access denied.
+/// names the certificate, access denied, or a decrypt error (the server could not verify
+/// what the client signed with its key: a certificate of another CA with the same name).
 pub fn client_certificate_refused(e: &rustls::Error) -> bool {
     use rustls::AlertDescription as A;
     matches!(
@@ -137,6 +138,7 @@ pub fn client_certificate_refused(e: &rustls::Error) -> bool {
                 | A::CertificateUnknown
                 | A::UnknownCA
                 | A::AccessDenied
+                | A::DecryptError
         )
     )
 }

@@ -141,10 +141,8 @@ async fn client_certificate_given_and_not_given() {
         "the alert is named, not a bare reset: {errors:?}"
     );
     // TLS 1.3: the client's handshake is done before the server judges its certificate;
-    // the verdict arrives with the first read.
-    assert!(errors
-        .iter()
-        .all(|e| e["phase"] == "tls" || e["phase"] == "first_byte"));
+    // the verdict arrives with the first read, and is the handshake's failure.
+    assert!(errors.iter().all(|e| e["phase"] == "tls"), "{errors:?}");
     server.shutdown().await;
 }
 
@@ -249,5 +247,49 @@ async fn server_name_verifies_a_name_other_than_the_address() {
     let (code, s, out) = rr(&args, &tmp.path().join("by-name")).await;
     assert_eq!(code, Some(0), "{out}");
     assert_eq!(s["totals"]["accepted"], 3);
+    server.shutdown().await;
+}
+
+/// --identities with one the server does not trust: its connections fail as refused
+/// client certificates in the handshake, and the refused identity is named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_identity_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = pki();
+    let rogue = self::pki();
+    let ca = tmp.path().join("ca.pem");
+    std::fs::write(&ca, &pki.ca_pem).unwrap();
+    let ids = tmp.path().join("ids");
+    std::fs::create_dir(&ids).unwrap();
+    pki.client(&ids, "alice", "crt");
+    rogue.client(&ids, "mallory", "crt");
+    let (server, addr, server_ca) = server(&ca, tmp.path()).await;
+    let (code, s, out) = rr(
+        &[
+            &addr,
+            "--tls",
+            "--ca",
+            &server_ca,
+            "--identities",
+            ids.to_str().unwrap(),
+            "--per-request",
+            "--template",
+            "CHECK {identity}",
+            "-n",
+            "4",
+        ],
+        &tmp.path().join("run"),
+    )
+    .await;
+    assert_eq!(code, Some(1), "{out}");
+    assert_eq!(s["totals"]["accepted"], 2, "{out}");
+    assert_eq!(s["totals"]["failed"], 2, "{out}");
+    let errors = s["errors"].as_array().unwrap();
+    assert!(
+        errors.iter().all(|e| e["kind"] == "tls-client-cert"
+            && e["phase"] == "tls"
+            && e["sample"].as_str().unwrap().contains("(identity mallory)")),
+        "{errors:?}"
+    );
     server.shutdown().await;
 }

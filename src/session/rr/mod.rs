@@ -189,10 +189,16 @@ impl Session {
             let i = self.s.stats.next_identity.fetch_add(1, Relaxed) as usize;
             self.identity = i % self.s.identities.len();
             let config = self.s.identities[self.identity].config.clone();
+            let name = &self.s.identities[self.identity].name;
             self.s
                 .endpoint
                 .handshake_as(&mut conn, Some(config), report)
-                .await?;
+                .await
+                .map_err(|mut f| {
+                    // Which identity the server refused.
+                    f.sample = format!("{} (identity {name})", f.sample);
+                    f
+                })?;
             self.s.stats.handshakes.fetch_add(1, Relaxed);
             if conn.tls_resumed() == Some(true) {
                 self.s.stats.resumed.fetch_add(1, Relaxed);
@@ -261,6 +267,17 @@ impl Session {
             }
             Err(TransportError::Closed) if first.is_none() => {
                 return Err(Attempt::Stale(Phase::FirstByte, TransportError::Closed))
+            }
+            // TLS 1.3: the server checks the client's certificate after the handshake
+            // completed on the client's side, and its refusal comes with the first read:
+            // a failed handshake, not a failed response.
+            Err(TransportError::Tls(ref t)) if crate::transport::client_certificate_refused(t) => {
+                let mut f = Failure::transport(Phase::Tls, read.unwrap_err());
+                if let Some(i) = self.s.identities.get(self.identity) {
+                    f.sample = format!("{} (identity {})", f.sample, i.name);
+                    self.s.stats.handshakes.fetch_sub(1, Relaxed);
+                }
+                return Err(Attempt::Failed(f));
             }
             Err(e) => {
                 let phase = if first.is_some() {
