@@ -243,3 +243,32 @@ async fn a_server_that_keeps_sending_other_stanzas_cannot_hold_a_login_open() {
         "{errors:?}"
     );
 }
+
+/// The memory slope of a run is taken after every session's login: logins paced at 1/s
+/// for 8 sessions take 7 s, and the slope starts after them (it started at half of a
+/// short run before, inside the logins, and warned of a leak that was the logins').
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_memory_slope_starts_after_the_logins() {
+    let server = embedded().await;
+    let addr = server.addrs.xmpp.unwrap().to_string();
+    let extra = [
+        "--user-pattern",
+        "u{0..9}@example.test",
+        "--login-rate",
+        "1/s",
+        "--think",
+        "50ms",
+        "--monitor",
+    ];
+    let (o, s) = run(&addr, "8", "pw", &extra).await;
+    assert!(o.ended(), "{o:?}");
+    let after = s["extra"]["monitor"]["memory_slope_after_s"]
+        .as_f64()
+        .unwrap();
+    assert!(
+        after >= 7.0,
+        "slope from {after} s: {}",
+        s["extra"]["monitor"]
+    );
+    server.shutdown().await;
+}

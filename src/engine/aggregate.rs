@@ -144,6 +144,7 @@ impl Aggregator {
         t: f64,
         interrupted: bool,
         planned: (Option<f64>, Option<u64>),
+        setup_done_s: Option<f64>,
         observers: &mut [Box<dyn Observer>],
     ) -> anyhow::Result<()> {
         let mut iv = self.spare();
@@ -159,6 +160,7 @@ impl Aggregator {
             active,
             planned_s: planned.0,
             planned_count: planned.1,
+            setup_done_s,
         };
         for o in observers.iter_mut() {
             if let Err(e) = o.interval(&snap) {
@@ -287,7 +289,7 @@ mod tests {
                 s.counters.attempted += 1;
                 s.record(Phase::Body, 100);
             });
-            agg.interval(&rec, i as f64, false, (None, None), &mut [])
+            agg.interval(&rec, i as f64, false, (None, None), None, &mut [])
                 .unwrap();
             if i == 1 {
                 // The writer has the first interval and is stuck on it.

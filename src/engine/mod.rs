@@ -342,7 +342,18 @@ async fn follow(
         }
         let t = r.clock.origin().elapsed().as_secs_f64();
         let planned = (r.workload.duration_s, r.workload.count);
-        agg.interval(&r.recorder, t, st.interrupted, planned, &mut r.observers)?;
+        let setup_done_s = shared
+            .setup_done
+            .at()
+            .map(|at| at.saturating_duration_since(r.clock.origin()).as_secs_f64());
+        agg.interval(
+            &r.recorder,
+            t,
+            st.interrupted,
+            planned,
+            setup_done_s,
+            &mut r.observers,
+        )?;
         if workers.is_empty() {
             return Ok(st);
         }

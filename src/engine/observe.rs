@@ -19,6 +19,9 @@ pub struct Snapshot<'a> {
     pub active: i64,
     pub planned_s: Option<f64>,
     pub planned_count: Option<u64>,
+    /// Seconds into the run when every session had finished its setup (logins), None
+    /// while some still have not: what is measured before is the setup's, not the load's.
+    pub setup_done_s: Option<f64>,
 }
 
 /// Something that follows a run interval by interval: the progress line, the live

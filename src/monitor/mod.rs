@@ -86,6 +86,8 @@ pub struct Monitor {
     cost: Duration,
     leak_warn_mb_h: f64,
     planned_s: Option<f64>,
+    /// When every session's setup had ended (seconds into the run).
+    setup_done_s: Option<f64>,
     /// The CPU figure a sweep reports: the monitored processes, or the host.
     cpu_basis: String,
     /// Seconds of one-second rows in monitor.csv; then a row per minute.
@@ -188,6 +190,7 @@ impl Monitor {
             cost: Duration::ZERO,
             leak_warn_mb_h,
             planned_s: None,
+            setup_done_s: None,
             cpu_basis,
             detail_s: f64::INFINITY,
             window: None,
@@ -212,11 +215,13 @@ impl Monitor {
     }
 
     /// Seconds after which the run counts as warmed up: a tenth of it, 5 s to 60 s, but
-    /// at most half of a short run.
+    /// at most half of a short run; and never before every session's setup (logins) has
+    /// ended, whose memory growth is no trend of the load's.
     fn warm_s(&self, end: f64) -> f64 {
-        (self.planned_s.unwrap_or(end) * 0.1)
+        let warm = (self.planned_s.unwrap_or(end) * 0.1)
             .clamp(5.0, 60.0)
-            .min(end / 2.0)
+            .min(end / 2.0);
+        warm.max(self.setup_done_s.unwrap_or(0.0).min(end))
     }
 
     /// The `monitor` section of summary.json, and warnings.
@@ -397,6 +402,7 @@ impl Observer for Monitor {
     fn interval(&mut self, snap: &Snapshot<'_>) -> anyhow::Result<()> {
         let t0 = thread_cpu();
         self.planned_s = snap.planned_s;
+        self.setup_done_s = snap.setup_done_s;
         let dt = snap.t_s - self.last_t;
         // The last interval of a run can be a few milliseconds long: rates over it are
         // noise, so it is left out, unless it is all there is (a run under a second).

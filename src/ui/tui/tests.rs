@@ -102,6 +102,7 @@ fn model(protocol: &str, planned: (Option<f64>, Option<u64>)) -> Model {
             active,
             planned_s: planned.0,
             planned_count: planned.1,
+            setup_done_s: Some(0.0),
         }
     }
     for i in 0..240u64 {
@@ -322,6 +323,7 @@ fn chat_runs_show_stanzas_reconnections_and_sasl_failures() {
             active: 50,
             planned_s: Some(60.0),
             planned_count: None,
+            setup_done_s: Some(0.0),
         },
         10.0,
     );
