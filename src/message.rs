@@ -447,10 +447,14 @@ impl Built {
     }
 }
 
-/// The seed of unit `seq`'s random choices in a run seeded with `seed` (SplitMix64 of
-/// the two: neighbouring units get unrelated streams).
+/// The seed of unit `seq`'s random choices in a run seeded with `seed`: neighbouring
+/// units get unrelated streams.
 pub fn unit_seed(seed: u64, seq: u64) -> u64 {
-    let mut z = seed ^ seq.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    splitmix64(seed ^ seq.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
+/// SplitMix64's finalizer: a well-mixed 64-bit hash of `z`.
+pub fn splitmix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)

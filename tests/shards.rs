@@ -206,6 +206,24 @@ async fn bad_shards_and_merges_are_named_and_nothing_is_written() {
     let text = std::fs::read_to_string(&hlog).unwrap();
     std::fs::write(&hlog, &text[..text.len() - 20]).unwrap();
     refused(&merge(vec![&run_a[0], &run_a[1]]).await, "transaction.hlog");
+    std::fs::write(&hlog, &text).unwrap();
+    // A shard without one of its histogram logs: found while the merge is being built,
+    // and its build directory goes with it.
+    let connect = run_a[1].join("connect.hlog");
+    let kept = std::fs::read(&connect).unwrap();
+    std::fs::remove_file(&connect).unwrap();
+    refused(
+        &merge(vec![&run_a[0], &run_a[1]]).await,
+        "connect.hlog: 0 values",
+    );
+    std::fs::write(&connect, kept).unwrap();
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains(".building-"))
+        .map(|e| e.path())
+        .collect();
+    assert!(left.is_empty(), "build directories left behind: {left:?}");
     // A shard that never finished.
     let s = run_b[0].join("summary.json");
     let text = std::fs::read_to_string(&s).unwrap();
@@ -255,7 +273,11 @@ fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     let mut todo = vec![dir.to_path_buf()];
     while let Some(d) = todo.pop() {
         for e in std::fs::read_dir(&d).unwrap().flatten() {
-            if e.file_type().unwrap().is_dir() {
+            let kind = e.file_type().unwrap();
+            if kind.is_symlink() {
+                let to = std::fs::read_link(e.path()).unwrap();
+                out.push((e.path(), to.into_os_string().into_encoded_bytes()));
+            } else if kind.is_dir() {
                 todo.push(e.path());
             } else {
                 out.push((e.path(), std::fs::read(e.path()).unwrap()));
@@ -281,6 +303,9 @@ async fn merge_never_deletes_what_it_did_not_write() {
     std::fs::write(foreign.join("notes.txt"), "mine\n").unwrap();
     let file = tmp.path().join("a-file");
     std::fs::write(&file, "a file\n").unwrap();
+    // Another name for a shard.
+    let link = tmp.path().join("link");
+    std::os::unix::fs::symlink(&dirs[0], &link).unwrap();
     let before = snapshot(tmp.path());
 
     let merge = |out: &Path, overwrite: bool| {
@@ -297,6 +322,7 @@ async fn merge_never_deletes_what_it_did_not_write() {
         (&root, "it contains"),
         (&inside, "it lies inside"),
         (&dirs[1], "one of the inputs"),
+        (&link, "one of the inputs"),
         (&foreign, "neither empty nor a results directory"),
         (&file, "is not a directory"),
     ] {
@@ -330,5 +356,13 @@ async fn merge_never_deletes_what_it_did_not_write() {
     let o = merge(&merged, true).await;
     assert_eq!(o.code, Some(2), "{o:?}");
     assert!(o.stderr.contains("holds notes.txt"), "{o:?}");
+    assert_eq!(snapshot(tmp.path()), kept, "nothing deleted or left behind");
+    // A user's file with a results file's ending is no results file either.
+    std::fs::remove_file(merged.join("notes.txt")).unwrap();
+    std::fs::write(merged.join("notes.csv"), "mine\n").unwrap();
+    let kept = snapshot(tmp.path());
+    let o = merge(&merged, true).await;
+    assert_eq!(o.code, Some(2), "{o:?}");
+    assert!(o.stderr.contains("holds notes.csv"), "{o:?}");
     assert_eq!(snapshot(tmp.path()), kept, "nothing deleted or left behind");
 }

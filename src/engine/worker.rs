@@ -184,20 +184,21 @@ impl Scheduler {
             return;
         }
         let now = shared.clock.now_us();
+        let key = crate::metrics::ErrorKey {
+            phase: Phase::Lag,
+            kind: crate::metrics::ErrorKind::Unfinished,
+            code: 0,
+            detail: None,
+            text: "never started: waited for a free session (--max-in-flight) until the run ended"
+                .into(),
+        };
         shared.recorder.with(0, |sh| {
             for &(_, at) in &left {
                 let waited = now.saturating_sub(at);
                 sh.counters.attempted += 1;
                 sh.counters.unfinished += 1;
                 sh.record(Phase::Lag, waited);
-                let key = crate::metrics::ErrorKey {
-                    phase: Phase::Lag,
-                    kind: crate::metrics::ErrorKind::Unfinished,
-                    code: 0,
-                    detail: None,
-                    text: "never started: waited for a free session (--max-in-flight) until the run ended".into(),
-                };
-                sh.error(key, || {
+                sh.error(key.clone(), || {
                     format!(
                         "due {} before the end, still waiting for a session",
                         crate::units::fmt_duration(Duration::from_micros(waited))

@@ -699,7 +699,8 @@ pub fn merge(
     let summary = match write_merged(&inputs, tl, &tmp, partial) {
         Ok(s) => s,
         Err(e) => {
-            let _ = std::fs::remove_dir_all(&tmp); // ours: made empty by build_dir
+            // Ours alone: build_dir made it new (create_dir, never an existing one).
+            let _ = std::fs::remove_dir_all(&tmp);
             return Err(e);
         }
     };

@@ -8,11 +8,32 @@ use std::path::{Component, Path, PathBuf};
 
 use crate::UsageError;
 
-/// The file names a results directory holds: what `spate merge` may remove when it
-/// replaces an earlier merge with `--overwrite`.
+/// The files spate writes into a run's results directory (the run, its report, a later
+/// `spate verify` of it): what `spate merge` may remove when it replaces an earlier
+/// merge with `--overwrite`. By exact name, so a user's `notes.csv` there is never one.
 fn is_results_file(name: &str) -> bool {
-    const ENDINGS: [&str; 7] = [".json", ".jsonl", ".csv", ".hlog", ".log", ".html", ".tsv"];
-    !name.starts_with('.') && ENDINGS.iter().any(|e| name.ends_with(e))
+    const NAMES: [&str; 12] = [
+        "plan.json",
+        "summary.json",
+        "intervals.csv",
+        "postal.csv",
+        "errors.jsonl",
+        "sent.log",
+        "report.html",
+        "monitor.csv",
+        "metrics.json",
+        "verify.json",
+        "deliveries.csv",
+        "missing.tsv",
+    ];
+    let hlog = name.strip_suffix(".hlog").is_some_and(|stem| {
+        matches!(stem, "classes" | "delivery") || crate::metrics::Phase::from_name(stem).is_some()
+    });
+    let monitor = name
+        .strip_prefix("monitor.shard")
+        .and_then(|r| r.strip_suffix(".csv"))
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    NAMES.contains(&name) || hlog || monitor
 }
 
 /// `p` made absolute and free of `.`/`..` and symlinks as far as it exists (the rest
@@ -227,12 +248,23 @@ mod tests {
             "plan.json",
             "errors.jsonl",
             "transaction.hlog",
+            "classes.hlog",
             "sent.log",
             "report.html",
+            "monitor.shard3.csv",
         ] {
             assert!(is_results_file(ok), "{ok}");
         }
-        for no in ["README", "notes.txt", ".hidden.json", "data.db"] {
+        for no in [
+            "README",
+            "notes.txt",
+            ".hidden.json",
+            "data.db",
+            "notes.csv",
+            "mine.json",
+            "backup.hlog",
+            "monitor.shardX.csv",
+        ] {
             assert!(!is_results_file(no), "{no}");
         }
     }

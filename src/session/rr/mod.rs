@@ -86,12 +86,12 @@ impl Expect {
     }
 
     /// None when `body` matches for request (`seq`, `n`); else why not.
-    fn check(&self, body: &[u8], seq: u64, n: u64) -> Option<String> {
+    fn check(&self, body: &[u8], seq: u64, n: u64) -> Option<Miss> {
         if !self.seq && !self.n {
-            return (!self.re.is_match(body)).then(|| "no match for --expect".into());
+            return (!self.re.is_match(body)).then_some(Miss::NoMatch);
         }
         let Some(c) = self.re.captures(body) else {
-            return Some("no match for --expect".into());
+            return Some(Miss::NoMatch);
         };
         let num = |g: &str| {
             c.name(g)
@@ -103,15 +103,23 @@ impl Expect {
         ] {
             match num(group) {
                 Some(got) if on && got != want => {
-                    return Some(format!(
-                        "the answer to another request: --expect's {what} is {got}, this request's {want} (out of order, or left over from an earlier request)"
-                    ))
+                    return Some(Miss::OtherRequest(format!(
+                        "--expect's {what} is {got}, this request's {want} (out of order, or left over from an earlier request)"
+                    )))
                 }
                 _ => {}
             }
         }
         None
     }
+}
+
+/// Why a response did not pass `--expect`.
+#[derive(Debug, PartialEq, Eq)]
+enum Miss {
+    NoMatch,
+    /// It names another request (how, in words).
+    OtherRequest(String),
 }
 
 /// What the summary's `extra.rr` counts beyond the engine's counters.
@@ -411,14 +419,11 @@ fn check(s: &Settings, m: &crate::proto::rr::Message<'_>, seq: u64, n: u64) -> O
         (Some(st), None) => st >= 400,
         (None, _) => false,
     };
-    let mismatch = if bad_status {
-        None
-    } else {
-        s.expect.as_ref().and_then(|e| e.check(&m.body(), seq, n))
+    let miss = match (bad_status, &s.expect) {
+        (true, _) => None,
+        (false, Some(e)) => Some(e.check(&m.body(), seq, n)?),
+        (false, None) => return None,
     };
-    if !bad_status && mismatch.is_none() {
-        return None;
-    }
     // Only a rejection pays for its text.
     let first = String::from_utf8_lossy(&m.first_line[..m.first_line.len().min(200)]).into_owned();
     let status = m.status.unwrap_or(0);
@@ -427,22 +432,24 @@ fn check(s: &Settings, m: &crate::proto::rr::Message<'_>, seq: u64, n: u64) -> O
         500..=599 => ErrorKind::Permanent,
         _ => ErrorKind::Protocol,
     };
-    let text = match mismatch {
-        None => crate::proto::normalize(&first),
-        Some(ref why) if why.starts_with("no match") => {
-            format!("no match for --expect: {}", crate::proto::normalize(&first))
-        }
-        Some(ref why) => crate::proto::class_of(why),
-    };
-    let first = match mismatch {
-        Some(why) if !why.starts_with("no match") => format!("{why}; the response: {first}"),
+    let (text, sample) = match miss {
         // What the server said about a refusal (nginx names a client certificate
         // problem in its page's title).
-        _ if bad_status => match what_it_said(&m.body()) {
-            Some(said) => format!("{first} — {said}"),
-            None => first,
-        },
-        _ => first,
+        None => {
+            let sample = match what_it_said(&m.body()) {
+                Some(said) => format!("{first} — {said}"),
+                None => first.clone(),
+            };
+            (crate::proto::normalize(&first), sample)
+        }
+        Some(Miss::NoMatch) => (
+            format!("no match for --expect: {}", crate::proto::normalize(&first)),
+            first,
+        ),
+        Some(Miss::OtherRequest(how)) => (
+            "the answer to another request".to_string(),
+            format!("the answer to another request: {how}; the response: {first}"),
+        ),
     };
     Some(Failure {
         phase: Phase::Response,
@@ -450,7 +457,7 @@ fn check(s: &Settings, m: &crate::proto::rr::Message<'_>, seq: u64, n: u64) -> O
         code: status,
         detail: None,
         text,
-        sample: first,
+        sample,
         fatal: false,
     })
 }
@@ -507,9 +514,15 @@ mod tests {
     fn expect_placeholders_name_the_request() {
         let e = Expect::new("^A {seq} v={variant}$").unwrap();
         assert_eq!(e.check(b"A 7 v=3", 7, 3), None);
-        let why = e.check(b"A 6 v=3", 7, 3).unwrap();
-        assert!(why.starts_with("the answer to another request"), "{why}");
-        assert!(e.check(b"B 7 v=3", 7, 3).unwrap().starts_with("no match"));
+        assert!(matches!(
+            e.check(b"A 6 v=3", 7, 3),
+            Some(Miss::OtherRequest(_))
+        ));
+        assert!(matches!(
+            e.check(b"A 7 v=4", 7, 3),
+            Some(Miss::OtherRequest(_))
+        ));
+        assert_eq!(e.check(b"B 7 v=3", 7, 3), Some(Miss::NoMatch));
         // Without placeholders, a plain match.
         let plain = Expect::new("^OK").unwrap();
         assert_eq!(plain.check(b"OK 1", 0, 0), None);

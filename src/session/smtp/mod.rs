@@ -250,11 +250,7 @@ impl Session {
         if r.is_fixed() {
             return r.lo;
         }
-        let mut z = (self.id as u64) << 32 ^ self.connections_made;
-        // splitmix64 finalizer
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
+        let z = crate::message::splitmix64((self.id as u64) << 32 ^ self.connections_made);
         r.lo + (z % u64::from(r.hi - r.lo + 1)) as u32
     }
 

@@ -463,7 +463,7 @@ impl Session {
                 let out = &mut self.stanza;
                 // An id, so that an error bounce names the message even when the server
                 // does not return its payload (RFC 6120 §8.3.1 leaves that optional).
-                let _ = write!(out, "<message type='chat' id='{}' to='", raw_id(seq));
+                let _ = write!(out, "<message type='chat' id='{ID_PREFIX}{seq}' to='");
                 xmpp::escape(&s.accounts[to % s.accounts.len()].jid, out);
                 out.push_str("'>");
                 out.push_str(&s.body);
@@ -521,7 +521,7 @@ impl Session {
         let start = self.rng.random_range(0..n);
         let s = &*self.s;
         let out = &mut self.stanza;
-        let _ = write!(out, "<message id='{}' to='", raw_id(seq));
+        let _ = write!(out, "<message id='{ID_PREFIX}{seq}' to='");
         xmpp::escape(&s.multicast_service, out);
         out.push_str("'><addresses xmlns='http://jabber.org/protocol/address'>");
         let mut picked = 0;
@@ -547,9 +547,12 @@ impl Session {
     }
 }
 
+/// What the ids of the run's stanzas start with; the sequence number follows.
+const ID_PREFIX: &str = "spate-";
+
 /// The id of raw stanza `seq` (its `{id}`, and the key its IQ reply is matched by).
 fn raw_id(seq: u64) -> String {
-    format!("spate-{seq}")
+    format!("{ID_PREFIX}{seq}")
 }
 
 /// A message's `<body>` of `size` bytes, built once for the run.
@@ -1049,7 +1052,7 @@ impl Reader {
             .filter(|s| s.attr("from").and_then(|f| f.parse::<usize>().ok()) == Some(self.id));
         let seq = stamp
             .and_then(|s| s.attr("seq")?.parse::<u64>().ok())
-            .or_else(|| e.attr("id")?.strip_prefix("spate-")?.parse().ok());
+            .or_else(|| e.attr("id")?.strip_prefix(ID_PREFIX)?.parse().ok());
         let Some(seq) = seq else {
             // Not a bounce of this session's: only counted as a stanza.
             return self.tally(0);
