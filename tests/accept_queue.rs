@@ -10,9 +10,30 @@ use std::time::{Duration, Instant};
 use common::{run_blocking, summary, SPATE};
 use spate::serve;
 
+/// How many connections wait in a listener's accept queue (`TCP_INFO`: for a listener,
+/// `tcpi_unacked` is the queue's length).
+fn accept_queue_len(l: &std::net::TcpListener) -> u32 {
+    // SAFETY: `tcp_info` is a plain C struct; the kernel writes at most `len` bytes.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: a socket this test owns and a buffer of `len` bytes that outlives the call.
+    let rc = unsafe {
+        libc::getsockopt(
+            l.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(rc, 0, "TCP_INFO on the listener");
+    info.tcpi_unacked
+}
+
 /// Runs 20 sessions for 20 messages with a 1.5 s timeout against a listener with a
-/// backlog of 1 that accepts `accepts` connections after 500 ms (before the SYNs are sent
-/// again, at 1 s) and no more; returns the summary and the printed text.
+/// backlog of 1 (a queue of two) that, once its queue is full and the first SYNs have
+/// stopped, accepts `accepts` connections (before the dropped SYNs are sent again, 1 s
+/// after the first) and no more; returns the summary and the printed text.
 fn against_a_full_queue(accepts: usize) -> (serde_json::Value, String) {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     // SAFETY: listen(2) on a socket this test owns.
@@ -22,7 +43,15 @@ fn against_a_full_queue(accepts: usize) -> (serde_json::Value, String) {
     let out = dir.path().join("r");
     let started = Instant::now();
     let accepter = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(500));
+        // The queue fills with the run's first connections; then the SYNs stop coming
+        // (every other one is dropped). Waiting for that, rather than for a fixed time
+        // from here, keeps a slow start of the run (a busy machine) from letting the
+        // accept free a place that a first SYN then takes.
+        let full = Instant::now() + Duration::from_secs(20);
+        while accept_queue_len(&l) < 2 && Instant::now() < full {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(300));
         let held: Vec<_> = (0..accepts).map(|_| l.accept().unwrap()).collect();
         (l, held)
     });
