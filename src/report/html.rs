@@ -440,6 +440,16 @@ fn delivery(b: &mut String, run: &Run) {
                 card(b, &n.to_string(), k);
             }
         }
+        // Messages the server may have (no final reply): shown when there were any.
+        if let Some(n) = v
+            .get("indeterminate")
+            .and_then(|n| n.as_u64())
+            .filter(|&n| n > 0)
+        {
+            card(b, &n.to_string(), "indeterminate");
+            let found = v.get("recovered").and_then(|n| n.as_u64()).unwrap_or(0);
+            card(b, &found.to_string(), "recovered (of them, found)");
+        }
         let latency = v.get("latency");
         let unmeasurable = latency
             .and_then(|l| l.get("not_measurable"))

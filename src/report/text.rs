@@ -40,12 +40,20 @@ fn headline(o: &mut String, s: &Summary, retrieval: bool) {
     );
     let _ = writeln!(
         o,
-        "  {:.1}s  attempted {}  accepted {}  rejected {}  failed {}{}{}",
+        "  {:.1}s  attempted {}  accepted {}  rejected {}  failed {}{}{}{}",
         s.elapsed_s,
         c.attempted,
         c.accepted,
         c.rejected,
         c.failed,
+        if c.indeterminate > 0 {
+            format!(
+                " ({} indeterminate: the end of data went out, no final reply came; the server may have them)",
+                c.indeterminate
+            )
+        } else {
+            String::new()
+        },
         if c.unfinished > 0 {
             format!("  unfinished {}", c.unfinished)
         } else {

@@ -593,12 +593,7 @@ fn merge_sent(inputs: &[Input], out: &Path, run: &str) -> anyhow::Result<()> {
         return Ok(());
     }
     let mut w = std::io::BufWriter::new(std::fs::File::create(out.join("sent.log"))?);
-    writeln!(
-        w,
-        "# spate sent log v1 run={run} — one line per accepted message ({} shards merged)",
-        inputs.len()
-    )?;
-    writeln!(w, "seq\taccepted_at\tdigest\tbytes\tfrom\trecipients")?;
+    crate::results::sent_log_head(&mut w, run, &format!(" ({} shards merged)", inputs.len()))?;
     for i in inputs {
         let path = i.dir.join("sent.log");
         let file = std::fs::File::open(&path)

@@ -9,7 +9,8 @@
 //! - classes.hlog — `spate rr`'s response time per request class, one tagged line per
 //!   class and interval
 //! - errors.jsonl — one line per error class per interval, with a sample reply
-//! - sent.log — every accepted message: seq, accept time, digest, size, from, recipients
+//! - sent.log — every message the server accepted or may have: seq, time, digest, size,
+//!   from, recipients, outcome (accepted, or indeterminate/unfinished: no final reply)
 //! - summary.json — totals, per-phase percentiles, error table, generator CPU
 //!
 //! [`merge`] makes one such directory of a sharded run's shards.
@@ -22,4 +23,6 @@ mod writer;
 
 pub use summary::{ErrorRow, PhaseStats, Summary, SCHEMA_VERSION};
 pub use tagged::{decode_tag, encode_tag, TaggedLog};
-pub use writer::{hex, rfc3339, write_atomic, AddressBook, HlogFile, Writer, COARSE_S};
+pub use writer::{
+    hex, rfc3339, sent_log_head, write_atomic, AddressBook, HlogFile, Writer, COARSE_S,
+};

@@ -257,12 +257,7 @@ impl Writer {
         let sent = match &addresses {
             Some(f) => {
                 let mut sent = create(dir, "sent.log")?;
-                writeln!(
-                    sent,
-                    "# spate sent log v1 run={} — one line per accepted message",
-                    f.run_id()
-                )?;
-                writeln!(sent, "seq\taccepted_at\tdigest\tbytes\tfrom\trecipients")?;
+                sent_log_head(&mut sent, f.run_id(), "")?;
                 Some(sent)
             }
             None => None,
@@ -485,7 +480,19 @@ impl Writer {
     }
 }
 
-/// Appends the interval's accepted messages to the sent log.
+/// The sent log's first two lines. v2 has a last column, the message's outcome:
+/// `accepted`, or `indeterminate`/`unfinished` (its end of data went out, no final reply
+/// came: the server may have it); a v1 log (no such column) lists accepted messages only.
+pub fn sent_log_head(w: &mut impl Write, run: &str, note: &str) -> io::Result<()> {
+    writeln!(
+        w,
+        "# spate sent log v2 run={run} — one line per message the server accepted or may have (the end of data sent, no final reply){note}"
+    )?;
+    writeln!(w, "seq\tat\tdigest\tbytes\tfrom\trecipients\toutcome")
+}
+
+/// Appends the interval's messages to the sent log: accepted, and those whose end of data
+/// went out without a final reply.
 fn write_sent(
     sent: &mut BufWriter<File>,
     book: &dyn AddressBook,
@@ -506,6 +513,8 @@ fn write_sent(
             }
             sent.write_all(book.recipient(*idx).as_bytes())?;
         }
+        sent.write_all(b"\t")?;
+        sent.write_all(r.outcome.name().as_bytes())?;
         sent.write_all(b"\n")?;
     }
     Ok(())

@@ -33,7 +33,9 @@ EXAMPLES:
       /tmp/spate.pem), presence, messages, multicast.example.test (XEP-0033).
 
 Fault phases: connect (or banner), ehlo, mail, rcpt, data (the reply to DATA), dot (the
-reply after the message); rr (each request of --rr/--rrs: a fail answers HTTP CODE or
+reply after the message, before it is stored), stored (after it is stored, before the
+reply: --drop stored:0.01 is a server that dies having stored the message, which the
+client counts as indeterminate and spate verify as recovered); rr (each request of --rr/--rrs: a fail answers HTTP CODE or
 'ERR CODE', a drop closes the connection); for XMPP connect (before the stream header; a fail is a stream
 error), xmpp-login (the answer to SASL auth; a fail is temporary-auth-failure for 4xx,
 not-authorized for 5xx) and xmpp-stanza (each stanza of a bound session; a fail is a
@@ -263,6 +265,14 @@ pub struct Args {
     /// Wait this long before every reply
     #[arg(long, value_name = "DURATION", help_heading = "Faults")]
     pub tarpit: Option<String>,
+    /// Acknowledge this share of messages (250) and throw them away: a server that breaks
+    /// its promise, for checking that `spate verify` catches it (counted as
+    /// recipients_lost)
+    #[arg(long, value_name = "SHARE", help_heading = "Faults")]
+    pub lose: Option<String>,
+    /// Store this share of messages twice (counted as recipients_duplicated)
+    #[arg(long, value_name = "SHARE", help_heading = "Faults")]
+    pub duplicate: Option<String>,
     /// Seed for the fault draws (reproducible faults per connection number)
     #[arg(long, value_name = "N", help_heading = "Faults")]
     pub seed: Option<u64>,
@@ -404,6 +414,12 @@ impl Args {
         }
         if let Some(s) = &self.tarpit {
             f.tarpit = Some(faults::parse_plain_duration("--tarpit", s)?);
+        }
+        if let Some(s) = &self.lose {
+            f.lose = faults::parse_share("--lose", s)?;
+        }
+        if let Some(s) = &self.duplicate {
+            f.duplicate = faults::parse_share("--duplicate", s)?;
         }
         c.faults = f;
         Ok(c)

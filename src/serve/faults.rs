@@ -42,6 +42,10 @@ pub struct Faults {
     pub banner_delay: Option<Duration>,
     /// Delay before every reply.
     pub tarpit: Option<Duration>,
+    /// The share of messages acknowledged and then thrown away (`--lose`).
+    pub lose: f64,
+    /// The share of messages stored twice (`--duplicate`).
+    pub duplicate: f64,
     pub seed: Option<u64>,
 }
 
@@ -49,7 +53,7 @@ fn phase(text: &str, whole: &str, flag: &str) -> Result<FaultPoint, UsageError> 
     FaultPoint::parse(text).ok_or_else(|| {
         UsageError(format!(
             "{flag} '{whole}': unknown phase '{text}' (expected connect, banner, ehlo, mail, \
-             rcpt, data, dot, xmpp-login, xmpp-stanza, rr, or an IMAP command: login, \
+             rcpt, data, dot, stored, xmpp-login, xmpp-stanza, rr, or an IMAP command: login, \
              select, fetch, store, search, append, copy, expunge, idle, list, status, mailbox, \
              or a POP3 one: login, list, retr, dele, quit)"
         ))
@@ -123,6 +127,11 @@ pub fn parse_drop(text: &str) -> Result<Drop, UsageError> {
     })
 }
 
+/// A share of messages (`--lose 0.01`).
+pub fn parse_share(flag: &str, text: &str) -> Result<f64, UsageError> {
+    probability(text, text, flag)
+}
+
 /// A plain duration flag (`--banner-delay 2s`).
 pub fn parse_plain_duration(flag: &str, text: &str) -> Result<Duration, UsageError> {
     parse_duration(text).map_err(|e| UsageError(format!("{flag}: {e}")))
@@ -149,6 +158,8 @@ impl Faults {
             && self.drops.is_empty()
             && self.banner_delay.is_none()
             && self.tarpit.is_none()
+            && self.lose == 0.0
+            && self.duplicate == 0.0
     }
 
     /// The fault stream for connection number `conn_no` (0-based, in accept order).
@@ -202,6 +213,16 @@ impl FaultSession<'_> {
 
     pub fn tarpit(&self) -> Option<Duration> {
         self.faults.tarpit
+    }
+
+    /// Whether this message is to be acknowledged and thrown away (`--lose`).
+    pub fn lose(&mut self) -> bool {
+        self.faults.lose > 0.0 && self.rng.random_bool(self.faults.lose)
+    }
+
+    /// Whether this message is to be stored twice (`--duplicate`).
+    pub fn duplicate(&mut self) -> bool {
+        self.faults.duplicate > 0.0 && self.rng.random_bool(self.faults.duplicate)
     }
 }
 

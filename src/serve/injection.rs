@@ -14,6 +14,10 @@ pub enum FaultPoint {
     Data,
     /// The reply after the message has been received.
     Dot,
+    /// After the message has been stored, before its final reply: a drop is a server
+    /// that dies having stored it (the client cannot know), a fail one that keeps what it
+    /// refused.
+    Stored,
     /// XMPP: the answer to SASL `<auth>` (fail: `temporary-auth-failure` for 4xx,
     /// `not-authorized` for 5xx).
     XmppLogin,
@@ -92,13 +96,14 @@ impl FaultPoint {
         })
     }
 
-    pub const ALL: [FaultPoint; 24] = [
+    pub const ALL: [FaultPoint; 25] = [
         FaultPoint::Connect,
         FaultPoint::Ehlo,
         FaultPoint::Mail,
         FaultPoint::Rcpt,
         FaultPoint::Data,
         FaultPoint::Dot,
+        FaultPoint::Stored,
         FaultPoint::XmppLogin,
         FaultPoint::XmppStanza,
         FaultPoint::Rr,
@@ -127,6 +132,7 @@ impl FaultPoint {
             FaultPoint::Rcpt => "rcpt",
             FaultPoint::Data => "data",
             FaultPoint::Dot => "dot",
+            FaultPoint::Stored => "stored",
             FaultPoint::XmppLogin => "xmpp-login",
             FaultPoint::XmppStanza => "xmpp-stanza",
             FaultPoint::Rr => "rr",
@@ -156,6 +162,7 @@ impl FaultPoint {
             "rcpt" => FaultPoint::Rcpt,
             "data" => FaultPoint::Data,
             "dot" => FaultPoint::Dot,
+            "stored" => FaultPoint::Stored,
             "xmpp-login" => FaultPoint::XmppLogin,
             "xmpp-stanza" => FaultPoint::XmppStanza,
             "rr" => FaultPoint::Rr,

@@ -109,6 +109,16 @@ impl Session<'_> {
     /// instead of the normal one; a drop closes the connection without a word.
     async fn fault(&mut self, phase: FaultPoint) -> Result<bool, ConnError> {
         let (delay, what) = self.faults.draw(phase, &self.sh.stats);
+        self.injected(phase, delay, what).await
+    }
+
+    /// Applies a fault drawn for `phase`, as [`Session::fault`].
+    async fn injected(
+        &mut self,
+        phase: FaultPoint,
+        delay: std::time::Duration,
+        what: Injected,
+    ) -> Result<bool, ConnError> {
         self.conn.pause(delay).await?;
         match what {
             Injected::None => Ok(false),
@@ -574,19 +584,26 @@ impl Session<'_> {
         done
     }
 
-    /// Delivers a whole message to the transaction's recipients and answers.
+    /// Delivers a whole message to the transaction's recipients and answers. `--lose`
+    /// acknowledges a message without storing it, `--duplicate` stores it twice, and the
+    /// `stored` fault point comes between storing and answering.
     async fn deliver(&mut self, tx: &Transaction, message: &[u8]) -> Result<(), ConnError> {
         let size = message.len() as u64;
         let id = self.sh.next_id();
         if self.mode == Mode::Lmtp {
-            let mut delivered = 0u64;
+            // Recipients answered 250, and of them those really stored (not --lose).
+            let (mut delivered, mut kept) = (0u64, 0u64);
             for rcpt in &tx.rcpts {
                 if self.fault(FaultPoint::Dot).await? {
                     continue;
                 }
-                match self.sh.store.deliver(rcpt, message) {
-                    Ok(_) => {
+                match self.store(rcpt, message) {
+                    Ok(stored) => {
+                        if self.after_storing(stored).await? {
+                            continue;
+                        }
                         delivered += 1;
+                        kept += stored;
                         self.replying(250).await?;
                         self.queue_reply(
                             250,
@@ -598,7 +615,7 @@ impl Session<'_> {
                 }
             }
             if delivered > 0 {
-                self.sh.stats.accepted(delivered, size);
+                self.sh.stats.accepted(kept, size);
             }
             return Ok(());
         }
@@ -609,18 +626,70 @@ impl Session<'_> {
         if !self.sh.store.has_room(need) {
             return self.store_error(&StoreError::Full(0)).await;
         }
+        let (lose, twice) = (self.faults.lose(), self.faults.duplicate());
         let mut delivered = 0u64;
+        let mut stored = 0u64;
         for rcpt in &tx.rcpts {
-            match self.sh.store.deliver(rcpt, message) {
-                Ok(_) => delivered += 1,
+            if lose {
+                delivered += 1;
+                continue;
+            }
+            match self.store_copies(rcpt, message, twice) {
+                Ok(()) => {
+                    delivered += 1;
+                    stored += 1;
+                }
                 Err(e) if delivered == 0 => return self.store_error(&e).await,
                 Err(_) => {}
             }
         }
-        self.sh.stats.accepted(delivered, size);
+        if self.after_storing(stored).await? {
+            return Ok(());
+        }
+        if lose {
+            self.sh.stats.lost(delivered);
+            self.sh.stats.accepted(0, size);
+        } else {
+            self.sh.stats.accepted(delivered, size);
+        }
         self.replying(250).await?;
         self.queue_reply(250, "2.0.0", format_args!("Ok: queued as {id:X}"));
         Ok(())
+    }
+
+    /// One recipient's delivery, with `--lose` and `--duplicate` drawn for it (LMTP
+    /// answers each recipient): Ok(1) when it was stored, Ok(0) when it was thrown away.
+    fn store(&mut self, rcpt: &str, message: &[u8]) -> Result<u64, StoreError> {
+        if self.faults.lose() {
+            self.sh.stats.lost(1);
+            return Ok(0);
+        }
+        let twice = self.faults.duplicate();
+        self.store_copies(rcpt, message, twice).map(|()| 1)
+    }
+
+    /// Stores a message in a mailbox, `twice` for `--duplicate` (the extra copy counted).
+    fn store_copies(&self, rcpt: &str, message: &[u8], twice: bool) -> Result<(), StoreError> {
+        self.sh.store.deliver(rcpt, message)?;
+        if twice && self.sh.store.deliver(rcpt, message).is_ok() {
+            self.sh.stats.duplicated(1);
+        }
+        Ok(())
+    }
+
+    /// The `stored` fault point, after `stored` deliveries were stored. A fault leaves
+    /// them unacknowledged: Ok(true) when a refusal was sent instead of the final reply;
+    /// a drop closes the connection, after sending the replies queued before it (those
+    /// were given).
+    async fn after_storing(&mut self, stored: u64) -> Result<bool, ConnError> {
+        let (delay, what) = self.faults.draw(FaultPoint::Stored, &self.sh.stats);
+        if what != Injected::None {
+            self.sh.stats.unacknowledged(stored);
+        }
+        if what == Injected::Drop {
+            self.conn.flush().await?;
+        }
+        self.injected(FaultPoint::Stored, delay, what).await
     }
 
     async fn store_error(&mut self, e: &StoreError) -> Result<(), ConnError> {

@@ -29,6 +29,9 @@ pub struct Stats {
     chunked: AtomicU64,
     recipients: AtomicU64,
     bytes: AtomicU64,
+    lost: AtomicU64,
+    duplicated: AtomicU64,
+    unacknowledged: AtomicU64,
     rejections: Box<[AtomicU64]>,
     faults: [[AtomicU64; FaultKind::ALL.len()]; FaultPoint::ALL.len()],
     logins: AtomicU64,
@@ -119,6 +122,9 @@ impl Default for Stats {
             chunked: AtomicU64::new(0),
             recipients: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
+            duplicated: AtomicU64::new(0),
+            unacknowledged: AtomicU64::new(0),
             rejections: (0..CODES).map(|_| AtomicU64::new(0)).collect(),
             faults: Default::default(),
             logins: AtomicU64::new(0),
@@ -157,6 +163,17 @@ pub struct Counts {
     pub messages_chunked: u64,
     pub recipients_delivered: u64,
     pub bytes_accepted: u64,
+    /// Deliveries acknowledged and thrown away (`--lose`): what `spate verify` must
+    /// report missing.
+    #[serde(default)]
+    pub recipients_lost: u64,
+    /// Extra copies stored (`--duplicate`): what `spate verify` must report duplicated.
+    #[serde(default)]
+    pub recipients_duplicated: u64,
+    /// Deliveries stored without a positive final reply (`--drop stored:P`, `--fail
+    /// stored:...`): the client cannot know; `spate verify` finds them.
+    #[serde(default)]
+    pub recipients_unacknowledged: u64,
     /// Replies with code >= 400, by code.
     pub rejections: BTreeMap<u16, u64>,
     /// Injected faults by "phase:kind" (e.g. "rcpt:fail").
@@ -204,6 +221,18 @@ impl Stats {
         inc(&self.messages);
         self.recipients.fetch_add(recipients, Ordering::Relaxed);
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+    /// Deliveries acknowledged and not stored (`--lose`).
+    pub fn lost(&self, recipients: u64) {
+        self.lost.fetch_add(recipients, Ordering::Relaxed);
+    }
+    /// Extra copies stored (`--duplicate`).
+    pub fn duplicated(&self, copies: u64) {
+        self.duplicated.fetch_add(copies, Ordering::Relaxed);
+    }
+    /// Deliveries stored that got no positive final reply.
+    pub fn unacknowledged(&self, recipients: u64) {
+        self.unacknowledged.fetch_add(recipients, Ordering::Relaxed);
     }
     /// A message's last BDAT chunk arrived and was taken (stored or not, as it turns out).
     pub fn chunked(&self) {
@@ -356,6 +385,9 @@ impl Stats {
             messages_chunked: get(&self.chunked),
             recipients_delivered: get(&self.recipients),
             bytes_accepted: get(&self.bytes),
+            recipients_lost: get(&self.lost),
+            recipients_duplicated: get(&self.duplicated),
+            recipients_unacknowledged: get(&self.unacknowledged),
             rejections: (0..CODES)
                 .filter_map(|c| {
                     let n = get(&self.rejections[c]);
@@ -391,7 +423,7 @@ impl Counts {
             .collect();
         format!(
             "connections: {} (refused {}, client addresses {}), TLS sessions {}, auth ok {} failed {}\n\
-             messages accepted {}, recipients delivered {}, bytes {}\n\
+             messages accepted {}, recipients delivered {}, bytes {}{}\n\
              rejections: {}\ninjected faults: {}\nmailbox logins {}, messages retrieved {}",
             if conns.is_empty() {
                 "none".to_string()
@@ -406,6 +438,14 @@ impl Counts {
             self.messages_accepted,
             self.recipients_delivered,
             self.bytes_accepted,
+            if self.recipients_lost + self.recipients_duplicated + self.recipients_unacknowledged > 0 {
+                format!(
+                    "\ndeliveries lost on purpose {} (acknowledged, thrown away), duplicated {} (extra copies), stored unacknowledged {}",
+                    self.recipients_lost, self.recipients_duplicated, self.recipients_unacknowledged
+                )
+            } else {
+                String::new()
+            },
             if rej.is_empty() {
                 "none".to_string()
             } else {

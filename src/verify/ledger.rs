@@ -15,7 +15,7 @@ use super::finds::Finds;
 use super::parse::{self, Trace};
 use super::rules::{glob, Match, Per, Rule, Where};
 use super::seen::Seen;
-use super::sentlog::{Interner, SentLog};
+use super::sentlog::{Interner, SentLog, SentOutcome};
 use crate::message::{body_digest, split_message, TRACE_HEADER};
 
 /// What one ingested message turned out to be.
@@ -96,7 +96,13 @@ pub struct RuleResult {
 #[derive(Debug)]
 pub struct Report {
     pub run_id: String,
+    /// Messages the server accepted (the sent log's `accepted` lines).
     pub messages: u64,
+    /// Messages whose end of data went out and that got no final reply (a timeout, a
+    /// reset, a crash, or the run's end): the server may have them or not.
+    pub indeterminate: u64,
+    /// Of `indeterminate`: those found in at least one of their recipients' mailboxes.
+    pub recovered: u64,
     pub expected: u64,
     pub delivered: u64,
     pub duplicated: u64,
@@ -339,7 +345,9 @@ impl Ledger {
             .collect();
         let mut rep = Report {
             run_id: log.run_id.clone(),
-            messages: log.messages.len() as u64,
+            messages: log.accepted().count() as u64,
+            indeterminate: 0,
+            recovered: 0,
             expected: 0,
             delivered: 0,
             duplicated: 0,
@@ -358,6 +366,10 @@ impl Ledger {
             start_us: log.start_us,
         };
         for m in &log.messages {
+            if m.outcome != SentOutcome::Accepted {
+                self.indeterminate(log, m, run, &mbx_of, &mut rep);
+                continue;
+            }
             let before = rep.expected;
             for &r in log.recipients(m) {
                 if undelivered[r as usize] {
@@ -394,6 +406,32 @@ impl Ledger {
                 .push(self.rule_result(i as u16, rule, run, log, &mut rep.foreign));
         }
         rep
+    }
+
+    /// A message the server may have: found (recovered, with its extra copies and
+    /// corruptions counted) or not (allowed: the client could not know). Not expected,
+    /// and without an accept time its deliveries give no latency.
+    fn indeterminate(
+        &self,
+        log: &SentLog,
+        m: &super::sentlog::Sent,
+        run: Option<u32>,
+        mbx_of: &[Option<u32>],
+        rep: &mut Report,
+    ) {
+        rep.indeterminate += 1;
+        let mut found = false;
+        for &r in log.recipients(m) {
+            let f = run
+                .zip(mbx_of[r as usize])
+                .and_then(|(run, mbx)| self.finds.get(run, m.seq, mbx));
+            if let Some(f) = f {
+                found = true;
+                rep.duplicated += (f.copies - 1) as u64;
+                rep.corrupted += f.corrupted as u64;
+            }
+        }
+        rep.recovered += u64::from(found);
     }
 
     /// Everything found that the loop over the sent log did not count: other runs'
@@ -446,6 +484,11 @@ impl Ledger {
             ok: false,
         };
         for m in &log.messages {
+            if m.outcome != SentOutcome::Accepted {
+                // What a message the server may have caused is neither expected nor extra.
+                by_seq.remove(&m.seq);
+                continue;
+            }
             let unit = Expected {
                 mailboxes: &self.mailboxes,
                 rule,

@@ -115,6 +115,8 @@ fn json(r: &Report, source: &str) -> serde_json::Value {
         "expected": r.expected,
         "delivered": r.delivered,
         "missing": r.missing_count(),
+        "indeterminate": r.indeterminate,
+        "recovered": r.recovered,
         "duplicated": r.duplicated,
         "corrupted": r.corrupted,
         "foreign": r.foreign,
@@ -203,14 +205,18 @@ pub fn render(r: &Report, source: &str, dir: &Path, show: usize) -> String {
         dir.display()
     );
     let us = |v: u64| fmt_duration(Duration::from_micros(v));
-    let rows: [(&str, u64, String); 8] = [
+    let mut rows: Vec<(&str, u64, String)> = vec![
         (
             "expected",
             r.expected,
             format!("{} accepted messages x their recipients", r.messages),
         ),
         ("delivered", r.delivered, String::new()),
-        ("missing", r.missing_count(), String::new()),
+        (
+            "missing",
+            r.missing_count(),
+            "accepted and never found: lost".into(),
+        ),
         ("duplicated", r.duplicated, "extra copies".into()),
         ("corrupted", r.corrupted, "body digest mismatch".into()),
         ("foreign", r.foreign, "not from this run; ignored".into()),
@@ -225,8 +231,22 @@ pub fn render(r: &Report, source: &str, dir: &Path, show: usize) -> String {
             "this run's, in a mailbox it was not sent to".into(),
         ),
     ];
+    if r.indeterminate > 0 {
+        rows.insert(
+            3,
+            (
+                "indeterminate",
+                r.indeterminate,
+                format!(
+                    "end of data sent, no final reply: {} found (recovered), {} not (allowed: the client could not know)",
+                    r.recovered,
+                    r.indeterminate - r.recovered
+                ),
+            ),
+        );
+    }
     for (name, n, note) in rows {
-        let _ = write!(s, "  {name:<11}{n:>10}");
+        let _ = write!(s, "  {name:<13}{n:>10}");
         if !note.is_empty() {
             let _ = write!(s, "  ({note})");
         }

@@ -1,6 +1,7 @@
-//! Reader of sent.log (written by results/writer.rs): one line per accepted message,
-//! `seq accepted_at digest bytes from recipients` separated by tabs, after a
-//! `# spate sent log v1 run=<id>` comment and a header line.
+//! Reader of sent.log (written by results/writer.rs): one line per message the server
+//! accepted or may have, `seq at digest bytes from recipients outcome` separated by tabs,
+//! after a `# spate sent log v2 run=<id>` comment and a header line. A v1 log has no
+//! outcome column: every line is an accepted message.
 //!
 //! A sent log can hold millions of lines, so each message is a small fixed record and
 //! addresses are interned once.
@@ -53,12 +54,14 @@ impl Interner {
     }
 }
 
-/// One accepted message: 32 bytes.
+/// One message: 32 bytes.
 #[derive(Debug, Clone, Copy)]
 pub struct Sent {
     pub seq: u64,
-    /// When the server's final reply arrived (µs since the Unix epoch).
+    /// When the server's final reply arrived (µs since the Unix epoch); for a message
+    /// not accepted, when its end of data went out.
     pub accepted_us: i64,
+    pub outcome: SentOutcome,
     pub from: u32,
     rcpt_start: u32,
     rcpt_len: u32,
@@ -80,6 +83,8 @@ pub enum SentLogError {
         what: String,
     },
 }
+
+pub use crate::metrics::SentOutcome;
 
 /// The whole sent log, sorted by seq.
 #[derive(Debug, Default)]
@@ -125,6 +130,7 @@ impl SentLog {
         let first = lines.next().transpose().map_err(io)?.unwrap_or_default();
         let run = first
             .strip_prefix("# spate sent log v1 run=")
+            .or_else(|| first.strip_prefix("# spate sent log v2 run="))
             .map(|r| r.split_whitespace().next().unwrap_or(""))
             .filter(|r| !r.is_empty())
             .ok_or_else(|| SentLogError::NotASentLog {
@@ -146,8 +152,13 @@ impl SentLog {
             };
             let seq: u64 = seq.parse().map_err(|_| bad(n, "bad seq"))?;
             let accepted_us = chrono::DateTime::parse_from_rfc3339(at)
-                .map_err(|_| bad(n, "bad accepted_at time"))?
+                .map_err(|_| bad(n, "bad time"))?
                 .timestamp_micros();
+            let outcome = match f.next() {
+                None => SentOutcome::Accepted,
+                Some(o) => SentOutcome::parse(o)
+                    .ok_or_else(|| bad(n, "bad outcome (accepted, indeterminate or unfinished)"))?,
+            };
             let from = log.addrs.intern(from);
             let rcpt_start = log.rcpts.len() as u32;
             for r in rcpts.split(',').filter(|r| !r.is_empty()) {
@@ -161,6 +172,7 @@ impl SentLog {
             log.messages.push(Sent {
                 seq,
                 accepted_us,
+                outcome,
                 from,
                 rcpt_start,
                 rcpt_len,
@@ -190,9 +202,17 @@ impl SentLog {
             .map(|i| &self.messages[i])
     }
 
-    /// Expected deliveries: accepted messages × their recipients.
+    /// Deliveries the log names: its messages × their recipients (an upper bound on
+    /// those expected: a message not accepted is not expected).
     pub fn deliveries(&self) -> u64 {
         self.rcpts.len() as u64
+    }
+
+    /// The messages the server accepted.
+    pub fn accepted(&self) -> impl Iterator<Item = &Sent> {
+        self.messages
+            .iter()
+            .filter(|m| m.outcome == SentOutcome::Accepted)
     }
 }
 
@@ -232,6 +252,29 @@ mod tests {
         assert_eq!(r, ["a@x.test", "b@x.test"]);
         assert_eq!(log.start_us, log.messages[0].accepted_us);
         assert!(log.find(3).is_none());
+    }
+
+    #[test]
+    fn a_v2_log_says_which_messages_were_not_accepted() {
+        let text = "# spate sent log v2 run=abc — one line per message\n\
+            seq\tat\tdigest\tbytes\tfrom\trecipients\toutcome\n\
+            1\t2026-01-01T00:00:00.500000Z\t00\t10\ts@x.test\ta@x.test\taccepted\n\
+            2\t2026-01-01T00:00:01.000000Z\t00\t10\ts@x.test\ta@x.test\tindeterminate\n\
+            3\t2026-01-01T00:00:01.000000Z\t00\t10\ts@x.test\ta@x.test\tunfinished\n";
+        let log = SentLog::parse(text.as_bytes(), "t").unwrap();
+        let o: Vec<SentOutcome> = log.messages.iter().map(|m| m.outcome).collect();
+        assert_eq!(
+            o,
+            [
+                SentOutcome::Accepted,
+                SentOutcome::Indeterminate,
+                SentOutcome::Unfinished
+            ]
+        );
+        assert_eq!(log.accepted().count(), 1);
+        let bad = text.replace("\tunfinished", "\tmaybe");
+        let e = SentLog::parse(bad.as_bytes(), "t").unwrap_err().to_string();
+        assert!(e.contains("line 5") && e.contains("bad outcome"), "{e}");
     }
 
     #[test]

@@ -45,6 +45,8 @@ pub fn assert_every_unit_counted(dir: &std::path::Path, s: &serde_json::Value) {
     };
     let n = |k: &str| t[k].as_u64().unwrap_or(0);
     let classes: u64 = CLASSES.iter().map(|k| n(k)).sum();
+    // Indeterminate units are failed ones whose end of data went out.
+    assert!(n("indeterminate") <= n("failed"), "{}: {t}", dir.display());
     assert_eq!(
         n("attempted"),
         classes,

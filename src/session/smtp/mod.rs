@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::{Endpoint, Failure};
 use crate::engine::{Ahead, Driver, Outcome, UnitReport};
 use crate::message::{Builder, Built, DOT};
-use crate::metrics::{Detail, ErrorKind, Phase, SentRecord};
+use crate::metrics::{Detail, ErrorKind, Phase, SentOutcome, SentRecord};
 use crate::proto::smtp::client as cmd;
 use crate::proto::smtp::reply::{self, Capabilities, Reply};
 use crate::transport::{Connection, TransportError};
@@ -133,6 +133,8 @@ pub struct Session {
     wire: Vec<u8>,
     cmd: Vec<u8>,
     rcpts: Recipients,
+    /// The message being sent (the run's sequence number).
+    seq: u64,
     fails: Vec<Failure>,
     /// QUIT went behind this message's group: the connection ends with the message.
     quit_behind: bool,
@@ -158,6 +160,7 @@ impl Session {
             wire: Vec::with_capacity(4096),
             cmd: Vec::with_capacity(512),
             rcpts: Recipients::default(),
+            seq: 0,
             fails: Vec::new(),
             quit_behind: false,
             ahead: Ahead::default(),
@@ -169,6 +172,7 @@ impl Session {
 
     /// Sends message `seq`; the connection is opened first when there is none.
     pub async fn send(&mut self, seq: u64, report: &mut UnitReport) -> Outcome {
+        self.seq = seq;
         self.fails.clear();
         self.rcpts.ok.clear();
         self.rcpts.rejected = 0;
@@ -222,25 +226,59 @@ impl Session {
         outcome
     }
 
-    /// Moves the message's recipients, failures and sent record into the report.
+    /// Moves the message's recipients, failures and sent record into the report. A
+    /// message whose end of data went out ([`Session::end_of_data_sent`]) and that got no
+    /// final reply stays in the sent log as indeterminate: the server may have it.
     fn report(&mut self, seq: u64, outcome: Outcome, report: &mut UnitReport) {
         report.counters.rcpt_accepted += self.rcpts.ok.len() as u64;
         report.counters.rcpt_rejected += self.rcpts.rejected;
         for f in self.fails.drain(..) {
             f.record(report);
         }
-        if outcome == Outcome::Accepted {
-            report.sent = Some(SentRecord {
-                seq,
-                accepted_us: report.done_at(),
-                digest: self.built.digest,
-                size: report.counters.bytes as u32,
-                from: self.built.from,
-                rcpt_start: 0,
-                rcpt_len: 0,
-            });
-            report.rcpts.extend_from_slice(&self.rcpts.ok);
+        match (outcome, report.sent.as_mut()) {
+            (Outcome::Accepted, _) => {
+                report.sent = Some(SentRecord {
+                    seq,
+                    accepted_us: report.done_at(),
+                    outcome: SentOutcome::Accepted,
+                    digest: self.built.digest,
+                    size: report.counters.bytes as u32,
+                    from: self.built.from,
+                    rcpt_start: 0,
+                    rcpt_len: 0,
+                });
+                report.rcpts.clear();
+                report.rcpts.extend_from_slice(&self.rcpts.ok);
+            }
+            (Outcome::Failed, Some(sent)) => {
+                sent.outcome = SentOutcome::Indeterminate;
+                report.counters.indeterminate += 1;
+            }
+            // Refused at the end, or broken before it: the server does not have it.
+            _ => {
+                report.sent = None;
+                report.rcpts.clear();
+            }
         }
+    }
+
+    /// The message's end of data (the final dot, or the last BDAT chunk) was written: from
+    /// here the server may have it. Until the final reply says otherwise, it is in the
+    /// report as unfinished, so a run that ends now still logs it; the envelope's
+    /// recipients are all listed (which of them the server took is not known yet).
+    fn end_of_data_sent(&self, report: &mut UnitReport) {
+        report.sent = Some(SentRecord {
+            seq: self.seq,
+            accepted_us: report.now(),
+            outcome: SentOutcome::Unfinished,
+            digest: self.built.digest,
+            size: self.built.len(&self.wire) as u32,
+            from: self.built.from,
+            rcpt_start: 0,
+            rcpt_len: 0,
+        });
+        report.rcpts.clear();
+        report.rcpts.extend_from_slice(&self.built.rcpts);
     }
 
     /// How many messages the current connection carries: fixed, or drawn from the range by
@@ -396,6 +434,7 @@ impl Session {
             &[&self.cmd, head, body]
         };
         conn.send_parts(parts).await.map_err(tf(Phase::Bdat))?;
+        self.end_of_data_sent(report);
         report.counters.bytes += len as u64;
         let mail_fail = self.envelope_replies(conn).await?;
         // The chunk's replies: LMTP gives one per accepted recipient, else one.
@@ -673,6 +712,7 @@ impl Session {
             });
         }
         sent.map_err(|e| Failure::transport(Phase::Body, e))?;
+        self.end_of_data_sent(report);
         report.counters.bytes += (self.built.len(&self.wire) + DOT.len()) as u64;
         let lmtp = self.s.lmtp;
         let replies = if lmtp { self.rcpts.ok.len() } else { 1 };

@@ -1,0 +1,180 @@
+//! Proof under faults: a server that breaks its promises is caught to the message. The
+//! embedded server acknowledges some messages and throws them away (`--lose`), stores
+//! some twice (`--duplicate`), dies after storing some (`--drop stored:P`) and before
+//! storing others (`--drop dot:P`). The client counts a message whose end of data went
+//! out without a final reply as indeterminate; `spate verify` then finds exactly the
+//! server's own counts: lost = missing, extra copies = duplicated, stored without an
+//! answer = recovered, and the rest of the indeterminate ones not found.
+
+mod common;
+
+use std::path::Path;
+
+use common::{spate, summary};
+use spate::serve::{self, faults};
+
+/// `spate verify RUN --maildir ROOT`, and the verify.json it wrote.
+async fn verify(run: &Path, root: &Path) -> (common::Output, serde_json::Value) {
+    let v = spate(&[
+        "verify",
+        run.to_str().unwrap(),
+        "--maildir",
+        root.to_str().unwrap(),
+    ])
+    .await;
+    let text = std::fs::read_to_string(run.join("verify.json")).unwrap();
+    (v, serde_json::from_str(&text).unwrap())
+}
+
+/// Lines of the run's sent log with this outcome (its last column).
+fn sent_lines(dir: &Path, outcome: &str) -> usize {
+    std::fs::read_to_string(dir.join("sent.log"))
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with("seq\t"))
+        .filter(|l| l.rsplit('\t').next() == Some(outcome))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lying_server_is_caught_to_the_message() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("mail");
+    let run = tmp.path().join("run");
+    let mut cfg = serve::Config::loopback();
+    cfg.store.maildir = Some(root.clone());
+    cfg.faults.lose = 0.05;
+    cfg.faults.duplicate = 0.05;
+    cfg.faults.seed = Some(11);
+    cfg.faults
+        .drops
+        .push(faults::parse_drop("stored:0.05").unwrap());
+    cfg.faults
+        .drops
+        .push(faults::parse_drop("dot:0.04").unwrap());
+    let server = serve::start(cfg).await.unwrap();
+    let addr = server.addrs.smtp.unwrap().to_string();
+    // One recipient per message: a message and its delivery are the same count.
+    let o = spate(&[
+        "smtp",
+        &addr,
+        "-n",
+        "400",
+        "-u",
+        "4",
+        "--to",
+        "user{0..9}@example.test",
+        "-q",
+        "-o",
+        run.to_str().unwrap(),
+    ])
+    .await;
+    let counts = server.stats.snapshot();
+    server.shutdown().await;
+    assert!(o.ok, "{o:?}");
+    let s = summary(&run);
+    let t = &s["totals"];
+    let n = |k: &str| t[k].as_u64().unwrap();
+    let fault = |k: &str| counts.faults.get(k).copied().unwrap_or(0);
+    // Every drop came after the end of data: each such message is indeterminate, and
+    // nothing else failed.
+    let dropped = fault("stored:drop") + fault("dot:drop");
+    assert!(
+        fault("stored:drop") > 0 && fault("dot:drop") > 0,
+        "{counts:?}"
+    );
+    assert_eq!(n("indeterminate"), dropped, "{t}\n{counts:?}");
+    assert_eq!(n("failed"), dropped, "{t}");
+    assert_eq!(n("accepted"), counts.messages_accepted, "{t}\n{counts:?}");
+    assert!(
+        o.stdout
+            .contains(&format!("failed {dropped} ({dropped} indeterminate")),
+        "{}",
+        o.stdout
+    );
+    // The sent log keeps them, said as what they are.
+    assert_eq!(sent_lines(&run, "indeterminate") as u64, dropped);
+    assert_eq!(sent_lines(&run, "accepted") as u64, n("accepted"));
+
+    let (v, j) = verify(&run, &root).await;
+    // The server lost and duplicated messages: the check fails, and says by how much.
+    assert_eq!(v.code, Some(1), "{v:?}");
+    let g = |k: &str| j[k].as_u64().unwrap();
+    assert!(counts.recipients_lost > 0 && counts.recipients_duplicated > 0);
+    assert_eq!(g("missing"), counts.recipients_lost, "{j}\n{counts:?}");
+    assert_eq!(
+        g("duplicated"),
+        counts.recipients_duplicated,
+        "{j}\n{counts:?}"
+    );
+    assert_eq!(g("indeterminate"), dropped, "{j}");
+    assert_eq!(
+        g("recovered"),
+        counts.recipients_unacknowledged,
+        "{j}\n{counts:?}"
+    );
+    // A message dropped after its store point may have been lost on purpose first.
+    assert!(g("recovered") <= fault("stored:drop"), "{j}");
+    assert_eq!(g("unlogged"), 0, "{j}");
+    assert_eq!(g("messages"), n("accepted"), "{j}");
+    assert_eq!(
+        g("delivered") + g("missing"),
+        g("expected"),
+        "every accepted delivery is found or lost: {j}"
+    );
+    assert!(
+        v.stdout.contains(&format!(
+            "{} found (recovered), {} not",
+            counts.recipients_unacknowledged,
+            dropped - counts.recipients_unacknowledged
+        )),
+        "{}",
+        v.stdout
+    );
+}
+
+/// A run that ends while a message's final reply is pending logs it as unfinished, and
+/// verify finds it as recovered rather than as a message nobody sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_cut_off_by_the_run_end_is_recovered_not_unlogged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("mail");
+    let run = tmp.path().join("run");
+    let mut cfg = serve::Config::loopback();
+    cfg.store.maildir = Some(root.clone());
+    // Stored at once, answered 5 s later: past the run's end (1 s) and its grace (1 s).
+    cfg.faults
+        .delays
+        .push(faults::parse_delay("stored:5s").unwrap());
+    let server = serve::start(cfg).await.unwrap();
+    let addr = server.addrs.smtp.unwrap().to_string();
+    let o = spate(&[
+        "smtp",
+        &addr,
+        "-d",
+        "1s",
+        "--grace",
+        "1s",
+        "-u",
+        "2",
+        "--to",
+        "user{0..9}@example.test",
+        "-q",
+        "-o",
+        run.to_str().unwrap(),
+    ])
+    .await;
+    server.shutdown().await;
+    let s = summary(&run);
+    let t = &s["totals"];
+    assert_eq!(t["unfinished"], 2, "{t}\n{o:?}");
+    assert_eq!(t["accepted"], 0, "{t}");
+    assert_eq!(sent_lines(&run, "unfinished"), 2);
+    let (v, j) = verify(&run, &root).await;
+    assert_eq!(j["indeterminate"], 2, "{j}\n{v:?}");
+    assert_eq!(j["recovered"], 2, "{j}");
+    assert_eq!(j["unlogged"], 0, "{j}");
+    assert_eq!(j["missing"], 0, "{j}");
+    // Nothing was promised and nothing broken: the check passes.
+    assert_eq!(v.code, Some(0), "{v:?}");
+}
