@@ -34,6 +34,7 @@ pub mod cmd;
 pub mod ctx;
 pub mod engine;
 pub mod error;
+pub mod fault;
 pub mod message;
 pub mod metrics;
 pub mod monitor;

@@ -120,12 +120,33 @@ impl Group {
     fn matches(&self, pid: u32, st: &Stat) -> bool {
         match &self.pick {
             Selector::Pid(p) => *p == pid,
-            // The kernel truncates comm to 15 bytes.
-            Selector::Name(n) => {
-                st.comm == *n || (n.len() > 15 && n.as_bytes()[..15] == *st.comm.as_bytes())
-            }
+            Selector::Name(n) => name_matches(n, &st.comm),
         }
     }
+}
+
+/// Whether a process whose command name is `comm` is named `name` (the kernel truncates
+/// command names to 15 bytes).
+fn name_matches(name: &str, comm: &str) -> bool {
+    comm == name || (name.len() > 15 && name.as_bytes()[..15] == *comm.as_bytes())
+}
+
+/// Every process named `name` now (as `--monitor-process` matches them), by PID.
+pub fn pids_named(name: &str) -> Vec<u32> {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut pids: Vec<u32> = rd
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|t| parse_stat(&t))
+                .is_some_and(|st| name_matches(name, &st.comm))
+        })
+        .collect();
+    pids.sort_unstable();
+    pids
 }
 
 /// Every process group, sampled together.

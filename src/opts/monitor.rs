@@ -70,6 +70,14 @@ pub struct MonitorArgs {
         help_heading = "Monitoring"
     )]
     pub leak_warn: String,
+    /// A fault on a schedule (repeatable), each event in faults.jsonl and what the load
+    /// did before, during and after it in the summary: 'at=30s for=10s signal=STOP
+    /// pid=1234' (CONT at the end), 'at=1m signal=KILL pidfile=/run/postfix.pid
+    /// restart="postfix start"', 'at=10s every=1m name=slapd signal=TERM', 'at=20s
+    /// for=15s run="fill-disk" undo="free-disk"'. Checked before the run: a process that
+    /// is not there is an error
+    #[arg(long, value_name = "SPEC", help_heading = "Faults")]
+    pub fault: Vec<String>,
 }
 
 impl MonitorArgs {

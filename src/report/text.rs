@@ -324,7 +324,100 @@ fn footer(o: &mut String, s: &Summary) {
             if n == 1 { "it" } else { "them" }
         );
     }
+    if let Some(f) = s.extra.get("faults") {
+        faults(o, f);
+    }
     for w in &s.warnings {
         let _ = writeln!(o, "  warning: {w}");
+    }
+}
+
+/// Each fault of the run: what was done, and the load before, during and after it.
+fn faults(o: &mut String, f: &serde_json::Value) {
+    let empty = Vec::new();
+    for occ in f["occurrences"].as_array().unwrap_or(&empty) {
+        let done: Vec<String> = occ["events"]
+            .as_array()
+            .unwrap_or(&empty)
+            .iter()
+            .map(|e| {
+                let (event, what) = (
+                    e["event"].as_str().unwrap_or(""),
+                    e["what"].as_str().unwrap_or(""),
+                );
+                // A signal's text says it ("STOP to PID 12"); a command's needs its role.
+                let said = match event {
+                    "signal" | "continue" => what.to_string(),
+                    _ => format!("{event} {what}"),
+                };
+                match e["error"].as_str() {
+                    None => said,
+                    Some(err) => format!("{said} FAILED: {err}"),
+                }
+            })
+            .collect();
+        let (start, end) = (
+            occ["start_s"].as_f64().unwrap_or(0.0),
+            occ["end_s"].as_f64().unwrap_or(0.0),
+        );
+        let when = if end > start {
+            format!("{start:.1}s-{end:.1}s")
+        } else {
+            format!("{start:.1}s")
+        };
+        let _ = writeln!(
+            o,
+            "\n  fault {} at {when} ({}): {}",
+            occ["fault"],
+            occ["spec"].as_str().unwrap_or(""),
+            if done.is_empty() {
+                match occ["applied"].as_str() {
+                    Some(by) => format!("applied {by}"),
+                    None => "nothing was done (the run ended first?)".to_string(),
+                }
+            } else {
+                done.join("; ")
+            }
+        );
+        let _ = writeln!(
+            o,
+            "    {:<8}{:>12}{:>9}{:>10}{:>10}{:>10}  errors",
+            "", "accepted/s", "failed", "rejected", "p50", "p99"
+        );
+        for w in ["before", "during", "after"] {
+            let a = &occ[w];
+            if a.is_null() {
+                continue;
+            }
+            let pct = |k: &str| a[k].as_u64().map_or("-".to_string(), d);
+            let errors: Vec<String> = a["errors"]
+                .as_object()
+                .map(|m| m.iter().map(|(k, n)| format!("{k} {n}")).collect())
+                .unwrap_or_default();
+            let _ = writeln!(
+                o,
+                "    {w:<8}{:>12.1}{:>9}{:>10}{:>10}{:>10}  {}",
+                a["accepted_per_s"].as_f64().unwrap_or(0.0),
+                a["failed"].as_u64().unwrap_or(0),
+                a["rejected"].as_u64().unwrap_or(0),
+                pct("response_p50_us"),
+                pct("response_p99_us"),
+                if errors.is_empty() {
+                    "none".to_string()
+                } else {
+                    errors.join(", ")
+                }
+            );
+        }
+        let after = |k: &str, what: &str| match occ[k].as_f64() {
+            Some(t) => format!("{what} within {t:.1}s of its end"),
+            None => format!("{what}: not by the run's end"),
+        };
+        let _ = writeln!(
+            o,
+            "    back: {}; {} (interval ends)",
+            after("first_accept_after_s", "first unit accepted"),
+            after("recovered_after_s", "throughput within 10 % of before")
+        );
     }
 }

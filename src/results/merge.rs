@@ -837,6 +837,15 @@ fn write_merged(
             std::fs::copy(&m, dir.join(format!("monitor.shard{}.csv", i.shard.index)))?;
         }
     }
+    // Faults are applied by the first shard: its record of them is the run's.
+    if let Some(f) = inputs
+        .iter()
+        .filter(|i| i.shard.index == 0)
+        .map(|i| i.dir.join("faults.jsonl"))
+        .find(|f| f.exists())
+    {
+        std::fs::copy(&f, dir.join("faults.jsonl"))?;
+    }
     Ok(s)
 }
 

@@ -12,7 +12,7 @@ use crate::UsageError;
 /// `spate verify` of it): what `spate merge` may remove when it replaces an earlier
 /// merge with `--overwrite`. By exact name, so a user's `notes.csv` there is never one.
 fn is_results_file(name: &str) -> bool {
-    const NAMES: [&str; 12] = [
+    const NAMES: [&str; 13] = [
         "plan.json",
         "summary.json",
         "intervals.csv",
@@ -21,6 +21,7 @@ fn is_results_file(name: &str) -> bool {
         "sent.log",
         "report.html",
         "monitor.csv",
+        "faults.jsonl",
         "metrics.json",
         "verify.json",
         "deliveries.csv",

@@ -1,0 +1,359 @@
+//! Faults on a schedule (`--fault`): a thread of their own applies them at their times
+//! from the run's start — a signal to the server's processes (STOP is followed by CONT
+//! at the fault's end), a restart command, a command and its undo — and writes every
+//! event to faults.jsonl as it happens. As an observer, it sets what the load did before,
+//! during and after each fault side by side: throughput, errors by class, response time,
+//! and how long the load took to come back (the first accepted unit, then throughput
+//! within 10 % of before). Only a run's first shard applies them; every shard measures.
+
+pub mod spec;
+mod window;
+
+use std::io::Write as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+pub use spec::{Action, Signal, Spec, Target};
+
+use crate::engine::{Observer, Snapshot};
+use crate::results::{rfc3339, Summary};
+
+/// How long a fault's own command (run=, undo=) may take before the schedule goes on
+/// without it; a restart command is waited for on a thread of its own.
+const COMMAND_LIMIT: Duration = Duration::from_secs(60);
+
+/// One thing that happened to a fault, as faults.jsonl has it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Event {
+    /// Seconds since the run's start.
+    pub t_s: f64,
+    pub time: String,
+    /// Which `--fault` (0-based, in the order given) and which of its occurrences.
+    pub fault: usize,
+    pub occurrence: u32,
+    /// signal, continue, restart, restart-done, run, undo.
+    pub event: &'static str,
+    pub what: String,
+    pub ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What the fault thread shares with the observer.
+struct Log {
+    start: SystemTime,
+    events: Mutex<Vec<Event>>,
+    file: Mutex<Option<std::io::BufWriter<std::fs::File>>>,
+    stop: AtomicBool,
+}
+
+impl Log {
+    fn record(
+        &self,
+        fault: usize,
+        occurrence: u32,
+        event: &'static str,
+        what: String,
+        r: Result<(), String>,
+    ) {
+        let now = SystemTime::now();
+        let t_s = now
+            .duration_since(self.start)
+            .map_or(0.0, |d| (d.as_secs_f64() * 1000.0).round() / 1000.0);
+        let e = Event {
+            t_s,
+            time: rfc3339(now),
+            fault,
+            occurrence,
+            event,
+            what,
+            ok: r.is_ok(),
+            error: r.err(),
+        };
+        if let Ok(mut f) = self.file.lock() {
+            if let Some(w) = f.as_mut() {
+                let line = serde_json::to_string(&e).unwrap_or_default();
+                // A fault's record must survive the run being killed right after it.
+                let _ = writeln!(w, "{line}").and_then(|()| w.flush());
+            }
+        }
+        if let Ok(mut v) = self.events.lock() {
+            v.push(e);
+        }
+    }
+}
+
+/// The faults of a run: parsed and checked ([`Faults::new`]) before the run starts.
+pub struct Faults {
+    specs: Vec<Spec>,
+    apply: bool,
+    log: Option<Arc<Log>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    windows: window::Windows,
+}
+
+impl Faults {
+    /// Parses every `--fault` (a usage error for the first that cannot be applied). With
+    /// `apply` false (a run's other shards) they are measured, not applied.
+    pub fn new(texts: &[String], apply: bool) -> Result<Option<Faults>, crate::UsageError> {
+        if texts.is_empty() {
+            return Ok(None);
+        }
+        let specs = texts
+            .iter()
+            .map(|t| Spec::parse(t))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Some(Faults {
+            windows: window::Windows::new(&specs),
+            specs,
+            apply,
+            log: None,
+            thread: None,
+        }))
+    }
+}
+
+impl Observer for Faults {
+    fn start(&mut self, dir: &Path, start: SystemTime) -> anyhow::Result<()> {
+        let file = std::fs::File::create(dir.join("faults.jsonl"))?;
+        let log = Arc::new(Log {
+            start,
+            events: Mutex::new(Vec::new()),
+            file: Mutex::new(Some(std::io::BufWriter::new(file))),
+            stop: AtomicBool::new(false),
+        });
+        if self.apply {
+            let (specs, l) = (self.specs.clone(), log.clone());
+            self.thread = Some(
+                std::thread::Builder::new()
+                    .name("spate-faults".into())
+                    .spawn(move || schedule(&specs, &l))?,
+            );
+        }
+        self.log = Some(log);
+        Ok(())
+    }
+
+    fn interval(&mut self, snap: &Snapshot<'_>) -> anyhow::Result<()> {
+        self.windows.interval_of(&self.specs, snap);
+        Ok(())
+    }
+
+    fn finish(&mut self, summary: &mut Summary) {
+        let events = match &self.log {
+            Some(log) => {
+                log.stop.store(true, Ordering::Relaxed);
+                if let Some(t) = self.thread.take() {
+                    t.thread().unpark();
+                    let _ = t.join();
+                }
+                log.events.lock().map(|v| v.clone()).unwrap_or_default()
+            }
+            None => Vec::new(),
+        };
+        for e in events.iter().filter(|e| !e.ok) {
+            summary.warnings.push(format!(
+                "fault {} ({}): {} {} failed: {}",
+                e.fault + 1,
+                self.specs[e.fault].text,
+                e.event,
+                e.what,
+                e.error.as_deref().unwrap_or("?")
+            ));
+        }
+        let report = self.windows.report(&self.specs, &events, self.apply);
+        summary.extra.insert("faults".into(), report);
+    }
+}
+
+/// The fault thread: every occurrence of every fault in time order until the run stops.
+fn schedule(specs: &[Spec], log: &Arc<Log>) {
+    // (when, fault, occurrence, true at its start / false at its end)
+    let mut next: Vec<(Duration, usize, u32, bool)> = specs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| s.occurrence(0).map(|(at, _)| (at, i, 0, true)))
+        .collect();
+    let origin = Instant::now()
+        - SystemTime::now()
+            .duration_since(log.start)
+            .unwrap_or_default();
+    loop {
+        next.sort_by_key(|e| std::cmp::Reverse(e.0));
+        let Some(&(when, i, n, starting)) = next.last() else {
+            return;
+        };
+        loop {
+            if log.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            let left = (origin + when).saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            std::thread::park_timeout(left.min(Duration::from_millis(200)));
+        }
+        next.pop();
+        let spec = &specs[i];
+        if starting {
+            begin(spec, i, n, log);
+            let (_, end) = spec.occurrence(n).expect("a scheduled occurrence");
+            if spec.lasts.is_some() {
+                next.push((end, i, n, false));
+            }
+            if let Some((at, _)) = spec.occurrence(n + 1) {
+                next.push((at, i, n + 1, true));
+            }
+        } else {
+            end(spec, i, n, log);
+        }
+    }
+}
+
+/// A fault's start: the signal (and the restart of a momentary one), or its command.
+fn begin(spec: &Spec, i: usize, n: u32, log: &Arc<Log>) {
+    match &spec.action {
+        Action::Signal {
+            signal,
+            target,
+            restart,
+        } => {
+            let (what, r) = signal_to(target, *signal);
+            log.record(i, n, "signal", what, r);
+            if spec.lasts.is_none() {
+                if let Some(cmd) = restart {
+                    restart_in_background(cmd, i, n, log);
+                }
+            }
+        }
+        Action::Command { run, .. } => {
+            let r = run_command(run);
+            log.record(i, n, "run", run.clone(), r);
+        }
+    }
+}
+
+/// A lasting fault's end: CONT after STOP, the restart, the undo.
+fn end(spec: &Spec, i: usize, n: u32, log: &Arc<Log>) {
+    match &spec.action {
+        Action::Signal {
+            signal,
+            target,
+            restart,
+        } => {
+            if *signal == Signal::Stop {
+                let (what, r) = signal_to(target, Signal::Cont);
+                log.record(i, n, "continue", what, r);
+            }
+            if let Some(cmd) = restart {
+                restart_in_background(cmd, i, n, log);
+            }
+        }
+        Action::Command { undo, .. } => {
+            if let Some(cmd) = undo {
+                let r = run_command(cmd);
+                log.record(i, n, "undo", cmd.clone(), r);
+            }
+        }
+    }
+}
+
+/// Starts a restart command and records its end when it comes: a server's restart may
+/// take a while, and the schedule goes on meanwhile.
+fn restart_in_background(cmd: &str, i: usize, n: u32, log: &Arc<Log>) {
+    match spawn(cmd) {
+        Err(e) => log.record(i, n, "restart", cmd.to_string(), Err(e)),
+        Ok(mut child) => {
+            log.record(i, n, "restart", cmd.to_string(), Ok(()));
+            let started = Instant::now();
+            // The run may end first: then the end goes unrecorded.
+            let (cmd, log) = (cmd.to_string(), Arc::downgrade(log));
+            std::thread::spawn(move || {
+                let r = exit_result(child.wait());
+                if let Some(log) = log.upgrade() {
+                    let took = crate::units::fmt_duration(started.elapsed());
+                    log.record(i, n, "restart-done", format!("{cmd} (took {took})"), r);
+                }
+            });
+        }
+    }
+}
+
+fn spawn(cmd: &str) -> Result<std::process::Child, String> {
+    Command::new("sh")
+        .args(["-c", cmd])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start sh: {e}"))
+}
+
+/// Runs a fault's own command to its end (at most [`COMMAND_LIMIT`]).
+fn run_command(cmd: &str) -> Result<(), String> {
+    let mut child = spawn(cmd)?;
+    let until = Instant::now() + COMMAND_LIMIT;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => return exit_result(child.wait_with_output().map(|o| o.status)),
+            Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
+            Ok(None) => {
+                return Err(format!(
+                    "still running after {} (left running)",
+                    crate::units::fmt_duration(COMMAND_LIMIT)
+                ))
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
+fn exit_result(r: std::io::Result<std::process::ExitStatus>) -> Result<(), String> {
+    match r {
+        Ok(s) if s.success() => Ok(()),
+        Ok(s) => Err(format!("exited with {s}")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Sends `signal` to the target's processes now; what was done, and how it went.
+fn signal_to(target: &Target, signal: Signal) -> (String, Result<(), String>) {
+    match spec::resolve(target) {
+        Ok(pids) => (
+            format!("{} to {}", signal.name(), pids_text(&pids)),
+            send(&pids, signal),
+        ),
+        Err(e) => (
+            format!("{} to {}", signal.name(), target_text(target)),
+            Err(e),
+        ),
+    }
+}
+
+/// Sends `signal` to every process; the first failure is the result.
+fn send(pids: &[u32], signal: Signal) -> Result<(), String> {
+    let mut first = Ok(());
+    for &p in pids {
+        // SAFETY: kill(2) with a PID and a valid signal number.
+        if unsafe { libc::kill(p as libc::pid_t, signal.number()) } != 0 && first.is_ok() {
+            first = Err(format!("process {p}: {}", std::io::Error::last_os_error()));
+        }
+    }
+    first
+}
+
+fn pids_text(pids: &[u32]) -> String {
+    let p: Vec<String> = pids.iter().map(u32::to_string).collect();
+    format!("PID {}", p.join(","))
+}
+
+fn target_text(t: &Target) -> String {
+    match t {
+        Target::Pids(p) => pids_text(p),
+        Target::PidFile(f) => format!("the PID in {}", f.display()),
+        Target::Name(n) => format!("processes named {n}"),
+    }
+}

@@ -1,0 +1,354 @@
+//! What a `--fault` says: when (`at`, `for`, `every`), and what — a signal to the server's
+//! processes (by PID, a PID file read at the moment, or command name) with an optional
+//! restart command, or a command of its own with an optional undo. Everything is checked
+//! before the run starts: a fault that cannot be applied is one line and exit 2.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::units::{fmt_duration, parse_duration};
+use crate::UsageError;
+
+/// One scheduled fault, as given.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Spec {
+    /// The text given (shown in the summary and faults.jsonl).
+    pub text: String,
+    /// When it starts, from the run's start.
+    pub at: Duration,
+    /// How long it lasts: at its end a stopped process is continued, the restart or undo
+    /// command runs. None: a moment (the restart, if any, follows the signal at once).
+    pub lasts: Option<Duration>,
+    /// It comes again this long after each start, until the run ends.
+    pub every: Option<Duration>,
+    pub action: Action,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    Signal {
+        signal: Signal,
+        target: Target,
+        /// Run (with `sh -c`) at the fault's end, or right after the signal.
+        restart: Option<String>,
+    },
+    /// Run a command at the start and `undo` at the end (a full disk, a directory outage:
+    /// the test bed's own commands).
+    Command { run: String, undo: Option<String> },
+}
+
+/// Whose processes a signal goes to; a PID file and a name are looked up at the moment
+/// of the fault (after a restart, the server's PID is another).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Target {
+    Pids(Vec<u32>),
+    PidFile(PathBuf),
+    Name(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    Kill,
+    Term,
+    Int,
+    Hup,
+    Quit,
+    Stop,
+    Cont,
+    Usr1,
+    Usr2,
+}
+
+impl Signal {
+    const ALL: [(Signal, &'static str, libc::c_int); 9] = [
+        (Signal::Kill, "KILL", libc::SIGKILL),
+        (Signal::Term, "TERM", libc::SIGTERM),
+        (Signal::Int, "INT", libc::SIGINT),
+        (Signal::Hup, "HUP", libc::SIGHUP),
+        (Signal::Quit, "QUIT", libc::SIGQUIT),
+        (Signal::Stop, "STOP", libc::SIGSTOP),
+        (Signal::Cont, "CONT", libc::SIGCONT),
+        (Signal::Usr1, "USR1", libc::SIGUSR1),
+        (Signal::Usr2, "USR2", libc::SIGUSR2),
+    ];
+
+    fn parse(s: &str) -> Option<Signal> {
+        let s = s.to_ascii_uppercase();
+        let s = s.strip_prefix("SIG").unwrap_or(&s);
+        Self::ALL
+            .iter()
+            .find(|(_, n, _)| *n == s)
+            .map(|(sig, ..)| *sig)
+    }
+
+    pub fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(s, ..)| *s == self)
+            .map_or("?", |x| x.1)
+    }
+
+    pub fn number(self) -> libc::c_int {
+        Self::ALL
+            .iter()
+            .find(|(s, ..)| *s == self)
+            .map_or(0, |x| x.2)
+    }
+}
+
+/// What `--fault` accepts, for its errors.
+const SYNTAX: &str = "expected 'at=DURATION [for=DURATION] [every=DURATION]' and either \
+    'signal=NAME pid=N[,N..]|pidfile=PATH|name=COMMAND [restart=CMD]' or 'run=CMD [undo=CMD]' \
+    (quote a command with spaces: restart='scripts/testbed restart postfix')";
+
+impl Spec {
+    /// Parses one `--fault` text and checks that it can be applied now (its processes
+    /// exist, its PID file is readable).
+    pub fn parse(text: &str) -> Result<Spec, UsageError> {
+        let bad = |what: String| UsageError(format!("--fault '{text}': {what}"));
+        let words = shlex::split(text).ok_or_else(|| bad("unbalanced quotes".into()))?;
+        let mut at = None;
+        let (mut lasts, mut every) = (None, None);
+        let (mut signal, mut target, mut restart, mut run, mut undo) =
+            (None, None, None, None, None);
+        for w in &words {
+            let Some((k, v)) = w.split_once('=') else {
+                return Err(bad(format!("'{w}' is not KEY=VALUE; {SYNTAX}")));
+            };
+            let dur = |v: &str| parse_duration(v).map_err(|e| bad(format!("{k}: {e}")));
+            let set_target = |t: &mut Option<Target>, new: Target| {
+                if t.replace(new).is_some() {
+                    return Err(bad("give one of pid=, pidfile= and name=".into()));
+                }
+                Ok(())
+            };
+            match k {
+                "at" => at = Some(dur(v)?),
+                "for" => lasts = Some(dur(v)?).filter(|d| !d.is_zero()),
+                "every" => every = Some(dur(v)?),
+                "signal" => {
+                    signal = Some(Signal::parse(v).ok_or_else(|| {
+                        bad(format!(
+                        "unknown signal '{v}' (KILL, TERM, INT, HUP, QUIT, STOP, CONT, USR1, USR2)"
+                    ))
+                    })?)
+                }
+                "pid" => {
+                    let pids: Result<Vec<u32>, _> = v.split(',').map(str::parse).collect();
+                    match pids {
+                        Ok(p) if !p.is_empty() && !p.contains(&0) => {
+                            set_target(&mut target, Target::Pids(p))?
+                        }
+                        _ => return Err(bad(format!("pid '{v}' is not a list of PIDs"))),
+                    }
+                }
+                "pidfile" => set_target(&mut target, Target::PidFile(PathBuf::from(v)))?,
+                "name" if !v.is_empty() => set_target(&mut target, Target::Name(v.to_string()))?,
+                "restart" if !v.trim().is_empty() => restart = Some(v.to_string()),
+                "run" if !v.trim().is_empty() => run = Some(v.to_string()),
+                "undo" if !v.trim().is_empty() => undo = Some(v.to_string()),
+                "name" | "restart" | "run" | "undo" => return Err(bad(format!("{k} is empty"))),
+                _ => return Err(bad(format!("unknown key '{k}'; {SYNTAX}"))),
+            }
+        }
+        let at = at.ok_or_else(|| bad(format!("no at=; {SYNTAX}")))?;
+        if let Some(e) = every {
+            if e.is_zero() || lasts.is_some_and(|l| l >= e) {
+                return Err(bad(format!(
+                    "every={} must be longer than for={}",
+                    fmt_duration(e),
+                    fmt_duration(lasts.unwrap_or_default())
+                )));
+            }
+        }
+        if run.is_some() && (signal.is_some() || restart.is_some()) {
+            return Err(bad(
+                "run= is a fault of its own: give it with undo=, not with signal= or restart="
+                    .into(),
+            ));
+        }
+        let action = match (target, run) {
+            (None, Some(run)) => Action::Command { run, undo },
+            (Some(_), Some(_)) => return Err(bad("run= takes no pid=, pidfile= or name=".into())),
+            (Some(target), None) => {
+                if undo.is_some() {
+                    return Err(bad("undo= goes with run=; a signal's is restart=".into()));
+                }
+                check_target(&target).map_err(bad)?;
+                Action::Signal {
+                    signal: signal.unwrap_or(Signal::Kill),
+                    target,
+                    restart,
+                }
+            }
+            (None, None) if signal.is_some() => {
+                return Err(bad("signal= needs pid=, pidfile= or name=".into()))
+            }
+            (None, None) => return Err(bad(format!("nothing to do; {SYNTAX}"))),
+        };
+        Ok(Spec {
+            text: text.to_string(),
+            at,
+            lasts,
+            every,
+            action,
+        })
+    }
+
+    /// The fault's occurrence `n` (0-based): its start and end from the run's start.
+    pub fn occurrence(&self, n: u32) -> Option<(Duration, Duration)> {
+        if n > 0 && self.every.is_none() {
+            return None;
+        }
+        let start = self.at + self.every.unwrap_or_default() * n;
+        Some((start, start + self.lasts.unwrap_or_default()))
+    }
+}
+
+/// A target that cannot be reached now is refused before the run.
+fn check_target(t: &Target) -> Result<(), String> {
+    match t {
+        Target::Pids(pids) => {
+            for &p in pids {
+                alive(p)?;
+            }
+            Ok(())
+        }
+        Target::PidFile(path) => {
+            let pid = read_pidfile(path)?;
+            alive(pid)
+        }
+        Target::Name(n) => match crate::monitor::proc::pids_named(n).is_empty() {
+            true => Err(format!("no process is named '{n}'")),
+            false => Ok(()),
+        },
+    }
+}
+
+/// Whether a signal can go to `pid`: it exists and this user may signal it.
+fn alive(pid: u32) -> Result<(), String> {
+    // SAFETY: signal 0 sends nothing; it only checks that the process exists and may be
+    // signalled.
+    if unsafe { libc::kill(pid as libc::pid_t, 0) } == 0 {
+        return Ok(());
+    }
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(libc::EPERM) => Err(format!("not permitted to signal process {pid}")),
+        _ => Err(format!("no process {pid}")),
+    }
+}
+
+/// The PID in a PID file (its first line).
+pub fn read_pidfile(path: &std::path::Path) -> Result<u32, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    text.lines()
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .filter(|&p| p > 0)
+        .ok_or_else(|| format!("{}: no PID on its first line", path.display()))
+}
+
+/// The processes a target names now.
+pub fn resolve(t: &Target) -> Result<Vec<u32>, String> {
+    match t {
+        Target::Pids(p) => Ok(p.clone()),
+        Target::PidFile(path) => read_pidfile(path).map(|p| vec![p]),
+        Target::Name(n) => match crate::monitor::proc::pids_named(n) {
+            v if v.is_empty() => Err(format!("no process is named '{n}'")),
+            v => Ok(v),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn me() -> String {
+        std::process::id().to_string()
+    }
+
+    #[test]
+    fn a_signal_fault_with_a_restart() {
+        let text = format!("at=5s for=3s signal=stop pid={}", me());
+        let s = Spec::parse(&text).unwrap();
+        assert_eq!(s.at, Duration::from_secs(5));
+        assert_eq!(s.lasts, Some(Duration::from_secs(3)));
+        assert_eq!(
+            s.action,
+            Action::Signal {
+                signal: Signal::Stop,
+                target: Target::Pids(vec![std::process::id()]),
+                restart: None
+            }
+        );
+        assert_eq!(
+            s.occurrence(0),
+            Some((Duration::from_secs(5), Duration::from_secs(8)))
+        );
+        assert_eq!(s.occurrence(1), None);
+        let s = Spec::parse(&format!(
+            "at=1m every=30s pid={} restart='systemctl restart postfix'",
+            me()
+        ))
+        .unwrap();
+        let Action::Signal {
+            signal, restart, ..
+        } = &s.action
+        else {
+            panic!()
+        };
+        assert_eq!(*signal, Signal::Kill, "KILL unless told");
+        assert_eq!(restart.as_deref(), Some("systemctl restart postfix"));
+        assert_eq!(
+            s.occurrence(2),
+            Some((Duration::from_secs(120), Duration::from_secs(120)))
+        );
+        let s = Spec::parse("at=2s for=1s run='touch x' undo='rm x'").unwrap();
+        assert_eq!(
+            s.action,
+            Action::Command {
+                run: "touch x".into(),
+                undo: Some("rm x".into())
+            }
+        );
+    }
+
+    #[test]
+    fn what_cannot_be_applied_is_refused_in_one_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let nopid = dir.path().join("none.pid");
+        let cases = [
+            ("for=3s signal=KILL pid=1", "no at="),
+            ("at=3s", "nothing to do"),
+            ("at=3s signal=KILL", "needs pid="),
+            ("at=3s signal=BOOM pid=1", "unknown signal 'BOOM'"),
+            ("at=3s pid=x", "not a list of PIDs"),
+            ("at=3s pid=0", "not a list of PIDs"),
+            ("at=3s pid=4000000", "no process 4000000"),
+            ("at=soon pid=1", "at:"),
+            ("at=3s for=5s every=5s run=true", "must be longer than"),
+            ("at=3s run=true signal=KILL", "a fault of its own"),
+            ("at=3s run='a", "unbalanced quotes"),
+            ("at=3s bogus", "not KEY=VALUE"),
+            ("at=3s colour=red run=true", "unknown key 'colour'"),
+            ("at=3s name=no-such-process-xyz", "no process is named"),
+            ("at=3s undo=true pid=1", "undo= goes with run="),
+            ("at=3s run=", "run is empty"),
+        ];
+        for (text, want) in cases {
+            let e = Spec::parse(text).unwrap_err().to_string();
+            assert!(e.starts_with("--fault '"), "{e}");
+            assert!(e.contains(want), "{text}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+        let text = format!("at=1s pidfile={}", nopid.display());
+        let e = Spec::parse(&text).unwrap_err().to_string();
+        assert!(e.contains("No such file"), "{e}");
+        std::fs::write(&nopid, "garbage\n").unwrap();
+        let e = Spec::parse(&text).unwrap_err().to_string();
+        assert!(e.contains("no PID on its first line"), "{e}");
+        std::fs::write(&nopid, format!("{}\n", std::process::id())).unwrap();
+        assert!(Spec::parse(&text).is_ok());
+    }
+}

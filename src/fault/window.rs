@@ -1,0 +1,228 @@
+//! What the load did around each fault: before it (up to 30 s), during it, and after it
+//! (up to 30 s), from the run's one-second intervals; and how long after its end the
+//! first unit was accepted and throughput was back within 10 % of before.
+
+use std::collections::BTreeMap;
+
+use hdrhistogram::Histogram;
+use serde_json::{json, Value};
+
+use super::{Event, Spec};
+use crate::engine::Snapshot;
+use crate::metrics::{new_histogram, Phase};
+
+/// How much of the run before a fault is its baseline, and after its end is shown.
+const BEFORE_S: f64 = 30.0;
+const AFTER_S: f64 = 30.0;
+/// Occurrences followed in detail (a fault `every` second of a day would be 86 400).
+const MAX_OCCURRENCES: usize = 100;
+/// Throughput back within this share of before's counts as recovered.
+const RECOVERED: f64 = 0.9;
+
+/// What the load did in one window.
+struct Acc {
+    seconds: f64,
+    accepted: u64,
+    rejected: u64,
+    failed: u64,
+    errors: BTreeMap<String, u64>,
+    response: Histogram<u64>,
+}
+
+impl Acc {
+    fn new() -> Acc {
+        Acc {
+            seconds: 0.0,
+            accepted: 0,
+            rejected: 0,
+            failed: 0,
+            errors: BTreeMap::new(),
+            response: new_histogram(),
+        }
+    }
+
+    fn add(&mut self, snap: &Snapshot<'_>) {
+        let iv = snap.interval;
+        self.seconds += snap.interval_s;
+        self.accepted += iv.counters.accepted;
+        self.rejected += iv.counters.rejected;
+        self.failed += iv.counters.failed;
+        for (k, e) in &iv.errors {
+            let class = match k.code {
+                0 => format!("{} {}", k.phase, k.kind.name()),
+                c => format!("{} {c}", k.phase),
+            };
+            *self.errors.entry(class).or_default() += e.count;
+        }
+        if let Some(h) = iv.hist(Phase::Response) {
+            let _ = self.response.add(h);
+        }
+    }
+
+    fn rate(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.accepted as f64 / self.seconds
+        } else {
+            0.0
+        }
+    }
+
+    fn json(&self) -> Value {
+        if self.seconds == 0.0 {
+            return Value::Null;
+        }
+        let r = &self.response;
+        let pct = |q: f64| (!r.is_empty()).then(|| r.value_at_quantile(q));
+        json!({
+            "seconds": (self.seconds * 10.0).round() / 10.0,
+            "accepted": self.accepted,
+            "accepted_per_s": (self.rate() * 10.0).round() / 10.0,
+            "rejected": self.rejected,
+            "failed": self.failed,
+            "errors": self.errors,
+            "response_p50_us": pct(0.5),
+            "response_p99_us": pct(0.99),
+        })
+    }
+}
+
+/// One occurrence of one fault.
+struct Occurrence {
+    fault: usize,
+    n: u32,
+    start_s: f64,
+    end_s: f64,
+    before_from_s: f64,
+    after_to_s: f64,
+    before: Acc,
+    during: Acc,
+    after: Acc,
+    first_accept_s: Option<f64>,
+    recovered_s: Option<f64>,
+}
+
+pub struct Windows {
+    /// Every fault's occurrence times (start, end) in seconds, and the next to add.
+    plans: Vec<(Vec<(f64, f64)>, u32)>,
+    occs: Vec<Occurrence>,
+    /// The end of the last interval seen.
+    t_s: f64,
+}
+
+impl Windows {
+    pub fn new(specs: &[Spec]) -> Windows {
+        Windows {
+            plans: specs.iter().map(|_| (Vec::new(), 0)).collect(),
+            occs: Vec::new(),
+            t_s: 0.0,
+        }
+        .planned(specs)
+    }
+
+    /// The occurrences of every fault known up front: all but those of an `every`, which
+    /// are added as the run goes ([`Windows::interval`]).
+    fn planned(mut self, specs: &[Spec]) -> Windows {
+        self.add_until(specs, BEFORE_S);
+        self
+    }
+
+    /// Adds the occurrences that start before `t` (their baseline begins before it).
+    fn add_until(&mut self, specs: &[Spec], t: f64) {
+        for (i, spec) in specs.iter().enumerate() {
+            while self.occs.len() < MAX_OCCURRENCES {
+                let n = self.plans[i].1;
+                let Some((start, end)) = spec.occurrence(n) else {
+                    break;
+                };
+                let (start, end) = (start.as_secs_f64(), end.as_secs_f64());
+                if start > t + BEFORE_S {
+                    break;
+                }
+                let prev_end = self.plans[i].0.last().map_or(0.0, |p| p.1);
+                let next_start = spec
+                    .occurrence(n + 1)
+                    .map_or(f64::INFINITY, |(s, _)| s.as_secs_f64());
+                self.plans[i].0.push((start, end));
+                self.plans[i].1 += 1;
+                self.occs.push(Occurrence {
+                    fault: i,
+                    n,
+                    start_s: start,
+                    end_s: end,
+                    before_from_s: (start - BEFORE_S).max(prev_end).max(0.0),
+                    after_to_s: (end + AFTER_S).min(next_start),
+                    before: Acc::new(),
+                    during: Acc::new(),
+                    after: Acc::new(),
+                    first_accept_s: None,
+                    recovered_s: None,
+                });
+            }
+        }
+    }
+
+    /// Files one interval into the windows it falls in (by its middle).
+    pub fn interval_of(&mut self, specs: &[Spec], snap: &Snapshot<'_>) {
+        self.add_until(specs, snap.t_s);
+        self.t_s = snap.t_s;
+        let mid = snap.t_s - snap.interval_s / 2.0;
+        let rate = if snap.interval_s > 0.0 {
+            snap.interval.counters.accepted as f64 / snap.interval_s
+        } else {
+            0.0
+        };
+        for o in &mut self.occs {
+            if mid >= o.before_from_s && mid < o.start_s {
+                o.before.add(snap);
+            } else if mid >= o.start_s && mid < o.end_s {
+                o.during.add(snap);
+            } else if mid >= o.end_s && mid < o.after_to_s {
+                o.after.add(snap);
+            }
+            if mid >= o.end_s {
+                let since = snap.t_s - o.end_s;
+                if o.first_accept_s.is_none() && snap.interval.counters.accepted > 0 {
+                    o.first_accept_s = Some(since);
+                }
+                let base = o.before.rate();
+                if o.recovered_s.is_none() && base > 0.0 && rate >= RECOVERED * base {
+                    o.recovered_s = Some(since);
+                }
+            }
+        }
+    }
+
+    /// The per-occurrence report for summary.json's `extra.faults`.
+    pub fn report(&self, specs: &[Spec], events: &[Event], applied: bool) -> Value {
+        let round = |v: f64| (v * 10.0).round() / 10.0;
+        let occs: Vec<Value> = self
+            .occs
+            .iter()
+            .filter(|o| o.start_s <= self.t_s)
+            .map(|o| {
+                let evs: Vec<&Event> = events
+                    .iter()
+                    .filter(|e| e.fault == o.fault && e.occurrence == o.n)
+                    .collect();
+                json!({
+                    "fault": o.fault + 1,
+                    "spec": specs[o.fault].text,
+                    "occurrence": o.n,
+                    "start_s": o.start_s,
+                    "end_s": o.end_s,
+                    "applied": if applied { json!(evs.iter().all(|e| e.ok) && !evs.is_empty()) } else { json!("by the first shard") },
+                    "events": evs,
+                    "before": o.before.json(),
+                    "during": o.during.json(),
+                    "after": o.after.json(),
+                    "first_accept_after_s": o.first_accept_s.map(round),
+                    "recovered_after_s": o.recovered_s.map(round),
+                })
+            })
+            .collect();
+        json!({
+            "occurrences": occs,
+            "recovery_basis": "one-second intervals: a time after a fault's end is the end of the first interval in which a unit was accepted (or throughput was within 10 % of the 30 s before the fault), so up to a second late",
+        })
+    }
+}

@@ -1,0 +1,170 @@
+//! Faults on a schedule (`--fault`) against `spate serve` processes this test starts: a
+//! server stopped and continued, a server killed and restarted, a restart command that
+//! fails. Every event is in faults.jsonl, the summary sets the load before, during and
+//! after each fault side by side, and every unit is still counted once.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::time::Duration;
+
+use common::{run_blocking, serve_process, summary, SPATE};
+
+/// faults.jsonl's events, in order.
+fn events(dir: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(dir.join("faults.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn smtp(addr: &str, out: &Path, extra: &[&str]) -> common::Output {
+    let mut args = vec![
+        "smtp",
+        addr,
+        "-u",
+        "4",
+        "--timeout",
+        "1s",
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    run_blocking(SPATE, &args, &[], Duration::from_secs(60))
+}
+
+#[test]
+fn a_stopped_server_is_a_band_of_failures_and_the_load_comes_back() {
+    let (server, addr) = serve_process("--smtp", &[]);
+    let pid = server.0.id();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("r");
+    let fault = format!("at=1s for=2500ms signal=STOP pid={pid}");
+    let o = smtp(&addr, &out, &["-d", "6s", "--fault", &fault]);
+    assert!(o.ok, "{o:?}");
+    let ev = events(&out);
+    assert_eq!(ev.len(), 2, "{ev:?}");
+    assert_eq!(ev[0]["event"], "signal");
+    assert_eq!(ev[0]["what"], format!("STOP to PID {pid}"));
+    assert_eq!(ev[1]["event"], "continue");
+    assert!(ev.iter().all(|e| e["ok"] == true), "{ev:?}");
+    let s = summary(&out);
+    let occ = &s["extra"]["faults"]["occurrences"][0];
+    assert_eq!(occ["applied"], true, "{occ}");
+    // Units waiting on a stopped server time out (1 s) while it is stopped.
+    assert!(occ["during"]["failed"].as_u64().unwrap() > 0, "{occ}");
+    assert!(occ["before"]["accepted"].as_u64().unwrap() > 0, "{occ}");
+    assert!(occ["after"]["accepted"].as_u64().unwrap() > 0, "{occ}");
+    assert!(occ["first_accept_after_s"].is_number(), "{occ}");
+    assert!(
+        o.stdout.contains(&format!(
+            "fault 1 at 1.0s-3.5s ({fault}): STOP to PID {pid}; CONT to PID {pid}"
+        )),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout.contains("first unit accepted within"),
+        "{}",
+        o.stdout
+    );
+}
+
+#[test]
+fn a_killed_server_restarted_by_the_fault_is_an_outage_that_ends() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pidfile = tmp.path().join("serve.pid");
+    let (server, addr) = serve_process("--smtp", &[]);
+    std::fs::write(&pidfile, format!("{}\n", server.0.id())).unwrap();
+    // The restart starts the server again on the same address and writes its PID, as a
+    // service manager would.
+    let restart = format!(
+        "sleep 1; {SPATE} serve --smtp {addr} >/dev/null 2>&1 & echo $! > {}",
+        pidfile.display()
+    );
+    let fault = format!(
+        "at=1s signal=KILL pidfile={} restart='{restart}'",
+        pidfile.display()
+    );
+    let out = tmp.path().join("r");
+    let o = smtp(&addr, &out, &["-d", "6s", "--fault", &fault]);
+    // The second server is this test's to stop, by the PID its restart wrote.
+    let again: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    drop(server);
+    // SAFETY: kill(2) on the PID of the server this test's restart command started.
+    unsafe { libc::kill(again, libc::SIGTERM) };
+    assert!(o.ok, "{o:?}");
+    let ev = events(&out);
+    let names: Vec<&str> = ev.iter().map(|e| e["event"].as_str().unwrap()).collect();
+    assert_eq!(names, ["signal", "restart", "restart-done"], "{ev:?}");
+    assert!(ev.iter().all(|e| e["ok"] == true), "{ev:?}");
+    let s = summary(&out);
+    let t = &s["totals"];
+    assert!(t["failed"].as_u64().unwrap() > 0, "{t}");
+    let occ = &s["extra"]["faults"]["occurrences"][0];
+    // A moment's fault has no during; what it did is in the after.
+    assert!(occ["during"].is_null(), "{occ}");
+    assert!(occ["after"]["failed"].as_u64().unwrap() > 0, "{occ}");
+    assert!(
+        occ["first_accept_after_s"].as_f64().unwrap() >= 1.0,
+        "{occ}"
+    );
+}
+
+#[test]
+fn a_failing_restart_is_reported_and_the_run_goes_on() {
+    let (server, addr) = serve_process("--smtp", &[]);
+    let pid = server.0.id();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("r");
+    // CONT to a running server does nothing; its restart command fails.
+    let fault = format!("at=500ms signal=CONT pid={pid} restart='exit 3'");
+    let o = smtp(&addr, &out, &["-d", "2s", "--fault", &fault]);
+    assert!(o.ok, "{o:?}");
+    let ev = events(&out);
+    let done = ev
+        .iter()
+        .find(|e| e["event"] == "restart-done")
+        .expect("restart-done");
+    assert_eq!(done["ok"], false, "{done}");
+    assert!(done["error"].as_str().unwrap().contains("3"), "{done}");
+    let s = summary(&out);
+    assert!(
+        s["totals"]["accepted"].as_u64().unwrap() > 0,
+        "{}",
+        s["totals"]
+    );
+    assert!(
+        s["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("restart-done")),
+        "{}",
+        s["warnings"]
+    );
+}
+
+#[test]
+fn a_fault_that_cannot_be_applied_is_refused_before_the_run() {
+    let (_server, addr) = serve_process("--smtp", &[] as &[&OsStr]);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("never");
+    for (fault, want) in [
+        ("at=1s signal=KILL pid=4000000", "no process 4000000"),
+        ("at=1s signal=KILL", "needs pid="),
+        ("signal=KILL pid=1", "no at="),
+    ] {
+        let o = smtp(&addr, &out, &["-n", "10", "--fault", fault]);
+        assert_eq!(o.code, Some(2), "{o:?}");
+        assert!(o.stderr.contains(want), "{}", o.stderr);
+        assert_eq!(o.stderr.trim().lines().count(), 1, "{}", o.stderr);
+        assert!(!out.exists(), "nothing is written for a refused run");
+    }
+}
