@@ -589,6 +589,8 @@ impl Connection {
         timeout: Duration,
     ) -> Result<Self, TransportError> {
         use std::os::fd::AsRawFd;
+        // Through the fault proxy when the run has network faults.
+        let addr = crate::fault::proxy::route(addr).map_err(TransportError::from_io)?;
         let socket = if addr.is_ipv4() {
             TcpSocket::new_v4()
         } else {

@@ -60,7 +60,7 @@ fn a_stopped_server_is_a_band_of_failures_and_the_load_comes_back() {
     assert!(occ["first_accept_after_s"].is_number(), "{occ}");
     assert!(
         o.stdout.contains(&format!(
-            "fault 1 at 1.0s-3.5s ({fault}): STOP to PID {pid}; CONT to PID {pid}"
+            "fault 1 at 1.0s-3.5s ({fault}): STOP to PID {pid} at 1."
         )),
         "{}",
         o.stdout
@@ -167,4 +167,116 @@ fn a_fault_that_cannot_be_applied_is_refused_before_the_run() {
         assert_eq!(o.stderr.trim().lines().count(), 1, "{}", o.stderr);
         assert!(!out.exists(), "nothing is written for a refused run");
     }
+}
+
+/// The run's one fault occurrence from its summary, after checking that the proxy's
+/// toxic was switched on (and off, for a lasting one) in faults.jsonl.
+fn net_fault(out: &Path, lasting: bool) -> serde_json::Value {
+    let ev = events(out);
+    assert_eq!(ev.len(), if lasting { 2 } else { 1 }, "{ev:?}");
+    assert!(
+        ev.iter().all(|e| e["event"] == "net" && e["ok"] == true),
+        "{ev:?}"
+    );
+    summary(out)["extra"]["faults"]["occurrences"][0].clone()
+}
+
+/// Next to nothing was accepted during the fault: only units that ended in the few ms
+/// between the interval's end and the fault (which count as during).
+fn hardly_any(occ: &serde_json::Value) -> bool {
+    let rate = |w: &str| occ[w]["accepted_per_s"].as_f64().unwrap();
+    rate("during") < rate("before") / 4.0
+}
+
+/// How many errors of a window's classes contain `what`.
+fn errors_with(window: &serde_json::Value, what: &str) -> u64 {
+    window["errors"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter(|(k, _)| k.contains(what))
+                .map(|(_, n)| n.as_u64().unwrap())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn network_faults_through_the_proxy_show_in_their_window() {
+    let (_server, addr) = serve_process("--smtp", &[] as &[&OsStr]);
+    let tmp = tempfile::tempdir().unwrap();
+
+    // Each chunk waits 50 ms either way: a transaction of several round trips takes at
+    // least 100 ms while it is on, and nothing fails (the timeout is 1 s). (The units
+    // of the few ms between the interval's end and the fault count as during: the p99.)
+    let out = tmp.path().join("latency");
+    let o = smtp(
+        &addr,
+        &out,
+        &["-d", "4s", "--fault", "at=1s for=2s net=latency:50ms"],
+    );
+    assert!(o.ok, "{o:?}");
+    let occ = net_fault(&out, true);
+    assert!(
+        occ["during"]["response_p99_us"].as_u64().unwrap() >= 100_000,
+        "{occ}"
+    );
+    assert!(occ["before"]["accepted"].as_u64().unwrap() > 0, "{occ}");
+    assert!(occ["after"]["accepted"].as_u64().unwrap() > 0, "{occ}");
+
+    // New connections are reset at once: failures while it is on, then the load is back.
+    let out = tmp.path().join("refuse");
+    let o = smtp(
+        &addr,
+        &out,
+        &["-d", "3s", "--fault", "at=1s for=1s net=refuse"],
+    );
+    assert!(o.ended(), "{o:?}");
+    let occ = net_fault(&out, true);
+    assert!(errors_with(&occ["during"], "closed") > 0, "{occ}");
+    assert!(occ["after"]["accepted"].as_u64().unwrap() > 0, "{occ}");
+
+    // Connections kept open between messages are reset at 1 s: each of the 4 sessions
+    // finds its connection closed.
+    let out = tmp.path().join("reset");
+    let o = smtp(
+        &addr,
+        &out,
+        &[
+            "-d",
+            "3s",
+            "--messages-per-connection",
+            "0",
+            "--fault",
+            "at=1s net=reset",
+        ],
+    );
+    assert!(o.ok, "{o:?}");
+    let occ = net_fault(&out, false);
+    assert!(occ["during"].is_null(), "{occ}");
+    assert!(errors_with(&occ["after"], "closed") >= 1, "{occ}");
+
+    // Nothing comes back while the network swallows everything: the units time out.
+    let out = tmp.path().join("blackhole");
+    let o = smtp(
+        &addr,
+        &out,
+        &["-d", "4s", "--fault", "at=1s for=2s net=blackhole"],
+    );
+    assert!(o.ended(), "{o:?}");
+    let occ = net_fault(&out, true);
+    assert!(errors_with(&occ["during"], "timeout") > 0, "{occ}");
+    assert!(hardly_any(&occ), "{occ}");
+
+    // Connections are cut after 100 bytes: no transaction gets through.
+    let out = tmp.path().join("cut");
+    let o = smtp(
+        &addr,
+        &out,
+        &["-d", "3s", "--fault", "at=1s for=1s net=cut:100"],
+    );
+    assert!(o.ended(), "{o:?}");
+    let occ = net_fault(&out, true);
+    assert!(occ["during"]["failed"].as_u64().unwrap() > 0, "{occ}");
+    assert!(hardly_any(&occ), "{occ}");
 }

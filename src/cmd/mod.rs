@@ -71,7 +71,8 @@ pub fn observers(
     // A sharded run's faults come from its first shard; every shard measures them.
     let first_shard = plan.workload().shard.as_ref().is_none_or(|s| s.index == 0);
     if let Some(f) = crate::fault::Faults::new(&monitor.fault, first_shard)? {
-        observers.push(Box::new(f));
+        // First: a fault due at an interval's end waits until the interval is counted.
+        observers.insert(0, Box::new(f));
     }
     if output.tui {
         observers.push(Box::new(crate::ui::tui::Dashboard::new(

@@ -6,13 +6,14 @@
 //! and how long the load took to come back (the first accepted unit, then throughput
 //! within 10 % of before). Only a run's first shard applies them; every shard measures.
 
+pub mod proxy;
 pub mod spec;
 mod window;
 
 use std::io::Write as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -24,6 +25,8 @@ use crate::results::{rfc3339, Summary};
 /// How long a fault's own command (run=, undo=) may take before the schedule goes on
 /// without it; a restart command is waited for on a thread of its own.
 const COMMAND_LIMIT: Duration = Duration::from_secs(60);
+/// Events kept in memory for the summary (faults.jsonl has every one).
+const MAX_EVENTS: usize = 1000;
 
 /// One thing that happened to a fault, as faults.jsonl has it.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -48,6 +51,8 @@ struct Log {
     events: Mutex<Vec<Event>>,
     file: Mutex<Option<std::io::BufWriter<std::fs::File>>>,
     stop: AtomicBool,
+    /// The end of the last interval counted (f64 bits, seconds into the run).
+    counted_s: AtomicU64,
 }
 
 impl Log {
@@ -80,8 +85,12 @@ impl Log {
                 let _ = writeln!(w, "{line}").and_then(|()| w.flush());
             }
         }
+        // The file has them all; memory keeps the first ones (the summary details
+        // the first occurrences only).
         if let Ok(mut v) = self.events.lock() {
-            v.push(e);
+            if v.len() < MAX_EVENTS {
+                v.push(e);
+            }
         }
     }
 }
@@ -89,16 +98,19 @@ impl Log {
 /// The faults of a run: parsed and checked ([`Faults::new`]) before the run starts.
 pub struct Faults {
     specs: Vec<Spec>,
-    apply: bool,
+    /// A run's first shard (or an unsharded run) applies every fault; the other shards
+    /// apply only the network ones (each has its own proxies).
+    first_shard: bool,
     log: Option<Arc<Log>>,
     thread: Option<std::thread::JoinHandle<()>>,
     windows: window::Windows,
 }
 
 impl Faults {
-    /// Parses every `--fault` (a usage error for the first that cannot be applied). With
-    /// `apply` false (a run's other shards) they are measured, not applied.
-    pub fn new(texts: &[String], apply: bool) -> Result<Option<Faults>, crate::UsageError> {
+    /// Parses every `--fault` (a usage error for the first that cannot be applied). In a
+    /// run's other shards (`first_shard` false) only network faults are applied; the
+    /// others are measured.
+    pub fn new(texts: &[String], first_shard: bool) -> Result<Option<Faults>, crate::UsageError> {
         if texts.is_empty() {
             return Ok(None);
         }
@@ -106,10 +118,13 @@ impl Faults {
             .iter()
             .map(|t| Spec::parse(t))
             .collect::<Result<Vec<_>, _>>()?;
+        if specs.iter().any(|s| matches!(s.action, Action::Net(_))) {
+            proxy::enable();
+        }
         Ok(Some(Faults {
             windows: window::Windows::new(&specs),
             specs,
-            apply,
+            first_shard,
             log: None,
             thread: None,
         }))
@@ -124,21 +139,56 @@ impl Observer for Faults {
             events: Mutex::new(Vec::new()),
             file: Mutex::new(Some(std::io::BufWriter::new(file))),
             stop: AtomicBool::new(false),
+            counted_s: AtomicU64::new(0),
         });
-        if self.apply {
-            let (specs, l) = (self.specs.clone(), log.clone());
-            self.thread = Some(
-                std::thread::Builder::new()
-                    .name("spate-faults".into())
-                    .spawn(move || schedule(&specs, &l))?,
-            );
-        }
+        let specs: Vec<Spec> = self
+            .specs
+            .iter()
+            .map(
+                |s| match self.first_shard || matches!(s.action, Action::Net(_)) {
+                    true => s.clone(),
+                    // Measured here, applied by the first shard: nothing to do at its times.
+                    false => Spec {
+                        action: Action::Nothing,
+                        ..s.clone()
+                    },
+                },
+            )
+            .collect();
+        let l = log.clone();
+        self.thread = Some(
+            std::thread::Builder::new()
+                .name("spate-faults".into())
+                .spawn(move || schedule(&specs, &l))?,
+        );
         self.log = Some(log);
         Ok(())
     }
 
     fn interval(&mut self, snap: &Snapshot<'_>) -> anyhow::Result<()> {
-        self.windows.interval_of(&self.specs, snap);
+        let Some(log) = &self.log else {
+            return Ok(());
+        };
+        let events = log.events.lock().unwrap_or_else(|e| e.into_inner());
+        // When this process applied an occurrence: its first event, and for a lasting one
+        // the first event at its end.
+        let specs = &self.specs;
+        let applied = |fault: usize, n: u32| {
+            let mut evs = events
+                .iter()
+                .filter(|e| e.fault == fault && e.occurrence == n);
+            let start = evs.next()?.t_s;
+            let end = match specs[fault].occurrence(n) {
+                Some((at, end)) if end > at => evs
+                    .find(|e| e.t_s >= end.as_secs_f64() - 0.001)
+                    .map(|e| e.t_s),
+                _ => Some(start),
+            };
+            Some((start, end))
+        };
+        self.windows.interval_of(&self.specs, snap, applied);
+        drop(events);
+        log.counted_s.store(snap.t_s.to_bits(), Ordering::Relaxed);
         Ok(())
     }
 
@@ -164,7 +214,7 @@ impl Observer for Faults {
                 e.error.as_deref().unwrap_or("?")
             ));
         }
-        let report = self.windows.report(&self.specs, &events, self.apply);
+        let report = self.windows.report(&self.specs, &events);
         summary.extra.insert("faults".into(), report);
     }
 }
@@ -197,6 +247,7 @@ fn schedule(specs: &[Spec], log: &Arc<Log>) {
             std::thread::park_timeout(left.min(Duration::from_millis(200)));
         }
         next.pop();
+        after_the_tick(when, log);
         let spec = &specs[i];
         if starting {
             begin(spec, i, n, log);
@@ -210,6 +261,22 @@ fn schedule(specs: &[Spec], log: &Arc<Log>) {
         } else {
             end(spec, i, n, log);
         }
+    }
+}
+
+/// A fault due when an interval ends (a whole second of the run) waits, a few ms at
+/// most, until that interval is counted: the interval is then wholly before it.
+fn after_the_tick(when: Duration, log: &Log) {
+    let t = when.as_secs_f64();
+    if (t - t.round()).abs() > 0.02 || t < 0.5 {
+        return;
+    }
+    let until = Instant::now() + Duration::from_millis(300);
+    while f64::from_bits(log.counted_s.load(Ordering::Relaxed)) < t - 0.02
+        && Instant::now() < until
+        && !log.stop.load(Ordering::Relaxed)
+    {
+        std::thread::park_timeout(Duration::from_millis(2));
     }
 }
 
@@ -233,7 +300,27 @@ fn begin(spec: &Spec, i: usize, n: u32, log: &Arc<Log>) {
             let r = run_command(run);
             log.record(i, n, "run", run.clone(), r);
         }
+        Action::Net(t) => {
+            proxy::set(Some(t.clone()));
+            let what = match t {
+                proxy::Toxic::Reset => "reset every open connection".to_string(),
+                _ => format!(
+                    "{} on (through {} connections so far)",
+                    toxic_text(&spec.text),
+                    proxy::connections()
+                ),
+            };
+            log.record(i, n, "net", what, Ok(()));
+        }
+        Action::Nothing => {}
     }
+}
+
+/// The `net=` value of a fault's text.
+fn toxic_text(spec: &str) -> &str {
+    spec.split_whitespace()
+        .find_map(|w| w.strip_prefix("net="))
+        .unwrap_or(spec)
 }
 
 /// A lasting fault's end: CONT after STOP, the restart, the undo.
@@ -258,6 +345,17 @@ fn end(spec: &Spec, i: usize, n: u32, log: &Arc<Log>) {
                 log.record(i, n, "undo", cmd.clone(), r);
             }
         }
+        Action::Net(_) => {
+            proxy::set(None);
+            log.record(
+                i,
+                n,
+                "net",
+                format!("{} off", toxic_text(&spec.text)),
+                Ok(()),
+            );
+        }
+        Action::Nothing => {}
     }
 }
 

@@ -35,6 +35,11 @@ pub enum Action {
     /// Run a command at the start and `undo` at the end (a full disk, a directory outage:
     /// the test bed's own commands).
     Command { run: String, undo: Option<String> },
+    /// A toxic of the network between spate and the server, in force from the start to
+    /// the end (or the run's end); see `fault::proxy`.
+    Net(super::proxy::Toxic),
+    /// A fault another shard applies: measured here, nothing done.
+    Nothing,
 }
 
 /// Whose processes a signal goes to; a PID file and a name are looked up at the moment
@@ -97,8 +102,9 @@ impl Signal {
 }
 
 /// What `--fault` accepts, for its errors.
-const SYNTAX: &str = "expected 'at=DURATION [for=DURATION] [every=DURATION]' and either \
-    'signal=NAME pid=N[,N..]|pidfile=PATH|name=COMMAND [restart=CMD]' or 'run=CMD [undo=CMD]' \
+const SYNTAX: &str = "expected 'at=DURATION [for=DURATION] [every=DURATION]' and one of \
+    'signal=NAME pid=N[,N..]|pidfile=PATH|name=COMMAND [restart=CMD]', 'run=CMD [undo=CMD]' \
+    or 'net=latency:D|bandwidth:RATE|blackhole|refuse|reset|cut:BYTES' \
     (quote a command with spaces: restart='scripts/testbed restart postfix')";
 
 impl Spec {
@@ -111,6 +117,7 @@ impl Spec {
         let (mut lasts, mut every) = (None, None);
         let (mut signal, mut target, mut restart, mut run, mut undo) =
             (None, None, None, None, None);
+        let mut net = None;
         for w in &words {
             let Some((k, v)) = w.split_once('=') else {
                 return Err(bad(format!("'{w}' is not KEY=VALUE; {SYNTAX}")));
@@ -147,6 +154,7 @@ impl Spec {
                 "restart" if !v.trim().is_empty() => restart = Some(v.to_string()),
                 "run" if !v.trim().is_empty() => run = Some(v.to_string()),
                 "undo" if !v.trim().is_empty() => undo = Some(v.to_string()),
+                "net" => net = Some(super::proxy::Toxic::parse(v).map_err(bad)?),
                 "name" | "restart" | "run" | "undo" => return Err(bad(format!("{k} is empty"))),
                 _ => return Err(bad(format!("unknown key '{k}'; {SYNTAX}"))),
             }
@@ -160,6 +168,26 @@ impl Spec {
                     fmt_duration(lasts.unwrap_or_default())
                 )));
             }
+        }
+        if let Some(toxic) = net {
+            if signal.is_some()
+                || target.is_some()
+                || run.is_some()
+                || restart.is_some()
+                || undo.is_some()
+            {
+                return Err(bad(
+                    "net= is a fault of its own: give it without signal=, pid=, run=, restart= or undo="
+                        .into(),
+                ));
+            }
+            return Ok(Spec {
+                text: text.to_string(),
+                at,
+                lasts,
+                every,
+                action: Action::Net(toxic),
+            });
         }
         if run.is_some() && (signal.is_some() || restart.is_some()) {
             return Err(bad(

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 
-use super::{Event, Spec};
+use super::{Action, Event, Spec};
 use crate::engine::Snapshot;
 use crate::metrics::{new_histogram, Phase};
 
@@ -161,8 +161,14 @@ impl Windows {
         }
     }
 
-    /// Files one interval into the windows it falls in (by its middle).
-    pub fn interval_of(&mut self, specs: &[Spec], snap: &Snapshot<'_>) {
+    /// Files one interval into the windows it falls in. `applied(fault, occurrence)` is
+    /// when this process applied it, start and end (None: not yet, or applied elsewhere).
+    pub fn interval_of(
+        &mut self,
+        specs: &[Spec],
+        snap: &Snapshot<'_>,
+        applied: impl Fn(usize, u32) -> Option<(f64, Option<f64>)>,
+    ) {
         self.add_until(specs, snap.t_s);
         self.t_s = snap.t_s;
         let mid = snap.t_s - snap.interval_s / 2.0;
@@ -172,15 +178,39 @@ impl Windows {
             0.0
         };
         for o in &mut self.occs {
-            if mid >= o.before_from_s && mid < o.start_s {
-                o.before.add(snap);
-            } else if mid >= o.start_s && mid < o.end_s {
+            // The baseline is what ended before the fault was applied: an interval the
+            // fault falls in is the fault's (during, or after a momentary one). A fault
+            // this process applies and has not yet is still ahead; one another shard
+            // applies goes by its schedule.
+            let here = applied(o.fault, o.n);
+            let before = match (here, matches!(specs[o.fault].action, Action::Nothing)) {
+                (Some((at, _)), _) => snap.t_s <= at,
+                (None, false) => true,
+                (None, true) => snap.t_s <= o.start_s,
+            };
+            let moment = o.end_s <= o.start_s;
+            let after = !before && (mid >= o.end_s || moment);
+            if before {
+                if mid >= o.before_from_s {
+                    o.before.add(snap);
+                }
+            } else if !after {
                 o.during.add(snap);
-            } else if mid >= o.end_s && mid < o.after_to_s {
+            } else if mid < o.after_to_s {
                 o.after.add(snap);
             }
-            if mid >= o.end_s {
-                let since = snap.t_s - o.end_s;
+            // Recovery is read from intervals wholly after the fault's end: a lasting
+            // fault's end is applied just after an interval is counted, so the next one
+            // begins with it; a moment's interval may hold units accepted just before it.
+            let end = here.and_then(|(_, end)| end).unwrap_or(o.end_s);
+            let began = snap.t_s - snap.interval_s;
+            let clear = if moment {
+                began >= end
+            } else {
+                began >= end - 0.05
+            };
+            if after && clear {
+                let since = snap.t_s - end;
                 if o.first_accept_s.is_none() && snap.interval.counters.accepted > 0 {
                     o.first_accept_s = Some(since);
                 }
@@ -193,7 +223,7 @@ impl Windows {
     }
 
     /// The per-occurrence report for summary.json's `extra.faults`.
-    pub fn report(&self, specs: &[Spec], events: &[Event], applied: bool) -> Value {
+    pub fn report(&self, specs: &[Spec], events: &[Event]) -> Value {
         let round = |v: f64| (v * 10.0).round() / 10.0;
         let occs: Vec<Value> = self
             .occs
@@ -210,7 +240,10 @@ impl Windows {
                     "occurrence": o.n,
                     "start_s": o.start_s,
                     "end_s": o.end_s,
-                    "applied": if applied { json!(evs.iter().all(|e| e.ok) && !evs.is_empty()) } else { json!("by the first shard") },
+                    "applied": match evs.is_empty() {
+                        false => json!(evs.iter().all(|e| e.ok)),
+                        true => json!("not here: by the run's first shard, or after the run's end"),
+                    },
                     "events": evs,
                     "before": o.before.json(),
                     "during": o.during.json(),

@@ -350,9 +350,10 @@ fn faults(o: &mut String, f: &serde_json::Value) {
                     "signal" | "continue" => what.to_string(),
                     _ => format!("{event} {what}"),
                 };
+                let at = e["t_s"].as_f64().unwrap_or(0.0);
                 match e["error"].as_str() {
-                    None => said,
-                    Some(err) => format!("{said} FAILED: {err}"),
+                    None => format!("{said} at {at:.3}s"),
+                    Some(err) => format!("{said} at {at:.3}s FAILED: {err}"),
                 }
             })
             .collect();
