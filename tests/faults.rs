@@ -70,6 +70,22 @@ fn a_stopped_server_is_a_band_of_failures_and_the_load_comes_back() {
         "{}",
         o.stdout
     );
+    // The report written at the end has the fault's section and shades it on the charts
+    // over time; in a browser too.
+    let page = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(page.contains("<h2>Faults</h2>"), "no Faults section");
+    assert!(
+        page.matches("class=\"band\"").count() >= 4,
+        "too few fault bands"
+    );
+    if common::have("chromium") {
+        let profile = tempfile::tempdir().unwrap();
+        let report = out.join("report.html");
+        let (dom, log) = common::chromium(&["--dump-dom"], &report, profile.path());
+        assert!(!log.contains("CONSOLE"), "{log}");
+        assert!(dom.matches("class=\"band\"").count() >= 4, "{log}");
+        assert!(dom.contains("fault 1"));
+    }
 }
 
 #[test]

@@ -5,12 +5,11 @@
 
 mod common;
 
-use common::spate;
+use common::{chromium, spate};
 mod report_fixture;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
 use spate::report::{chart, compare, data, html, sweep};
 use spate::serve;
@@ -346,45 +345,6 @@ fn artifacts() -> PathBuf {
         .join("test-artifacts");
     std::fs::create_dir_all(&p).unwrap();
     p
-}
-
-/// Headless Chromium, fresh profile, no network; returns (stdout, stderr).
-fn chromium(extra: &[&str], page: &Path, profile: &Path) -> (String, String) {
-    let mut cmd = Command::new("chromium");
-    cmd.args([
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--hide-scrollbars",
-        "--enable-logging=stderr",
-        "--v=0",
-    ])
-    .arg(format!("--user-data-dir={}", profile.display()))
-    .args(extra)
-    .arg(format!("file://{}", page.display()));
-    let child = cmd
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start chromium");
-    let id = child.id();
-    // Bounded: a hung browser is killed (by its own pid) after 90 s.
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let out = match rx.recv_timeout(Duration::from_secs(90)) {
-        Ok(o) => o.expect("chromium output"),
-        Err(_) => {
-            unsafe { libc::kill(id as i32, libc::SIGKILL) };
-            panic!("chromium did not finish in 90 s");
-        }
-    };
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -68,6 +68,15 @@ impl Series {
     }
 }
 
+/// A shaded stretch of the x axis across the plot, e.g. a fault from its start to its
+/// end (a moment: a thin band).
+#[derive(Debug, Clone)]
+pub struct Band {
+    pub x0: f64,
+    pub x1: f64,
+    pub label: String,
+}
+
 /// A vertical line across the plot, e.g. the saturation point of a sweep.
 #[derive(Debug, Clone)]
 pub struct Marker {
@@ -84,6 +93,7 @@ pub struct Chart {
     pub y_label: String,
     pub series: Vec<Series>,
     pub markers: Vec<Marker>,
+    pub bands: Vec<Band>,
     /// A logarithmic y axis (decades), for latencies whose max dwarfs p50/p90.
     pub log_y: bool,
 }
@@ -97,6 +107,7 @@ impl Chart {
             y_label: y_label.to_string(),
             series: Vec::new(),
             markers: Vec::new(),
+            bands: Vec::new(),
             log_y: false,
         }
     }
@@ -343,6 +354,7 @@ pub fn render(c: &Chart) -> String {
         pw = f.pw,
         ph = f.ph
     );
+    write_bands(&mut o, &c.bands, &f);
     write_markers(&mut o, &c.markers, &f);
     for (i, s, pts) in &series {
         write_series(&mut o, color(*i), s, pts, &f);
@@ -577,6 +589,22 @@ fn log_ticks(series: &[Drawn], y0: &mut f64, y1: &mut f64) -> (Vec<f64>, Vec<Str
     (ticks, labels)
 }
 
+fn write_bands(o: &mut String, bands: &[Band], f: &Frame) {
+    for b in bands {
+        let (x0, x1) = (f.sx(b.x0), f.sx(b.x1));
+        let _ = write!(
+            o,
+            r#"<g class="band"><rect x="{x0:.1}" y="{top:.1}" width="{w:.1}" height="{h:.1}"><title>{l}</title></rect><text x="{tx:.1}" y="{ty:.1}">{l}</text></g>"#,
+            top = f.top,
+            w = (x1 - x0).max(2.0),
+            h = f.ph,
+            tx = x0 + 3.0,
+            ty = f.bottom() - 4.0,
+            l = esc(&b.label)
+        );
+    }
+}
+
 fn write_markers(o: &mut String, markers: &[Marker], f: &Frame) {
     for m in markers {
         let x = f.sx(m.x);
@@ -642,6 +670,7 @@ svg.chart .tick{fill:#444}\
 svg.chart .axis-label{fill:#222;font-size:13px}\
 svg.chart path.series{fill:none;stroke-width:1.6;stroke-linejoin:round}\
 svg.chart .marker line{stroke:#c00;stroke-width:1.5;stroke-dasharray:4 3}\
+svg.chart .band rect{fill:#d22;fill-opacity:.13}svg.chart .band text{fill:#a00;font-size:10px}\
 svg.chart .marker text{fill:#c00;font-weight:600}\
 svg.chart .legend text{fill:#222}";
 

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use super::chart::{escape as esc, Chart, Series, Style};
 use super::data::Run;
-use super::html::{charts, distribution_chart, ms};
+use super::html::{distribution_chart, fault_bands, ms, run_charts};
 
 const NOT_MEASURABLE: &str = "<td class=\"n\">not measurable</td>";
 
@@ -86,7 +86,7 @@ pub fn section(b: &mut String, run: &Run) {
         return;
     }
     let dist = distribution_chart("Latency distribution per class (whole run)", &run.classes);
-    charts(b, &[dist, over_time(run)]);
+    run_charts(b, &fault_bands(&run.summary), vec![dist, over_time(run)]);
 }
 
 /// p50 (solid) and p99 (dashed) of every class, a colour per class.

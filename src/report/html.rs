@@ -34,6 +34,37 @@ pub fn page(title: &str, body: &str) -> String {
     )
 }
 
+/// The faults of a run (summary.json's `extra.faults`) as bands: from when each was
+/// applied (or due) to its end.
+pub fn fault_bands(s: &crate::results::Summary) -> Vec<chart::Band> {
+    let Some(occs) = s
+        .extra
+        .get("faults")
+        .and_then(|f| f["occurrences"].as_array())
+    else {
+        return Vec::new();
+    };
+    occs.iter()
+        .filter_map(|o| {
+            let start = o["events"][0]["t_s"].as_f64().or(o["start_s"].as_f64())?;
+            let end = o["end_s"].as_f64()?.max(start);
+            Some(chart::Band {
+                x0: start,
+                x1: end,
+                label: format!("fault {}", o["fault"]),
+            })
+        })
+        .collect()
+}
+
+/// A run's charts, its faults as bands over those with time on the x axis.
+pub fn run_charts(out: &mut String, bands: &[chart::Band], mut list: Vec<Chart>) {
+    for c in list.iter_mut().filter(|c| c.x_kind == XKind::Seconds) {
+        c.bands = bands.to_vec();
+    }
+    charts(out, &list);
+}
+
 /// Charts with data, in a responsive grid.
 pub fn charts(out: &mut String, charts: &[Chart]) {
     let drawn: Vec<&Chart> = charts.iter().filter(|c| c.has_data()).collect();
@@ -168,15 +199,82 @@ pub fn render_run(run: &Run) -> String {
     }
 
     headline(&mut b, run);
+    faults(&mut b, s);
     throughput(&mut b, run);
     latency(&mut b, run);
     super::classes::section(&mut b, run);
     errors(&mut b, run);
     delivery(&mut b, run);
     if let Some(m) = &run.monitor {
-        monitor(&mut b, m);
+        monitor(&mut b, m, &fault_bands(&run.summary));
     }
     page(&title, &b)
+}
+
+/// Each fault of the run (`--fault`): what was done when, and the load before, during
+/// and after it; the charts below shade it.
+fn faults(b: &mut String, s: &crate::results::Summary) {
+    let Some(occs) = s
+        .extra
+        .get("faults")
+        .and_then(|f| f["occurrences"].as_array())
+    else {
+        return;
+    };
+    b.push_str("<h2>Faults</h2>\n<p class=\"sub\">Shaded on every chart over time. Recovery times are ends of one-second intervals: upper bounds.</p>\n");
+    for o in occs {
+        let _ = write!(
+            b,
+            "<h3>fault {} — <code>{}</code></h3><ul>",
+            o["fault"],
+            esc(o["spec"].as_str().unwrap_or(""))
+        );
+        for e in o["events"].as_array().into_iter().flatten() {
+            let _ = write!(
+                b,
+                "<li>{:.3} s: {} {}{}</li>",
+                e["t_s"].as_f64().unwrap_or(0.0),
+                esc(e["event"].as_str().unwrap_or("")),
+                esc(e["what"].as_str().unwrap_or("")),
+                match e["error"].as_str() {
+                    Some(err) => format!(" <span class=\"warn\">failed: {}</span>", esc(err)),
+                    None => String::new(),
+                }
+            );
+        }
+        b.push_str("</ul><table><tr><th></th><th class=\"n\">accepted/s</th><th class=\"n\">failed</th><th class=\"n\">rejected</th><th class=\"n\">p50</th><th class=\"n\">p99</th><th>errors</th></tr>");
+        for w in ["before", "during", "after"] {
+            let a = &o[w];
+            if a.is_null() {
+                continue;
+            }
+            let pct = |k: &str| a[k].as_f64().map_or("-".to_string(), ms);
+            let errors: Vec<String> = a["errors"]
+                .as_object()
+                .map(|m| m.iter().map(|(k, n)| format!("{k} {n}")).collect())
+                .unwrap_or_default();
+            let _ = write!(
+                b,
+                "<tr><th>{w}</th><td class=\"n\">{:.1}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
+                a["accepted_per_s"].as_f64().unwrap_or(0.0),
+                a["failed"],
+                a["rejected"],
+                pct("response_p50_us"),
+                pct("response_p99_us"),
+                esc(&errors.join(", "))
+            );
+        }
+        let back = |k: &str| match o[k].as_f64() {
+            Some(t) => format!("within {t:.1} s of its end"),
+            None => "not by the run's end".to_string(),
+        };
+        let _ = writeln!(
+            b,
+            "</table><p>first unit accepted {}; throughput within 10 % of before {}</p>",
+            back("first_accept_after_s"),
+            back("recovered_after_s")
+        );
+    }
 }
 
 fn headline(b: &mut String, run: &Run) {
@@ -269,7 +367,7 @@ fn throughput(b: &mut String, run: &Run) {
         }
     }
     list.extend([data, active, conns]);
-    charts(b, &list);
+    run_charts(b, &fault_bands(&run.summary), list);
 }
 
 /// p50/p90/p99/max of one phase over time, in ms.
@@ -349,7 +447,7 @@ fn latency(b: &mut String, run: &Run) {
             .iter()
             .map(|p| latency_chart(p, &format!("{} latency over time", p.phase))),
     );
-    charts(b, &list);
+    run_charts(b, &fault_bands(&run.summary), list);
 }
 
 /// Errors per interval, one line per class (the most frequent ones; the rest as "other").
@@ -405,7 +503,7 @@ fn errors(b: &mut String, run: &Run) {
         let rest: Vec<String> = ranked[shown..].iter().map(|r| r.0.clone()).collect();
         c.push(Series::line("other", series_of(&rest)));
     }
-    charts(b, &[c]);
+    run_charts(b, &fault_bands(&run.summary), vec![c]);
     b.push_str("<table><tr><th class=\"n\">count</th><th>class</th><th>kind</th><th>text</th><th>sample reply</th></tr>");
     for e in &s.errors {
         let _ = write!(
@@ -511,7 +609,7 @@ fn delivery(b: &mut String, run: &Run) {
         ));
         list.push(latency_chart(log, "Delivery latency over time"));
     }
-    charts(b, &list);
+    run_charts(b, &fault_bands(&run.summary), list);
 }
 
 /// The unit of a monitor column from its suffix, as an axis label.
@@ -531,7 +629,7 @@ pub fn monitor_unit(col: &str) -> &'static str {
 }
 
 /// Server resources: one chart per (group, unit), e.g. host percentages, disk KB/s.
-fn monitor(b: &mut String, m: &Table) {
+fn monitor(b: &mut String, m: &Table, bands: &[chart::Band]) {
     let mut groups: BTreeMap<(String, &'static str), Vec<String>> = BTreeMap::new();
     for col in &m.cols {
         if col == "t_s" || col == "time" {
@@ -559,7 +657,7 @@ fn monitor(b: &mut String, m: &Table) {
     }
     if list.iter().any(|c| c.has_data()) {
         b.push_str("<h2>Server resources</h2>\n");
-        charts(b, &list);
+        run_charts(b, bands, list);
     }
 }
 
