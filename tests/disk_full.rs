@@ -16,7 +16,14 @@ fn a_full_spool_is_refused_mail_and_nothing_accepted_is_lost() {
     let tmp = tempfile::tempdir().unwrap();
     let Some(bed) = Bed::up(
         &tmp.path().join("bed"),
-        &["--users", "10", "--port-offset", "auto", "--queue-size", "64M"],
+        &[
+            "--users",
+            "10",
+            "--port-offset",
+            "auto",
+            "--queue-size",
+            "64M",
+        ],
     ) else {
         return;
     };

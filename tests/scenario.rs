@@ -703,3 +703,52 @@ fn a_step_of_three_shards_is_merged_and_judged_as_one_run() {
         "{e}"
     );
 }
+
+/// scenarios/network.toml, shortened: the three network faults through the proxy against
+/// the embedded server, every message verified, each fault in the summary.
+#[test]
+fn the_network_scenario_runs_short() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("res");
+    let file = dir.join("network.toml");
+    let o = spate(
+        &[
+            "run",
+            file.to_str().unwrap(),
+            "--set",
+            "duration=9s",
+            "--set",
+            "loss_at=1s",
+            "--set",
+            "latency_at=3s",
+            "--set",
+            "partition_at=5s",
+            "--set",
+            "each=1s",
+            "--set",
+            "partition=2s",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        d.path(),
+    );
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    let s: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("01-load/summary.json")).unwrap())
+            .unwrap();
+    let occ = s["extra"]["faults"]["occurrences"].as_array().unwrap();
+    assert_eq!(occ.len(), 3, "{occ:?}");
+    assert!(occ.iter().all(|o| o["applied"] == true), "{occ:?}");
+    // The partition: nothing gets through while it lasts.
+    let p = &occ[2];
+    assert!(
+        p["during"]["accepted_per_s"].as_f64().unwrap()
+            < p["before"]["accepted_per_s"].as_f64().unwrap() / 4.0,
+        "{p}"
+    );
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("02-account/verify.json")).unwrap())
+            .unwrap();
+    assert_eq!(v["missing"], 0, "{v}");
+}

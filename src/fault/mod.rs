@@ -193,6 +193,13 @@ impl Observer for Faults {
     }
 
     fn finish(&mut self, summary: &mut Summary) {
+        if self
+            .specs
+            .iter()
+            .any(|s| matches!(s.action, Action::Net(_)))
+        {
+            proxy::disable();
+        }
         let events = match &self.log {
             Some(log) => {
                 log.stop.store(true, Ordering::Relaxed);

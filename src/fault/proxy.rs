@@ -4,6 +4,9 @@
 //! and off. Toxics (Shopify's toxiproxy is the model):
 //! - `latency:D` or `latency:MIN..MAX`: each chunk of data, either way, waits D (a
 //!   uniform draw in the range: jitter) before it goes on;
+//! - `loss:P` (e.g. 5%): each chunk, with probability P, waits as a lost TCP segment
+//!   would before its retransmission (200 ms, Linux's minimum retransmission timeout):
+//!   over TCP, loss is seen as delay, which is what a client measures;
 //! - `bandwidth:RATE` (e.g. 64KB/s): each direction of each connection at most RATE;
 //! - `blackhole`: data either way is read and thrown away; new connections open and
 //!   hear nothing (a partition that drops packets: the client times out);
@@ -29,6 +32,8 @@ use crate::units::Range;
 #[derive(Debug, Clone, PartialEq)]
 pub enum Toxic {
     Latency(Range<Duration>),
+    /// The share of chunks held back as a lost segment is (0..1).
+    Loss(f64),
     /// Bytes per second, each direction of each connection.
     Bandwidth(u64),
     Blackhole,
@@ -62,6 +67,17 @@ impl Toxic {
                     crate::units::parse_duration_range(arg).map_err(|e| format!("net={text}: {e}"))?,
                 )
             }
+            "loss" => {
+                need("a share")?;
+                let p = arg
+                    .strip_suffix('%')
+                    .map(|n| n.parse::<f64>().map(|v| v / 100.0))
+                    .unwrap_or_else(|| arg.parse::<f64>());
+                match p {
+                    Ok(p) if (0.0..=1.0).contains(&p) => Toxic::Loss(p),
+                    _ => return Err(format!("net={text}: a share from 0 to 1, or 0% to 100%")),
+                }
+            }
             "bandwidth" => {
                 need("a rate")?;
                 let per_s = arg.strip_suffix("/s").ok_or_else(|| {
@@ -83,16 +99,21 @@ impl Toxic {
             }
             _ => {
                 return Err(format!(
-                    "unknown net fault '{name}' (latency:D, bandwidth:RATE, blackhole, refuse, reset, cut:BYTES)"
+                    "unknown net fault '{name}' (latency:D, loss:P, bandwidth:RATE, blackhole, refuse, reset, cut:BYTES)"
                 ))
             }
         })
     }
 }
 
+/// How long a lost segment holds its data back: Linux's minimum retransmission timeout
+/// (TCP_RTO_MIN), what a loopback or LAN connection waits.
+const RETRANSMISSION: Duration = Duration::from_millis(200);
+
 fn example(name: &str) -> &'static str {
     match name {
         "latency" => "50ms..80ms",
+        "loss" => "5%",
         "bandwidth" => "64KB/s",
         _ => "4KB",
     }
@@ -128,6 +149,13 @@ fn state() -> &'static State {
 /// From now on this process's connects go through proxies (a run with a `net=` fault).
 pub fn enable() {
     state().on.store(true, Ordering::Relaxed);
+}
+
+/// The run is over: no toxic, and connects go straight to their servers again (a
+/// scenario's next step runs in the same process).
+pub fn disable() {
+    set(None);
+    state().on.store(false, Ordering::Relaxed);
 }
 
 /// Puts `toxic` in force (None: none), for open connections and new ones; `reset` and
@@ -247,6 +275,12 @@ async fn pump(
         match now {
             Some(Toxic::Blackhole) => continue,
             Some(Toxic::Latency(ref r)) => tokio::time::sleep(draw(r)).await,
+            Some(Toxic::Loss(p)) => {
+                use rand::Rng;
+                if rand::rng().random_bool(p) {
+                    tokio::time::sleep(RETRANSMISSION).await;
+                }
+            }
             Some(Toxic::Cut(limit)) => {
                 // The first chunk under the cut starts the count (for both directions).
                 let _ =
@@ -303,4 +337,35 @@ fn draw(r: &Range<Duration>) -> Duration {
     }
     use rand::Rng;
     rand::rng().random_range(r.lo..=r.hi)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toxics_parse_and_bad_ones_say_why() {
+        assert_eq!(Toxic::parse("loss:5%").unwrap(), Toxic::Loss(0.05));
+        assert_eq!(Toxic::parse("loss:0.1").unwrap(), Toxic::Loss(0.1));
+        assert_eq!(
+            Toxic::parse("bandwidth:64KB/s").unwrap(),
+            Toxic::Bandwidth(65536)
+        );
+        assert_eq!(Toxic::parse("cut:4KB").unwrap(), Toxic::Cut(4096));
+        assert_eq!(Toxic::parse("blackhole").unwrap(), Toxic::Blackhole);
+        assert!(
+            matches!(Toxic::parse("latency:5ms..9ms").unwrap(), Toxic::Latency(r) if !r.is_fixed())
+        );
+        for (bad, why) in [
+            ("loss:150%", "a share from 0 to 1"),
+            ("loss", "needs a share"),
+            ("bandwidth:64KB", "a rate per second"),
+            ("latency:soon", "net=latency:soon"),
+            ("reset:3", "takes no value"),
+            ("jam", "unknown net fault 'jam'"),
+        ] {
+            let e = Toxic::parse(bad).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
 }

@@ -104,7 +104,7 @@ impl Signal {
 /// What `--fault` accepts, for its errors.
 const SYNTAX: &str = "expected 'at=DURATION [for=DURATION] [every=DURATION]' and one of \
     'signal=NAME pid=N[,N..]|pidfile=PATH|name=COMMAND [restart=CMD]', 'run=CMD [undo=CMD]' \
-    or 'net=latency:D|bandwidth:RATE|blackhole|refuse|reset|cut:BYTES' \
+    or 'net=latency:D|loss:P|bandwidth:RATE|blackhole|refuse|reset|cut:BYTES' \
     (quote a command with spaces: restart='scripts/testbed restart postfix')";
 
 impl Spec {

@@ -19,6 +19,31 @@ const MAX_OCCURRENCES: usize = 100;
 /// Throughput back within this share of before's counts as recovered.
 const RECOVERED: f64 = 0.9;
 
+/// The end of the latest fault (of any `--fault`) that ended by `start`, and the start of
+/// the first that starts at or after `end`: a fault's before and after windows stop there,
+/// so no window holds another fault.
+fn neighbours(specs: &[Spec], start: f64, end: f64) -> (f64, f64) {
+    let (mut prev, mut next) = (0.0f64, f64::INFINITY);
+    for spec in specs {
+        for n in 0.. {
+            let Some((s, e)) = spec.occurrence(n) else {
+                break;
+            };
+            let (s, e) = (s.as_secs_f64(), e.as_secs_f64());
+            if s > end + AFTER_S {
+                break;
+            }
+            if e <= start && (s, e) != (start, end) {
+                prev = prev.max(e);
+            }
+            if s >= end && (s, e) != (start, end) {
+                next = next.min(s);
+            }
+        }
+    }
+    (prev, next)
+}
+
 /// What the load did in one window.
 struct Acc {
     seconds: f64,
@@ -138,10 +163,7 @@ impl Windows {
                 if start > t + BEFORE_S {
                     break;
                 }
-                let prev_end = self.plans[i].0.last().map_or(0.0, |p| p.1);
-                let next_start = spec
-                    .occurrence(n + 1)
-                    .map_or(f64::INFINITY, |(s, _)| s.as_secs_f64());
+                let (prev_end, next_start) = neighbours(specs, start, end);
                 self.plans[i].0.push((start, end));
                 self.plans[i].1 += 1;
                 self.occs.push(Occurrence {

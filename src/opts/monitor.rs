@@ -75,7 +75,8 @@ pub struct MonitorArgs {
     /// pid=1234' (CONT at the end), 'at=1m signal=KILL pidfile=/run/postfix.pid
     /// restart="postfix start"', 'at=10s every=1m name=slapd signal=TERM', 'at=20s
     /// for=15s run="fill-disk" undo="free-disk"', 'at=10s for=5s net=blackhole' (through a
-    /// proxy of spate's own: latency:D, bandwidth:RATE, blackhole, refuse, reset, cut:N).
+    /// proxy of spate's own: latency:D, loss:P, bandwidth:RATE, blackhole, refuse, reset,
+    /// cut:N).
     /// Checked before the run: a PID that is not there is an error (a name is looked for
     /// when the fault comes)
     #[arg(long, value_name = "SPEC", help_heading = "Faults")]
