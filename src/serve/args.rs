@@ -273,6 +273,14 @@ pub struct Args {
     /// Store this share of messages twice (counted as recipients_duplicated)
     #[arg(long, value_name = "SHARE", help_heading = "Faults")]
     pub duplicate: Option<String>,
+    /// A slow reader: read every connection at most this fast (e.g. 16KB/s), with a 4 KiB
+    /// receive buffer, so a client's writes wait on the TCP window
+    #[arg(long, value_name = "RATE", help_heading = "Faults")]
+    pub slow_read: Option<String>,
+    /// SMTP/LMTP: answer 421 4.7.0 and close after N commands on a connection (counted as
+    /// connect:close)
+    #[arg(long, value_name = "N", help_heading = "Faults")]
+    pub close_after: Option<u32>,
     /// Seed for the fault draws (reproducible faults per connection number)
     #[arg(long, value_name = "N", help_heading = "Faults")]
     pub seed: Option<u64>,
@@ -420,6 +428,20 @@ impl Args {
         }
         if let Some(s) = &self.duplicate {
             f.duplicate = faults::parse_share("--duplicate", s)?;
+        }
+        if let Some(s) = &self.slow_read {
+            let bad = || UsageError(format!("--slow-read '{s}': a rate per second, e.g. 16KB/s"));
+            let per_s = s.strip_suffix("/s").ok_or_else(bad)?;
+            match crate::units::parse_size(per_s) {
+                Ok(n) if n > 0 => f.slow_read = Some(n),
+                _ => return Err(bad().into()),
+            }
+        }
+        if let Some(n) = self.close_after {
+            if n == 0 {
+                return Err(UsageError("--close-after must be at least 1".into()).into());
+            }
+            f.close_after = Some(n);
         }
         c.faults = f;
         Ok(c)

@@ -134,12 +134,18 @@ pub struct Conn {
     writes: u64,
     overlong_head: Vec<u8>,
     timer: WaitTimer,
+    /// `--slow-read`: bytes per second this connection is read at most.
+    pace: Option<u64>,
 }
 
 impl Conn {
     pub fn plain(tcp: TcpStream, idle: Duration, shutdown: watch::Receiver<bool>) -> Self {
+        Conn::with(Stream::Plain(tcp), idle, shutdown)
+    }
+
+    fn with(stream: Stream, idle: Duration, shutdown: watch::Receiver<bool>) -> Self {
         Conn {
-            stream: Stream::Plain(tcp),
+            stream,
             rbuf: Vec::new(),
             rpos: 0,
             wbuf: Vec::new(),
@@ -148,7 +154,13 @@ impl Conn {
             writes: 0,
             overlong_head: Vec::new(),
             timer: WaitTimer::default(),
+            pace: None,
         }
+    }
+
+    /// Reads this connection at most `bytes_per_s` (a slow reader, `--slow-read`).
+    pub fn pace(&mut self, bytes_per_s: u64) {
+        self.pace = Some(bytes_per_s);
     }
 
     /// Implicit TLS (smtps, pop3s, imaps): handshake first, bounded by the idle deadline.
@@ -168,17 +180,7 @@ impl Conn {
     }
 
     fn plain_placeholder(idle: Duration, shutdown: watch::Receiver<bool>) -> Self {
-        Conn {
-            stream: Stream::Gone,
-            rbuf: Vec::new(),
-            rpos: 0,
-            wbuf: Vec::new(),
-            idle,
-            shutdown,
-            writes: 0,
-            overlong_head: Vec::new(),
-            timer: WaitTimer::default(),
-        }
+        Conn::with(Stream::Gone, idle, shutdown)
     }
 
     pub fn is_tls(&self) -> bool {
@@ -295,7 +297,12 @@ impl Conn {
         };
         match result {
             Some(Ok(0)) => Err(ConnError::Closed),
-            Some(Ok(_)) => Ok(()),
+            Some(Ok(n)) => {
+                if let Some(rate) = self.pace {
+                    tokio::time::sleep(Duration::from_secs_f64(n as f64 / rate as f64)).await;
+                }
+                Ok(())
+            }
             Some(Err(e)) => Err(e.into()),
             None => Err(ConnError::Idle),
         }

@@ -46,6 +46,12 @@ pub struct Faults {
     pub lose: f64,
     /// The share of messages stored twice (`--duplicate`).
     pub duplicate: f64,
+    /// Read every connection at most this fast, bytes per second, with a small receive
+    /// buffer (`--slow-read`): the client's writes wait on the TCP window.
+    pub slow_read: Option<u64>,
+    /// SMTP/LMTP: 421 and close after this many commands on a connection
+    /// (`--close-after`).
+    pub close_after: Option<u32>,
     pub seed: Option<u64>,
 }
 
@@ -160,6 +166,8 @@ impl Faults {
             && self.tarpit.is_none()
             && self.lose == 0.0
             && self.duplicate == 0.0
+            && self.slow_read.is_none()
+            && self.close_after.is_none()
     }
 
     /// The fault stream for connection number `conn_no` (0-based, in accept order).

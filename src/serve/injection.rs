@@ -191,15 +191,23 @@ pub enum FaultKind {
     Fail,
     Delay,
     Drop,
+    /// A session closed on purpose (`--close-after`).
+    Close,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 3] = [FaultKind::Fail, FaultKind::Delay, FaultKind::Drop];
+    pub const ALL: [FaultKind; 4] = [
+        FaultKind::Fail,
+        FaultKind::Delay,
+        FaultKind::Drop,
+        FaultKind::Close,
+    ];
     pub fn name(self) -> &'static str {
         match self {
             FaultKind::Fail => "fail",
             FaultKind::Delay => "delay",
             FaultKind::Drop => "drop",
+            FaultKind::Close => "close",
         }
     }
 }

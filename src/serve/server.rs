@@ -298,6 +298,10 @@ async fn refuse(tcp: TcpStream, kind: Listener, shared: &Shared) {
 
 async fn handle(tcp: TcpStream, kind: Listener, shared: &Shared) {
     let conn_no = shared.conn_seq.fetch_add(1, Ordering::Relaxed);
+    if shared.faults.slow_read.is_some() {
+        // A small window: the client's writes wait on this reader, as on a slow server.
+        let _ = socket2::SockRef::from(&tcp).set_recv_buffer_size(4096);
+    }
     if matches!(kind, Listener::Rr | Listener::Rrs) {
         // The decision service does its own TLS (client certificates) and framing.
         Box::pin(rr::run(tcp, kind, shared, conn_no)).await;
@@ -314,6 +318,9 @@ async fn handle(tcp: TcpStream, kind: Listener, shared: &Shared) {
     } else {
         Conn::plain(tcp, shared.idle, shared.shutdown.clone())
     };
+    if let Some(rate) = shared.faults.slow_read {
+        conn.pace(rate);
+    }
     // Each protocol's session in an allocation of its own size: inline, every
     // connection's task would be as large as the largest protocol's.
     let _ = match kind {

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use super::conn::{give_body, take_body, Conn, ConnError};
-use super::faults::{FaultPoint, FaultSession, Injected};
+use super::faults::{FaultKind, FaultPoint, FaultSession, Injected};
 use super::shared::Shared;
 use super::store::StoreError;
 use crate::proto::sasl;
@@ -45,6 +45,8 @@ struct Session<'a> {
     /// The recipient list of the last transaction, emptied, for the next one.
     spare_rcpts: Vec<String>,
     errors: u32,
+    /// Command lines read on this connection (`--close-after`).
+    commands: u32,
 }
 
 /// Runs one session until QUIT, an error, an idle timeout or shutdown.
@@ -64,6 +66,7 @@ pub(crate) async fn run(
         tx: None,
         spare_rcpts: Vec::new(),
         errors: 0,
+        commands: 0,
     };
     let r = s.serve().await;
     match &r {
@@ -161,6 +164,21 @@ impl Session<'_> {
                 }
                 Err(e) => return Err(e),
             };
+            self.commands += 1;
+            if self
+                .sh
+                .faults
+                .close_after
+                .is_some_and(|n| self.commands > n)
+            {
+                self.sh.stats.fault(FaultPoint::Connect, FaultKind::Close);
+                self.reply(421, "4.7.0", "Closing after too many commands (injected)")
+                    .await?;
+                // Pipelined commands may be unread: a plain close would reset the
+                // connection and could destroy the 421 before the client reads it.
+                self.conn.linger(std::time::Duration::from_secs(2)).await;
+                return Err(ConnError::Closed);
+            }
             match command::parse(&line) {
                 Ok(Command::Quit) => {
                     self.reply(221, "2.0.0", "Bye").await?;

@@ -598,7 +598,8 @@ impl Session {
 
     /// The replies to a pipelined MAIL and RCPTs: the MAIL refusal, if any (recipients
     /// refused after it are not failures of their own); accepted and refused recipients
-    /// are noted.
+    /// are noted. A 421 ends it: the server closes the session and answers nothing more,
+    /// and the unit is refused with that reply (not failed by the close that follows).
     async fn envelope_replies(
         &mut self,
         conn: &mut Connection,
@@ -606,10 +607,16 @@ impl Session {
         let tf = |phase| move |e| Failure::transport(phase, e);
         let mail_fail = {
             let r = read_reply(conn).await.map_err(tf(Phase::Mail))?;
+            if r.code == 421 {
+                return Err(refusal(Phase::Mail, &r));
+            }
             (!r.is_positive()).then(|| refusal(Phase::Mail, &r))
         };
         for i in 0..self.built.rcpts.len() {
             let r = read_reply(conn).await.map_err(tf(Phase::Rcpt))?;
+            if r.code == 421 {
+                return Err(refusal(Phase::Rcpt, &r));
+            }
             if r.is_positive() {
                 self.rcpts.ok.push(self.built.rcpts[i]);
             } else {
