@@ -434,12 +434,12 @@ impl Args {
             let per_s = s.strip_suffix("/s").ok_or_else(bad)?;
             match crate::units::parse_size(per_s) {
                 Ok(n) if n > 0 => f.slow_read = Some(n),
-                _ => return Err(bad().into()),
+                _ => return Err(bad()),
             }
         }
         if let Some(n) = self.close_after {
             if n == 0 {
-                return Err(UsageError("--close-after must be at least 1".into()).into());
+                return Err(UsageError("--close-after must be at least 1".into()));
             }
             f.close_after = Some(n);
         }
