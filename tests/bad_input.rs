@@ -107,8 +107,14 @@ async fn inputs_that_once_ran_anyway_are_refused() {
             "--lose '2': probability '2' must be a number from 0 to 1",
         ),
         (&["serve", "--duplicate", "x"], "--duplicate 'x'"),
-        (&["serve", "--slow-read", "16KB"], "--slow-read '16KB': a rate per second"),
-        (&["serve", "--close-after", "0"], "--close-after must be at least 1"),
+        (
+            &["serve", "--slow-read", "16KB"],
+            "--slow-read '16KB': a rate per second",
+        ),
+        (
+            &["serve", "--close-after", "0"],
+            "--close-after must be at least 1",
+        ),
         (
             &["serve", "--drop", "stored"],
             "--drop 'stored': expected PHASE:PROB",

@@ -36,8 +36,10 @@ fn postfix_killed_under_load_loses_nothing_it_accepted() {
         &[
             "smtp",
             bed.var("SPATE_SMTP"),
+            // Long enough for a restart on a busy machine: the bed waits up to 5 s for
+            // the dead master's children to leave its ports before it stops them.
             "-d",
-            "7s",
+            "12s",
             "-u",
             "4",
             "--timeout",

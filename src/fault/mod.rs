@@ -371,13 +371,13 @@ fn end(spec: &Spec, i: usize, n: u32, log: &Arc<Log>) {
 fn restart_in_background(cmd: &str, i: usize, n: u32, log: &Arc<Log>) {
     match spawn(cmd) {
         Err(e) => log.record(i, n, "restart", cmd.to_string(), Err(e)),
-        Ok(mut child) => {
+        Ok(child) => {
             log.record(i, n, "restart", cmd.to_string(), Ok(()));
             let started = Instant::now();
             // The run may end first: then the end goes unrecorded.
             let (cmd, log) = (cmd.to_string(), Arc::downgrade(log));
             std::thread::spawn(move || {
-                let r = exit_result(child.wait());
+                let r = exit_result(child.wait_with_output());
                 if let Some(log) = log.upgrade() {
                     let took = crate::units::fmt_duration(started.elapsed());
                     log.record(i, n, "restart-done", format!("{cmd} (took {took})"), r);
@@ -403,7 +403,7 @@ fn run_command(cmd: &str) -> Result<(), String> {
     let until = Instant::now() + COMMAND_LIMIT;
     loop {
         match child.try_wait() {
-            Ok(Some(_)) => return exit_result(child.wait_with_output().map(|o| o.status)),
+            Ok(Some(_)) => return exit_result(child.wait_with_output()),
             Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
             Ok(None) => {
                 return Err(format!(
@@ -416,10 +416,17 @@ fn run_command(cmd: &str) -> Result<(), String> {
     }
 }
 
-fn exit_result(r: std::io::Result<std::process::ExitStatus>) -> Result<(), String> {
+/// How a command ended; a failure says the last line it wrote to stderr.
+fn exit_result(r: std::io::Result<std::process::Output>) -> Result<(), String> {
     match r {
-        Ok(s) if s.success() => Ok(()),
-        Ok(s) => Err(format!("exited with {s}")),
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => {
+            let err = String::from_utf8_lossy(&o.stderr);
+            match err.lines().rev().find(|l| !l.trim().is_empty()) {
+                Some(last) => Err(format!("exited with {}: {}", o.status, last.trim())),
+                None => Err(format!("exited with {}", o.status)),
+            }
+        }
         Err(e) => Err(e.to_string()),
     }
 }
