@@ -643,7 +643,14 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
             } else {
                 String::new()
             }
-        )
+        ) + &if c.indeterminate > 0 {
+            format!(
+                "  indeterminate {} (in flight when a stream died: the server may have dropped them with it)",
+                c.indeterminate
+            )
+        } else {
+            String::new()
+        }
     };
     println!("deliveries: {}", line(&a.total));
     if a.kinds.len() > 1 {

@@ -39,14 +39,20 @@ impl SummaryHeader {
                 "the generator used {cpu_pct:.0}% of all {cores} cores: it, not the server, may be the bottleneck"
             ));
         }
+        // Sessions logging in again hold their units back as surely as a busy generator:
+        // said when there were any, so the generator is not blamed for the server.
+        let relogins = |lead: &str| match c.reconnections {
+            0 => String::new(),
+            n => format!("{lead}sessions were logging in again ({n} reconnections)"),
+        };
         if c.late > 0 {
-            warnings.push(format!("{} units of work started more than 10 ms behind schedule: the generator or --max-in-flight could not keep the rate", c.late));
+            warnings.push(format!("{} units of work started more than 10 ms behind schedule: the generator or --max-in-flight could not keep the rate{}", c.late, relogins(", or ")));
         }
         if c.unfinished > 0 {
             warnings.push(format!("{} units of work were still running when the run ended and are counted as unfinished (the phase each was in is in the error table): a slow server, or raise --grace", c.unfinished));
         }
         if c.dropped > 0 {
-            warnings.push(format!("{} arrivals were dropped: every one of --max-in-flight sessions was busy and the backlog full", c.dropped));
+            warnings.push(format!("{} arrivals were dropped: every one of --max-in-flight sessions was busy and the backlog full{}", c.dropped, relogins("; ")));
         }
         let per_s = |n: f64| if elapsed > 0.0 { n / elapsed } else { 0.0 };
         Summary {

@@ -24,10 +24,20 @@ pub enum Arrival {
 /// What kinds of stanza the ledger tells apart (the index of [`super::Traffic`]).
 pub const KINDS: usize = 4;
 
+/// A stanza still awaited: recipients it was sent to, copies received so far, its kind,
+/// and whether a stream of the run died while it was in flight.
+#[derive(Debug, Clone, Copy)]
+struct Open {
+    want: u32,
+    got: u32,
+    kind: u8,
+    doubt: bool,
+}
+
 #[derive(Default)]
 struct Inner {
-    /// seq → (recipients it was sent to, copies received so far, kind).
-    open: HashMap<u64, (u32, u32, u8)>,
+    /// seq → what it awaits.
+    open: HashMap<u64, Open>,
     /// Every seq below this one that is not open was delivered in full.
     next: u64,
     /// Deliveries the open stanzas still await (what [`Ledger::pending`] answers, kept
@@ -62,8 +72,13 @@ pub struct Counts {
     pub duplicates: u64,
     pub missing: u64,
     /// Deliveries the server refused with an error bounce (so neither delivered nor
-    /// missing): expected = delivered + missing + bounced.
+    /// missing): expected = delivered + missing + bounced + indeterminate.
     pub bounced: u64,
+    /// Deliveries never seen of stanzas that were in flight when a stream of the run
+    /// died (the server ended it, a reset, a crash): the server may have dropped them
+    /// with the stream, which the client cannot tell from a loss. Not missing.
+    #[serde(default)]
+    pub indeterminate: u64,
 }
 
 /// A stanza some recipients never got.
@@ -95,7 +110,15 @@ impl Ledger {
     pub fn sending(&self, seq: u64, kind: Traffic, recipients: u32) {
         let mut l = self.lock();
         let k = kind as usize;
-        l.open.insert(seq, (recipients, 0, k as u8));
+        l.open.insert(
+            seq,
+            Open {
+                want: recipients,
+                got: 0,
+                kind: k as u8,
+                doubt: false,
+            },
+        );
         l.awaited += u64::from(recipients);
         l.next = l.next.max(seq + 1);
         l.sent[k] += 1;
@@ -105,10 +128,10 @@ impl Ledger {
     /// Stanza `seq` was not written after all (the stream broke): nobody can receive it.
     pub fn not_sent(&self, seq: u64) {
         let mut l = self.lock();
-        if let Some((n, got, k)) = l.open.remove(&seq) {
-            l.awaited -= u64::from(n.saturating_sub(got));
-            l.sent[k as usize] -= 1;
-            l.expected[k as usize] -= u64::from(n);
+        if let Some(o) = l.open.remove(&seq) {
+            l.awaited -= u64::from(o.want.saturating_sub(o.got));
+            l.sent[o.kind as usize] -= 1;
+            l.expected[o.kind as usize] -= u64::from(o.want);
         }
     }
 
@@ -118,9 +141,9 @@ impl Ledger {
         let next = l.next;
         // The kind the sender entered, not the one a forged stamp claims.
         let (done, k) = match l.open.get_mut(&seq) {
-            Some((want, got, k)) => {
-                *got += 1;
-                (*got >= *want, *k as usize)
+            Some(o) => {
+                o.got += 1;
+                (o.got >= o.want, o.kind as usize)
             }
             // A presence is state, not a message: a server sends a contact's current one
             // again to a session that becomes available (RFC 6121 §4.2.2), so a copy of
@@ -146,13 +169,22 @@ impl Ledger {
     /// awaited are refused, not missing. False when it was not open (a late bounce).
     pub fn bounced(&self, seq: u64) -> bool {
         let mut l = self.lock();
-        let Some((want, got, k)) = l.open.remove(&seq) else {
+        let Some(o) = l.open.remove(&seq) else {
             return false;
         };
-        let left = u64::from(want.saturating_sub(got));
+        let left = u64::from(o.want.saturating_sub(o.got));
         l.awaited -= left;
-        l.bounced[k as usize] += left;
+        l.bounced[o.kind as usize] += left;
         true
+    }
+
+    /// A stream of the run died (not closed by spate): every stanza in flight now may have
+    /// been dropped with it, by the server or on the wire, without a trace the client could
+    /// see. What of them never arrives is indeterminate, not missing.
+    pub fn stream_died(&self) {
+        for o in self.lock().open.values_mut() {
+            o.doubt = true;
+        }
     }
 
     /// Deliveries still awaited.
@@ -163,13 +195,18 @@ impl Ledger {
     /// The account so far (at the end of a run: the missing deliveries).
     pub fn account(&self) -> Account {
         let l = self.lock();
+        let mut indeterminate = [0u64; KINDS];
+        for o in l.open.values().filter(|o| o.doubt) {
+            indeterminate[o.kind as usize] += u64::from(o.want.saturating_sub(o.got));
+        }
         let mut open: Vec<Missing> = l
             .open
             .iter()
-            .map(|(seq, (want, got, k))| Missing {
+            .filter(|(_, o)| !o.doubt)
+            .map(|(seq, o)| Missing {
                 seq: *seq,
-                kind: Traffic::ALL[*k as usize].name(),
-                missing: want.saturating_sub(*got),
+                kind: Traffic::ALL[o.kind as usize].name(),
+                missing: o.want.saturating_sub(o.got),
             })
             .collect();
         open.sort_unstable_by_key(|m| m.seq);
@@ -184,6 +221,7 @@ impl Ledger {
             duplicates: l.duplicates[k],
             missing: missing[k],
             bounced: l.bounced[k],
+            indeterminate: indeterminate[k],
         };
         let mut total = Counts::default();
         let mut kinds = Vec::new();
@@ -195,6 +233,7 @@ impl Ledger {
             total.duplicates += c.duplicates;
             total.missing += c.missing;
             total.bounced += c.bounced;
+            total.indeterminate += c.indeterminate;
             if c.sent > 0 || c.duplicates > 0 {
                 kinds.push((Traffic::ALL[k].name(), c));
             }
@@ -212,6 +251,26 @@ impl Ledger {
 mod tests {
     use super::*;
     use Traffic::{Message as M, Multicast as C, Presence as P};
+
+    #[test]
+    fn what_was_in_flight_when_a_stream_died_is_indeterminate_not_missing() {
+        let l = Ledger::default();
+        l.sending(0, M, 2);
+        l.sending(1, M, 1);
+        assert_eq!(l.received(0, M), Arrival::First);
+        l.stream_died();
+        // Sent after the death: a loss of it is the server's.
+        l.sending(2, M, 1);
+        let t = l.account().total;
+        assert_eq!(
+            (t.expected, t.delivered, t.indeterminate, t.missing),
+            (4, 1, 2, 1)
+        );
+        // One of them arrives after all: delivered, no longer in doubt.
+        assert_eq!(l.received(1, M), Arrival::Last);
+        let t = l.account().total;
+        assert_eq!((t.delivered, t.indeterminate, t.missing), (2, 1, 1));
+    }
 
     #[test]
     fn a_bounce_refuses_what_is_still_awaited_and_is_not_missing() {
@@ -279,7 +338,8 @@ mod tests {
                 delivered: 1,
                 duplicates: 1,
                 missing: 0,
-                bounced: 0
+                bounced: 0,
+                indeterminate: 0
             }
         );
         assert_eq!(
@@ -290,7 +350,8 @@ mod tests {
                 delivered: 2,
                 duplicates: 0,
                 missing: 1,
-                bounced: 0
+                bounced: 0,
+                indeterminate: 0
             }
         );
         assert_eq!(
@@ -301,7 +362,8 @@ mod tests {
                 delivered: 0,
                 duplicates: 0,
                 missing: 2,
-                bounced: 0
+                bounced: 0,
+                indeterminate: 0
             }
         );
         assert_eq!(l.received(1, C), Arrival::Last);

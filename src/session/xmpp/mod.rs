@@ -926,6 +926,10 @@ impl Reader {
             };
             self.alive.store(false, Ordering::SeqCst);
             self.s.online[self.id].store(false, Ordering::SeqCst);
+            if !self.closing.load(Ordering::SeqCst) {
+                // Not spate's own close: what was in flight may have died with it.
+                self.s.ledger.stream_died();
+            }
             if let Some(f) = end.filter(|_| !self.closing.load(Ordering::SeqCst)) {
                 let (key, sample) = (f.key(), f.sample);
                 self.s.recorder.with(self.id, |sh| sh.error(key, || sample));
