@@ -273,10 +273,16 @@ async fn raw_stanzas_are_filled_in_and_iqs_timed_to_their_reply() {
     let errors = s["errors"].to_string();
     assert!(errors.contains("service-unavailable"), "{errors}");
     let after = settled(&running).await;
-    // The server routed the 10 raw messages, each to its one recipient.
+    // The server routed each of the 10 raw messages to its one recipient, or bounced it
+    // when that session had already closed its stream (raw stanzas are done when written,
+    // so the run's end does not wait for them); and refused the 10 unknown IQs.
     assert_eq!(
-        after.message_deliveries - before.message_deliveries,
-        10,
+        (after.message_deliveries - before.message_deliveries) + (after.bounces - before.bounces),
+        20,
+        "{after:?}"
+    );
+    assert!(
+        after.message_deliveries - before.message_deliveries > 0,
         "{after:?}"
     );
     running.shutdown().await;
