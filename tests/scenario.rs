@@ -752,3 +752,92 @@ fn the_network_scenario_runs_short() {
             .unwrap();
     assert_eq!(v["missing"], 0, "{v}");
 }
+
+/// `spate run --junit FILE`: a test case per step and per threshold, a broken threshold a
+/// failure with its measured value and limit, a step not run skipped; the XML is checked
+/// with Python's xml.etree against what JUnit readers require (testsuites > testsuite >
+/// testcase with classname, name and time; failure and skipped with a message).
+#[test]
+fn junit_has_a_case_per_step_and_threshold() {
+    let d = tempfile::tempdir().unwrap();
+    let file = d.path().join("ci.toml");
+    std::fs::write(
+        &file,
+        r#"
+description = "CI"
+abort_on_fail = true
+thresholds = ["load.totals.accepted == 20", "load.totals.accepted > 1000000"]
+[server]
+smtp = "127.0.0.1:0"
+discard = true
+[[step]]
+name = "load"
+command = "smtp"
+target = "${server.smtp}"
+count = 20
+quiet = true
+thresholds = ["errors.rate < 1%", "p99(transaction) < 1us"]
+[[step]]
+name = "after"
+run = "true"
+"#,
+    )
+    .unwrap();
+    let out = d.path().join("res");
+    let xml = d.path().join("junit.xml");
+    let o = spate(
+        &[
+            "run",
+            file.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--junit",
+            xml.to_str().unwrap(),
+        ],
+        d.path(),
+    );
+    assert_eq!(o.code, 1, "{}\n{}", o.stdout, o.stderr);
+    let check = r#"
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+assert root.tag == "testsuites", root.tag
+cases = [c for s in root.findall("testsuite") for c in s.findall("testcase")]
+for c in cases:
+    assert c.get("classname") and c.get("name") and c.get("time") is not None, c.attrib
+    float(c.get("time"))
+fails = {c.get("name"): c.find("failure").get("message") for c in cases if c.find("failure") is not None}
+skips = [c.get("name") for c in cases if c.find("skipped") is not None]
+assert int(root.get("tests")) == len(cases), (root.get("tests"), len(cases))
+assert int(root.get("failures")) == len(fails), (root.get("failures"), fails)
+print(len(cases), sorted(fails.items()), skips)
+"#;
+    let py = Command::new("python3")
+        .args(["-c", check, xml.to_str().unwrap()])
+        .output()
+        .expect("python3");
+    let said = String::from_utf8_lossy(&py.stdout).to_string();
+    assert!(
+        py.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&py.stderr)
+    );
+    // 2 steps + 2 step thresholds + 2 scenario thresholds.
+    assert!(said.starts_with("6 "), "{said}");
+    assert!(
+        said.contains("'step load: threshold p99(transaction) < 1us'"),
+        "{said}"
+    );
+    assert!(said.contains("limit < 1us"), "{said}");
+    assert!(
+        said.contains("'threshold load.totals.accepted > 1000000'"),
+        "{said}"
+    );
+    assert!(
+        !said.contains("'threshold load.totals.accepted == 20'"),
+        "{said}"
+    );
+    assert!(
+        said.contains("['step 02 after']"),
+        "the step after the failure is skipped: {said}"
+    );
+}

@@ -1,6 +1,8 @@
 //! `spate run SCENARIO.toml`: a scenario file's steps (or its `[matrix]` of runs).
 
 use std::path::PathBuf;
+
+use anyhow::Context as _;
 use std::process::ExitCode;
 
 use crate::ctx::Ctx;
@@ -44,6 +46,11 @@ pub struct Args {
     /// Check the scenario and print each step's command line; run nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Also write the outcome as JUnit XML (for GitLab, Jenkins, GitHub test reporters):
+    /// a test case per step and per threshold, a failure with the measured value and the
+    /// limit; a [matrix] gives a test suite per combination
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
 }
 
 /// `spate run`.
@@ -64,8 +71,45 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let out = crate::opts::output::results_dir(args.out.as_deref(), args.overwrite, &stem)?;
-    if !sc.matrix.is_empty() {
-        return run_matrix(&sc, &args.file, &args.set, &out, false, args.overwrite, ctx).await;
+    let code = if sc.matrix.is_empty() {
+        execute(&sc, out.clone(), args.overwrite, ctx).await?
+    } else {
+        run_matrix(&sc, &args.file, &args.set, &out, false, args.overwrite, ctx).await?
+    };
+    if let Some(file) = &args.junit {
+        junit(file, &out, &stem)?;
     }
-    execute(&sc, out, args.overwrite, ctx).await
+    Ok(code)
+}
+
+/// Writes `file` from the scenario.json of the run in `out` (or of each combination of a
+/// matrix, in its subdirectory).
+fn junit(file: &std::path::Path, out: &std::path::Path, stem: &str) -> anyhow::Result<()> {
+    let read = |p: &std::path::Path| -> Option<serde_json::Value> {
+        serde_json::from_str(&std::fs::read_to_string(p.join("scenario.json")).ok()?).ok()
+    };
+    let mut runs = Vec::new();
+    match read(out) {
+        Some(doc) => runs.push((stem.to_string(), doc)),
+        None => {
+            let mut dirs: Vec<_> = std::fs::read_dir(out)?
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.join("scenario.json").is_file())
+                .collect();
+            dirs.sort();
+            for d in dirs {
+                let name = d
+                    .file_name()
+                    .map_or(String::new(), |n| n.to_string_lossy().into());
+                if let Some(doc) = read(&d) {
+                    runs.push((format!("{stem} {name}"), doc));
+                }
+            }
+        }
+    }
+    crate::scenario::junit::write(file, &runs)
+        .with_context(|| format!("--junit {}", file.display()))?;
+    println!("junit: {}", file.display());
+    Ok(())
 }

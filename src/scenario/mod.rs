@@ -28,6 +28,7 @@
 pub mod doc;
 pub mod dump;
 mod execute;
+pub mod junit;
 mod matrix;
 pub mod model;
 pub mod options;
