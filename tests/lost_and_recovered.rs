@@ -116,6 +116,10 @@ async fn a_lying_server_is_caught_to_the_message() {
     // A message dropped after its store point may have been lost on purpose first.
     assert!(g("recovered") <= fault("stored:drop"), "{j}");
     assert_eq!(g("unlogged"), 0, "{j}");
+    // compare shows them too.
+    let c = spate(&["compare", run.to_str().unwrap(), run.to_str().unwrap()]).await;
+    assert!(c.ok, "{c:?}");
+    assert!(c.stdout.contains("indeterminate"), "{}", c.stdout);
     assert_eq!(g("messages"), n("accepted"), "{j}");
     assert_eq!(
         g("delivered") + g("missing"),

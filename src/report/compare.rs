@@ -297,7 +297,7 @@ fn latency_metrics(runs: &[Run], phase_name: &str) -> Vec<Metric> {
 /// Whole-run totals, which have no per-interval spread.
 fn total_metrics(runs: &[Run]) -> Vec<Metric> {
     let none = vec![None; runs.len()];
-    vec![
+    let mut v = vec![
         metric(
             "accepted",
             "messages",
@@ -324,9 +324,23 @@ fn total_metrics(runs: &[Run]) -> Vec<Metric> {
             "% of cores",
             Better::Lower,
             all(runs, &|r| r.summary.generator_cpu_pct),
-            none,
+            none.clone(),
         ),
-    ]
+    ];
+    // Messages the server may or may not have (no final reply): shown when a run had any.
+    if runs.iter().any(|r| r.summary.totals.indeterminate > 0) {
+        v.insert(
+            2,
+            metric(
+                "indeterminate",
+                "messages",
+                Better::Lower,
+                all(runs, &|r| r.summary.totals.indeterminate as f64),
+                none,
+            ),
+        );
+    }
+    v
 }
 
 fn fmt_v(v: f64) -> String {
