@@ -230,3 +230,60 @@ fn prosody_roster_all_subscribes_every_pair_once() {
 fn ejabberd_roster_all_subscribes_every_pair_once() {
     roster_all("ejabberd");
 }
+
+/// scenarios/xmpp-restart.toml, short: Prosody killed with -9 mid-run and started again by
+/// the bed (`scripts/testbed restart xmpp`): every session logs in again, the load comes
+/// back, every stanza is accounted for (missing 0), the scenario's thresholds hold.
+#[test]
+fn prosody_killed_and_restarted_mid_run_loses_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = Bed::up(
+        &tmp.path().join("bed"),
+        &[
+            "--users",
+            "20",
+            "--port-offset",
+            "auto",
+            "--xmpp",
+            "prosody",
+            "--no-mail",
+        ],
+    ) else {
+        return;
+    };
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/xmpp-restart.toml");
+    let out = tmp.path().join("res");
+    let o = Command::new(SPATE)
+        .args([
+            "run",
+            file.to_str().unwrap(),
+            "--set",
+            "duration=9s",
+            "--set",
+            "at=3s",
+        ])
+        .args(["--out", out.to_str().unwrap()])
+        .envs(&bed.env)
+        .env("SPATE_TESTBED_DIR", &bed.dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("01-load/summary.json")).unwrap())
+            .unwrap();
+    let x = &s["extra"]["xmpp"];
+    assert_eq!(x["missing"], 0, "{x}");
+    assert!(x["delivered"].as_u64().unwrap() > 0, "{x}");
+    let names: Vec<&str> = s["extra"]["faults"]["occurrences"][0]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["signal", "restart", "restart-done"], "{stdout}");
+}
