@@ -10,6 +10,7 @@
 //! - [`summary`]: the summary of a run from its totals.
 
 mod aggregate;
+pub mod bound;
 pub mod cpu;
 mod dispatch;
 mod observe;
@@ -246,6 +247,8 @@ pub async fn run<D: Driver>(
     // start file) runs late: said in its summary, and flagged by the merge.
     let late_start = Instant::now().saturating_duration_since(r.clock.origin());
     let early = wait_for_start(r.clock.origin(), r.header.started, &r.stop).await;
+    let probe = bound::LoopProbe::start();
+    let throttled_before = bound::throttled_s();
     let mut workers = JoinSet::new();
     let scheduler = worker::spawn(r.workload, r.seed, &shared, &mut workers, make);
     let mut agg = aggregate::Aggregator::new(r.header.clone(), r.writer.take())?;
@@ -258,6 +261,20 @@ pub async fn run<D: Driver>(
         "in_flight".into(),
         serde_json::json!({"mean": (mean * 100.0).round() / 100.0, "max": max}),
     );
+    let evidence = bound::Evidence {
+        open: matches!(r.workload.model, Model::Open { .. }),
+        counters: summary.totals,
+        elapsed_s: summary.elapsed_s,
+        cpu_pct: summary.generator_cpu_pct,
+        cores: summary.cores,
+        loop_lag: probe.finish(),
+        throttled_s: bound::throttled_s()
+            .zip(throttled_before)
+            .map(|(after, before)| after - before),
+    };
+    summary
+        .extra
+        .insert("bound_by".into(), bound::verdict(&evidence));
     if r.workload.start.is_some() && late_start > LATE_START {
         summary.warnings.push(format!(
             "this run started {} after its shared start (--start-at): its schedule was already that far along, so it ran short of its share; start the shards nearer together, or give a later --start-at",

@@ -324,6 +324,14 @@ fn footer(o: &mut String, s: &Summary) {
             if n == 1 { "it" } else { "them" }
         );
     }
+    if let Some(b) = s.extra.get("bound_by") {
+        let _ = writeln!(
+            o,
+            "  bound by: {} — {}",
+            b["bound_by"].as_str().unwrap_or("?"),
+            b["why"].as_str().unwrap_or("")
+        );
+    }
     if let Some(f) = s.extra.get("faults") {
         faults(o, f);
     }

@@ -1,0 +1,275 @@
+//! Was the generator the limit? Every run's verdict `bound_by` — `server`, `generator` or
+//! `undetermined` — with its evidence: how late the generator's own event loop ran (a
+//! probe task that sleeps 5 ms and measures how much later it woke), its CPU share, time
+//! its cgroup's CPU quota throttled it, and in an open workload arrivals that started late
+//! or were dropped. A run whose generator starved reports the generator's limits as the
+//! server's; this says so instead.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use serde_json::{json, Value};
+
+use crate::metrics::Counters;
+
+/// The probe's sleep.
+const TICK: Duration = Duration::from_millis(5);
+
+/// Thresholds of the verdict.
+const LOOP_LAG_GENERATOR_US: u64 = 20_000;
+const LOOP_LAG_SERVER_US: u64 = 5_000;
+const CPU_GENERATOR_PCT: f64 = 90.0;
+const CPU_SERVER_PCT: f64 = 70.0;
+const LATE_GENERATOR: f64 = 0.01;
+const THROTTLED_GENERATOR: f64 = 0.10;
+
+/// How late the generator's event loop ran: a task that sleeps [`TICK`] again and again
+/// and records how much later than asked it woke (the time tasks waited for a thread).
+pub struct LoopProbe {
+    lag: Arc<Mutex<Histogram<u64>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl LoopProbe {
+    /// Starts the probe on the current runtime.
+    pub fn start() -> LoopProbe {
+        let lag = Arc::new(Mutex::new(
+            Histogram::<u64>::new_with_bounds(1, 60_000_000, 2).expect("valid bounds"),
+        ));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (l, s) = (lag.clone(), stop.clone());
+        tokio::spawn(async move {
+            while !s.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                tokio::time::sleep(TICK).await;
+                let late = t.elapsed().saturating_sub(TICK).as_micros() as u64;
+                if let Ok(mut h) = l.lock() {
+                    h.saturating_record(late.max(1));
+                }
+            }
+        });
+        LoopProbe { lag, stop }
+    }
+
+    /// Stops the probe; its p50, p99 and max lag (µs) and sample count.
+    pub fn finish(&self) -> (u64, u64, u64, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        let h = self.lag.lock().unwrap_or_else(|e| e.into_inner());
+        (
+            h.value_at_quantile(0.5),
+            h.value_at_quantile(0.99),
+            h.max(),
+            h.len(),
+        )
+    }
+}
+
+/// Seconds the CPU quota of this process's cgroup has throttled it so far, if the kernel
+/// says: cgroup v2's `throttled_usec` (a pure v2 hierarchy, or the `unified` one of a
+/// hybrid), else v1's cpu controller's `throttled_time` (ns). None: neither is readable.
+pub fn throttled_s() -> Option<f64> {
+    let cg = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    for line in cg.lines() {
+        let mut f = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        let path = path.trim();
+        if controllers.is_empty() {
+            for root in ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"] {
+                if let Some(us) = stat_field(&format!("{root}{path}/cpu.stat"), "throttled_usec ") {
+                    return Some(us as f64 / 1e6);
+                }
+            }
+        } else if controllers.split(',').any(|c| c == "cpu") {
+            for root in ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"] {
+                if let Some(ns) = stat_field(&format!("{root}{path}/cpu.stat"), "throttled_time ") {
+                    return Some(ns as f64 / 1e9);
+                }
+            }
+        }
+    }
+    None
+}
+
+fn stat_field(file: &str, key: &str) -> Option<u64> {
+    std::fs::read_to_string(file)
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// What the verdict is made from.
+pub struct Evidence {
+    pub open: bool,
+    pub counters: Counters,
+    pub elapsed_s: f64,
+    pub cpu_pct: f64,
+    pub cores: usize,
+    /// Loop lag p50, p99, max (µs) and samples.
+    pub loop_lag: (u64, u64, u64, u64),
+    /// Throttled during the run (s), when known.
+    pub throttled_s: Option<f64>,
+}
+
+/// The verdict and its evidence, for summary.json's `extra.bound_by`.
+pub fn verdict(e: &Evidence) -> Value {
+    let c = &e.counters;
+    let (lag50, lag99, lagmax, samples) = e.loop_lag;
+    let late_share = if c.attempted > 0 {
+        c.late as f64 / c.attempted as f64
+    } else {
+        0.0
+    };
+    let mut generator = Vec::new();
+    if e.open && c.dropped > 0 {
+        generator.push(format!(
+            "{} arrivals were dropped (every session busy, the backlog full)",
+            c.dropped
+        ));
+    }
+    if e.open && late_share > LATE_GENERATOR {
+        generator.push(format!(
+            "{:.1}% of the units started more than 10 ms behind schedule",
+            late_share * 100.0
+        ));
+    }
+    if lag99 > LOOP_LAG_GENERATOR_US {
+        generator.push(format!(
+            "its event loop ran late: p99 {}, max {} (tasks waited that long for a thread)",
+            ms(lag99),
+            ms(lagmax)
+        ));
+    }
+    if e.cpu_pct > CPU_GENERATOR_PCT {
+        generator.push(format!(
+            "it used {:.0}% of its {} cores",
+            e.cpu_pct, e.cores
+        ));
+    }
+    if let Some(t) = e
+        .throttled_s
+        .filter(|t| *t > THROTTLED_GENERATOR * e.elapsed_s)
+    {
+        generator.push(format!(
+            "its cgroup's CPU quota held it back: throttled {t:.1} s (summed over CPUs) in a {:.1} s run",
+            e.elapsed_s
+        ));
+    }
+    let calm = lag99 <= LOOP_LAG_SERVER_US
+        && e.cpu_pct <= CPU_SERVER_PCT
+        && (!e.open || late_share <= LATE_GENERATOR / 10.0);
+    let (bound, why) = if samples == 0 || c.attempted == 0 {
+        (
+            "undetermined",
+            "no unit of work ran long enough to tell".to_string(),
+        )
+    } else if !generator.is_empty() {
+        (
+            "generator",
+            format!(
+                "spate itself was the limit: {}; the figures say more about this generator than about the server (run it with more CPU, fewer sessions per process, or --shard over several)",
+                generator.join("; ")
+            ),
+        )
+    } else if calm {
+        (
+            "server",
+            format!(
+                "the generator kept up: its event loop ran on time (lag p99 {}), CPU {:.0}% of {} cores{}",
+                ms(lag99),
+                e.cpu_pct,
+                e.cores,
+                if e.open { ", arrivals on schedule" } else { "" }
+            ),
+        )
+    } else {
+        (
+            "undetermined",
+            format!(
+                "neither clearly: event-loop lag p99 {}, CPU {:.0}% of {} cores{}",
+                ms(lag99),
+                e.cpu_pct,
+                e.cores,
+                if e.open {
+                    format!(", {:.2}% of units late", late_share * 100.0)
+                } else {
+                    String::new()
+                }
+            ),
+        )
+    };
+    json!({
+        "bound_by": bound,
+        "why": why,
+        "evidence": {
+            "loop_lag_p50_us": lag50,
+            "loop_lag_p99_us": lag99,
+            "loop_lag_max_us": lagmax,
+            "loop_lag_samples": samples,
+            "cpu_pct": e.cpu_pct,
+            "cores": e.cores,
+            "throttled_s": e.throttled_s,
+            "late": c.late,
+            "dropped": c.dropped,
+            "open_workload": e.open,
+        },
+    })
+}
+
+fn ms(us: u64) -> String {
+    crate::units::fmt_duration(Duration::from_micros(us))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(lag99: u64, cpu: f64, late: u64, dropped: u64) -> Evidence {
+        let counters = Counters {
+            attempted: 1000,
+            accepted: 1000,
+            late,
+            dropped,
+            ..Counters::default()
+        };
+        Evidence {
+            open: true,
+            counters,
+            elapsed_s: 10.0,
+            cpu_pct: cpu,
+            cores: 2,
+            loop_lag: (100, lag99, lag99, 2000),
+            throttled_s: None,
+        }
+    }
+
+    #[test]
+    fn each_sign_of_a_starved_generator_is_named() {
+        assert_eq!(verdict(&ev(300, 20.0, 0, 0))["bound_by"], "server");
+        let v = verdict(&ev(50_000, 20.0, 0, 0));
+        assert_eq!(v["bound_by"], "generator");
+        assert!(
+            v["why"].as_str().unwrap().contains("event loop ran late"),
+            "{v}"
+        );
+        assert_eq!(verdict(&ev(300, 95.0, 0, 0))["bound_by"], "generator");
+        assert_eq!(verdict(&ev(300, 20.0, 50, 0))["bound_by"], "generator");
+        assert_eq!(verdict(&ev(300, 20.0, 0, 3))["bound_by"], "generator");
+        // Between the two: said as such, with the figures.
+        let v = verdict(&ev(10_000, 20.0, 0, 0));
+        assert_eq!(v["bound_by"], "undetermined");
+        assert!(v["why"].as_str().unwrap().contains("lag p99 10.0ms"), "{v}");
+        let mut t = ev(300, 20.0, 0, 0);
+        t.throttled_s = Some(4.0);
+        let v = verdict(&t);
+        assert_eq!(v["bound_by"], "generator");
+        assert!(
+            v["why"].as_str().unwrap().contains("throttled 4.0 s"),
+            "{v}"
+        );
+    }
+}

@@ -1,0 +1,106 @@
+//! Was the generator the limit? A run against a slow server says `server`; the same
+//! generator starved on purpose (a CPU quota on its own process through a cgroup, 5 % of
+//! one CPU) says `generator` and why, whatever the server.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{run_blocking, serve_process, summary, SPATE};
+
+/// A CPU cgroup of this test's own with a quota of 5 ms per 100 ms (v1's cpu controller,
+/// or v2's cpu.max), removed when dropped; None where the machine has neither writable.
+struct Quota(PathBuf);
+
+impl Quota {
+    fn new() -> Option<Quota> {
+        let name = format!("spate-test-{}", std::process::id());
+        let v1 = Path::new("/sys/fs/cgroup/cpu");
+        if v1.join("cpu.cfs_quota_us").exists() {
+            let d = v1.join(&name);
+            std::fs::create_dir(&d).ok()?;
+            let q = Quota(d);
+            std::fs::write(q.0.join("cpu.cfs_period_us"), "100000").ok()?;
+            std::fs::write(q.0.join("cpu.cfs_quota_us"), "5000").ok()?;
+            return Some(q);
+        }
+        let v2 = Path::new("/sys/fs/cgroup");
+        let controllers = std::fs::read_to_string(v2.join("cgroup.subtree_control")).ok()?;
+        if !controllers.split_whitespace().any(|c| c == "cpu") {
+            return None;
+        }
+        let d = v2.join(&name);
+        std::fs::create_dir(&d).ok()?;
+        let q = Quota(d);
+        std::fs::write(q.0.join("cpu.max"), "5000 100000").ok()?;
+        Some(q)
+    }
+}
+
+impl Drop for Quota {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+fn bound(s: &serde_json::Value) -> (String, String) {
+    let b = &s["extra"]["bound_by"];
+    (
+        b["bound_by"].as_str().unwrap().to_string(),
+        b["why"].as_str().unwrap().to_string(),
+    )
+}
+
+#[test]
+fn a_slow_server_is_the_limit_and_a_starved_generator_says_it_was() {
+    // Every reply to DATA (the message's BDAT here) waits 20 ms: the server is the limit.
+    let (_server, addr) = serve_process("--smtp", &["--delay".as_ref(), "data:20ms".as_ref()]);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("server");
+    let o = run_blocking(
+        SPATE,
+        &[
+            "smtp",
+            &addr,
+            "-u",
+            "4",
+            "-d",
+            "2s",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &[],
+        Duration::from_secs(60),
+    );
+    assert!(o.ok, "{o:?}");
+    let (b, why) = bound(&summary(&out));
+    assert_eq!(b, "server", "{why}");
+    assert!(o.stdout.contains("bound by: server"), "{}", o.stdout);
+
+    let Some(quota) = Quota::new() else {
+        common::cannot_run("no writable CPU cgroup (v1 cpu controller or v2 cpu.max)");
+        return;
+    };
+    // The same generator at 2000 arrivals a second with 5 % of one CPU: it cannot keep up.
+    let out = tmp.path().join("generator");
+    let script = format!(
+        "echo $$ > {}/cgroup.procs && exec {SPATE} smtp {addr} --rate 2000/s -d 2s --grace 1s -o {}",
+        quota.0.display(),
+        out.display()
+    );
+    let o = run_blocking("sh", &["-c", &script], &[], Duration::from_secs(120));
+    assert!(o.ended(), "{o:?}");
+    let s = summary(&out);
+    let (b, why) = bound(&s);
+    assert_eq!(b, "generator", "{why}\n{}", s["extra"]["bound_by"]);
+    assert!(why.contains("spate itself was the limit"), "{why}");
+    assert!(o.stdout.contains("bound by: generator"), "{}", o.stdout);
+    // The kernel's own account of the quota is part of the evidence.
+    let throttled = s["extra"]["bound_by"]["evidence"]["throttled_s"].as_f64();
+    assert!(
+        throttled.is_some_and(|t| t > 0.0),
+        "{}",
+        s["extra"]["bound_by"]
+    );
+}
