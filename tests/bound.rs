@@ -103,4 +103,22 @@ fn a_slow_server_is_the_limit_and_a_starved_generator_says_it_was() {
         "{}",
         s["extra"]["bound_by"]
     );
+    // compare says which run says nothing about the server.
+    let server_run = tmp.path().join("server");
+    let c = run_blocking(
+        SPATE,
+        &[
+            "compare",
+            server_run.to_str().unwrap(),
+            out.to_str().unwrap(),
+        ],
+        &[],
+        Duration::from_secs(60),
+    );
+    assert!(c.ok, "{c:?}");
+    assert!(
+        c.stdout.contains("run B was generator-bound"),
+        "{}",
+        c.stdout
+    );
 }

@@ -147,8 +147,34 @@ pub fn compare(runs: &[Run]) -> Comparison {
     Comparison {
         runs: run_infos(runs),
         metrics,
-        note: units_note(runs),
+        note: match (units_note(runs), bound_note(runs)) {
+            (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+            (a, b) => a.or(b),
+        },
     }
+}
+
+/// A warning when a run's generator was the limit (`bound_by`): its figures are spate's,
+/// and a difference with it says nothing about the server.
+fn bound_note(runs: &[Run]) -> Option<String> {
+    let starved: Vec<String> = runs
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| {
+            r.summary
+                .extra
+                .get("bound_by")
+                .and_then(|b| b["bound_by"].as_str())
+                == Some("generator")
+        })
+        .map(|(i, _)| letter(i).to_string())
+        .collect();
+    (!starved.is_empty()).then(|| {
+        format!(
+            "run {} was generator-bound (spate itself was the limit: see bound_by in its summary): a difference with it says nothing about the server",
+            starved.join(", ")
+        )
+    })
 }
 
 /// A warning when some runs count messages and others mailbox visits: their rates and

@@ -18,7 +18,7 @@ pub enum Param {
 }
 
 /// One row of sweep.csv.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Row {
     pub step: usize,
     pub param: String,
@@ -47,6 +47,9 @@ pub struct Row {
     /// hook with `spate ping --json "$SPATE_STEP_DIR/ping.json"`), ms.
     pub ping_ms: Option<f64>,
     pub dir: String,
+    /// The run's verdict (`server`, `generator`, `undetermined`): a step whose generator
+    /// was the limit says nothing about the server. In sweep.json only.
+    pub bound_by: String,
     /// See [`table::Analysis::cpu_basis`].
     #[serde(skip)]
     pub cpu_basis: String,
@@ -145,7 +148,14 @@ impl Row {
         let cpu_us_per_unit = cpu
             .filter(|_| basis != "host" && s.totals.accepted > 0)
             .map(|pct| (pct / 100.0 * s.elapsed_s * 1e6 / s.totals.accepted as f64).round());
+        let bound_by = s
+            .extra
+            .get("bound_by")
+            .and_then(|b| b["bound_by"].as_str())
+            .unwrap_or("undetermined")
+            .to_string();
         Row {
+            bound_by,
             step,
             param: param.to_string(),
             value,

@@ -78,6 +78,9 @@ pub struct Analysis {
     pub usl: Option<Usl>,
     pub knee_value: Option<u64>,
     pub knee_rule: &'static str,
+    /// Values where a run's generator was the limit (`bound_by`): left out of the knee
+    /// and the USL fit, which would otherwise describe spate rather than the server.
+    pub generator_bound: Vec<u64>,
     /// What cpu_pct measures: "host" (user+system of all cores) or the monitored process
     /// groups summed ("proc.smtpd+proc.cleanup", percent of one core).
     pub cpu_basis: String,
@@ -141,16 +144,26 @@ pub fn analyse(sw: &Swept<'_>, values: &[u64], rows: &[Row]) -> Analysis {
             ping_ms: of_opt(&|x| x.ping_ms),
         });
     }
+    let mut generator_bound: Vec<u64> = rows
+        .iter()
+        .filter(|r| r.bound_by == "generator")
+        .map(|r| r.value)
+        .collect();
+    generator_bound.sort_unstable();
+    generator_bound.dedup();
+    let server_bound = |v: u64| !generator_bound.contains(&v);
     let usl = match param {
         Param::Users | Param::Value if sw.concurrency => usl::fit(
             &rows
                 .iter()
+                .filter(|r| server_bound(r.value))
                 .map(|r| (r.value as f64, r.throughput_per_s))
                 .collect::<Vec<_>>(),
         ),
         _ => None,
     };
-    let pts: Vec<(f64, f64)> = steps
+    let judged: Vec<&StepStats> = steps.iter().filter(|s| server_bound(s.value)).collect();
+    let pts: Vec<(f64, f64)> = judged
         .iter()
         .map(|s| {
             (
@@ -159,7 +172,7 @@ pub fn analyse(sw: &Swept<'_>, values: &[u64], rows: &[Row]) -> Analysis {
             )
         })
         .collect();
-    let knee_value = knee(&pts).map(|i| steps[i].value);
+    let knee_value = knee(&pts).map(|i| judged[i].value);
     let slopes = matches!(param, Param::Value | Param::Size)
         .then(|| slopes(rows))
         .filter(|s| s.latency_p50_us.is_some());
@@ -169,6 +182,7 @@ pub fn analyse(sw: &Swept<'_>, values: &[u64], rows: &[Row]) -> Analysis {
         usl,
         knee_value,
         knee_rule: KNEE_RULE,
+        generator_bound,
         cpu_basis: rows
             .first()
             .map_or("host".to_string(), |r| r.cpu_basis.clone()),
@@ -291,6 +305,14 @@ pub fn render(a: &Analysis, _rows: &[Row]) -> String {
         )),
         None => out.push_str("knee: none (latency never grew faster than throughput)\n"),
     }
+    if !a.generator_bound.is_empty() {
+        let v: Vec<String> = a.generator_bound.iter().map(u64::to_string).collect();
+        out.push_str(&format!(
+            "generator-bound: {} = {} (spate itself was the limit there: see bound_by in their summaries); left out of the knee and the USL fit: give spate more CPU, fewer sessions per process, or --shard\n",
+            a.param,
+            v.join(", ")
+        ));
+    }
     out
 }
 
@@ -310,6 +332,40 @@ mod tests {
         ];
         assert_eq!(knee(&pts), Some(3));
         assert_eq!(knee(&pts[..3]), None);
+    }
+
+    #[test]
+    fn generator_bound_steps_name_no_knee_and_fit_no_usl() {
+        // Flat throughput, latency doubling from 40 on: a knee at 40 — but the generator
+        // was the limit from 40 on, so it says nothing about the server.
+        let row = |value: u64, tput: f64, lat: f64, bound: &str| Row {
+            value,
+            throughput_per_s: tput,
+            latency_mean_ms: lat,
+            bound_by: bound.into(),
+            ..Row::default()
+        };
+        let sw = Swept {
+            param: Param::Users,
+            name: "users",
+            concurrency: true,
+            unit: "msg/s",
+        };
+        let values = [10, 20, 40, 80];
+        let mut rows = vec![
+            row(10, 100.0, 10.0, "server"),
+            row(20, 200.0, 10.0, "server"),
+            row(40, 200.0, 20.0, "server"),
+            row(80, 200.0, 40.0, "server"),
+        ];
+        assert_eq!(analyse(&sw, &values, &rows).knee_value, Some(40));
+        rows[2].bound_by = "generator".into();
+        rows[3].bound_by = "generator".into();
+        let a = analyse(&sw, &values, &rows);
+        assert_eq!(a.knee_value, None);
+        assert_eq!(a.generator_bound, [40, 80]);
+        assert!(a.usl.is_none(), "two server-bound points fit no USL");
+        assert!(render(&a, &rows).contains("generator-bound: users = 40, 80"));
     }
 
     #[test]
