@@ -74,9 +74,16 @@ fn a_slow_server_is_the_limit_and_a_starved_generator_says_it_was() {
         Duration::from_secs(60),
     );
     assert!(o.ok, "{o:?}");
-    let (b, why) = bound(&summary(&out));
-    assert_eq!(b, "server", "{why}");
-    assert!(o.stdout.contains("bound by: server"), "{}", o.stdout);
+    let s = summary(&out);
+    let (b, why) = bound(&s);
+    // The verdict follows its evidence: on a quiet machine the generator kept up; on a busy
+    // one (its event loop late, its CPU high) it may not say `server`, and says why.
+    let ev = &s["extra"]["bound_by"]["evidence"];
+    let calm =
+        ev["loop_lag_p99_us"].as_u64().unwrap() <= 5_000 && ev["cpu_pct"].as_f64().unwrap() <= 70.0;
+    assert_eq!(b == "server", calm, "{why}\n{ev}");
+    assert_ne!(b, "generator", "4 sessions against a 20 ms server: {why}");
+    assert!(o.stdout.contains(&format!("bound by: {b}")), "{}", o.stdout);
 
     let Some(quota) = Quota::new() else {
         common::cannot_run("no writable CPU cgroup (v1 cpu controller or v2 cpu.max)");

@@ -308,7 +308,7 @@ pub fn render(a: &Analysis, _rows: &[Row]) -> String {
     if !a.generator_bound.is_empty() {
         let v: Vec<String> = a.generator_bound.iter().map(u64::to_string).collect();
         out.push_str(&format!(
-            "generator-bound: {} = {} (spate itself was the limit there: see bound_by in their summaries); left out of the knee and the USL fit: give spate more CPU, fewer sessions per process, or --shard\n",
+            "generator-bound: {} = {} (spate itself was the limit there: see bound_by in their summaries); not used for the knee or the scalability model: give spate more CPU, fewer sessions per process, or --shard\n",
             a.param,
             v.join(", ")
         ));
