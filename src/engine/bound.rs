@@ -1,6 +1,7 @@
 //! Was the generator the limit? Every run's verdict `bound_by` — `server`, `generator` or
 //! `undetermined` — with its evidence: how late the generator's own event loop ran (a
-//! probe task that sleeps 5 ms and measures how much later it woke), its CPU share, time
+//! probe task that sleeps 5 ms and measures how much later it woke, from the end of the
+//! sessions' setup: a login storm is not the load), its CPU share, time
 //! its cgroup's CPU quota throttled it, and in an open workload arrivals that started late
 //! or were dropped. A run whose generator starved reports the generator's limits as the
 //! server's; this says so instead.
@@ -35,8 +36,9 @@ pub struct LoopProbe {
 }
 
 impl LoopProbe {
-    /// Starts the probe on the current runtime.
-    pub fn start() -> LoopProbe {
+    /// Starts the probe on the current runtime; it records once `measuring` says so (the
+    /// sessions' setup, a login storm, is not the load).
+    pub fn start(measuring: impl Fn() -> bool + Send + 'static) -> LoopProbe {
         let lag = Arc::new(Mutex::new(
             Histogram::<u64>::new_with_bounds(1, 60_000_000, 2).expect("valid bounds"),
         ));
@@ -47,6 +49,9 @@ impl LoopProbe {
                 let t = Instant::now();
                 tokio::time::sleep(TICK).await;
                 let late = t.elapsed().saturating_sub(TICK).as_micros() as u64;
+                if !measuring() {
+                    continue;
+                }
                 if let Ok(mut h) = l.lock() {
                     h.saturating_record(late.max(1));
                 }
@@ -139,7 +144,7 @@ pub fn verdict(e: &Evidence) -> Value {
             late_share * 100.0
         ));
     }
-    if lag99 > LOOP_LAG_GENERATOR_US {
+    if samples > 0 && lag99 > LOOP_LAG_GENERATOR_US {
         generator.push(format!(
             "its event loop ran late: p99 {}, max {} (tasks waited that long for a thread)",
             ms(lag99),
@@ -161,14 +166,12 @@ pub fn verdict(e: &Evidence) -> Value {
             e.elapsed_s
         ));
     }
-    let calm = lag99 <= LOOP_LAG_SERVER_US
+    let calm = samples > 0
+        && lag99 <= LOOP_LAG_SERVER_US
         && e.cpu_pct <= CPU_SERVER_PCT
         && (!e.open || late_share <= LATE_GENERATOR / 10.0);
-    let (bound, why) = if samples == 0 || c.attempted == 0 {
-        (
-            "undetermined",
-            "no unit of work ran long enough to tell".to_string(),
-        )
+    let (bound, why) = if c.attempted == 0 {
+        ("undetermined", "no unit of work ran".to_string())
     } else if !generator.is_empty() {
         (
             "generator",
