@@ -243,6 +243,15 @@ fn sweep_page_marks_saturation_and_is_pinned() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let written = std::fs::read_to_string(dir.join("report.html")).unwrap();
     assert!(written.contains("spate sweep over users"));
+    assert!(!written.contains("generator-bound"));
+    // Steps whose generator was the limit are named on the page.
+    let mut sw = sw;
+    sw.meta["generator_bound"] = serde_json::json!([32, 64]);
+    let page = sweep::render_sweep(&sw);
+    assert!(
+        page.contains("generator-bound: users = 32, 64"),
+        "no generator-bound note"
+    );
 }
 
 #[test]

@@ -107,6 +107,22 @@ async fn four_shards_merge_into_one_exact_run() {
         assert!(shards > 0, "{phase}");
         assert_eq!(phase_count(&m, phase), shards, "{phase}: histograms add");
     }
+    // The merged verdict on the generators is the worst shard's.
+    let rank = |b: &str| {
+        ["server", "undetermined", "generator"]
+            .iter()
+            .position(|x| *x == b)
+    };
+    let worst = parts
+        .iter()
+        .filter_map(|s| s["extra"]["bound_by"]["bound_by"].as_str())
+        .max_by_key(|b| rank(b))
+        .expect("each shard has a verdict");
+    assert_eq!(
+        m["extra"]["bound_by"]["bound_by"], worst,
+        "{}",
+        m["extra"]["bound_by"]
+    );
     // The merged maximum is the largest shard's: histograms, not averaged percentiles.
     let max = |s: &Value| {
         s["phases"]

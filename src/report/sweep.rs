@@ -56,6 +56,18 @@ pub fn render_sweep(sw: &Sweep) -> String {
     let knee = f(&sw.meta, "knee_value");
     let usl = sw.meta.get("usl").filter(|u| !u.is_null());
     saturation(&mut b, sw, &param, knee, usl);
+    if let Some(gb) = sw.meta["generator_bound"]
+        .as_array()
+        .filter(|v| !v.is_empty())
+    {
+        let v: Vec<String> = gb.iter().map(|x| x.to_string()).collect();
+        let _ = writeln!(
+            b,
+            "<p class=\"warn\">generator-bound: {} = {} — spate itself was the limit there (bound_by in their summaries); those steps are not used for the knee or the USL model.</p>",
+            esc(&param),
+            esc(&v.join(", "))
+        );
+    }
     slopes(&mut b, sw, &param);
     b.push_str("<h2>Metrics against the parameter</h2>\n");
     charts(&mut b, &metric_charts(sw, &param, &markers(knee, usl), usl));

@@ -587,6 +587,43 @@ fn merged_plan(inputs: &[Input]) -> Value {
     plan
 }
 
+/// The merged run's verdict on its generators: the worst shard's (generator, then
+/// undetermined, then server), naming each shard that was not server-bound. None when no
+/// shard has one (shards of an older spate).
+fn merged_bound(inputs: &[Input]) -> Option<Value> {
+    let rank = |b: &str| match b {
+        "generator" => 2,
+        "undetermined" => 1,
+        _ => 0,
+    };
+    let verdicts: Vec<(u32, &str, &str)> = inputs
+        .iter()
+        .filter_map(|i| {
+            let b = i.summary.extra.get("bound_by")?;
+            Some((
+                i.shard.index,
+                b["bound_by"].as_str()?,
+                b["why"].as_str().unwrap_or(""),
+            ))
+        })
+        .collect();
+    let worst = verdicts.iter().map(|v| v.1).max_by_key(|b| rank(b))?;
+    let named: Vec<String> = verdicts
+        .iter()
+        .filter(|v| v.1 != "server")
+        .map(|(i, b, why)| format!("shard {i}: {b} — {why}"))
+        .collect();
+    let why = if named.is_empty() {
+        format!(
+            "every one of the {} shards' generators kept up",
+            verdicts.len()
+        )
+    } else {
+        named.join("; ")
+    };
+    Some(serde_json::json!({"bound_by": worst, "why": why}))
+}
+
 /// Concatenates the shards' sent logs under one header.
 fn merge_sent(inputs: &[Input], out: &Path, run: &str) -> anyhow::Result<()> {
     if !inputs.iter().any(|i| i.dir.join("sent.log").exists()) {
@@ -789,6 +826,9 @@ fn write_merged(
             "the shards ran different spate versions: {}",
             versions.into_iter().collect::<Vec<_>>().join(", ")
         ));
+    }
+    if let Some(b) = merged_bound(inputs) {
+        s.extra.insert("bound_by".into(), b);
     }
     s.extra.insert(
         "shards".into(),
