@@ -243,6 +243,29 @@ mod tests {
         assert_eq!(resolved(&base.join("a/./x")).unwrap(), base.join("a/x"));
     }
 
+    /// The build directory a failed merge removes whole is always one it made: a
+    /// directory already there under a build directory's name (a user's, another merge's)
+    /// is never chosen, so never removed.
+    #[test]
+    fn a_build_directory_is_never_one_that_was_there() {
+        let tmp = tempfile::tempdir().unwrap();
+        let taken = tmp
+            .path()
+            .join(format!(".out.building-{}-0", std::process::id()));
+        std::fs::create_dir(&taken).unwrap();
+        std::fs::write(taken.join("mine.txt"), "keep").unwrap();
+        let t = Target {
+            out: tmp.path().join("out"),
+            earlier: Vec::new(),
+        };
+        let b = t.build_dir().unwrap();
+        assert_ne!(b, taken);
+        assert_eq!(std::fs::read_dir(&b).unwrap().count(), 0, "made new, empty");
+        // What a failed merge does with it leaves the other directory as it was.
+        std::fs::remove_dir_all(&b).unwrap();
+        assert_eq!(std::fs::read_to_string(taken.join("mine.txt")).unwrap(), "keep");
+    }
+
     #[test]
     fn only_results_files_may_be_replaced() {
         for ok in [
