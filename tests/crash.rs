@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::bed::Bed;
-use common::{run_blocking, summary, SPATE};
+use common::{run_blocking, summary, verify_maildir, SPATE};
 
 #[test]
 fn postfix_killed_under_load_loses_nothing_it_accepted() {
@@ -74,21 +74,7 @@ fn postfix_killed_under_load_loses_nothing_it_accepted() {
     // Mail the dead master's leftover processes queued may have found no queue manager
     // to tell: a flush makes the new one scan for it now rather than at its next wakeup.
     bed.script(&["release"]);
-    let v = run_blocking(
-        SPATE,
-        &[
-            "verify",
-            run.to_str().unwrap(),
-            "--maildir",
-            bed.var("SPATE_MAILDIR_ROOT"),
-            "--wait",
-            "90s",
-        ],
-        &[],
-        Duration::from_secs(150),
-    );
-    let j: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(run.join("verify.json")).unwrap()).unwrap();
+    let (v, j) = verify_maildir(&run, bed.var("SPATE_MAILDIR_ROOT"), &["--wait", "90s"]);
     // The promise: nothing accepted is lost or damaged. (A delivery cut off by the kill
     // may be made again after the restart: duplicates are allowed here.)
     assert_eq!(j["missing"], 0, "{j}\n{v:?}");

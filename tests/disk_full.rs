@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::bed::Bed;
-use common::{run_blocking, summary, SPATE};
+use common::{run_blocking, summary, verify_maildir, SPATE};
 
 #[test]
 fn a_full_spool_is_refused_mail_and_nothing_accepted_is_lost() {
@@ -73,21 +73,7 @@ fn a_full_spool_is_refused_mail_and_nothing_accepted_is_lost() {
     assert!(occ["before"]["accepted"].as_u64().unwrap() > 0, "{occ}");
     assert!(occ["after"]["accepted"].as_u64().unwrap() > 0, "{occ}");
 
-    let v = run_blocking(
-        SPATE,
-        &[
-            "verify",
-            run.to_str().unwrap(),
-            "--maildir",
-            bed.var("SPATE_MAILDIR_ROOT"),
-            "--wait",
-            "90s",
-        ],
-        &[],
-        Duration::from_secs(150),
-    );
-    let j: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(run.join("verify.json")).unwrap()).unwrap();
+    let (v, j) = verify_maildir(&run, bed.var("SPATE_MAILDIR_ROOT"), &["--wait", "90s"]);
     assert_eq!(j["missing"], 0, "{j}\n{v:?}");
     assert_eq!(j["corrupted"], 0, "{j}");
     assert_eq!(j["delivered"], j["expected"], "{j}");

@@ -20,6 +20,34 @@ fn events(dir: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// A `spate serve LISTEN` process whose PID is in `pidfile`, its address, and the fault
+/// that kills it at `at` with a restart that starts it again on the same address a second
+/// later and writes the new PID there, as a service manager would.
+fn killed_and_restarted(listen: &str, pidfile: &Path, at: &str) -> (common::Kill, String, String) {
+    let (server, addr) = serve_process(listen, &[] as &[&OsStr]);
+    std::fs::write(pidfile, format!("{}\n", server.0.id())).unwrap();
+    let restart = format!(
+        "sleep 1; {SPATE} serve {listen} {addr} >/dev/null 2>&1 & echo $! > {}",
+        pidfile.display()
+    );
+    let fault = format!(
+        "at={at} signal=KILL pidfile={} restart='{restart}'",
+        pidfile.display()
+    );
+    (server, addr, fault)
+}
+
+/// Stops the server a restart started, by the PID it wrote: it is the test's to stop.
+fn stop_restarted(pidfile: &Path) {
+    let again: i32 = std::fs::read_to_string(pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: kill(2) on the PID of the server this test's restart command started.
+    unsafe { libc::kill(again, libc::SIGTERM) };
+}
+
 fn smtp(addr: &str, out: &Path, extra: &[&str]) -> common::Output {
     let mut args = vec![
         "smtp",
@@ -92,29 +120,11 @@ fn a_stopped_server_is_a_band_of_failures_and_the_load_comes_back() {
 fn a_killed_server_restarted_by_the_fault_is_an_outage_that_ends() {
     let tmp = tempfile::tempdir().unwrap();
     let pidfile = tmp.path().join("serve.pid");
-    let (server, addr) = serve_process("--smtp", &[]);
-    std::fs::write(&pidfile, format!("{}\n", server.0.id())).unwrap();
-    // The restart starts the server again on the same address and writes its PID, as a
-    // service manager would.
-    let restart = format!(
-        "sleep 1; {SPATE} serve --smtp {addr} >/dev/null 2>&1 & echo $! > {}",
-        pidfile.display()
-    );
-    let fault = format!(
-        "at=1s signal=KILL pidfile={} restart='{restart}'",
-        pidfile.display()
-    );
+    let (server, addr, fault) = killed_and_restarted("--smtp", &pidfile, "1s");
     let out = tmp.path().join("r");
     let o = smtp(&addr, &out, &["-d", "6s", "--fault", &fault]);
-    // The second server is this test's to stop, by the PID its restart wrote.
-    let again: i32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
     drop(server);
-    // SAFETY: kill(2) on the PID of the server this test's restart command started.
-    unsafe { libc::kill(again, libc::SIGTERM) };
+    stop_restarted(&pidfile);
     assert!(o.ok, "{o:?}");
     let ev = events(&out);
     let names: Vec<&str> = ev.iter().map(|e| e["event"].as_str().unwrap()).collect();
@@ -304,16 +314,7 @@ fn network_faults_through_the_proxy_show_in_their_window() {
 fn an_xmpp_server_killed_and_restarted_is_an_outage_every_session_comes_back_from() {
     let tmp = tempfile::tempdir().unwrap();
     let pidfile = tmp.path().join("serve.pid");
-    let (server, addr) = serve_process("--xmpp", &[] as &[&OsStr]);
-    std::fs::write(&pidfile, format!("{}\n", server.0.id())).unwrap();
-    let restart = format!(
-        "sleep 1; {SPATE} serve --xmpp {addr} >/dev/null 2>&1 & echo $! > {}",
-        pidfile.display()
-    );
-    let fault = format!(
-        "at=2s signal=KILL pidfile={} restart='{restart}'",
-        pidfile.display()
-    );
+    let (server, addr, fault) = killed_and_restarted("--xmpp", &pidfile, "2s");
     let out = tmp.path().join("r");
     let o = run_blocking(
         SPATE,
@@ -338,14 +339,8 @@ fn an_xmpp_server_killed_and_restarted_is_an_outage_every_session_comes_back_fro
         &[("SPATE_PASSWORD".into(), "pw".into())],
         Duration::from_secs(60),
     );
-    let again: i32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
     drop(server);
-    // SAFETY: kill(2) on the PID of the server this test's restart command started.
-    unsafe { libc::kill(again, libc::SIGTERM) };
+    stop_restarted(&pidfile);
     assert!(o.ended(), "{o:?}");
     let s = summary(&out);
     let t = &s["totals"];

@@ -73,10 +73,8 @@ impl Acc {
         self.rejected += iv.counters.rejected;
         self.failed += iv.counters.failed;
         for (k, e) in &iv.errors {
-            let class = match k.code {
-                0 => format!("{} {}", k.phase, k.kind.name()),
-                c => format!("{} {c}", k.phase),
-            };
+            let class =
+                crate::report::data::class_label(k.phase.name(), k.kind.name(), k.code, None);
             *self.errors.entry(class).or_default() += e.count;
         }
         if let Some(h) = iv.hist(Phase::Response) {
@@ -135,20 +133,16 @@ pub struct Windows {
 }
 
 impl Windows {
+    /// The windows of every occurrence known up front (those of an `every` are added as
+    /// the run goes, in [`Windows::interval_of`]).
     pub fn new(specs: &[Spec]) -> Windows {
-        Windows {
+        let mut w = Windows {
             plans: specs.iter().map(|_| (Vec::new(), 0)).collect(),
             occs: Vec::new(),
             t_s: 0.0,
-        }
-        .planned(specs)
-    }
-
-    /// The occurrences of every fault known up front: all but those of an `every`, which
-    /// are added as the run goes ([`Windows::interval`]).
-    fn planned(mut self, specs: &[Spec]) -> Windows {
-        self.add_until(specs, BEFORE_S);
-        self
+        };
+        w.add_until(specs, BEFORE_S);
+        w
     }
 
     /// Adds the occurrences that start before `t` (their baseline begins before it).

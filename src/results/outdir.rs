@@ -263,7 +263,10 @@ mod tests {
         assert_eq!(std::fs::read_dir(&b).unwrap().count(), 0, "made new, empty");
         // What a failed merge does with it leaves the other directory as it was.
         std::fs::remove_dir_all(&b).unwrap();
-        assert_eq!(std::fs::read_to_string(taken.join("mine.txt")).unwrap(), "keep");
+        assert_eq!(
+            std::fs::read_to_string(taken.join("mine.txt")).unwrap(),
+            "keep"
+        );
     }
 
     #[test]

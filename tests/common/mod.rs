@@ -240,6 +240,21 @@ pub fn run_summary(args: &[&str], strict: bool) -> (serde_json::Value, String) {
     (summary(std::path::Path::new(args[i + 1])), stdout)
 }
 
+/// `spate verify RUN --maildir ROOT EXTRA...` to its end (at most 150 s), and the
+/// verify.json it wrote.
+pub fn verify_maildir(
+    run: &std::path::Path,
+    root: &str,
+    extra: &[&str],
+) -> (Output, serde_json::Value) {
+    let mut args = vec!["verify", run.to_str().unwrap(), "--maildir", root];
+    args.extend_from_slice(extra);
+    let o = run_blocking(SPATE, &args, &[], Duration::from_secs(150));
+    let text = std::fs::read_to_string(run.join("verify.json"))
+        .unwrap_or_else(|e| panic!("verify.json: {e}\n{o:?}"));
+    (o, serde_json::from_str(&text).unwrap())
+}
+
 /// Runs a program to completion (killed after `limit`), from a blocking thread.
 pub async fn run_tool(program: &str, args: Vec<String>, limit: Duration) -> Output {
     run_tool_env(program, args, Vec::new(), limit).await
