@@ -1,6 +1,8 @@
 //! `spate run`: validation errors, thresholds, hooks, drain waits, parallel workloads,
 //! background hooks and `--dump-scenario`, through the real binary and the embedded server.
 
+mod common;
+
 use std::ffi::OsString;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -797,30 +799,7 @@ run = "true"
         d.path(),
     );
     assert_eq!(o.code, 1, "{}\n{}", o.stdout, o.stderr);
-    let check = r#"
-import sys, xml.etree.ElementTree as ET
-root = ET.parse(sys.argv[1]).getroot()
-assert root.tag == "testsuites", root.tag
-cases = [c for s in root.findall("testsuite") for c in s.findall("testcase")]
-for c in cases:
-    assert c.get("classname") and c.get("name") and c.get("time") is not None, c.attrib
-    float(c.get("time"))
-fails = {c.get("name"): c.find("failure").get("message") for c in cases if c.find("failure") is not None}
-skips = [c.get("name") for c in cases if c.find("skipped") is not None]
-assert int(root.get("tests")) == len(cases), (root.get("tests"), len(cases))
-assert int(root.get("failures")) == len(fails), (root.get("failures"), fails)
-print(len(cases), sorted(fails.items()), skips)
-"#;
-    let py = Command::new("python3")
-        .args(["-c", check, xml.to_str().unwrap()])
-        .output()
-        .expect("python3");
-    let said = String::from_utf8_lossy(&py.stdout).to_string();
-    assert!(
-        py.status.success(),
-        "{said}{}",
-        String::from_utf8_lossy(&py.stderr)
-    );
+    let said = common::junit_cases(&xml);
     // 2 steps + 2 step thresholds + 2 scenario thresholds.
     assert!(said.starts_with("6 "), "{said}");
     assert!(

@@ -629,9 +629,6 @@ pub async fn run(proto: Protocol, args: Args, ctx: &Ctx) -> anyhow::Result<ExitC
     let finished = run_load(plan, settings, out, observers, stop).await?;
     print_outcome(&finished);
     println!("results: {}", finished.dir.display());
-    Ok(super::load_exit(
-        &finished.summary,
-        "visit",
-        ExitCode::SUCCESS,
-    ))
+    let code = super::load_exit(&finished.summary, "visit", ExitCode::SUCCESS);
+    super::thresholds::finish(&output, &finished.dir, &finished.summary, code)
 }

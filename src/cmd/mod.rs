@@ -13,6 +13,7 @@ pub mod run;
 pub mod serve;
 pub mod smtp;
 pub mod sweep;
+pub mod thresholds;
 pub mod verify;
 pub mod xmpp;
 
@@ -70,6 +71,10 @@ pub fn observers(
     )?);
     // A sharded run's faults come from its first shard; every shard measures them.
     let first_shard = plan.workload().shard.as_ref().is_none_or(|s| s.index == 0);
+    let checks = thresholds::checks(output, plan.head().protocol)?;
+    if let Some(w) = thresholds::Watch::new(checks, plan.head().protocol, stop) {
+        observers.push(Box::new(w));
+    }
     if let Some(f) = crate::fault::Faults::new(&monitor.fault, first_shard)? {
         // First: a fault due at an interval's end waits until the interval is counted.
         observers.insert(0, Box::new(f));

@@ -546,6 +546,7 @@ pub async fn load(args: Args, command: Vec<String>, progress: bool) -> anyhow::R
 
 /// `spate rr`.
 pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
+    let output = args.output.clone();
     let Loaded {
         finished, stats, ..
     } = load(args, ctx.command_line.clone(), true).await?;
@@ -558,7 +559,8 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     };
-    Ok(super::exit_code(&finished.summary, ok))
+    let code = super::exit_code(&finished.summary, ok);
+    super::thresholds::finish(&output, &finished.dir, &finished.summary, code)
 }
 
 fn print_rr(summary: &Summary, stats: &Stats) {

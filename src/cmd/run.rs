@@ -108,7 +108,7 @@ fn junit(file: &std::path::Path, out: &std::path::Path, stem: &str) -> anyhow::R
             }
         }
     }
-    crate::scenario::junit::write(file, &runs)
+    crate::scenario::junit::write(file, "spate run", &runs)
         .with_context(|| format!("--junit {}", file.display()))?;
     println!("junit: {}", file.display());
     Ok(())

@@ -349,7 +349,8 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         }
         None => ExitCode::SUCCESS,
     };
-    Ok(super::load_exit(&finished.summary, "message", code))
+    let code = super::load_exit(&finished.summary, "message", code);
+    super::thresholds::finish(&output, &finished.dir, &finished.summary, code)
 }
 
 /// The addresses a run may send to, for watchers that follow mailboxes while it goes;

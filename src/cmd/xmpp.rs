@@ -624,6 +624,7 @@ pub async fn load(args: Args, command: Vec<String>, progress: bool) -> anyhow::R
 /// `spate xmpp`.
 pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     let register = args.register;
+    let output = args.output.clone();
     let Loaded {
         finished, settings, ..
     } = load(args, ctx.command_line.clone(), true).await?;
@@ -703,7 +704,8 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     };
-    Ok(super::exit_code(&finished.summary, ok))
+    let code = super::exit_code(&finished.summary, ok);
+    super::thresholds::finish(&output, &finished.dir, &finished.summary, code)
 }
 
 /// --multicast-service: a domain JID (the service's address), checked before the run.

@@ -120,6 +120,10 @@ pub struct Evidence {
     pub loop_lag: (u64, u64, u64, u64),
     /// Throttled during the run (s), when known.
     pub throttled_s: Option<f64>,
+    /// An open workload's cap on units in flight (--max-in-flight), and the most that
+    /// were: at the cap, arrivals wait for a session that waits on the server.
+    pub in_flight_cap: Option<u64>,
+    pub in_flight_max: u64,
 }
 
 /// The verdict and its evidence, for summary.json's `extra.bound_by`.
@@ -131,14 +135,17 @@ pub fn verdict(e: &Evidence) -> Value {
     } else {
         0.0
     };
+    // Every session busy with the server: arrivals late or dropped for want of one are
+    // the server's doing (or the cap's), not a starved generator's.
+    let capped = e.open && e.in_flight_cap.is_some_and(|cap| e.in_flight_max >= cap);
     let mut generator = Vec::new();
-    if e.open && c.dropped > 0 {
+    if e.open && !capped && c.dropped > 0 {
         generator.push(format!(
             "{} arrivals were dropped (every session busy, the backlog full)",
             c.dropped
         ));
     }
-    if e.open && late_share > LATE_GENERATOR && c.late >= LATE_GENERATOR_MIN {
+    if e.open && !capped && late_share > LATE_GENERATOR && c.late >= LATE_GENERATOR_MIN {
         generator.push(format!(
             "{:.1}% of the units started more than 10 ms behind schedule",
             late_share * 100.0
@@ -169,7 +176,7 @@ pub fn verdict(e: &Evidence) -> Value {
     let calm = samples > 0
         && lag99 <= LOOP_LAG_SERVER_US
         && e.cpu_pct <= CPU_SERVER_PCT
-        && (!e.open || late_share <= LATE_GENERATOR / 10.0);
+        && (!e.open || capped || late_share <= LATE_GENERATOR / 10.0);
     let (bound, why) = if c.attempted == 0 {
         ("undetermined", "no unit of work ran".to_string())
     } else if !generator.is_empty() {
@@ -188,7 +195,14 @@ pub fn verdict(e: &Evidence) -> Value {
                 ms(lag99),
                 e.cpu_pct,
                 e.cores,
-                if e.open { ", arrivals on schedule" } else { "" }
+                match (e.open, capped) {
+                    (true, true) => format!(
+                        "; all {} units in flight (--max-in-flight) waited on the server, so {} arrivals started late and {} were dropped: the server did not keep up with the offered rate",
+                        e.in_flight_max, c.late, c.dropped
+                    ),
+                    (true, false) => ", arrivals on schedule".to_string(),
+                    (false, _) => String::new(),
+                }
             ),
         )
     } else {
@@ -221,6 +235,8 @@ pub fn verdict(e: &Evidence) -> Value {
             "late": c.late,
             "dropped": c.dropped,
             "open_workload": e.open,
+            "in_flight_max": e.in_flight_max,
+            "in_flight_cap": e.in_flight_cap,
         },
     })
 }
@@ -249,6 +265,8 @@ mod tests {
             cores: 2,
             loop_lag: (100, lag99, lag99, 2000),
             throttled_s: None,
+            in_flight_cap: Some(200),
+            in_flight_max: 10,
         }
     }
 
@@ -278,5 +296,27 @@ mod tests {
             v["why"].as_str().unwrap().contains("throttled 4.0 s"),
             "{v}"
         );
+    }
+
+    #[test]
+    fn arrivals_waiting_for_sessions_busy_with_the_server_are_the_servers_doing() {
+        // Every one of --max-in-flight's sessions busy: late and dropped arrivals are
+        // the server's (a slow reply holds each session), when the generator was calm.
+        let mut capped = ev(300, 20.0, 400, 30);
+        capped.in_flight_max = 200;
+        let v = verdict(&capped);
+        assert_eq!(v["bound_by"], "server", "{v}");
+        let why = v["why"].as_str().unwrap();
+        assert!(why.contains("all 200 units in flight"), "{v}");
+        assert!(
+            why.contains("400 arrivals started late and 30 were dropped"),
+            "{v}"
+        );
+        // A starved generator at the cap is still the generator.
+        capped.loop_lag = (100, 80_000, 90_000, 2000);
+        assert_eq!(verdict(&capped)["bound_by"], "generator");
+        // Below the cap, late arrivals are the generator's.
+        let below = ev(300, 20.0, 400, 0);
+        assert_eq!(verdict(&below)["bound_by"], "generator");
     }
 }

@@ -276,6 +276,11 @@ pub async fn run<D: Driver>(
         throttled_s: bound::throttled_s()
             .zip(throttled_before)
             .map(|(after, before)| after - before),
+        in_flight_cap: match r.workload.model {
+            Model::Open { max_in_flight, .. } => Some(u64::from(max_in_flight)),
+            Model::Closed { .. } => None,
+        },
+        in_flight_max: max.max(0) as u64,
     };
     summary
         .extra

@@ -79,6 +79,20 @@ pub struct OutputArgs {
         help_heading = "Output"
     )]
     pub metrics_linger: String,
+    /// A pass/fail rule checked on the run's results when it ends: METRIC OP LIMIT, such
+    /// as 'p99(response) < 500ms', 'errors.rate < 0.1%', 'totals.late == 0' or (with
+    /// --verify) 'verify.missing == 0' (repeatable). Each is printed and written to
+    /// thresholds.json; a broken one makes the exit status 1. Ending in `abort` (or
+    /// `abort after 30s`, not before that point of the run) it is also checked every
+    /// second on the figures so far: the first time it fails the run stops as after
+    /// SIGTERM, everything written, the summary naming the threshold and when.
+    #[arg(long = "threshold", value_name = "RULE", help_heading = "Verdict")]
+    pub thresholds: Vec<String>,
+    /// Write the run's verdicts as JUnit XML to FILE (GitLab, Jenkins and GitHub test
+    /// reporters read it): one test case for the run, one per --threshold, a failure
+    /// carrying the measured value and the limit.
+    #[arg(long, value_name = "FILE", help_heading = "Verdict")]
+    pub junit: Option<PathBuf>,
 }
 
 /// `--metrics-listen`'s address: an IP address and a port, nothing to resolve.

@@ -144,6 +144,8 @@ pub fn render_run(run: &Run) -> String {
     let mut b = String::new();
     let status = if !s.complete {
         "<span class=\"warn\">incomplete (killed before it could finish)</span>"
+    } else if s.interrupted && s.interrupted_by.as_deref() == Some("threshold") {
+        "<span class=\"warn\">stopped early by a threshold (see the warnings)</span>"
     } else if s.interrupted {
         "<span class=\"warn\">interrupted (stopped early)</span>"
     } else {

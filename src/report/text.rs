@@ -34,6 +34,8 @@ fn headline(o: &mut String, s: &Summary, retrieval: bool) {
         match (s.complete, s.interrupted) {
             (false, _) =>
                 " (INCOMPLETE: stopped before it could finish; figures up to its last second)",
+            (true, true) if s.interrupted_by.as_deref() == Some("threshold") =>
+                " (stopped early by a threshold)",
             (true, true) => " (interrupted)",
             (true, false) => "",
         }

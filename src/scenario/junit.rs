@@ -9,8 +9,10 @@ use std::path::Path;
 use serde_json::Value;
 
 /// Writes FILE from the scenario.json of each run (one test suite each): `(name, doc)`.
-pub fn write(file: &Path, runs: &[(String, Value)]) -> std::io::Result<()> {
-    crate::results::write_atomic(file, render(runs).as_bytes())
+/// `title` names the whole (`spate run`, `spate smtp`). A step that has a `case` field is
+/// a case of that name, and its thresholds are named without the step's.
+pub fn write(file: &Path, title: &str, runs: &[(String, Value)]) -> std::io::Result<()> {
+    crate::results::write_atomic(file, render(title, runs).as_bytes())
 }
 
 struct Case {
@@ -34,15 +36,20 @@ fn cases(doc: &Value) -> Vec<Case> {
             );
             (why, format!("results: {}", s["dir"].as_str().unwrap_or("")))
         });
+        let own = s["case"].as_str();
         out.push(Case {
-            name: format!("step {:02} {name}", i + 1),
+            name: own.map_or_else(|| format!("step {:02} {name}", i + 1), str::to_string),
             time: s["elapsed_s"].as_f64().unwrap_or(0.0),
             failure,
             skipped: (status == "skipped")
                 .then(|| "not run: an earlier step failed or the run was stopped".to_string()),
         });
+        let prefix = match own {
+            Some(_) => String::new(),
+            None => format!("step {name}: "),
+        };
         for t in s["thresholds"].as_array().unwrap_or(&empty) {
-            out.push(threshold(&format!("step {name}: "), t));
+            out.push(threshold(&prefix, t));
         }
     }
     for t in doc["thresholds"].as_array().unwrap_or(&empty) {
@@ -62,7 +69,7 @@ fn threshold(prefix: &str, t: &Value) -> Case {
     }
 }
 
-fn render(runs: &[(String, Value)]) -> String {
+fn render(title: &str, runs: &[(String, Value)]) -> String {
     let suites: Vec<(&str, &Value, Vec<Case>)> = runs
         .iter()
         .map(|(name, doc)| (name.as_str(), doc, cases(doc)))
@@ -76,7 +83,8 @@ fn render(runs: &[(String, Value)]) -> String {
     let mut x = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     let _ = writeln!(
         x,
-        "<testsuites name=\"spate run\" tests=\"{}\" failures=\"{}\" errors=\"0\" skipped=\"{}\" time=\"{:.3}\">",
+        "<testsuites name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"0\" skipped=\"{}\" time=\"{:.3}\">",
+        esc(title),
         count(&|_| true),
         count(&|c| c.failure.is_some()),
         count(&|c| c.skipped.is_some()),
@@ -162,7 +170,7 @@ mod tests {
             ],
             "thresholds": [{"threshold": "a.b == 0", "pass": true, "message": "a.b = 0"}],
         });
-        let x = render(&[("s".into(), doc)]);
+        let x = render("spate run", &[("s".into(), doc)]);
         assert!(
             x.contains("tests=\"5\" failures=\"2\" errors=\"0\" skipped=\"1\""),
             "{x}"

@@ -41,7 +41,7 @@ pub struct Workload {
 }
 
 /// A subcommand and its arguments (without `spate` and the subcommand's name).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Invocation {
     pub command: String,
     pub args: Vec<String>,
@@ -81,6 +81,12 @@ pub fn global(
     span: &Range<usize>,
 ) -> Result<Global, UsageError> {
     let check = Check::parse(text).map_err(|e| src.err(span, e))?;
+    if check.abort.is_some() {
+        return Err(src.err(
+            span,
+            format!("threshold '{text}': a scenario-wide threshold is checked after its step; put one that ends in abort into the step's own thresholds"),
+        ));
+    }
     let first = check.path[0].clone();
     let by_name = steps.iter().position(|s| s.name == first);
     let by_command: Vec<usize> = steps

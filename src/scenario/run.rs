@@ -140,13 +140,17 @@ impl Execution {
                 e.map_or(Ok(()), |e| Err((1, e)))
             }
         };
+        // A step a threshold stopped (`abort`) failed for that reason, and its thresholds
+        // are still judged.
+        let aborted = stopped_by_threshold(&dir);
         if let Err((code, e)) = result {
             rec.status = "failed";
             rec.exit = code;
+            let e = aborted.clone().map_or(e, |(_, why)| why);
             eprintln!("spate run: step \"{}\" failed: {e}", step.name);
             rec.error = Some(e);
         }
-        if rec.status == "ok" {
+        if rec.status == "ok" || aborted.is_some() {
             let command = match &step.kind {
                 StepKind::Command(i) => i.command.as_str(),
                 _ => rec.kind,
@@ -362,11 +366,31 @@ impl Execution {
     }
 }
 
+/// (its text, the reason) when a threshold that ends in abort stopped the run in `dir`.
+fn stopped_by_threshold(dir: &Path) -> Option<(String, String)> {
+    let text = std::fs::read_to_string(dir.join("thresholds.json")).ok()?;
+    let doc: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let a = doc.get("aborted").filter(|a| a.is_object())?;
+    let threshold = a["threshold"].as_str().unwrap_or("?").to_string();
+    let why = format!(
+        "stopped by threshold '{threshold}' at {} s ({})",
+        a["at_s"],
+        a["message"].as_str().unwrap_or("")
+    );
+    Some((threshold, why))
+}
+
 fn judge(checks: &[Check], dir: &Path, command: &str) -> Vec<Verdict> {
+    let aborted = stopped_by_threshold(dir);
     checks
         .iter()
         .map(|c| {
-            let v = c.evaluate(dir, &c.path, command);
+            let mut v = c.evaluate(dir, &c.path, command);
+            // The one that stopped the run failed, whatever its last in-flight units did.
+            if let Some((_, why)) = aborted.as_ref().filter(|(t, _)| *t == c.text) {
+                v.pass = false;
+                v.message = why.clone();
+            }
             report(&v);
             v
         })

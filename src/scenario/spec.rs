@@ -275,11 +275,13 @@ impl<'a> Loader<'a> {
         let ths = thresholds(src, body)?;
         let kind = if let Some(c) = has("command") {
             let mut inv = self.command_step(body, c, &label, &[])?;
+            self.watch_aborts(body, &mut inv, &ths, &label)?;
             if let Some(e) = has("shards") {
                 inv.shards = Some(shards(src, e, &inv, &label)?);
             }
             StepKind::Command(inv)
         } else if let Some(r) = has("run") {
+            self.watch_aborts(body, &mut Invocation::default(), &ths, &label)?;
             hook_step(src, body, r, &label)?
         } else if has("workload").is_some() {
             if let Some(t) = has("thresholds") {
@@ -368,14 +370,49 @@ impl<'a> Loader<'a> {
                     own.push(u.clone());
                 }
             }
-            let inv = self.command_step(&own, c, &wlabel, &layer)?;
+            let mut inv = self.command_step(&own, c, &wlabel, &layer)?;
+            let checks = thresholds(src, b)?;
+            self.watch_aborts(b, &mut inv, &checks, &wlabel)?;
             out.push(Workload {
                 name,
                 inv,
-                thresholds: thresholds(src, b)?,
+                thresholds: checks,
             });
         }
         Ok(out)
+    }
+
+    /// Thresholds that end in `abort` are watched by the load command itself, while it
+    /// runs: they are given to it as `--threshold`.
+    fn watch_aborts(
+        &self,
+        body: &[Entry],
+        inv: &mut Invocation,
+        checks: &[Check],
+        label: &str,
+    ) -> Res<()> {
+        let Some(e) = body.iter().find(|e| e.key == "thresholds") else {
+            return Ok(());
+        };
+        let takes = self
+            .commands
+            .find_subcommand(&inv.command)
+            .is_some_and(|c| c.get_arguments().any(|a| a.get_id() == "thresholds"));
+        for c in checks.iter().filter(|c| c.abort.is_some()) {
+            if !takes {
+                return Err(self.src.err(
+                    &e.value.span,
+                    format!(
+                        "{label}: threshold '{}' ends in abort, but only a load command (smtp, pop3, imap, xmpp, rr) can be stopped by one while it runs",
+                        c.text
+                    ),
+                ));
+            }
+            c.watchable(&inv.command)
+                .map_err(|m| self.src.err(&e.value.span, format!("{label}: {m}")))?;
+            inv.args.extend(["--threshold".to_string(), c.text.clone()]);
+        }
+        Ok(())
     }
 
     /// A command step: defaults < used sets < group layer < the step's own keys.

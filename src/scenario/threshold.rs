@@ -9,8 +9,13 @@
 //! with reply code N, e.g. `errors.code.451`).
 //! The unit of a limit must fit the metric: durations for phase statistics and for fields
 //! ending in `_us`/`_ms`/`_s`, `%` for rates and `_pct` fields; `k`/`M`/`G` anywhere else.
+//!
+//! A threshold that ends in `abort` (or `abort after 30s`) is also watched while the run
+//! goes, on its figures so far, every interval: the first time it fails (not before the
+//! grace), the run stops as after SIGTERM. Only what summary.json holds can be watched.
 
 use std::path::Path;
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -104,6 +109,15 @@ pub struct Check {
     limit: f64,
     /// The limit's own unit, to print the measured value the same way.
     shown: &'static str,
+    /// `abort` (after this grace): stop the run the first time the check fails.
+    pub abort: Option<Duration>,
+}
+
+/// Where a check reads its figures: a results directory, or a run's summary so far.
+#[derive(Clone, Copy)]
+pub enum Source<'a> {
+    Dir(&'a Path),
+    Summary(&'a Value),
 }
 
 /// What a check found.
@@ -118,6 +132,8 @@ pub struct Verdict {
 
 impl Check {
     pub fn parse(text: &str) -> Result<Check, String> {
+        let full = text;
+        let (text, abort) = abort_clause(full)?;
         let (pos, sym, op) = Op::ALL
             .iter()
             .filter_map(|(s, o)| text.find(s).map(|p| (p, *s, *o)))
@@ -161,12 +177,13 @@ impl Check {
             ));
         }
         let mut check = Check {
-            text: text.trim().to_string(),
+            text: full.trim().to_string(),
             stat,
             path,
             op,
             limit: 0.0,
             shown: "",
+            abort,
         };
         let (limit, shown) = check.parse_limit(limit_text)?;
         check.limit = limit;
@@ -306,7 +323,12 @@ impl Check {
     /// Evaluates against a step's results directory; `rest` is the path after any step
     /// prefix, `command` the step's subcommand (an accepted prefix).
     pub fn evaluate(&self, dir: &Path, rest: &[String], command: &str) -> Verdict {
-        let found = self.value(dir, rest, command);
+        self.judge(Source::Dir(dir), rest, command)
+    }
+
+    /// Evaluates against what `source` holds; `rest` and `command` as for [`Check::evaluate`].
+    pub fn judge(&self, source: Source<'_>, rest: &[String], command: &str) -> Verdict {
+        let found = self.value(source, rest, command);
         let (value, pass, message) = match found {
             Ok(v) => {
                 let pass = self.op.holds(v, self.limit);
@@ -352,8 +374,36 @@ impl Check {
         }
     }
 
-    fn value(&self, dir: &Path, rest: &[String], command: &str) -> Result<f64, String> {
-        let summary = || read_json(&dir.join("summary.json"));
+    /// Whether the check can be watched while the run goes: its figure is in summary.json.
+    pub fn watchable(&self, command: &str) -> Result<(), String> {
+        let path = match self.path.split_first() {
+            Some((c, rest)) if c == command && !rest.is_empty() && self.stat.is_none() => rest,
+            _ => &self.path[..],
+        };
+        let first = path[0].as_str();
+        let in_summary = self.stat.is_some()
+            || matches!(first, "errors" | "totals" | "extra")
+            || path.len() == 1 && SUMMARY_FIELDS.contains(&first);
+        if in_summary {
+            Ok(())
+        } else {
+            Err(format!(
+                "threshold '{}': '{}' is only known after the run, so it cannot abort it; watch a phase statistic, errors.*, totals.* or a summary figure",
+                self.text,
+                self.metric()
+            ))
+        }
+    }
+
+    fn value(&self, source: Source<'_>, rest: &[String], command: &str) -> Result<f64, String> {
+        let dir = match source {
+            Source::Dir(d) => d,
+            Source::Summary(_) => Path::new(""),
+        };
+        let summary = || match source {
+            Source::Dir(d) => read_json(&d.join("summary.json")),
+            Source::Summary(v) => Ok(v.clone()),
+        };
         if let Some((_, field)) = self.stat {
             let s = summary()?;
             let phase = rest.last().map_or("", String::as_str);
@@ -405,7 +455,7 @@ impl Check {
                 .sum());
         }
         let file = dir.join(format!("{}.json", rest[0]));
-        if rest.len() > 1 && file.is_file() {
+        if rest.len() > 1 && matches!(source, Source::Dir(_)) && file.is_file() {
             return lookup(&read_json(&file)?, &rest[1..], &file);
         }
         let s = summary()?;
@@ -423,6 +473,31 @@ impl Check {
             r => r,
         }
     }
+}
+
+/// A trailing `abort` or `abort after DURATION`: the text before it, and the grace.
+fn abort_clause(text: &str) -> Result<(&str, Option<Duration>), String> {
+    let at = text.match_indices("abort").map(|(i, _)| i).find(|&i| {
+        let before = text[..i].chars().next_back();
+        let after = text[i + 5..].chars().next();
+        before.is_some_and(char::is_whitespace) && after.is_none_or(char::is_whitespace)
+    });
+    let Some(at) = at else {
+        return Ok((text, None));
+    };
+    let rest = text[at + 5..].trim();
+    let grace = match rest.strip_prefix("after") {
+        _ if rest.is_empty() => Duration::ZERO,
+        Some(d) if d.starts_with(char::is_whitespace) => crate::units::parse_duration(d.trim())
+            .map_err(|e| format!("threshold '{}': abort after: {e}", text.trim()))?,
+        _ => {
+            return Err(format!(
+                "threshold '{}': expected 'abort' or 'abort after DURATION' at the end, e.g. p99(response) < 500ms abort after 30s",
+                text.trim()
+            ))
+        }
+    };
+    Ok((text[..at].trim_end(), Some(grace)))
 }
 
 fn counter_fields() -> Vec<String> {
@@ -563,6 +638,45 @@ mod tests {
         assert!(k.check_static(&k.path).unwrap_err().contains("accepted"));
         let k = c("verify.missing == 0");
         assert!(k.check_static(&k.path).is_ok());
+    }
+
+    #[test]
+    fn abort_clauses_and_what_can_be_watched() {
+        let k = c("p99(response) < 500ms abort");
+        assert_eq!((k.abort, k.limit), (Some(Duration::ZERO), 500_000.0));
+        assert_eq!(k.text, "p99(response) < 500ms abort");
+        let k = c("errors.rate < 1% abort after 30s");
+        assert_eq!(k.abort, Some(Duration::from_secs(30)));
+        assert!((k.limit - 0.01).abs() < 1e-12);
+        assert_eq!(c("errors.rate < 1%").abort, None);
+        let e = Check::parse("errors.rate < 1% abort later").unwrap_err();
+        assert!(e.contains("abort after DURATION"), "{e}");
+        assert!(Check::parse("errors.rate < 1% abort after soon").is_err());
+        // A metric called "aborted" is not an abort clause.
+        assert_eq!(c("extra.aborted == 0").abort, None);
+        assert!(c("p99(transaction) < 1s abort").watchable("smtp").is_ok());
+        assert!(c("errors.rate < 1% abort").watchable("smtp").is_ok());
+        assert!(c("smtp.messages_per_s > 5 abort").watchable("smtp").is_ok());
+        let e = c("verify.missing == 0 abort")
+            .watchable("smtp")
+            .unwrap_err();
+        assert!(e.contains("only known after the run"), "{e}");
+    }
+
+    #[test]
+    fn judges_a_summary_so_far() {
+        let s = serde_json::json!({"protocol":"smtp",
+            "totals":{"attempted":10,"accepted":7,"rejected":2,"failed":1},
+            "phases":[{"phase":"response","p99_us":900000,"count":10}]});
+        let ev = |t: &str| {
+            let k = c(t);
+            k.judge(Source::Summary(&s), &k.path.clone(), "smtp")
+        };
+        assert!(!ev("p99(response) < 500ms abort").pass);
+        assert!(ev("p99(response) < 1s abort").pass);
+        assert_eq!(ev("errors.rate < 50%").shown, "30%");
+        // No other file is read from a summary.
+        assert!(ev("verify.missing == 0").value.is_none());
     }
 
     #[test]

@@ -706,3 +706,36 @@ pub fn chromium(
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// A JUnit file read with Python's xml.etree as JUnit readers do (testsuites > testsuite >
+/// testcase with classname, name and time; a failure or skipped with a message), the
+/// counts in its attributes checked. Prints "CASES [(failed case, message)...] [skipped]".
+pub fn junit_cases(file: &std::path::Path) -> String {
+    let check = r#"
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+assert root.tag == "testsuites", root.tag
+cases = [c for s in root.findall("testsuite") for c in s.findall("testcase")]
+for c in cases:
+    assert c.get("classname") and c.get("name") and c.get("time") is not None, c.attrib
+    float(c.get("time"))
+fails = [(c.get("name"), c.find("failure").get("message")) for c in cases if c.find("failure") is not None]
+skips = [c.get("name") for c in cases if c.find("skipped") is not None]
+for c in cases:
+    if c.find("skipped") is not None:
+        assert c.find("skipped").get("message"), c.attrib
+assert int(root.get("tests")) == len(cases), (root.get("tests"), len(cases))
+assert int(root.get("failures")) == len(fails), (root.get("failures"), fails)
+assert int(root.get("skipped")) == len(skips), (root.get("skipped"), skips)
+print(len(cases), sorted(fails), skips)
+"#;
+    let file = file.to_str().unwrap();
+    let py = run_blocking(
+        "python3",
+        &["-c", check, file],
+        &[],
+        Duration::from_secs(30),
+    );
+    assert!(py.ok, "{}{}", py.stdout, py.stderr);
+    py.stdout
+}
