@@ -53,6 +53,7 @@ pub fn render_sweep(sw: &Sweep) -> String {
         repeats,
         esc(&sw.dir.display().to_string())
     );
+    find_max(&mut b, sw);
     let knee = f(&sw.meta, "knee_value");
     let usl = sw.meta.get("usl").filter(|u| !u.is_null());
     saturation(&mut b, sw, &param, knee, usl);
@@ -258,6 +259,71 @@ fn usl_curve(sw: &Sweep, u: &serde_json::Value) -> Option<Series> {
         })
         .collect();
     Some(Series::line("USL fit", curve).styled(Style::Dashed))
+}
+
+/// `--find-max`: the answer, and every probe in the order it ran with why it failed.
+fn find_max(b: &mut String, sw: &Sweep) {
+    let Some(fm) = sw.meta.get("find_max").filter(|f| f.is_object()) else {
+        return;
+    };
+    let name = fm["param"].as_str().unwrap_or("load");
+    let unit = if name == "rate" { "/s" } else { "" };
+    let at = |k: &str| fm[k].as_u64().map(|v| format!("{v}{unit}"));
+    let objective: Vec<&str> = fm["objective"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|o| o.as_str())
+        .collect();
+    let _ = writeln!(
+        b,
+        "<h2>Highest {} that meets the objective</h2><p>Objective: <code>{}</code>, precision {}%.</p>",
+        esc(name),
+        esc(&objective.join(", ")),
+        fm["precision_pct"]
+    );
+    let answer = match (at("answer"), at("highest_pass")) {
+        (Some(a), _) => format!(
+            "<p class=\"ok\"><b>{}</b>{}{}</p>",
+            esc(&a),
+            if fm["held"] == true {
+                ", confirmed by a hold"
+            } else {
+                ""
+            },
+            at("lowest_fail").map_or(String::new(), |f| format!("; {} failed", esc(&f)))
+        ),
+        (None, Some(p)) => format!(
+            "<p class=\"warn\">not confirmed: {} passed as a probe, but its hold did not</p>",
+            esc(&p)
+        ),
+        (None, None) => "<p class=\"warn\">no load met the objective</p>".to_string(),
+    };
+    b.push_str(&answer);
+    if let Some(g) = at("generator_limit") {
+        let _ = writeln!(
+            b,
+            "<p class=\"warn\">from {} the generator was the limit, not the server: those probes say nothing about it (run with --shard to go higher).</p>",
+            esc(&g)
+        );
+    }
+    b.push_str("<table><tr><th class=\"n\">#</th><th>kind</th><th class=\"n\">value</th><th>result</th><th class=\"n\">throughput/s</th><th class=\"n\">p99 ms</th><th>why</th></tr>");
+    for p in fm["probes"].as_array().into_iter().flatten() {
+        let outcome = p["outcome"].as_str().unwrap_or("");
+        let _ = write!(
+            b,
+            "<tr><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{}{unit}</td><td class=\"{}\">{}</td><td class=\"n\">{:.1}</td><td class=\"n\">{:.2}</td><td>{}</td></tr>",
+            p["n"],
+            esc(p["kind"].as_str().unwrap_or("")),
+            p["value"],
+            if outcome == "pass" { "ok" } else { "warn" },
+            esc(outcome),
+            p["throughput_per_s"].as_f64().unwrap_or(0.0),
+            p["p99_ms"].as_f64().unwrap_or(0.0),
+            esc(p["why"].as_str().unwrap_or(""))
+        );
+    }
+    b.push_str("</table>\n");
 }
 
 /// The table from the text cells, so that non-numeric columns (param) show.

@@ -55,7 +55,7 @@ load mostly adds waiting.";
 #[derive(Debug, clap::Args)]
 #[command(
     after_long_help = EXAMPLES,
-    group(clap::ArgGroup::new("swept").required(true).args(["users", "rate", "size", "messages_per_connection", "values"]))
+    group(clap::ArgGroup::new("swept").required(true).args(["users", "rate", "size", "messages_per_connection", "values", "find_max"]))
 )]
 pub struct Args {
     /// Concurrent users per step: 1..10,20..100/10 or 1,2,4,8.
@@ -118,6 +118,13 @@ pub struct Args {
     /// the `spate xmpp` (`spate rr`) target and options.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub smtp: Vec<String>,
+    #[command(flatten)]
+    pub find: find_max::FindArgs,
+    /// Write the sweep's verdicts as JUnit XML to FILE: a test case per step with its
+    /// --threshold rules (given after --), or with --find-max one for the answer and one
+    /// per objective rule as the hold measured it.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
 }
 
 impl Args {
@@ -431,6 +438,21 @@ async fn wait_idle(port: u16, queue: Option<&Path>, max: Duration) -> bool {
 /// One step: a `spate smtp` or `spate xmpp` run into `out`, recorded under the sweep's
 /// command line.
 async fn run_step(
+    mut args: Base,
+    out: PathBuf,
+    progress: bool,
+    ctx: &Ctx,
+) -> anyhow::Result<(Summary, u16)> {
+    let output = args.common().1.clone();
+    let (summary, port) = load_step(args, out.clone(), progress, ctx).await?;
+    // The step's own --threshold rules (given after --): judged into its thresholds.json.
+    if !output.thresholds.is_empty() {
+        super::thresholds::finish(&output, &out, &summary, ExitCode::SUCCESS)?;
+    }
+    Ok((summary, port))
+}
+
+async fn load_step(
     args: Base,
     out: PathBuf,
     progress: bool,
@@ -481,8 +503,7 @@ struct Sweep {
 }
 
 impl Args {
-    fn sweep(&self) -> anyhow::Result<Sweep> {
-        let (param, name, values) = self.param()?;
+    fn sweep(&self) -> anyhow::Result<(Sweep, Option<find_max::Plan>)> {
         if self.repeat == 0 {
             return crate::usage("--repeat must be at least 1");
         }
@@ -491,9 +512,31 @@ impl Args {
             words: self.smtp.clone(),
             option: self.param.clone(),
         };
-        let (_, output, monitor) = base.base.common();
+        let (workload, output, monitor) = base.base.common();
+        if self.find.find_max.is_some() && workload.duration.is_none() && workload.count.is_none() {
+            // A probe needs an end: ten seconds unless told.
+            workload.duration = Some("10s".into());
+        }
+        let probe = workload
+            .duration
+            .as_deref()
+            .map(units::parse_duration)
+            .transpose()?;
+        let find = self.find.plan(probe)?;
+        let (param, name, values) = match &find {
+            Some(_) if self.repeat > 1 => {
+                return crate::usage(
+                    "--repeat does not go with --find-max (a failed hold is probed below)",
+                )
+            }
+            Some(f) => (f.param, f.name().to_string(), vec![f.first()]),
+            None => self.param()?,
+        };
         if output.out.is_some() {
             return crate::usage("give the sweep's directory with spate sweep -o DIR, before --");
+        }
+        if output.junit.is_some() {
+            return crate::usage("give the sweep's --junit FILE before --");
         }
         let progress = output.progress_enabled();
         let queue = monitor.monitor_queue.clone();
@@ -509,7 +552,13 @@ impl Args {
                 Base::Rr(a) => a.check()?,
             }
         }
-        Ok(Sweep {
+        let warm = match self.warm_up.as_deref() {
+            Some(w) => Some(units::parse_duration(w)?),
+            // A probe is measured steady: two seconds of warm-up unless told.
+            None if find.is_some() => Some(Duration::from_secs(2)),
+            None => None,
+        };
+        let sweep = Sweep {
             param,
             name,
             values,
@@ -518,12 +567,9 @@ impl Args {
             base,
             cool: units::parse_duration(&self.cool_down)?,
             idle_max: units::parse_duration(&self.idle_max)?,
-            warm: self
-                .warm_up
-                .as_deref()
-                .map(units::parse_duration)
-                .transpose()?,
-        })
+            warm,
+        };
+        Ok((sweep, find))
     }
 }
 
@@ -569,7 +615,8 @@ fn listen(stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<crate::engine::Signa
 
 /// `spate sweep`.
 pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
-    let sw = args.sweep()?;
+    let (sw, find) = args.sweep()?;
+    let started = Instant::now();
     let dir = crate::opts::output::results_dir(args.out.as_deref(), args.overwrite, "sweep")?;
     let mut sheet = Sheet {
         csv: std::fs::File::create(dir.join("sweep.csv"))?,
@@ -578,7 +625,14 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     };
     let stop = Arc::new(AtomicBool::new(false));
     let listener = listen(stop.clone());
-    let interrupted = steps(&sw, &args, &dir, ctx, &stop, &mut sheet).await?;
+    let found = match find {
+        Some(plan) => Some(find_max::run(plan, &sw, &args, &dir, ctx, &stop, &mut sheet).await?),
+        None => None,
+    };
+    let interrupted = match &found {
+        Some(f) => f.interrupted,
+        None => steps(&sw, &args, &dir, ctx, &stop, &mut sheet).await?,
+    };
     // The signal that stopped the sweep, if one did.
     let by = if listener.is_finished() {
         listener.await.ok()
@@ -604,25 +658,46 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
             _ => "msg/s",
         },
     };
-    let analysis = table::analyse(&swept, &sw.values, &rows);
+    // A search probes loads in its own order: the table and fit take them in order.
+    let mut values: Vec<u64> = match &found {
+        Some(_) => rows.iter().map(|r| r.value).collect(),
+        None => sw.values.clone(),
+    };
+    if found.is_some() {
+        values.sort_unstable();
+        values.dedup();
+    }
+    let analysis = table::analyse(&swept, &values, &rows);
     let mut json = serde_json::to_value(&analysis)?;
     json["interrupted"] = interrupted.into();
     json["repeat"] = args.repeat.into();
     json["rows"] = serde_json::to_value(&rows)?;
     json["command"] = serde_json::to_value(&ctx.command_line)?;
+    if let Some(f) = &found {
+        json["find_max"] = f.json.clone();
+    }
     crate::results::write_atomic(
         &dir.join("sweep.json"),
         serde_json::to_string_pretty(&json)?.as_bytes(),
     )?;
     print!("{}", table::render(&analysis, &rows));
+    if let Some(f) = &found {
+        print!("{}", f.text);
+    }
+    if let Some(file) = &args.junit {
+        junit::write(file, &dir, &rows, found.as_ref(), started.elapsed())?;
+        println!("junit: {}", file.display());
+    }
     // The sweep page, like every run's report.html; failing to write it fails nothing.
     match crate::report::write_report(&dir) {
         Ok(page) => println!("report: {}", page.display()),
         Err(e) => eprintln!("spate: warning: no HTML report: {e:#}"),
     }
     println!("results: {}", dir.display());
+    let failed = found.as_ref().is_some_and(|f| !f.ok) || junit::broken(&dir, &rows);
     Ok(match by {
         Some(sig) if interrupted => ExitCode::from(sig.exit_code()),
+        _ if failed => ExitCode::from(1),
         _ => ExitCode::SUCCESS,
     })
 }
@@ -713,160 +788,7 @@ async fn pause(sw: &Sweep, args: &Args, port: u16, stop: &AtomicBool) -> bool {
     }
 }
 
+mod find_max;
+mod junit;
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct T {
-        #[command(flatten)]
-        a: Args,
-    }
-
-    fn sweep(args: &[&str]) -> Args {
-        let mut v = vec!["t"];
-        v.extend_from_slice(args);
-        T::try_parse_from(v).unwrap().a
-    }
-
-    fn base(words: &[&str], option: Option<&str>) -> SweepBase {
-        let words: Vec<String> = words.iter().map(|s| s.to_string()).collect();
-        SweepBase {
-            base: Base::parse(&words).unwrap(),
-            words,
-            option: option.map(str::to_string),
-        }
-    }
-
-    fn smtp(b: Base) -> super::super::smtp::Args {
-        match b {
-            Base::Smtp(a) => a,
-            _ => panic!("not smtp"),
-        }
-    }
-
-    fn xmpp(b: Base) -> super::super::xmpp::Args {
-        match b {
-            Base::Xmpp(a) => a,
-            _ => panic!("not xmpp"),
-        }
-    }
-
-    #[test]
-    fn each_parameter_sets_its_option() {
-        let plain = base(&["127.0.0.1:2525"], None);
-        let open = base(&["x", "--rate", "5/s"], None);
-        let closed = base(&["x", "--users", "3"], None);
-        let s = sweep(&["--users", "1..3,10..30/10", "--", "x"]);
-        let (p, name, v) = s.param().unwrap();
-        assert_eq!((p, name.as_str()), (Param::Users, "users"));
-        assert_eq!(v, vec![1, 2, 3, 10, 20, 30]);
-        let a = smtp(step_args(&plain, p, 20, None).unwrap());
-        assert_eq!(a.workload.users, Some(20));
-        assert!(a.workload.rate.is_none() && a.monitor.monitor);
-        // Sweeping users of an open workload (or a rate of a closed one) is refused.
-        assert!(step_args(&open, p, 20, None).is_err());
-        assert!(step_args(&closed, Param::Rate, 20, None).is_err());
-        let a = smtp(step_args(&plain, p, 20, Some(100)).unwrap());
-        assert_eq!((a.workload.count, a.workload.duration), (Some(2000), None));
-
-        let s = sweep(&["--size", "1k, 10k", "--", "x"]);
-        let (p, _, v) = s.param().unwrap();
-        assert_eq!(v, vec![1024, 10240]);
-        assert_eq!(
-            smtp(step_args(&plain, p, 10240, None).unwrap()).size,
-            "10240"
-        );
-
-        let s = sweep(&["--rate", "100,200", "--", "x"]);
-        let (p, _, _) = s.param().unwrap();
-        let s = sweep(&["--rate", "100/s, 200/s,300..500/100", "--", "x"]);
-        assert_eq!(s.param().unwrap().2, vec![100, 200, 300, 400, 500]);
-        assert_eq!(
-            smtp(step_args(&plain, p, 200, None).unwrap())
-                .workload
-                .rate
-                .as_deref(),
-            Some("200/s")
-        );
-        assert!(step_args(&plain, p, 0, None).is_err());
-
-        let s = sweep(&["--messages-per-connection", "1,10", "--", "x"]);
-        let (p, name, _) = s.param().unwrap();
-        assert_eq!(name, "messages_per_connection");
-        assert_eq!(
-            smtp(step_args(&plain, p, 10, None).unwrap()).messages_per_connection,
-            "10"
-        );
-
-        let s = sweep(&[
-            "--values",
-            "1,2",
-            "--param-name",
-            "process limit",
-            "--before-step",
-            "true",
-            "--",
-            "x",
-        ]);
-        let (p, name, _) = s.param().unwrap();
-        assert_eq!((p, name.as_str()), (Param::Value, "process_limit"));
-        // --values alone sets nothing: refused.
-        assert!(sweep(&["--values", "1,2", "--", "x"]).param().is_err());
-    }
-
-    #[test]
-    fn param_sets_any_option_of_smtp_or_xmpp() {
-        let s = sweep(&["--param", "max-in-flight", "--values", "4,8", "--", "x"]);
-        let (p, name, _) = s.param().unwrap();
-        assert_eq!((p, name.as_str()), (Param::Value, "max-in-flight"));
-        let b = base(
-            &["x", "--rate", "5/s", "--max-in-flight=2"],
-            Some("max-in-flight"),
-        );
-        let a = smtp(step_args(&b, p, 8, None).unwrap());
-        assert_eq!(a.workload.max_in_flight, 8);
-        assert_eq!(a.workload.rate.as_deref(), Some("5/s"));
-
-        let words = [
-            "xmpp",
-            "127.0.0.1:5222",
-            "--user-pattern",
-            "u{0..9}@example.test",
-            "--users",
-            "10",
-            "--traffic",
-            "multicast",
-            "--addresses",
-            "1",
-            "--rate",
-            "10/s",
-        ];
-        let b = base(&words, Some("addresses"));
-        let a = xmpp(step_args(&b, Param::Value, 5, None).unwrap());
-        assert_eq!((a.addresses.as_str(), a.monitor.monitor), ("5", true));
-        // XMPP's sessions stay with a rate sweep, and a users sweep keeps the rate; the
-        // swept option itself after -- is refused, not silently replaced.
-        let b = base(&words, None);
-        assert!(step_args(&b, Param::Rate, 20, None).is_err());
-        assert!(step_args(&b, Param::Users, 5, None).is_err());
-        let b = base(&words[..10], None);
-        let a = xmpp(step_args(&b, Param::Rate, 20, None).unwrap());
-        assert_eq!(
-            (a.workload.rate.as_deref(), a.workload.users),
-            (Some("20/s"), Some(10))
-        );
-        let unrated: Vec<&str> = words[..4].iter().chain(&words[6..]).copied().collect();
-        let b = base(&unrated, None);
-        let a = xmpp(step_args(&b, Param::Users, 5, None).unwrap());
-        assert_eq!(
-            (a.workload.rate.as_deref(), a.workload.users),
-            (Some("10/s"), Some(5))
-        );
-        assert!(step_args(&b, Param::MessagesPerConnection, 5, None).is_err());
-        // A value the command refuses is the command's own error.
-        let b = base(&words, Some("no-such-option"));
-        assert!(step_args(&b, Param::Value, 5, None).is_err());
-    }
-}
+mod tests;
