@@ -20,7 +20,8 @@ use crate::scenario::{dry_run, execute, load_file, run_matrix};
     [[step]] + [[step.workload]] command = ..., weight = 2   run at once; rate/users/count split\n  \
     [[step]] command = \"smtp\" shards = 4   4 shards of one run at once, merged (spate merge)\n  \
     [matrix] procs = [1, 2, 4]   the whole scenario once per value, ${procs}\n  \
-    thresholds = [\"p99(transaction) < 500ms\", \"errors.rate < 0.1%\", \"verify.missing == 0\"]\n\n\
+    thresholds = [\"p99(transaction) < 500ms\", \"errors.rate < 0.1%\", \"verify.missing == 0\"]\n  \
+    thresholds = [\"p99(response) < 1s abort after 30s\"]   (a step's) stops its command when broken\n\n\
 EXAMPLES:\n  \
     spate run scenarios/inject-embedded.toml\n  \
     spate run e1.toml --set smtp=127.0.0.1:25 --out results/e1\n  \

@@ -23,6 +23,7 @@ use crate::UsageError;
 
 /// The options of `--find-max`.
 #[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Find the highest load that meets an objective")]
 pub struct FindArgs {
     /// Find the highest load that meets --objective instead of sweeping given values:
     /// `rate` (an open workload, units per second) or `users` (a closed one). The load
@@ -31,8 +32,7 @@ pub struct FindArgs {
     #[arg(
         long,
         value_name = "PARAM",
-        value_parser = ["rate", "users"],
-        help_heading = "Find the highest load that meets an objective"
+        value_parser = ["rate", "users"]
     )]
     pub find_max: Option<String>,
     /// What a probe must meet: rules as for --threshold, comma-separated or repeated,
@@ -40,50 +40,24 @@ pub struct FindArgs {
     /// (from each unit's scheduled start, waiting for a session or a connection
     /// included); with an open workload add 'totals.dropped == 0' when arrivals dropped
     /// for want of a free session (--max-in-flight) must fail a probe too.
-    #[arg(
-        long,
-        value_name = "RULES",
-        help_heading = "Find the highest load that meets an objective"
-    )]
+    #[arg(long, value_name = "RULES")]
     pub objective: Vec<String>,
     /// The first load probed [default: rate 10, users 1].
-    #[arg(
-        long,
-        value_name = "N",
-        help_heading = "Find the highest load that meets an objective"
-    )]
+    #[arg(long, value_name = "N")]
     pub from: Option<u64>,
     /// The highest load probed [default: rate 100000, users 10000].
-    #[arg(
-        long,
-        value_name = "N",
-        help_heading = "Find the highest load that meets an objective"
-    )]
+    #[arg(long, value_name = "N")]
     pub up_to: Option<u64>,
     /// Bisect until the lowest failing load is within this share above the highest
     /// passing one (and at least 1 apart).
-    #[arg(
-        long,
-        default_value = "10%",
-        value_name = "PCT",
-        help_heading = "Find the highest load that meets an objective"
-    )]
+    #[arg(long, default_value = "10%", value_name = "PCT")]
     pub precision: String,
     /// Hold the answer this long to confirm it [default: three times a probe's
     /// --duration]; 0s: no hold.
-    #[arg(
-        long,
-        value_name = "DURATION",
-        help_heading = "Find the highest load that meets an objective"
-    )]
+    #[arg(long, value_name = "DURATION")]
     pub hold: Option<String>,
     /// At most this many probes, the hold included.
-    #[arg(
-        long,
-        default_value_t = 20,
-        value_name = "N",
-        help_heading = "Find the highest load that meets an objective"
-    )]
+    #[arg(long, default_value_t = 20, value_name = "N")]
     pub max_probes: u32,
 }
 

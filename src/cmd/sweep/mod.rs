@@ -36,6 +36,10 @@ const EXAMPLES: &str = "EXAMPLES:
       --rate 10/s --duration 60s --monitor-process beam.smp
       E5: what one more destination of a multicast costs: the slope of the last copy's
       latency and of the server's CPU per multicast, per address.
+  spate sweep --find-max rate --objective 'p99(response) < 500ms, errors.rate < 0.1%' \\
+      -- 127.0.0.1:25 --max-in-flight 64 --duration 30s
+      The highest rate the server takes within the objective: doubling from 10/s, then
+      bisecting to 10 %, then holding the answer for 90 s.
   spate sweep --param variants --values 100,200,400,800 -- rr 127.0.0.1:8443 --frame http \\
       --path /authz --template 'user={variant}' --tls --ca ca.pem --cert c.pem --key c.key \\
       --rate 50/s --duration 30s --monitor-pid \"$(cat nginx-worker.pid)\"
@@ -118,13 +122,13 @@ pub struct Args {
     /// the `spate xmpp` (`spate rr`) target and options.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub smtp: Vec<String>,
-    #[command(flatten)]
-    pub find: find_max::FindArgs,
     /// Write the sweep's verdicts as JUnit XML to FILE: a test case per step with its
     /// --threshold rules (given after --), or with --find-max one for the answer and one
     /// per objective rule as the hold measured it.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
+    #[command(flatten)]
+    pub find: find_max::FindArgs,
 }
 
 impl Args {
