@@ -631,3 +631,77 @@ async fn apop_when_the_greeting_offers_it() {
     assert_eq!(summary(Path::new(&o))["totals"]["accepted"], 5);
     b.server.shutdown().await;
 }
+
+/// POP3 and IMAP loads sweep like the others: `spate sweep --users 1,2 -- imap …` runs
+/// each step as `spate imap`, and `--find-max users -- pop3 …` searches over them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mailbox_loads_sweep_and_find_their_maximum() {
+    let b = bed(3).await;
+    let imap = b.server.addrs.imap.unwrap().to_string();
+    let o = out(&b, "sweep-imap");
+    let r = spate(&[
+        "sweep",
+        "--users",
+        "1,2",
+        "--cool-down",
+        "0s",
+        "-o",
+        &o,
+        "--",
+        "imap",
+        &imap,
+        "--users-file",
+        &b.users_file,
+        "--count",
+        "4",
+    ])
+    .await;
+    assert!(r.ok, "{}\n{}", r.stdout, r.stderr);
+    let sweep: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(Path::new(&o).join("sweep.json")).unwrap())
+            .unwrap();
+    let rows = sweep["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{sweep}");
+    for row in rows {
+        let s = summary(&Path::new(&o).join(row["dir"].as_str().unwrap()));
+        assert_eq!(
+            (s["protocol"].as_str(), s["totals"]["accepted"].as_u64()),
+            (Some("imap"), Some(4))
+        );
+    }
+    let pop3 = b.server.addrs.pop3.unwrap().to_string();
+    let o = out(&b, "find-pop3");
+    let r = spate(&[
+        "sweep",
+        "--find-max",
+        "users",
+        "--objective",
+        "errors.rate < 1%",
+        "--up-to",
+        "2",
+        "--hold",
+        "1s",
+        "--warm-up",
+        "0s",
+        "--cool-down",
+        "0s",
+        "-o",
+        &o,
+        "--",
+        "pop3",
+        &pop3,
+        "--users-file",
+        &b.users_file,
+        "--duration",
+        "1s",
+    ])
+    .await;
+    assert!(r.ok, "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains(
+            "most users that meet the objective: 2 (the highest load tried: --up-to), held for"
+        ),
+        "{}",
+        r.stdout
+    );
+}

@@ -386,3 +386,54 @@ fn find_max_users_finds_the_servers_connection_limit() {
     );
     assert!(!out.exists());
 }
+
+/// `--find-max` in a scenario: a sweep step with its keys, and a threshold on its answer
+/// (sweep.json's `find_max.answer`).
+#[test]
+fn find_max_runs_as_a_scenario_step_with_a_threshold_on_its_answer() {
+    let d = tempfile::tempdir().unwrap();
+    let file = d.path().join("max.toml");
+    std::fs::write(
+        &file,
+        r#"
+description = "the most sessions within the objective"
+[server]
+smtp = "127.0.0.1:0"
+discard = true
+[[step]]
+name = "max"
+command = "sweep"
+find-max = "users"
+objective = ["errors.rate < 1%", "p99(response) < 5s"]
+up-to = 3
+hold = "1s"
+warm-up = "0s"
+cool-down = "0s"
+smtp = ["${server.smtp}", "--duration", "1s"]
+thresholds = ["sweep.find_max.answer == 3", "sweep.find_max.held == 1"]
+"#,
+    )
+    .unwrap();
+    let out = d.path().join("res");
+    let o = spate(&[
+        "run",
+        file.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
+    assert!(
+        o.stdout.contains("threshold ok: sweep.find_max.answer = 3"),
+        "{}",
+        o.stdout
+    );
+    let fm = &sweep_json(&out.join("01-max"))["find_max"];
+    let values: Vec<u64> = fm["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["value"].as_u64().unwrap())
+        .collect();
+    // 1, 2, then 4 capped at --up-to 3, then the hold at 3.
+    assert_eq!(values, vec![1, 2, 3, 3], "{fm:#}");
+}

@@ -29,7 +29,7 @@ pub enum Protocol {
 }
 
 impl Protocol {
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Protocol::Pop3 => "pop3",
             Protocol::Imap => "imap",
@@ -605,9 +605,15 @@ pub async fn run_load(
     Ok(Finished { dir: out, summary })
 }
 
-/// `spate pop3` and `spate imap`.
-pub async fn run(proto: Protocol, args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
-    let progress = args.common.output.progress_enabled();
+/// A pop3/imap load into its --out (or a new results directory), once the options are
+/// good and the server answers: `spate pop3`/`imap`'s run, or a sweep's step. Also the
+/// server's port (for a sweep's wait until idle).
+pub async fn load(
+    proto: Protocol,
+    args: Args,
+    command: Vec<String>,
+    progress: bool,
+) -> anyhow::Result<(Finished, u16)> {
     let name = proto.name();
     let (output, monitor) = (args.common.output.clone(), args.common.monitor.clone());
     let title = format!(
@@ -615,7 +621,8 @@ pub async fn run(proto: Protocol, args: Args, ctx: &Ctx) -> anyhow::Result<ExitC
         name.to_uppercase(),
         args.common.target
     );
-    let (plan, settings) = prepare(proto, args, ctx.command_line.clone())?;
+    let (plan, settings) = prepare(proto, args, command)?;
+    let port = plan.address.port();
     let stop = Arc::new(AtomicBool::new(false));
     let mut observers = observers(&output, &monitor, &plan, progress, title, "visit", &stop)?;
     let mut checked = crate::session::Preflight::default();
@@ -626,7 +633,14 @@ pub async fn run(proto: Protocol, args: Args, ctx: &Ctx) -> anyhow::Result<ExitC
     // Created only now that the options are good and the server answers: a run that
     // cannot start writes nothing.
     let out = crate::opts::output::results_dir(output.out.as_deref(), output.overwrite, name)?;
-    let finished = run_load(plan, settings, out, observers, stop).await?;
+    Ok((run_load(plan, settings, out, observers, stop).await?, port))
+}
+
+/// `spate pop3` and `spate imap`.
+pub async fn run(proto: Protocol, args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
+    let output = args.common.output.clone();
+    let progress = output.progress_enabled();
+    let (finished, _) = load(proto, args, ctx.command_line.clone(), progress).await?;
     print_outcome(&finished);
     println!("results: {}", finished.dir.display());
     let code = super::load_exit(&finished.summary, "visit", ExitCode::SUCCESS);

@@ -527,7 +527,12 @@ fn render(name: &str, unit: &str, j: &Value, probes: &[Probe]) -> String {
             };
             let _ = writeln!(
                 o,
-                "highest {name} that meets the objective: {a}{top}{held}{fail} (precision {}%)",
+                "{} the objective: {a}{top}{held}{fail} (precision {}%)",
+                if name == "users" {
+                    "most users that meet"
+                } else {
+                    "highest rate that meets"
+                },
                 j["precision_pct"]
             );
         }

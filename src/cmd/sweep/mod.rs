@@ -1,10 +1,10 @@
-//! `spate sweep`: the same SMTP, XMPP or request/response workload once per value of a parameter (users,
-//! rate, size, messages per connection, any option of the step command, or a server
-//! setting changed by a hook), with warm-up,
-//! cool-down until the server is idle, and repetitions. Every step is a normal results
-//! directory; the sweep directory adds sweep.csv (one row per step and repetition),
-//! sweep.json (the values, a Universal Scalability Law fit, the knee) and the E4-style
-//! table on stdout.
+//! `spate sweep`: the same SMTP, POP3, IMAP, XMPP or request/response workload once per
+//! value of a parameter (users, rate, size, messages per connection, any option of the
+//! step command, or a server setting changed by a hook), with warm-up, cool-down until the
+//! server is idle, and repetitions; or `--find-max`, a search for the highest load that
+//! meets an objective (find_max.rs). Every step is a normal results directory; the sweep
+//! directory adds sweep.csv (one row per step and repetition), sweep.json (the values, a
+//! Universal Scalability Law fit, the knee) and the E4-style table on stdout.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -46,9 +46,9 @@ const EXAMPLES: &str = "EXAMPLES:
       E3: the response cache's cliff: latency and the server's CPU per request once the
       distinct requests outnumber its entries.
 
-Everything after -- is a `spate smtp` command line (target and options), or `xmpp` and a
-`spate xmpp` command line, or `rr` and a `spate rr` command line, used for every step;
-the swept option is set per step.
+Everything after -- is a `spate smtp` command line (target and options), or `xmpp`,
+`rr`, `pop3` or `imap` and that command's line, used for every step; the swept option is
+set per step.
 --param NAME --values V sets any option of that command line (--NAME V) per step, and
 the sweep reports the slope of each figure per unit of it. Host monitoring is on for every step (add
 --monitor-process/--monitor-pid after -- to report the server's own CPU).
@@ -118,8 +118,8 @@ pub struct Args {
     /// Write into --out even when it holds an earlier run (its files are replaced).
     #[arg(long)]
     pub overwrite: bool,
-    /// The step command: the `spate smtp` target and options, or `xmpp` (`rr`) followed by
-    /// the `spate xmpp` (`spate rr`) target and options.
+    /// The step command: the `spate smtp` target and options, or `xmpp`, `rr`, `pop3` or
+    /// `imap` followed by that command's target and options.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub smtp: Vec<String>,
     /// Write the sweep's verdicts as JUnit XML to FILE: a test case per step with its
@@ -192,6 +192,7 @@ enum Base {
     Smtp(super::smtp::Args),
     Xmpp(super::xmpp::Args),
     Rr(super::rr::Args),
+    Mailbox(super::mailbox::Protocol, super::mailbox::Args),
 }
 
 impl Base {
@@ -215,6 +216,16 @@ impl Base {
                 .map(Base::Rr)
                 .map_err(|e| first(e, "rr").into()),
             Some("smtp") => Base::parse(&words[1..]),
+            Some("pop3") => {
+                super::args_from_words::<super::mailbox::Pop3Args, _, _>("pop3", &words[1..])
+                    .map(|a| Base::Mailbox(super::mailbox::Protocol::Pop3, a.into()))
+                    .map_err(|e| first(e, "pop3").into())
+            }
+            Some("imap") => {
+                super::args_from_words::<super::mailbox::ImapArgs, _, _>("imap", &words[1..])
+                    .map(|a| Base::Mailbox(super::mailbox::Protocol::Imap, a.into()))
+                    .map_err(|e| first(e, "imap").into())
+            }
             _ => super::smtp::Args::from_words(words)
                 .map(Base::Smtp)
                 .map_err(|e| first(e, "smtp").into()),
@@ -227,6 +238,10 @@ impl Base {
             Base::Smtp(a) => (&mut a.workload, &mut a.output, &mut a.monitor),
             Base::Xmpp(a) => (&mut a.workload, &mut a.output, &mut a.monitor),
             Base::Rr(a) => (&mut a.workload, &mut a.output, &mut a.monitor),
+            Base::Mailbox(_, a) => {
+                let c = &mut a.common;
+                (&mut c.workload, &mut c.output, &mut c.monitor)
+            }
         }
     }
 }
@@ -325,6 +340,9 @@ fn step_args(
                     "--size: an rr request is its template or file; sweep --variants with --param variants",
                 )
             }
+            Base::Mailbox(..) => {
+                return crate::usage("--size: a mailbox visit reads the messages its mailbox holds")
+            }
         },
         Param::MessagesPerConnection => match &mut a {
             Base::Smtp(s) => s.messages_per_connection = (v as u32).to_string(),
@@ -336,6 +354,7 @@ fn step_args(
                     "--messages-per-connection: spate rr has --keep-alive or --per-request",
                 )
             }
+            Base::Mailbox(_, m) => m.common.messages_per_connection = v as u32,
         },
         Param::Value => {}
     }
@@ -476,6 +495,12 @@ async fn load_step(
             let l = super::rr::load(a, command, progress).await?;
             return Ok((l.finished.summary, l.port));
         }
+        Base::Mailbox(proto, mut a) => {
+            a.common.output.out = Some(out);
+            let progress = progress && a.common.output.progress_enabled();
+            let (f, port) = super::mailbox::load(proto, a, command, progress).await?;
+            return Ok((f.summary, port));
+        }
     };
     let title = format!("spate — SMTP load on {}", args.target);
     // A flag of its own: the engine sets it when the run ends. A signal during the step
@@ -554,6 +579,9 @@ impl Args {
                     super::xmpp::workload(&a)?;
                 }
                 Base::Rr(a) => a.check()?,
+                Base::Mailbox(proto, a) => {
+                    super::mailbox::prepare(proto, a, Vec::new())?;
+                }
             }
         }
         let warm = match self.warm_up.as_deref() {
@@ -659,6 +687,7 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         },
         unit: match sw.base.base {
             Base::Rr(_) => "req/s",
+            Base::Mailbox(..) => "visit/s",
             _ => "msg/s",
         },
     };
