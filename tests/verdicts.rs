@@ -13,6 +13,18 @@ fn spate(args: &[&str]) -> Output {
     run_blocking(SPATE, args, &[], Duration::from_secs(120))
 }
 
+/// `spate run FILE --out DIR/res` beside the file.
+fn run_scenario(file: &Path) -> (Output, std::path::PathBuf) {
+    let out = file.with_file_name("res");
+    let o = spate(&[
+        "run",
+        file.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    (o, out)
+}
+
 /// A run whose latency objective has already failed stops at its first check after the
 /// grace instead of running its minute: as after SIGTERM, every unit counted, the
 /// summary, report and thresholds.json saying which threshold stopped it and when, exit 1.
@@ -166,13 +178,7 @@ run = "true"
         ),
     )
     .unwrap();
-    let out = d.path().join("res");
-    let o = spate(&[
-        "run",
-        file.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let (o, out) = run_scenario(&file);
     assert_eq!(o.code, Some(1), "{}\n{}", o.stdout, o.stderr);
     let sc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("scenario.json")).unwrap()).unwrap();
@@ -414,13 +420,7 @@ thresholds = ["sweep.find_max.answer == 3", "sweep.find_max.held == 1"]
 "#,
     )
     .unwrap();
-    let out = d.path().join("res");
-    let o = spate(&[
-        "run",
-        file.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let (o, out) = run_scenario(&file);
     assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
     assert!(
         o.stdout.contains("threshold ok: sweep.find_max.answer = 3"),
