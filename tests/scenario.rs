@@ -706,6 +706,30 @@ fn a_step_of_three_shards_is_merged_and_judged_as_one_run() {
     );
 }
 
+/// `[[fault]]` tables are checked like `--fault` before anything runs, and say which step
+/// they belong to when that is not clear.
+#[test]
+fn fault_tables_are_checked_before_the_run() {
+    let load = "[[step]]\nname = \"a\"\ncommand = \"smtp\"\ntarget = \"127.0.0.1:9\"\ncount = 1\n";
+    let e = invalid(&format!("{load}[[fault]]\nat = \"1s\"\nsignl = \"KILL\"\n"));
+    assert!(e.contains("s.toml:") && e.contains("signl"), "{e}");
+    let two = format!("{load}{}", load.replace("\"a\"", "\"b\""));
+    let e = invalid(&format!("{two}[[fault]]\nat = \"1s\"\nnet = \"refuse\"\n"));
+    assert!(
+        e.contains("say which step it happens in, step = \"NAME\" (2 steps"),
+        "{e}"
+    );
+    let e = invalid(&format!(
+        "{two}[[fault]]\nstep = \"c\"\nat = \"1s\"\nnet = \"refuse\"\n"
+    ));
+    assert!(e.contains("no step is named \"c\""), "{e}");
+    let hook = "[[step]]\nname = \"h\"\nrun = \"true\"\n";
+    let e = invalid(&format!(
+        "{load}{hook}[[fault]]\nstep = \"h\"\nat = \"1s\"\nnet = \"refuse\"\n"
+    ));
+    assert!(e.contains("does not run a load command"), "{e}");
+}
+
 /// scenarios/network.toml, shortened: the three network faults through the proxy against
 /// the embedded server, every message verified, each fault in the summary.
 #[test]

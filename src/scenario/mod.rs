@@ -28,6 +28,7 @@
 pub mod doc;
 pub mod dump;
 mod execute;
+mod faults;
 pub mod junit;
 mod matrix;
 pub mod model;

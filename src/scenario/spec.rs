@@ -20,8 +20,9 @@ use super::variables::variables;
 
 type Res<T> = Result<T, UsageError>;
 
-const TOP: [&str; 12] = [
+const TOP: [&str; 13] = [
     "description",
+    "fault",
     "report",
     "matrix",
     "vars",
@@ -104,7 +105,8 @@ pub fn load(
         }
         None => None,
     };
-    let steps = l.steps(get("step"))?;
+    let mut steps = l.steps(get("step"))?;
+    super::faults::attach(&src, get("fault"), &mut steps, commands)?;
     let mut thresholds = Vec::new();
     if let Some(e) = get("thresholds") {
         for (text, span) in strings(&src, &e.value, "thresholds")? {
