@@ -75,7 +75,9 @@ pub fn observers(
     if let Some(w) = thresholds::Watch::new(checks, plan.head().protocol, stop) {
         observers.push(Box::new(w));
     }
+    let mut fault_specs = Vec::new();
     if let Some(f) = crate::fault::Faults::new(&monitor.fault, first_shard)? {
+        fault_specs = f.specs().to_vec();
         // First: a fault due at an interval's end waits until the interval is counted.
         observers.insert(0, Box::new(f));
     }
@@ -83,6 +85,7 @@ pub fn observers(
         observers.push(Box::new(crate::ui::tui::Dashboard::new(
             stop.clone(),
             title,
+            fault_specs,
         )?));
     } else if progress {
         observers.push(Box::new(crate::ui::progress::Progress::new(unit)));

@@ -107,6 +107,11 @@ pub struct Faults {
 }
 
 impl Faults {
+    /// The faults as given, in order.
+    pub fn specs(&self) -> &[Spec] {
+        &self.specs
+    }
+
     /// Parses every `--fault` (a usage error for the first that cannot be applied). In a
     /// run's other shards (`first_shard` false) only network faults are applied; the
     /// others are measured.

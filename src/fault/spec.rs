@@ -111,6 +111,16 @@ impl Spec {
     /// Parses one `--fault` text and checks that it can be applied now (its processes
     /// exist, its PID file is readable).
     pub fn parse(text: &str) -> Result<Spec, UsageError> {
+        Spec::read(text, true)
+    }
+
+    /// Parses one `--fault` text without looking for its processes: a scenario's, checked
+    /// before the steps that start the server have run.
+    pub fn syntax(text: &str) -> Result<Spec, UsageError> {
+        Spec::read(text, false)
+    }
+
+    fn read(text: &str, check: bool) -> Result<Spec, UsageError> {
         let bad = |what: String| UsageError(format!("--fault '{text}': {what}"));
         let words = shlex::split(text).ok_or_else(|| bad("unbalanced quotes".into()))?;
         let mut at = None;
@@ -202,7 +212,9 @@ impl Spec {
                 if undo.is_some() {
                     return Err(bad("undo= goes with run=; a signal's is restart=".into()));
                 }
-                check_target(&target).map_err(bad)?;
+                if check {
+                    check_target(&target).map_err(bad)?;
+                }
                 Action::Signal {
                     signal: signal.unwrap_or(Signal::Kill),
                     target,
@@ -220,6 +232,27 @@ impl Spec {
             lasts,
             every,
             action,
+        })
+    }
+
+    /// Whether an occurrence is in force during (`from`, `to`] (seconds from the run's
+    /// start); a fault of a moment (no `for=`) is in the interval it happens in.
+    pub fn during(&self, from: f64, to: f64) -> bool {
+        let (at, lasts) = (self.at.as_secs_f64(), self.lasts.map(|l| l.as_secs_f64()));
+        let every = self.every.map(|e| e.as_secs_f64()).filter(|e| *e > 0.0);
+        let first = match every {
+            Some(e) => ((from - at - lasts.unwrap_or(0.0)) / e).floor().max(0.0) as u32,
+            None => 0,
+        };
+        (first..first.saturating_add(3)).any(|n| {
+            let Some((start, end)) = self.occurrence(n) else {
+                return false;
+            };
+            let (start, end) = (start.as_secs_f64(), end.as_secs_f64());
+            match lasts {
+                Some(_) => start < to && end > from,
+                None => start > from && start <= to,
+            }
         })
     }
 
@@ -290,6 +323,24 @@ pub fn resolve(t: &Target) -> Result<Vec<u32>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn during_says_which_intervals_a_fault_is_in() {
+        let s = Spec::syntax("at=10s for=5s every=20s net=blackhole").unwrap();
+        let on: Vec<u32> = (0..60)
+            .filter(|t| s.during(*t as f64, *t as f64 + 1.0))
+            .collect();
+        let want: Vec<u32> = (10..15).chain(30..35).chain(50..55).collect();
+        assert_eq!(on, want);
+        let moment = Spec::syntax("at=3s run=true").unwrap();
+        let on: Vec<u32> = (0..10)
+            .filter(|t| moment.during(*t as f64, *t as f64 + 1.0))
+            .collect();
+        assert_eq!(on, vec![2]);
+        // Its processes are looked for only by parse().
+        assert!(Spec::syntax("at=1s pidfile=/nonexistent/x.pid").is_ok());
+        assert!(Spec::parse("at=1s pidfile=/nonexistent/x.pid").is_err());
+    }
 
     fn me() -> String {
         std::process::id().to_string()

@@ -89,7 +89,7 @@ pub fn attach(
             words.push(format!("{}={quoted}", k.key));
         }
         let spec = words.join(" ");
-        crate::fault::spec::Spec::parse(&spec).map_err(|u| src.err(&item.span, u.0))?;
+        crate::fault::spec::Spec::syntax(&spec).map_err(|u| src.err(&item.span, u.0))?;
         if let StepKind::Command(inv) = &mut steps[at].kind {
             inv.args.extend(["--fault".to_string(), spec]);
         }

@@ -16,8 +16,8 @@ use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{
-    Bar, BarChart, Block, Borders, Cell, Clear, Gauge, Paragraph, Row, Sparkline, Table,
-    TableState, Wrap,
+    Bar, BarChart, Block, Borders, Cell, Clear, Gauge, Paragraph, Row, Sparkline, SparklineBar,
+    Table, TableState, Wrap,
 };
 use ratatui::Frame;
 
@@ -81,9 +81,23 @@ pub fn render(f: &mut Frame, m: &Model, ui: &Ui) {
     .areas(area);
     header(f, head, m);
     let width = spark.width as usize;
+    // The seconds a --fault was in force are drawn red: the fault's band.
+    let bars = m
+        .throughput
+        .last(width)
+        .into_iter()
+        .zip(m.fault_hist.last(width))
+        .map(|(v, fault)| {
+            let bar = SparklineBar::from(v);
+            if fault > 0 {
+                bar.style(Style::new().fg(Color::Red))
+            } else {
+                bar
+            }
+        });
     f.render_widget(
         Sparkline::default()
-            .data(m.throughput.last(width))
+            .data(bars)
             .style(Style::new().fg(Color::Green)),
         spark,
     );
@@ -144,6 +158,9 @@ fn header(f: &mut Frame, area: Rect, m: &Model) {
     if u.chat {
         parts.push(format!("delivered {}", c.delivered));
         parts.push(format!("reconnections {}", c.reconnections));
+    }
+    if !m.faults_now.is_empty() {
+        parts.insert(0, format!("FAULT {}", m.faults_now.join(" + ")));
     }
     f.render_widget(Paragraph::new(fit(&parts, w)), counts);
 }

@@ -120,10 +120,16 @@ fn lock(m: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
 impl Dashboard {
     /// Takes the terminal over; `stop` is the run's stop flag, set when `q` is pressed.
     /// Without a terminal on stdin and stdout: a usage error.
-    pub fn new(stop: Arc<AtomicBool>, title: String) -> anyhow::Result<Dashboard> {
+    pub fn new(
+        stop: Arc<AtomicBool>,
+        title: String,
+        faults: Vec<crate::fault::Spec>,
+    ) -> anyhow::Result<Dashboard> {
         let term = term::enter()?;
+        let mut model = Model::new(title);
+        model.faults = faults;
         let shared = Arc::new(Mutex::new(Shared {
-            model: Model::new(title),
+            model,
             ui: Ui::default(),
             term: Some(term),
             repaint: false,

@@ -100,6 +100,11 @@ pub struct Model {
     /// The most frequent error classes, most frequent first, and how many there are.
     pub errors: Vec<ErrorRow>,
     pub error_classes: usize,
+    /// The run's `--fault`s; per interval, whether one was in force (1) or not (0),
+    /// beside `throughput`; the ones in force in the last interval.
+    pub faults: Vec<crate::fault::Spec>,
+    pub fault_hist: History,
+    pub faults_now: Vec<String>,
 }
 
 impl Model {
@@ -125,6 +130,9 @@ impl Model {
             hists: BTreeMap::new(),
             errors: Vec::new(),
             error_classes: 0,
+            faults: Vec::new(),
+            fault_hist: History::default(),
+            faults_now: Vec::new(),
         }
     }
 
@@ -144,6 +152,14 @@ impl Model {
         let len = snap.interval_s.max(1e-3);
         self.stanzas_now = (c.stanzas_in as f64 / len, c.stanzas_out as f64 / len);
         self.throughput.push((self.rate_now * 100.0).round() as u64);
+        let from = snap.t_s - snap.interval_s;
+        self.faults_now = self
+            .faults
+            .iter()
+            .filter(|f| f.during(from, snap.t_s))
+            .map(|f| f.text.clone())
+            .collect();
+        self.fault_hist.push(u64::from(!self.faults_now.is_empty()));
         self.active = snap.active;
         self.active_hist.push(snap.active.max(0) as u64);
         self.cpu_pct = cpu_pct;

@@ -338,3 +338,57 @@ fn chat_runs_show_stanzas_reconnections_and_sasl_failures() {
     );
     assert!(!text.contains("stream errors"), "none happened: {text}");
 }
+
+/// A `--fault` is a band on the throughput sparkline (its seconds red) and named on the
+/// counts line while it is in force.
+#[test]
+fn a_fault_is_a_red_band_and_named_while_in_force() {
+    let iv = {
+        let mut s = Shard::default();
+        s.counters.accepted = 100;
+        s
+    };
+    let sum = summary("smtp", &iv, 1.0);
+    let mut m = Model::new("spate — SMTP load on x".into());
+    m.faults = vec![crate::fault::Spec::syntax("at=5s for=3s net=blackhole").unwrap()];
+    let ui = Ui::default();
+    let mut during = None;
+    for t in 1..=12 {
+        let snap = Snapshot {
+            t_s: t as f64,
+            interval_s: 1.0,
+            interval: &iv,
+            summary: &sum,
+            active: 1,
+            planned_s: Some(20.0),
+            planned_count: None,
+            setup_done_s: Some(0.0),
+        };
+        m.update(&snap, 5.0);
+        if t == 7 {
+            during = Some(screen(80, 24, &m, &ui));
+        }
+    }
+    assert_eq!(
+        m.fault_hist.last(12),
+        vec![0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0]
+    );
+    let during = during.unwrap();
+    assert!(row_with(&during, "FAULT at=5s for=3s net=blackhole").contains("attempted"));
+    let after = screen(80, 24, &m, &ui);
+    assert!(!after.iter().any(|r| r.contains("FAULT")), "{after:#?}");
+    // The sparkline's row (below the 4 header rows): the fault's seconds are red.
+    let mut t = Terminal::new(TestBackend::new(80, 24)).expect("test terminal");
+    t.draw(|f| render(f, &m, &ui)).expect("draw");
+    let buf = t.backend().buffer();
+    let bottom = (4..10)
+        .rev()
+        .find(|&y| buf[(0u16, y)].symbol() == "█")
+        .expect("a sparkline row");
+    let colors: Vec<ratatui::style::Color> = (0..12).map(|x| buf[(x, bottom)].fg).collect();
+    use ratatui::style::Color::{Green, Red};
+    assert_eq!(
+        colors,
+        vec![Green, Green, Green, Green, Green, Red, Red, Red, Green, Green, Green, Green]
+    );
+}
