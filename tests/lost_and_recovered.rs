@@ -177,3 +177,99 @@ async fn a_message_cut_off_by_the_run_end_is_recovered_not_unlogged() {
     // Nothing was promised and nothing broken: the check passes.
     assert_eq!(v.code, Some(0), "{v:?}");
 }
+
+/// `spate serve --ack-before-store 1s --maildir DIR` answers 250 at once and writes each
+/// message a second later; killed with SIGKILL mid-run (spate's own `--fault`), it loses
+/// what it had acknowledged and not yet written. Its own account (acked lines without
+/// their stored line) is exactly what verify finds missing, plus what the client never
+/// heard acknowledged (indeterminate): nothing more, nothing less.
+#[test]
+fn a_server_that_acknowledges_before_storing_loses_exactly_what_it_says_when_killed() {
+    use std::collections::BTreeSet;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("mail");
+    std::fs::create_dir_all(&root).unwrap();
+    let (server, addr) = common::serve_process(
+        "--smtp",
+        &[
+            "--maildir".as_ref(),
+            root.as_os_str(),
+            "--ack-before-store".as_ref(),
+            "1s".as_ref(),
+        ],
+    );
+    let pid = server.0.id();
+    let run = tmp.path().join("run");
+    let fault = format!("at=2s signal=KILL pid={pid}");
+    let o = common::run_blocking(
+        common::SPATE,
+        &[
+            "smtp",
+            &addr,
+            "--rate",
+            "100/s",
+            "-d",
+            "4s",
+            "--timeout",
+            "2s",
+            "--grace",
+            "2s",
+            "--to",
+            "user{0..9}@example.test",
+            "--fault",
+            &fault,
+            "-q",
+            "-o",
+            run.to_str().unwrap(),
+        ],
+        &[],
+        std::time::Duration::from_secs(60),
+    );
+    assert!(o.code.is_some(), "{o:?}");
+    drop(server);
+    // The server's own account: copies acknowledged, and those written.
+    let journal = std::fs::read_to_string(root.join(spate::serve::behind::JOURNAL)).unwrap();
+    let seqs = |what: &str| -> BTreeSet<u64> {
+        journal
+            .lines()
+            .filter_map(|l| l.strip_prefix(what))
+            .filter_map(|v| v.split(';').find_map(|p| p.trim().strip_prefix("seq=")))
+            .map(|s| s.parse().unwrap())
+            .collect()
+    };
+    let thrown_away: BTreeSet<u64> = seqs("acked ")
+        .difference(&seqs("stored "))
+        .copied()
+        .collect();
+    assert!(
+        thrown_away.len() > 20,
+        "a second of acknowledged mail: {thrown_away:?}"
+    );
+    // The client's: what it heard acknowledged, and what it sent without hearing back.
+    let sent = std::fs::read_to_string(run.join("sent.log")).unwrap();
+    let outcome = |o: &str| -> BTreeSet<u64> {
+        sent.lines()
+            .filter(|l| !l.starts_with('#') && !l.starts_with("seq\t"))
+            .filter(|l| l.rsplit('\t').next() == Some(o))
+            .map(|l| l.split('\t').next().unwrap().parse().unwrap())
+            .collect()
+    };
+    let (accepted, indeterminate) = (outcome("accepted"), outcome("indeterminate"));
+    assert!(
+        thrown_away
+            .iter()
+            .all(|s| accepted.contains(s) || indeterminate.contains(s)),
+        "every message the server threw away was sent to the end of its data"
+    );
+    let lost = thrown_away.intersection(&accepted).count() as u64;
+    assert!(lost > 0);
+    let (v, j) = common::verify_maildir(&run, root.to_str().unwrap(), &[]);
+    assert_eq!(v.code, Some(1), "lost mail fails the check: {v:?}");
+    assert_eq!(j["missing"].as_u64(), Some(lost), "{j}");
+    assert_eq!(j["unlogged"], 0, "{j}");
+    let s = summary(&run);
+    assert_eq!(
+        s["extra"]["faults"]["occurrences"][0]["applied"], true,
+        "{s}"
+    );
+}

@@ -270,6 +270,18 @@ pub struct Args {
     /// recipients_lost)
     #[arg(long, value_name = "SHARE", help_heading = "Faults")]
     pub lose: Option<String>,
+    /// With --maildir: answer 250 at once and write each message to its Maildir only this
+    /// long later, so that a kill -9 meanwhile loses what was acknowledged (a server that
+    /// breaks its promise). Its own account, DIR/.spate-ack-before-store.log, has a line
+    /// `acked TRACE` per copy taken and `stored TRACE` per copy written: those acked and
+    /// never stored are what `spate verify` must find missing. A clean stop stores them.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        requires = "maildir",
+        help_heading = "Faults"
+    )]
+    pub ack_before_store: Option<String>,
     /// Store this share of messages twice (counted as recipients_duplicated)
     #[arg(long, value_name = "SHARE", help_heading = "Faults")]
     pub duplicate: Option<String>,
@@ -356,6 +368,14 @@ impl Args {
             discard: self.discard,
             memory_cap: parse_size(&self.memory_cap)
                 .map_err(|e| UsageError(format!("--memory-cap: {e}")))?,
+            ack_before_store: self
+                .ack_before_store
+                .as_deref()
+                .map(|d| {
+                    crate::units::parse_duration(d)
+                        .map_err(|e| UsageError(format!("--ack-before-store: {e}")))
+                })
+                .transpose()?,
             ..StoreOptions::default()
         };
         c.max_message_size =

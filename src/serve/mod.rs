@@ -15,6 +15,7 @@
 //! caps connections, a watch channel signals shutdown, and the accept loops drain their
 //! sessions for a bounded grace period.
 mod args;
+pub mod behind;
 mod config;
 pub mod conn;
 pub mod faults;

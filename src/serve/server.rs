@@ -55,6 +55,8 @@ impl Running {
         for t in self.tasks.drain(..) {
             let _ = t.await;
         }
+        // What was acknowledged and not yet written (--ack-before-store) is stored now.
+        self.store.flush();
         if let Some(p) = &self.stats_file {
             let _ = self.stats.snapshot().write_atomic(p);
         }

@@ -236,6 +236,9 @@ pub struct StoreOptions {
     pub memory_cap: u64,
     /// Bytes kept forever per delivered message: a deliberate leak for soak tests. 0 = off.
     pub leak_per_message: u64,
+    /// With `maildir`: acknowledge first, write the Maildir file this long later
+    /// (`--ack-before-store`), recording both in DIR/.spate-ack-before-store.log.
+    pub ack_before_store: Option<std::time::Duration>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -257,6 +260,8 @@ pub struct Store {
     /// deleted and created again never reuses one.
     uid_validity: AtomicU32,
     leaked: Mutex<Vec<Box<[u8]>>>,
+    /// `--ack-before-store`'s deferred Maildir writer.
+    behind: Option<super::behind::Behind>,
     /// Mailboxes a POP3 session holds in the TRANSACTION state.
     maildrop_locks: Mutex<HashSet<String>>,
 }
@@ -300,7 +305,12 @@ impl Store {
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.as_secs() as u32)
             .unwrap_or(1);
+        let behind = match (&opts.maildir, opts.ack_before_store) {
+            (Some(dir), Some(delay)) => Some(super::behind::Behind::start(dir, delay)),
+            _ => None,
+        };
         Arc::new(Store {
+            behind,
             opts,
             boxes: Mutex::new(HashMap::new()),
             stored_bytes: AtomicU64::new(0),
@@ -374,7 +384,27 @@ impl Store {
         mb.push(StoredMessage::new(0, Arc::from(data), SystemTime::now()))
     }
 
+    /// Writes the message to its Maildir now, or with `--ack-before-store` hands it to the
+    /// writer that stores it later (after the reply).
     fn write_maildir(&self, dir: &std::path::Path, key: &str, data: &[u8]) -> std::io::Result<()> {
+        let (tmp, new) = self.maildir_paths(dir, key, data.len())?;
+        match &self.behind {
+            Some(b) => {
+                b.push(tmp, new, data);
+                Ok(())
+            }
+            None => super::behind::write(&tmp, &new, data),
+        }
+    }
+
+    /// Where a message of `len` bytes for `key` goes: its tmp/ and new/ paths (the
+    /// directories made).
+    fn maildir_paths(
+        &self,
+        dir: &std::path::Path,
+        key: &str,
+        len: usize,
+    ) -> std::io::Result<(PathBuf, PathBuf)> {
         // Keep the address readable but never let it escape the tree.
         let safe: String = key
             .chars()
@@ -399,11 +429,17 @@ impl Store {
             now.subsec_micros(),
             std::process::id(),
             seq,
-            data.len()
+            len
         );
-        let tmp = base.join("tmp").join(&name);
-        std::fs::write(&tmp, data)?;
-        std::fs::rename(&tmp, base.join("new").join(&name))
+        Ok((base.join("tmp").join(&name), base.join("new").join(&name)))
+    }
+
+    /// Stores every message still waiting for its deferred write (`--ack-before-store`):
+    /// a server stopped cleanly keeps what it acknowledged; only a kill loses it.
+    pub fn flush(&self) {
+        if let Some(b) = &self.behind {
+            b.flush();
+        }
     }
 
     fn new_account(&self) -> Account {
