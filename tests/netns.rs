@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 use common::{assert_merge_adds_up, have, merge, run_blocking};
 
 const SHARDS: usize = 4;
+/// The number of the next test's namespaces.
+static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 /// The subnet of the links between the test's namespaces: loopback range, which the
 /// namespaces route over their links (`route_localnet`) once their own loopback keeps only
 /// 127.0.0.1; nothing outside them is ever addressed, and the test checks that no
@@ -38,7 +40,12 @@ struct Net {
 impl Net {
     fn new() -> Net {
         Net {
-            prefix: format!("spate-t{}", std::process::id()),
+            // Each test of this file its own names: they run at once.
+            prefix: format!(
+                "spate-t{}-{}",
+                std::process::id(),
+                NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            ),
             created: Vec::new(),
             server: None,
         }
@@ -89,13 +96,13 @@ impl Net {
 
     /// The server's namespace with a bridge at SERVER_IP, and per shard a namespace with
     /// a veth pair from its eth0 to the bridge.
-    fn build(&mut self) -> Vec<String> {
+    fn build(&mut self, clients: usize) -> Vec<String> {
         let srv = self.add("srv");
         self.ip(&format!("-n {srv} link add br0 type bridge"));
         self.ip(&format!("-n {srv} addr add {SERVER_IP}/24 dev br0"));
         self.ip(&format!("-n {srv} link set br0 up"));
         let mut shards = Vec::new();
-        for i in 0..SHARDS {
+        for i in 0..clients {
             let ns = self.add(&format!("s{i}"));
             // Both ends are made inside namespaces of the test: nothing in this one.
             self.ip(&format!(
@@ -108,7 +115,7 @@ impl Net {
             self.ip(&format!("-n {ns} link set eth0 up"));
             shards.push(ns);
         }
-        for i in 0..SHARDS {
+        for i in 0..clients {
             self.wait_forwarding(&srv, &format!("h{i}"));
         }
         // The addresses exist only inside the test's namespaces: none of them has a route
@@ -243,7 +250,7 @@ fn four_shards_from_four_namespaces_are_four_clients_and_add_up() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let mut net = Net::new();
-    let shard_ns = net.build();
+    let shard_ns = net.build(SHARDS);
     let stats = tmp.path().join("stats.json");
     let srv = net.ns("srv");
     let target = net.serve(&srv, &stats);
@@ -286,5 +293,131 @@ fn four_shards_from_four_namespaces_are_four_clients_and_add_up() {
         net.teardown(),
         Vec::<String>::new(),
         "every namespace deleted"
+    );
+}
+
+/// Kernel faults in the server's namespace (`--fault 'kernel=… netns=…'`): 20 % packet
+/// loss with nftables for 2 s, then a 2-s partition that drops everything, from a client
+/// in a namespace of its own. Both are applied and taken out again (nothing of them is
+/// left in the namespace), nothing gets through while the partition lasts, and the
+/// client's counts reconcile with the server's.
+#[test]
+fn kernel_faults_in_the_servers_namespace_are_applied_and_taken_out() {
+    if !have("ip") {
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        common::cannot_run("network namespaces need root (ip netns add)");
+        return;
+    }
+    if !have("nft") {
+        common::cannot_run("nft not found (the nftables package)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut net = Net::new();
+    let client = net.build(1).remove(0);
+    let stats = tmp.path().join("stats.json");
+    let srv = net.ns("srv");
+    let target = net.serve(&srv, &stats);
+    let run = tmp.path().join("run");
+    let (loss, partition) = (
+        format!("at=2s for=2s kernel=loss:20% netns={srv}"),
+        format!("at=5s for=2s kernel=partition netns={srv}"),
+    );
+    let o = run_blocking(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &client,
+            common::SPATE,
+            "smtp",
+            &target,
+            "--rate",
+            "50/s",
+            "-d",
+            "9s",
+            "--timeout",
+            "1s",
+            "--grace",
+            "2s",
+            "--fault",
+            &loss,
+            "--fault",
+            &partition,
+            "-q",
+            "-o",
+            run.to_str().unwrap(),
+        ],
+        &[],
+        Duration::from_secs(60),
+    );
+    assert!(o.ended(), "{o:?}");
+    let s = common::summary(&run);
+    let occ = s["extra"]["faults"]["occurrences"].as_array().unwrap();
+    assert_eq!(occ.len(), 2, "{s}");
+    assert!(occ.iter().all(|o| o["applied"] == true), "{occ:?}");
+    let p = &occ[1];
+    assert!(
+        p["during"]["accepted_per_s"].as_f64().unwrap()
+            < p["before"]["accepted_per_s"].as_f64().unwrap() / 4.0,
+        "nothing gets through a partition: {p}"
+    );
+    let events = std::fs::read_to_string(run.join("faults.jsonl")).unwrap();
+    let done: Vec<serde_json::Value> = events
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|e: &serde_json::Value| e["event"] == "run" || e["event"] == "undo")
+        .collect();
+    assert_eq!(done.len(), 4, "{events}");
+    assert!(done.iter().all(|e| e["ok"] == true), "{events}");
+    let tables = run_blocking(
+        "ip",
+        &["netns", "exec", &srv, "nft", "list", "tables"],
+        &[],
+        Duration::from_secs(10),
+    );
+    assert!(
+        tables.ok && !tables.stdout.contains("spate_fault"),
+        "{tables:?}"
+    );
+    net.stop_server();
+    let counts: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let t = &s["totals"];
+    let (accepted, indeterminate) = (
+        t["accepted"].as_u64().unwrap(),
+        t["indeterminate"].as_u64().unwrap(),
+    );
+    let server = counts["messages_accepted"].as_u64().unwrap();
+    // The server took every message the client heard accepted, and at most those the
+    // client sent without hearing back besides.
+    assert!(
+        server >= accepted && server <= accepted + indeterminate,
+        "{t}\n{counts}"
+    );
+    // A fault that cannot be applied is refused before the run: no such namespace.
+    let o = run_blocking(
+        common::SPATE,
+        &[
+            "smtp",
+            &target,
+            "-n",
+            "1",
+            "--fault",
+            "at=1s for=1s kernel=partition netns=spate-no-such-ns",
+            "-o",
+            tmp.path().join("no").to_str().unwrap(),
+        ],
+        &[],
+        Duration::from_secs(30),
+    );
+    assert_eq!(o.code, Some(2), "{o:?}");
+    assert!(
+        o.stderr.contains("no network namespace 'spate-no-such-ns'"),
+        "{}",
+        o.stderr
     );
 }

@@ -6,6 +6,7 @@
 //! and how long the load took to come back (the first accepted unit, then throughput
 //! within 10 % of before). Only a run's first shard applies them; every shard measures.
 
+pub mod kernel;
 pub mod proxy;
 pub mod spec;
 mod window;

@@ -104,7 +104,8 @@ impl Signal {
 /// What `--fault` accepts, for its errors.
 const SYNTAX: &str = "expected 'at=DURATION [for=DURATION] [every=DURATION]' and one of \
     'signal=NAME pid=N[,N..]|pidfile=PATH|name=COMMAND [restart=CMD]', 'run=CMD [undo=CMD]' \
-    or 'net=latency:D|loss:P|bandwidth:RATE|blackhole|refuse|reset|cut:BYTES' \
+    or 'net=latency:D|loss:P|bandwidth:RATE|blackhole|refuse|reset|cut:BYTES' or \
+    'kernel=loss:P|partition|reject|rate:RATE netns=NAME' (root, in the server's namespace) \
     (quote a command with spaces: restart='scripts/testbed restart postfix')";
 
 impl Spec {
@@ -128,6 +129,7 @@ impl Spec {
         let (mut signal, mut target, mut restart, mut run, mut undo) =
             (None, None, None, None, None);
         let mut net = None;
+        let (mut kernel, mut netns) = (None, None);
         for w in &words {
             let Some((k, v)) = w.split_once('=') else {
                 return Err(bad(format!("'{w}' is not KEY=VALUE; {SYNTAX}")));
@@ -165,7 +167,11 @@ impl Spec {
                 "run" if !v.trim().is_empty() => run = Some(v.to_string()),
                 "undo" if !v.trim().is_empty() => undo = Some(v.to_string()),
                 "net" => net = Some(super::proxy::Toxic::parse(v).map_err(bad)?),
-                "name" | "restart" | "run" | "undo" => return Err(bad(format!("{k} is empty"))),
+                "kernel" => kernel = Some(super::kernel::Kernel::parse(v).map_err(bad)?),
+                "netns" if !v.is_empty() => netns = Some(v.to_string()),
+                "name" | "restart" | "run" | "undo" | "netns" => {
+                    return Err(bad(format!("{k} is empty")))
+                }
                 _ => return Err(bad(format!("unknown key '{k}'; {SYNTAX}"))),
             }
         }
@@ -178,6 +184,44 @@ impl Spec {
                     fmt_duration(lasts.unwrap_or_default())
                 )));
             }
+        }
+        if let Some(k) = kernel {
+            let others = signal.is_some()
+                || target.is_some()
+                || run.is_some()
+                || restart.is_some()
+                || undo.is_some()
+                || net.is_some();
+            if others {
+                return Err(bad(
+                    "kernel= is a fault of its own: give it with netns= only".into(),
+                ));
+            }
+            let ns = netns.ok_or_else(|| {
+                bad("kernel= needs netns=NAME, the network namespace the server runs in (spate never changes its own)".into())
+            })?;
+            if lasts.is_none() {
+                return Err(bad(
+                    "kernel= needs for=DURATION: how long the fault lasts".into()
+                ));
+            }
+            if check {
+                k.check(&ns).map_err(bad)?;
+            }
+            let (run, undo) = k.commands(&ns);
+            return Ok(Spec {
+                text: text.to_string(),
+                at,
+                lasts,
+                every,
+                action: Action::Command {
+                    run,
+                    undo: Some(undo),
+                },
+            });
+        }
+        if netns.is_some() {
+            return Err(bad("netns= goes with kernel=".into()));
         }
         if let Some(toxic) = net {
             if signal.is_some()
