@@ -1180,3 +1180,91 @@ async fn a_session_that_becomes_available_learns_which_contacts_are_online() {
     .unwrap();
     running.shutdown().await;
 }
+
+/// XEP-0198 against the embedded server, which offers it: every session enables it and
+/// the server acknowledges every stanza of a clean run. With streams ended at random
+/// (the `xmpp-stanza` drop fault ends a stream at a stanza without handling it), only
+/// the stanzas the server had not acknowledged are indeterminate: at least one per
+/// dropped stream (the stanza it dropped), and every expected delivery is delivered,
+/// missing, bounced or indeterminate. `--no-stream-management` leaves it off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_management_draws_the_line_at_the_servers_acknowledgement() {
+    let users: String = (0..4).map(|i| format!("u{i}@{DOMAIN} pw\n")).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let args = |addr: &str| -> Vec<String> {
+        [
+            addr,
+            "--user-pattern",
+            "u{0..3}@example.test",
+            "--users",
+            "4",
+            "--rate",
+            "100/s",
+            "-d",
+            "2s",
+            "--wait",
+            "2s",
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let running = start(Some(&users), &[DOMAIN]).await;
+    let addr = running.addrs.xmpp.unwrap().to_string();
+    let a = args(&addr);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let s = load(&a, "pw", &dir.path().join("clean")).await;
+    let sm = &s["extra"]["xmpp"]["stream_management"];
+    assert_eq!(sm["enabled"], 4, "{sm}");
+    assert_eq!(
+        sm["acknowledged"], s["extra"]["xmpp"]["sent"],
+        "{}",
+        s["extra"]
+    );
+    assert_eq!(sm["unacknowledged_when_a_stream_died"], 0, "{sm}");
+    let mut off = a.clone();
+    off.push("--no-stream-management");
+    let s = load(&off, "pw", &dir.path().join("off")).await;
+    assert!(
+        s["extra"]["xmpp"].get("stream_management").is_none(),
+        "{}",
+        s["extra"]
+    );
+    running.shutdown().await;
+
+    use spate::serve::faults::{self, FaultKind, FaultPoint};
+    let running = start_with(Some(&users), &[DOMAIN], |c| {
+        c.faults
+            .drops
+            .push(faults::parse_drop("xmpp-stanza:0.01").unwrap());
+        c.faults.seed = Some(5);
+    })
+    .await;
+    let addr = running.addrs.xmpp.unwrap().to_string();
+    let a = args(&addr);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let out = dir.path().join("drops");
+    let o = xmpp(&a, "pw", &out).await;
+    assert!(o.code.is_some(), "{o:?}");
+    let s = common::summary(&out);
+    let x = &s["extra"]["xmpp"];
+    let drops = running
+        .stats
+        .faults(FaultPoint::XmppStanza, FaultKind::Drop);
+    assert!(drops > 0, "{x}");
+    let sm = &x["stream_management"];
+    let unacked = sm["unacknowledged_when_a_stream_died"].as_u64().unwrap();
+    assert!(
+        unacked >= drops,
+        "every dropped stanza was unacknowledged: {unacked} < {drops}: {x}"
+    );
+    let n = |k: &str| x[k].as_u64().unwrap();
+    assert!(n("indeterminate") <= unacked, "{x}");
+    assert_eq!(
+        n("delivered") + n("missing") + n("bounced") + n("indeterminate"),
+        n("expected"),
+        "{x}"
+    );
+    // Sessions log in again after a drop, and enable it again.
+    assert!(sm["enabled"].as_u64().unwrap() > 4, "{sm}");
+    running.shutdown().await;
+}

@@ -58,6 +58,14 @@ pub struct Args {
     /// --login-rate; the summary counts accounts created, already there and refused.
     #[arg(long, help_heading = "Accounts")]
     pub register: bool,
+    /// Do not enable XEP-0198 stream management. By default a session enables it when
+    /// the server offers it and asks for an acknowledgement behind every stanza: a stanza
+    /// the server acknowledged is the server's to deliver (missing if it never arrives,
+    /// whatever happened to the stream), and only those it had not are indeterminate
+    /// when a stream dies (without it, every stanza in flight is). No resumption: a
+    /// session logs in again.
+    #[arg(long, help_heading = "Accounts")]
+    pub no_stream_management: bool,
     /// After binding: `get` asks for the roster (a phase of its own; `--roster` alone);
     /// `all` also subscribes every session to every other one not yet in its roster with
     /// subscription both, each approving the others' requests (the subscribe phase), so
@@ -416,6 +424,12 @@ impl Observer for LedgerReport {
                 ));
             }
         }
+        let sm = |i: usize| self.0.sm[i].load(std::sync::atomic::Ordering::Relaxed);
+        if sm(0) > 0 {
+            x["stream_management"] = serde_json::json!({
+                "enabled": sm(0), "acknowledged": sm(1), "unacknowledged_when_a_stream_died": sm(2),
+            });
+        }
         if let Some(cpu) = server_cpu(summary) {
             // E5's own number: what the server spent per delivery it made (its logins and
             // everything else of the run included; a sweep's slope takes them out).
@@ -595,6 +609,7 @@ pub async fn load(args: Args, command: Vec<String>, progress: bool) -> anyhow::R
         roster: args.roster.unwrap_or(RosterMode::Off),
         subs_pending: AtomicUsize::new(0),
         register: args.register,
+        stream_management: !args.no_stream_management,
         login_rate,
         round_robin: args.pick == PickArg::RoundRobin,
         body,

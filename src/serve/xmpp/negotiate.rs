@@ -43,7 +43,13 @@ async fn negotiate(st: &mut Stream<'_>) -> Result<Binding, End> {
         }
     };
     st.open().await?;
-    st.send(&xmpp::features(false, &[], true));
+    // Resource binding, and XEP-0198 stream management (acknowledgements, no
+    // resumption: see session.rs).
+    let f = xmpp::features(false, &[], true).replace(
+        "</stream:features>",
+        "<sm xmlns='urn:xmpp:sm:3'/></stream:features>",
+    );
+    st.send(&f);
     bind(st, &jid).await
 }
 

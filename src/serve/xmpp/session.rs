@@ -5,7 +5,7 @@
 //! are written in batches and flushed together. Messages and presence are stamped with
 //! the sender's full JID and routed; IQs are answered here (see [`super::iq`]).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::super::faults::FaultPoint;
@@ -27,12 +27,23 @@ const BATCH_BYTES: usize = 64 * 1024;
 pub(super) struct Bound<'a> {
     sh: &'a Shared,
     pub b: Binding,
+    /// XEP-0198: stanzas handled since the client enabled stream management (what `<a
+    /// h='…'/>` answers its `<r/>` with); [`SM_OFF`] until it does.
+    handled: AtomicU64,
 }
+
+/// [`Bound::handled`] before the client enabled stream management.
+const SM_OFF: u64 = u64::MAX;
+const NS_SM: &str = "urn:xmpp:sm:3";
 
 impl<'a> Bound<'a> {
     fn new(sh: &'a Shared, b: Binding) -> Bound<'a> {
         sh.stats.xmpp_session(true);
-        Bound { sh, b }
+        Bound {
+            sh,
+            b,
+            handled: AtomicU64::new(SM_OFF),
+        }
     }
 
     /// The account's bare JID.
@@ -105,6 +116,26 @@ fn write(st: &mut Stream<'_>, me: &Bound<'_>, out: Outbound) -> usize {
 
 /// One stanza from the client (with the `xmpp-stanza` faults applied first).
 async fn stanza(st: &mut Stream<'_>, me: &Bound<'_>, e: &Element) -> Result<(), End> {
+    // XEP-0198's own elements are not stanzas: enable, the client's request for our
+    // count, its acknowledgements of ours (we ask for none).
+    if e.ns() == Some(NS_SM) {
+        match e.local_name() {
+            "enable" => {
+                me.handled.store(0, Ordering::Relaxed);
+                st.send("<enabled xmlns='urn:xmpp:sm:3'/>");
+            }
+            "r" => {
+                let h = me.handled.load(Ordering::Relaxed);
+                if h == SM_OFF {
+                    return Err(End::Error("unsupported-stanza-type"));
+                }
+                st.send(&format!("<a xmlns='urn:xmpp:sm:3' h='{}'/>", h % (1 << 32)));
+            }
+            "a" => {}
+            _ => return Err(End::Error("unsupported-stanza-type")),
+        }
+        return Ok(());
+    }
     st.sh.stats.xmpp_stanza_received();
     if let Some(code) = st.fault(FaultPoint::XmppStanza).await? {
         return Err(End::Error(injected_condition(code)));
@@ -115,6 +146,12 @@ async fn stanza(st: &mut Stream<'_>, me: &Bound<'_>, e: &Element) -> Result<(), 
         "iq" => iq::handle(st, me, e),
         _ => return Err(End::Error("unsupported-stanza-type")),
     }
+    // Handled (routed, bounced or answered): counted once the client enabled it.
+    let _ = me
+        .handled
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
+            (h != SM_OFF).then(|| h + 1)
+        });
     Ok(())
 }
 

@@ -59,6 +59,9 @@ pub struct Ledger {
     /// --roster all: subscriptions approved, refused, and the sessions whose roster held
     /// every other session already.
     pub roster: [std::sync::atomic::AtomicU64; 3],
+    /// XEP-0198: sessions that enabled it, stanzas the server acknowledged, stanzas not
+    /// acknowledged when their stream died.
+    pub sm: [std::sync::atomic::AtomicU64; 3],
 }
 
 /// One kind's account (or all kinds').
@@ -184,6 +187,27 @@ impl Ledger {
     pub fn stream_died(&self) {
         for o in self.lock().open.values_mut() {
             o.doubt = true;
+        }
+    }
+
+    /// Stanzas a dying stream had written and the server had not acknowledged (XEP-0198):
+    /// what of them never arrives is indeterminate; the others are the server's.
+    pub fn in_doubt(&self, seqs: &[u64]) {
+        let mut l = self.lock();
+        for s in seqs {
+            if let Some(o) = l.open.get_mut(s) {
+                o.doubt = true;
+            }
+        }
+    }
+
+    /// Adds to the stream-management counts: sessions that enabled it, stanzas the
+    /// server acknowledged, stanzas unacknowledged when their stream died.
+    pub fn stream_management(&self, enabled: u64, acked: u64, unacked: u64) {
+        for (i, n) in [enabled, acked, unacked].into_iter().enumerate() {
+            if n > 0 {
+                self.sm[i].fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            }
         }
     }
 

@@ -404,6 +404,8 @@ pub(crate) struct LoggedIn {
     pub missing: Vec<usize>,
     /// The full JID the server bound.
     pub jid: String,
+    /// XEP-0198 stream management is enabled on the stream.
+    pub sm: bool,
 }
 
 impl LoggedIn {
@@ -507,12 +509,37 @@ pub(crate) async fn login(
     })
     .await?;
     report.timed(Phase::Presence, t);
+    let sm = s.stream_management && enable_sm(&mut conn, &mut framer, &features).await?;
     Ok(LoggedIn {
         conn,
         framer,
         missing,
         jid,
+        sm,
     })
+}
+
+/// XEP-0198: enables stream management when the server offers it; whether it did. The
+/// stanzas the server sends before `<enabled/>` are not counted (they were sent before
+/// it counted), and a `<failed/>` leaves the stream as it was.
+async fn enable_sm(
+    conn: &mut Connection,
+    framer: &mut Framer,
+    features: &Element,
+) -> Result<bool, Failure> {
+    let offered = features
+        .children
+        .iter()
+        .any(|c| c.local_name() == "sm" && c.ns() == Some(super::sm::NS));
+    if !offered {
+        return Ok(false);
+    }
+    send(conn, Phase::Bind, super::sm::ENABLE).await?;
+    let e = element_where(conn, framer, Phase::Bind, |e| {
+        matches!(e.local_name(), "enabled" | "failed") && e.ns() == Some(super::sm::NS)
+    })
+    .await?;
+    Ok(e.local_name() == "enabled")
 }
 
 /// The sessions of the run (other than `id`) that a roster result lacks, or holds with a

@@ -10,6 +10,7 @@
 
 pub mod ledger;
 pub(crate) mod login;
+mod sm;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -246,6 +247,8 @@ pub struct Settings {
     pub subs_pending: AtomicUsize,
     /// Create each account by in-band registration before logging in.
     pub register: bool,
+    /// Enable XEP-0198 stream management when the server offers it (see [`sm`]).
+    pub stream_management: bool,
     /// Logins per second over the run's sessions (none: all at once).
     pub login_rate: Option<f64>,
     /// Recipients in turn (the next session's) rather than at random.
@@ -284,6 +287,7 @@ impl Settings {
             sasl,
             roster: RosterMode::Off,
             register: false,
+            stream_management: false,
             login_rate: None,
             round_robin: false,
             body: String::new(),
@@ -311,6 +315,8 @@ pub struct Session {
     rng: SmallRng,
     writer: Option<Arc<Mutex<WriteHalf>>>,
     reader: Option<tokio::task::JoinHandle<()>>,
+    /// The stream's XEP-0198 counts, when it enabled stream management.
+    sm: Option<Arc<sm::Sm>>,
     /// The stream is up (the reader clears it when the server ends or breaks it).
     alive: Arc<AtomicBool>,
     /// The session is closing its stream: what the server does next is not an error.
@@ -338,6 +344,7 @@ impl Session {
             rng,
             writer: None,
             reader: None,
+            sm: None,
             alive: Arc::new(AtomicBool::new(false)),
             closing: Arc::new(AtomicBool::new(false)),
             next_rr: id + 1,
@@ -352,6 +359,10 @@ impl Session {
     fn online(&mut self, l: login::LoggedIn) {
         let (rd, wr) = l.conn.split();
         let writer = Arc::new(Mutex::new(wr));
+        self.sm = l.sm.then(|| {
+            self.s.ledger.stream_management(1, 0, 0);
+            Arc::new(sm::Sm::default())
+        });
         self.alive.store(true, Ordering::SeqCst);
         self.s.online[self.id].store(true, Ordering::SeqCst);
         let reader = Reader {
@@ -362,6 +373,7 @@ impl Session {
             closing: self.closing.clone(),
             asked: self.asked.clone(),
             replies: self.replies.clone(),
+            sm: self.sm.clone(),
         };
         self.reader = Some(tokio::spawn(reader.run(rd, l.framer)));
         self.writer = Some(writer);
@@ -827,7 +839,16 @@ impl Driver for Session {
         if kind != Traffic::Raw {
             self.s.ledger.sending(seq, kind, recipients);
         }
-        let sent = writer.lock().await.send(self.stanza.as_bytes()).await;
+        let sent = {
+            let mut w = writer.lock().await;
+            if let Some(sm) = &self.sm {
+                // Under the writer's lock: the queue keeps the wire's order. The request
+                // for an acknowledgement goes in the same write.
+                sm.sent((kind != Traffic::Raw).then_some(seq));
+                self.stanza.push_str(sm::REQUEST);
+            }
+            w.send(self.stanza.as_bytes()).await
+        };
         if let Err(e) = sent {
             self.s.ledger.not_sent(seq);
             Failure::transport(Phase::Send, e).record(report);
@@ -884,6 +905,7 @@ struct Reader {
     closing: Arc<AtomicBool>,
     asked: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
     replies: Replies,
+    sm: Option<Arc<sm::Sm>>,
 }
 
 impl Reader {
@@ -927,8 +949,12 @@ impl Reader {
             self.alive.store(false, Ordering::SeqCst);
             self.s.online[self.id].store(false, Ordering::SeqCst);
             if !self.closing.load(Ordering::SeqCst) {
-                // Not spate's own close: what was in flight may have died with it.
-                self.s.ledger.stream_died();
+                // Not spate's own close: what was in flight may have died with it; with
+                // stream management, only what the server had not acknowledged.
+                match &self.sm {
+                    Some(sm) => sm.died(&self.s.ledger),
+                    None => self.s.ledger.stream_died(),
+                }
             }
             if let Some(f) = end.filter(|_| !self.closing.load(Ordering::SeqCst)) {
                 let (key, sample) = (f.key(), f.sample);
@@ -940,12 +966,40 @@ impl Reader {
     /// Writes an answer the server asked for (a subscription approval, an IQ result).
     /// Boxed: rare, and inline its write would be part of every waiting reader.
     async fn answer(&self, reply: &str) {
-        let w = &self.writer;
-        let _ = Box::pin(async move { w.lock().await.send(reply.as_bytes()).await }).await;
+        self.write(reply, true).await;
+    }
+
+    /// Writes `text`, a stanza (counted for stream management) or not (`<a/>`).
+    async fn write(&self, text: &str, stanza: bool) {
+        let (w, sm) = (&self.writer, &self.sm);
+        let _ = Box::pin(async move {
+            let mut w = w.lock().await;
+            if let Some(sm) = sm.as_ref().filter(|_| stanza) {
+                sm.sent(None);
+            }
+            w.send(text.as_bytes()).await
+        })
+        .await;
     }
 
     /// Handles one incoming stanza; a stream error ends the session.
     async fn stanza(&self, e: &Element) -> Option<Failure> {
+        if let Some(sm) = &self.sm {
+            match e.local_name() {
+                "message" | "presence" | "iq" => sm.read(),
+                "r" if e.ns() == Some(sm::NS) => {
+                    self.write(&sm.answer(), false).await;
+                    return None;
+                }
+                "a" if e.ns() == Some(sm::NS) => {
+                    if let Some(h) = sm::h_of(e.attr("h")) {
+                        sm.acknowledged(h, &self.s.ledger);
+                    }
+                    return None;
+                }
+                _ => {}
+            }
+        }
         match e.local_name() {
             "presence" if e.attr("type").is_some() => {
                 let replies = self.subscription(e).await;

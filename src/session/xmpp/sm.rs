@@ -1,0 +1,128 @@
+//! XEP-0198 stream management, as far as it draws the line between what the server took
+//! and what it may not have: when the server offers it, a session enables it after its
+//! login, asks for an acknowledgement behind every stanza it sends (`<r/>` in the same
+//! write) and answers the server's requests with the count of stanzas it has read. A
+//! stanza the server acknowledged is the server's to deliver: if it never arrives, it is
+//! missing, whatever happened to the stream. When a stream dies, only the stanzas the
+//! server had not acknowledged yet are indeterminate; without stream management every
+//! stanza in flight is. Resumption is not asked for: a session logs in again.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use super::ledger::Ledger;
+
+pub const NS: &str = "urn:xmpp:sm:3";
+/// Written to enable it; the server answers `<enabled/>` or `<failed/>`.
+pub const ENABLE: &str = "<enable xmlns='urn:xmpp:sm:3'/>";
+/// Asks the server for its count of handled stanzas.
+pub const REQUEST: &str = "<r xmlns='urn:xmpp:sm:3'/>";
+
+/// One stream's counts, shared by its writer and its reader.
+#[derive(Debug, Default)]
+pub struct Sm {
+    /// Stanzas written since it was enabled, oldest first, not acknowledged yet: the
+    /// ledger's sequence number, or None for a stanza the ledger does not follow (an IQ
+    /// result, a subscription answer, a raw stanza).
+    unacked: Mutex<VecDeque<Option<u64>>>,
+    /// The server's last count of handled stanzas (`h`).
+    acked: AtomicU64,
+    /// Stanzas read since it was enabled (what `<a h=.../>` tells the server).
+    read: AtomicU64,
+}
+
+impl Sm {
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Option<u64>>> {
+        self.unacked.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A stanza is being written (call under the writer's lock: the queue keeps the
+    /// order of the wire).
+    pub fn sent(&self, seq: Option<u64>) {
+        self.lock().push_back(seq);
+    }
+
+    /// A stanza was read.
+    pub fn read(&self) {
+        self.read.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The answer to the server's `<r/>`.
+    pub fn answer(&self) -> String {
+        format!(
+            "<a xmlns='urn:xmpp:sm:3' h='{}'/>",
+            self.read.load(Ordering::Relaxed) % (1 << 32)
+        )
+    }
+
+    /// The server's `<a h='H'/>`: the stanzas up to its count are its now. Returns how
+    /// many of the ledger's stanzas that acknowledged.
+    pub fn acknowledged(&self, h: u64, ledger: &Ledger) -> u64 {
+        let mut q = self.lock();
+        let before = self.acked.load(Ordering::Relaxed);
+        // h counts modulo 2^32 (XEP-0198 §5).
+        let newly = h.wrapping_sub(before) % (1 << 32);
+        let newly = newly.min(q.len() as u64);
+        let mut ledgered = 0;
+        for _ in 0..newly {
+            if let Some(Some(_)) = q.pop_front() {
+                ledgered += 1;
+            }
+        }
+        self.acked.store(before + newly, Ordering::Relaxed);
+        ledger.stream_management(0, ledgered, 0);
+        ledgered
+    }
+
+    /// The stream died: its stanzas the server had not acknowledged are indeterminate.
+    pub fn died(&self, ledger: &Ledger) {
+        let q = std::mem::take(&mut *self.lock());
+        let seqs: Vec<u64> = q.into_iter().flatten().collect();
+        ledger.stream_management(0, 0, seqs.len() as u64);
+        ledger.in_doubt(&seqs);
+    }
+}
+
+/// `h` of an `<a/>` element's attribute.
+pub fn h_of(value: Option<&str>) -> Option<u64> {
+    value?.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::xmpp::Traffic;
+
+    #[test]
+    fn acks_take_stanzas_in_order_and_a_death_doubts_only_the_rest() {
+        let ledger = Ledger::default();
+        let sm = Sm::default();
+        for seq in 0..4 {
+            ledger.sending(seq, Traffic::Message, 1);
+            sm.sent(Some(seq));
+        }
+        // An IQ result written between them counts for the server too.
+        sm.sent(None);
+        ledger.sending(4, Traffic::Message, 1);
+        sm.sent(Some(4));
+        assert_eq!(sm.acknowledged(2, &ledger), 2);
+        assert_eq!(
+            sm.acknowledged(2, &ledger),
+            0,
+            "the same h again acknowledges nothing"
+        );
+        assert_eq!(sm.acknowledged(4, &ledger), 2, "seqs 2 and 3");
+        sm.died(&ledger);
+        // Nothing arrived: 0 to 3 were acknowledged, so they are missing; the IQ result
+        // and seq 4 were not, and 4 is indeterminate.
+        let a = ledger.account();
+        assert_eq!(a.total.indeterminate, 1, "{a:?}");
+        assert_eq!(a.total.missing, 4, "{a:?}");
+        sm.read();
+        sm.read();
+        assert_eq!(sm.answer(), "<a xmlns='urn:xmpp:sm:3' h='2'/>");
+        assert_eq!(h_of(Some(" 7 ")), Some(7));
+        assert_eq!(h_of(Some("x")), None);
+    }
+}
