@@ -62,8 +62,8 @@ pub struct Args {
     /// the server offers it and asks for an acknowledgement behind every stanza: a stanza
     /// the server acknowledged is the server's to deliver (missing if it never arrives,
     /// whatever happened to the stream), and only those it had not are indeterminate
-    /// when a stream dies (without it, every stanza in flight is). No resumption: a
-    /// session logs in again.
+    /// when a stream dies (without it, every stanza in flight is). Where the server
+    /// allows it, a session whose stream died resumes it instead of logging in again.
     #[arg(long, help_heading = "Accounts")]
     pub no_stream_management: bool,
     /// After binding: `get` asks for the roster (a phase of its own; `--roster` alone);
@@ -428,6 +428,7 @@ impl Observer for LedgerReport {
         if sm(0) > 0 {
             x["stream_management"] = serde_json::json!({
                 "enabled": sm(0), "acknowledged": sm(1), "unacknowledged_when_a_stream_died": sm(2),
+                "resumed": sm(3),
             });
         }
         if let Some(cpu) = server_cpu(summary) {

@@ -73,7 +73,7 @@ phases! {
     Session => "session", "POP3/IMAP: a whole mailbox visit, connect to logout";
     Stream => "stream", "XMPP: stream header sent to the server's stream features (each (re)start)";
     Register => "register", "XMPP: in-band registration (XEP-0077) to its result";
-    Bind => "bind", "XMPP: resource binding (and a legacy session IQ) to its result";
+    Bind => "bind", "XMPP: resource binding (and a legacy session IQ) to its result, or a XEP-0198 stream resumption to <resumed/>";
     Roster => "roster", "XMPP: roster get to its result";
     Subscribe => "subscribe", "XMPP: --roster all: a session's subscription requests to its contacts' last approval";
     Presence => "presence", "XMPP: initial presence sent to the server's echo of it";

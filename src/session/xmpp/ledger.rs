@@ -60,8 +60,8 @@ pub struct Ledger {
     /// every other session already.
     pub roster: [std::sync::atomic::AtomicU64; 3],
     /// XEP-0198: sessions that enabled it, stanzas the server acknowledged, stanzas not
-    /// acknowledged when their stream died.
-    pub sm: [std::sync::atomic::AtomicU64; 3],
+    /// acknowledged when their stream died (and not resumed), streams resumed.
+    pub sm: [std::sync::atomic::AtomicU64; 4],
 }
 
 /// One kind's account (or all kinds').

@@ -404,8 +404,13 @@ pub(crate) struct LoggedIn {
     pub missing: Vec<usize>,
     /// The full JID the server bound.
     pub jid: String,
-    /// XEP-0198 stream management is enabled on the stream.
+    /// XEP-0198 stream management is enabled on the stream, and the id to resume it
+    /// with when the server allows that.
     pub sm: bool,
+    pub sm_id: Option<String>,
+    /// The stream resumed an earlier one (no bind, roster or presence): the server's
+    /// count of that stream's stanzas it handled.
+    pub resumed: Option<u64>,
 }
 
 impl LoggedIn {
@@ -473,6 +478,19 @@ pub(crate) async fn login(
     rng: &mut SmallRng,
     report: &mut UnitReport,
 ) -> Result<LoggedIn, Failure> {
+    login_or_resume(s, id, rng, report, None).await
+}
+
+/// [`login`], or with `resume` (XEP-0198's id and our count of stanzas read) the
+/// resumption of the stream that died, when the server still has it: in place of
+/// binding, timed as the bind phase. A refused resumption logs in afresh.
+pub(crate) async fn login_or_resume(
+    s: &Settings,
+    id: usize,
+    rng: &mut SmallRng,
+    report: &mut UnitReport,
+    resume: Option<(String, u64)>,
+) -> Result<LoggedIn, Failure> {
     let account = &s.accounts[id % s.accounts.len()];
     let mut conn = s.endpoint.open(id, 0, report).await?;
     let mut framer = Framer::new(MAX_STANZA, MAX_DEPTH);
@@ -483,6 +501,30 @@ pub(crate) async fn login(
     }
     authenticate(s, account, &mut conn, &mut framer, &features, rng, report).await?;
     let features = open_stream(s, &mut conn, &mut framer, report).await?;
+    if let Some((previd, h)) = resume.filter(|_| offers_sm(&features)) {
+        let t = report.start(Phase::Bind);
+        let mut ask = String::from("<resume xmlns='urn:xmpp:sm:3' previd='");
+        xmpp::escape(&previd, &mut ask);
+        ask.push_str(&format!("' h='{h}'/>"));
+        send(&mut conn, Phase::Bind, &ask).await?;
+        let e = element_where(&mut conn, &mut framer, Phase::Bind, |e| {
+            matches!(e.local_name(), "resumed" | "failed") && e.ns() == Some(super::sm::NS)
+        })
+        .await?;
+        if e.local_name() == "resumed" {
+            report.timed(Phase::Bind, t);
+            let handled = super::sm::h_of(e.attr("h")).unwrap_or(0);
+            return Ok(LoggedIn {
+                conn,
+                framer,
+                missing: Vec::new(),
+                jid: String::new(),
+                sm: true,
+                sm_id: Some(previd),
+                resumed: Some(handled),
+            });
+        }
+    }
     let jid = bind(
         &mut conn,
         &mut framer,
@@ -509,37 +551,50 @@ pub(crate) async fn login(
     })
     .await?;
     report.timed(Phase::Presence, t);
-    let sm = s.stream_management && enable_sm(&mut conn, &mut framer, &features).await?;
+    let (sm, sm_id) = match s.stream_management {
+        true => enable_sm(&mut conn, &mut framer, &features).await?,
+        false => (false, None),
+    };
     Ok(LoggedIn {
         conn,
         framer,
         missing,
         jid,
         sm,
+        sm_id,
+        resumed: None,
     })
 }
 
-/// XEP-0198: enables stream management when the server offers it; whether it did. The
-/// stanzas the server sends before `<enabled/>` are not counted (they were sent before
-/// it counted), and a `<failed/>` leaves the stream as it was.
+fn offers_sm(features: &Element) -> bool {
+    features
+        .children
+        .iter()
+        .any(|c| c.local_name() == "sm" && c.ns() == Some(super::sm::NS))
+}
+
+/// XEP-0198: enables stream management (asking for resumption) when the server offers
+/// it; whether it did, and the id to resume with when the server allows it. The stanzas
+/// the server sends before `<enabled/>` are not counted (they were sent before it
+/// counted), and a `<failed/>` leaves the stream as it was.
 async fn enable_sm(
     conn: &mut Connection,
     framer: &mut Framer,
     features: &Element,
-) -> Result<bool, Failure> {
-    let offered = features
-        .children
-        .iter()
-        .any(|c| c.local_name() == "sm" && c.ns() == Some(super::sm::NS));
-    if !offered {
-        return Ok(false);
+) -> Result<(bool, Option<String>), Failure> {
+    if !offers_sm(features) {
+        return Ok((false, None));
     }
     send(conn, Phase::Bind, super::sm::ENABLE).await?;
     let e = element_where(conn, framer, Phase::Bind, |e| {
         matches!(e.local_name(), "enabled" | "failed") && e.ns() == Some(super::sm::NS)
     })
     .await?;
-    Ok(e.local_name() == "enabled")
+    if e.local_name() != "enabled" {
+        return Ok((false, None));
+    }
+    let resumable = matches!(e.attr("resume"), Some("true" | "1"));
+    Ok((true, e.attr("id").filter(|_| resumable).map(str::to_string)))
 }
 
 /// The sessions of the run (other than `id`) that a roster result lacks, or holds with a

@@ -359,10 +359,17 @@ impl Session {
     fn online(&mut self, l: login::LoggedIn) {
         let (rd, wr) = l.conn.split();
         let writer = Arc::new(Mutex::new(wr));
-        self.sm = l.sm.then(|| {
-            self.s.ledger.stream_management(1, 0, 0);
-            Arc::new(sm::Sm::default())
-        });
+        if l.resumed.is_none() {
+            // A stream not resumed: what the dead one's server had not acknowledged is
+            // in doubt now.
+            if let Some(old) = self.sm.take() {
+                old.died(&self.s.ledger);
+            }
+            self.sm = l.sm.then(|| {
+                self.s.ledger.stream_management(1, 0, 0);
+                Arc::new(sm::Sm::new(l.sm_id.clone()))
+            });
+        }
         self.alive.store(true, Ordering::SeqCst);
         self.s.online[self.id].store(true, Ordering::SeqCst);
         let reader = Reader {
@@ -396,8 +403,21 @@ impl Session {
         report.counters.reconnections += 1;
         // Boxed: a login's state is large and lives only while it logs in; inline, it
         // would be part of every waiting session's future (1.9 KiB each).
-        match Box::pin(login::login(&self.s, self.id, &mut self.rng, report)).await {
-            Ok(l) => {
+        let resume = self.sm.as_ref().and_then(|s| s.resumption());
+        let login = login::login_or_resume(&self.s, self.id, &mut self.rng, report, resume);
+        match Box::pin(login).await {
+            Ok(mut l) => {
+                if let (Some(h), Some(sm)) = (l.resumed, &self.sm) {
+                    // What the server had not handled is written again, before anything
+                    // else (the reader's answers come after): the queue keeps the wire's
+                    // order.
+                    let again = sm.resumed(h, &self.s.ledger);
+                    if !again.is_empty() {
+                        let mut bytes = again.concat();
+                        bytes.extend_from_slice(sm::REQUEST.as_bytes());
+                        let _ = l.conn.send(&bytes).await;
+                    }
+                }
                 // The roster lives on the server: a --roster all run subscribed already.
                 self.online(l);
                 self.retry = None;
@@ -844,7 +864,10 @@ impl Driver for Session {
             if let Some(sm) = &self.sm {
                 // Under the writer's lock: the queue keeps the wire's order. The request
                 // for an acknowledgement goes in the same write.
-                sm.sent((kind != Traffic::Raw).then_some(seq));
+                sm.sent(
+                    (kind != Traffic::Raw).then_some(seq),
+                    self.stanza.as_bytes(),
+                );
                 self.stanza.push_str(sm::REQUEST);
             }
             w.send(self.stanza.as_bytes()).await
@@ -865,6 +888,13 @@ impl Driver for Session {
     }
 
     async fn finish(&mut self, _report: &mut UnitReport) {
+        // A dead stream left for a resumption that will not come: what its server had not
+        // acknowledged is in doubt.
+        if !self.alive.load(Ordering::SeqCst) {
+            if let Some(sm) = self.sm.take() {
+                sm.died(&self.s.ledger);
+            }
+        }
         // Sessions whose units ran out first stay online (and keep reading) until every
         // session is done sending: a late unit's recipients must still be there.
         self.s.finishing.tried();
@@ -952,6 +982,8 @@ impl Reader {
                 // Not spate's own close: what was in flight may have died with it; with
                 // stream management, only what the server had not acknowledged.
                 match &self.sm {
+                    // Resumable: the next login resumes it (or finds it gone).
+                    Some(sm) if sm.resumption().is_some() => {}
                     Some(sm) => sm.died(&self.s.ledger),
                     None => self.s.ledger.stream_died(),
                 }
@@ -975,7 +1007,7 @@ impl Reader {
         let _ = Box::pin(async move {
             let mut w = w.lock().await;
             if let Some(sm) = sm.as_ref().filter(|_| stanza) {
-                sm.sent(None);
+                sm.sent(None, text.as_bytes());
             }
             w.send(text.as_bytes()).await
         })
