@@ -321,7 +321,10 @@ fn e5_xmpp_fanout_embedded() {
         m["slopes"]["columns"]["server CPU per multicast [us]"].is_number(),
         "{m}"
     );
-    assert!(stdout.contains("slope per addresses"), "{stdout}");
+    assert!(
+        stdout.contains("slope per addresses (± standard error)"),
+        "{stdout}"
+    );
 }
 
 /// E3, short: the scenario against the bed's nginx authorization service with a client

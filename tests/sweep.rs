@@ -285,6 +285,8 @@ async fn xmpp_sweep_over_addresses_reports_the_cost_per_destination() {
             "30",
             "--wait",
             "2s",
+            "--login-rate",
+            "8/s",
             "--monitor-pid",
             &pid,
         ]
@@ -322,6 +324,15 @@ async fn xmpp_sweep_over_addresses_reports_the_cost_per_destination() {
             "{m}"
         );
         assert_eq!(m["missing"], 0);
+        // The logins (paced over more than a second) are not the load: the server's CPU
+        // is taken from their end.
+        let w = &s["extra"]["monitor"]["after_setup"];
+        assert!(w["from_s"].as_f64().unwrap() >= 1.0, "{w}");
+        assert!(
+            w["seconds"].as_f64().unwrap() < s["elapsed_s"].as_f64().unwrap(),
+            "{w}"
+        );
+        assert_eq!(s["extra"]["xmpp"]["server"]["window"], "after the logins");
     }
     let sl = &sweep["slopes"];
     assert_eq!(sl["latency_phase"], "multicast_last", "{sweep}");
@@ -329,12 +340,20 @@ async fn xmpp_sweep_over_addresses_reports_the_cost_per_destination() {
         sl["latency_p50_us"].is_number() && sl["cpu_us_per_unit"].is_number(),
         "{sl}"
     );
+    assert!(sl["cpu_us_per_unit_se"].is_number(), "{sl}");
     assert!(
         o.stdout
-            .contains("slope per addresses: multicast_last latency p50 "),
+            .contains("slope per addresses (± standard error): multicast_last latency p50 "),
         "{}",
         o.stdout
     );
+    // The server's CPU per multicast, and per destination, per step.
+    assert!(
+        o.stdout.contains("server CPU per unit [µs]"),
+        "{}",
+        o.stdout
+    );
+    assert!(o.stdout.contains("… per addresses [µs]"), "{}", o.stdout);
     let page = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(
         page.contains("Cost per addresses"),

@@ -431,14 +431,15 @@ impl Observer for LedgerReport {
                 "resumed": sm(3),
             });
         }
-        if let Some(cpu) = server_cpu(summary) {
-            // E5's own number: what the server spent per delivery it made (its logins and
-            // everything else of the run included; a sweep's slope takes them out).
+        if let Some((cpu, window)) = server_cpu(summary) {
+            // E5's own number: what the server spent per delivery it made, over the load
+            // (from the end of the logins when they took a second or more).
             let per = (t.delivered > 0).then(|| (cpu * 1e6 / t.delivered as f64).round());
             x["server"] = serde_json::json!({
                 "cpu_s": (cpu * 1000.0).round() / 1000.0,
                 "cpu_us_per_delivery": per,
-                "basis": "the monitored server processes (--monitor-pid, --monitor-process) over the whole run, logins included",
+                "window": window,
+                "basis": format!("the monitored server processes (--monitor-pid, --monitor-process), {window}"),
             });
         }
         summary.extra.insert("xmpp".into(), x);
@@ -447,14 +448,26 @@ impl Observer for LedgerReport {
 
 /// The CPU seconds the monitored server processes used during the run (none when no
 /// process was monitored).
-fn server_cpu(summary: &Summary) -> Option<f64> {
-    let mean = summary.extra.get("monitor")?.get("mean")?.as_object()?;
+/// The followed server processes' CPU seconds over the load: from the end of every
+/// session's login when that was a phase of its own (`monitor.after_setup`: the login
+/// storm is not the load's), else over the whole run; and which it is.
+fn server_cpu(summary: &Summary) -> Option<(f64, &'static str)> {
+    let monitor = summary.extra.get("monitor")?;
+    let (mean, secs, basis) = match monitor.get("after_setup").filter(|a| a.is_object()) {
+        Some(a) => (
+            a.get("mean")?,
+            a.get("seconds")?.as_f64()?,
+            "after the logins",
+        ),
+        None => (monitor.get("mean")?, summary.elapsed_s, "logins included"),
+    };
     let pct: Vec<f64> = mean
+        .as_object()?
         .iter()
         .filter(|(k, _)| k.starts_with("proc.") && k.ends_with(".cpu_pct"))
         .filter_map(|(_, v)| v.as_f64())
         .collect();
-    (!pct.is_empty()).then(|| pct.iter().sum::<f64>() * summary.elapsed_s / 100.0)
+    (!pct.is_empty()).then(|| (pct.iter().sum::<f64>() * secs / 100.0, basis))
 }
 
 /// The stanza templates of --raw FILE, each checked: one element (message, presence or
@@ -677,7 +690,8 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     }
     let server = finished.summary.extra.get("xmpp").map(|x| &x["server"]);
     if let Some(per) = server.and_then(|s| s["cpu_us_per_delivery"].as_f64()) {
-        println!("server CPU: {per:.0} µs per delivery (logins included)");
+        let window = server.and_then(|s| s["window"].as_str()).unwrap_or("");
+        println!("server CPU: {per:.0} µs per delivery ({window})");
     }
     if register {
         let reg =

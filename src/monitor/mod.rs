@@ -88,6 +88,9 @@ pub struct Monitor {
     planned_s: Option<f64>,
     /// When every session's setup had ended (seconds into the run).
     setup_done_s: Option<f64>,
+    /// Sums, samples and seconds of the intervals wholly after the setup (XMPP's logins):
+    /// the load's own window, without the login storm.
+    after_setup: (Vec<f64>, u64, f64),
     /// The CPU figure a sweep reports: the monitored processes, or the host.
     cpu_basis: String,
     /// Seconds of one-second rows in monitor.csv; then a row per minute.
@@ -191,6 +194,7 @@ impl Monitor {
             leak_warn_mb_h,
             planned_s: None,
             setup_done_s: None,
+            after_setup: (Vec::new(), 0, 0.0),
             cpu_basis,
             detail_s: f64::INFINITY,
             window: None,
@@ -306,8 +310,23 @@ impl Monitor {
         } else {
             0.0
         };
+        // The load's own window (after every session's setup), when the setup took a
+        // second or more (XMPP's logins): figures of the load without the login storm.
+        let after_setup = match (&self.after_setup, self.setup_done_s) {
+            ((sums, n, secs), Some(from)) if *n > 0 && from >= 1.0 => {
+                let m: Map<String, Value> = self
+                    .columns
+                    .iter()
+                    .zip(sums)
+                    .map(|(c, s)| (c.clone(), json!(r3(s / *n as f64))))
+                    .collect();
+                json!({"from_s": r3(from), "seconds": r3(*secs), "samples": n, "mean": m})
+            }
+            _ => Value::Null,
+        };
         let v = json!({
             "file": "monitor.csv",
+            "after_setup": after_setup,
             "columns": self.columns,
             "samples": self.n,
             "cpu_basis": self.cpu_basis,
@@ -417,6 +436,15 @@ impl Observer for Monitor {
             if *v > self.max[i] {
                 self.max[i] = *v;
             }
+        }
+        if snap.setup_done_s.is_some_and(|s| snap.t_s - dt >= s - 1e-6) {
+            let (sums, n, secs) = &mut self.after_setup;
+            sums.resize(self.vals.len(), 0.0);
+            for (s, v) in sums.iter_mut().zip(&self.vals) {
+                *s += v;
+            }
+            *n += 1;
+            *secs += dt;
         }
         for t in &mut self.rss {
             let rss = self.vals[t.col];

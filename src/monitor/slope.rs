@@ -14,6 +14,19 @@ pub fn slope(points: &[(f64, f64)]) -> Option<f64> {
     (sxx > 0.0).then(|| sxy / sxx)
 }
 
+/// The least-squares slope and its standard error (the residuals' spread over the
+/// spread of x): None with fewer than 3 points or a single x.
+pub fn slope_se(points: &[(f64, f64)]) -> Option<(f64, f64)> {
+    let b = slope(points)?;
+    let n = points.len() as f64;
+    let mx = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let my = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let a = my - b * mx;
+    let sse: f64 = points.iter().map(|p| (p.1 - a - b * p.0).powi(2)).sum();
+    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    Some((b, (sse / (n - 2.0) / sxx).sqrt()))
+}
+
 /// Whether memory (MB against hours) grows like a leak: faster than `limit` MB/h over
 /// the points, by at least `min_mb` in all, and still in both halves of the time (each
 /// at more than half the limit and at more than a quarter of the whole run's slope, when
@@ -87,6 +100,19 @@ pub fn drift(per_interval: &[(f64, f64, u64)]) -> Option<Drift> {
 
 #[cfg(test)]
 mod tests {
+    use super::slope_se;
+
+    #[test]
+    fn a_slope_has_its_standard_error() {
+        // On a line: no error.
+        let (b, se) = slope_se(&[(1.0, 3.0), (2.0, 5.0), (3.0, 7.0)]).unwrap();
+        assert!((b - 2.0).abs() < 1e-12 && se.abs() < 1e-12);
+        // y = 2x, with residuals +1, -1, -1, +1 at x = 1..4: slope 2, se sqrt(4/2/5).
+        let (b, se) = slope_se(&[(1.0, 3.0), (2.0, 3.0), (3.0, 5.0), (4.0, 9.0)]).unwrap();
+        assert!((b - 2.0).abs() < 1e-12, "{b}");
+        assert!((se - (0.4f64).sqrt()).abs() < 1e-12, "{se}");
+        assert!(slope_se(&[(1.0, 1.0), (2.0, 2.0)]).is_none());
+    }
     use super::*;
 
     #[test]

@@ -153,10 +153,14 @@ fn slopes(b: &mut String, sw: &Sweep, param: &str) {
         ),
         ("throughput_per_s", format!("throughput, /s per {param}")),
     ] {
-        let v = f(sl, k).map_or("not measurable".to_string(), |v| format!("{v:+.1}"));
+        let v = match (f(sl, k), f(sl, &format!("{k}_se"))) {
+            (Some(v), Some(se)) => format!("{v:+.1} ± {se:.1}"),
+            (Some(v), None) => format!("{v:+.1}"),
+            _ => "not measurable".to_string(),
+        };
         card(b, &v, &label);
     }
-    b.push_str("</div>\n<p class=\"sub\">least-squares slopes over every step and repeat</p>\n");
+    b.push_str("</div>\n<p class=\"sub\">least-squares slopes over every step and repeat, ± their standard error</p>\n");
 }
 
 /// What the CPU column measured: the server's processes, or the whole host when none

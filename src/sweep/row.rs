@@ -97,7 +97,19 @@ impl Row {
         let lat = wanted.iter().find_map(|p| s.phase(p));
         let ms = |us: f64| (us / 1000.0 * 1000.0).round() / 1000.0;
         let mon = s.extra.get("monitor");
-        let mean = mon.and_then(|m| m.get("mean")).and_then(|m| m.as_object());
+        // The load's own window when the logins were a phase of their own (XMPP): the
+        // server's figures without the login storm; else the whole run.
+        let window = mon
+            .and_then(|m| m.get("after_setup"))
+            .filter(|w| w.is_object());
+        let window_s = window
+            .and_then(|w| w["seconds"].as_f64())
+            .unwrap_or(s.elapsed_s);
+        let mean = match window {
+            Some(w) => w.get("mean"),
+            None => mon.and_then(|m| m.get("mean")),
+        }
+        .and_then(|m| m.as_object());
         let sum_of = |pred: &dyn Fn(&str) -> bool| {
             mean.map(|m| {
                 m.iter()
@@ -147,7 +159,7 @@ impl Row {
         };
         let cpu_us_per_unit = cpu
             .filter(|_| basis != "host" && s.totals.accepted > 0)
-            .map(|pct| (pct / 100.0 * s.elapsed_s * 1e6 / s.totals.accepted as f64).round());
+            .map(|pct| (pct / 100.0 * window_s * 1e6 / s.totals.accepted as f64).round());
         let bound_by = s
             .extra
             .get("bound_by")

@@ -67,6 +67,12 @@ pub struct Slopes {
     /// The monitored server's CPU per accepted unit (None without a followed process).
     pub cpu_us_per_unit: Option<f64>,
     pub throughput_per_s: Option<f64>,
+    /// Each slope's standard error (same units): a slope within about two of them of
+    /// zero is not told apart from none.
+    pub latency_p50_us_se: Option<f64>,
+    pub latency_p99_us_se: Option<f64>,
+    pub cpu_us_per_unit_se: Option<f64>,
+    pub throughput_per_s_se: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -193,21 +199,30 @@ pub fn analyse(sw: &Swept<'_>, values: &[u64], rows: &[Row]) -> Analysis {
 }
 
 fn slopes(rows: &[Row]) -> Slopes {
+    let r3 = |v: f64| (v * 1000.0).round() / 1000.0;
     let of = |f: &dyn Fn(&Row) -> Option<f64>| {
         let pts: Vec<(f64, f64)> = rows
             .iter()
             .filter_map(|r| f(r).map(|y| (r.value as f64, y)))
             .collect();
-        crate::monitor::slope::slope(&pts).map(|v| (v * 1000.0).round() / 1000.0)
+        crate::monitor::slope::slope_se(&pts).map(|(b, se)| (r3(b), r3(se)))
     };
+    let p50 = of(&|r| Some(r.latency_p50_ms * 1000.0));
+    let p99 = of(&|r| Some(r.latency_p99_ms * 1000.0));
+    let cpu = of(&|r| r.cpu_us_per_unit);
+    let thr = of(&|r| Some(r.throughput_per_s));
     Slopes {
         latency_phase: rows
             .first()
             .map_or(String::new(), |r| r.latency_phase.clone()),
-        latency_p50_us: of(&|r| Some(r.latency_p50_ms * 1000.0)),
-        latency_p99_us: of(&|r| Some(r.latency_p99_ms * 1000.0)),
-        cpu_us_per_unit: of(&|r| r.cpu_us_per_unit),
-        throughput_per_s: of(&|r| Some(r.throughput_per_s)),
+        latency_p50_us: p50.map(|x| x.0),
+        latency_p99_us: p99.map(|x| x.0),
+        cpu_us_per_unit: cpu.map(|x| x.0),
+        throughput_per_s: thr.map(|x| x.0),
+        latency_p50_us_se: p50.map(|x| x.1),
+        latency_p99_us_se: p99.map(|x| x.1),
+        cpu_us_per_unit_se: cpu.map(|x| x.1),
+        throughput_per_s_se: thr.map(|x| x.1),
     }
 }
 
@@ -234,9 +249,33 @@ pub fn render(a: &Analysis, _rows: &[Row]) -> String {
     // The ping probe's line only when a step had one (E4's smtpping column).
     let ping: (&str, Get, usize) = ("ping latency [ms]", |s| s.ping_ms, 1);
     let with_ping = a.steps.iter().any(|s| s.ping_ms.is_some());
-    for (label, get, prec) in lines.into_iter().chain(with_ping.then_some(ping)) {
+    // The cost of one more unit of the swept option (E5: an address of a multicast):
+    // the server's CPU per unit, and that per unit of the value.
+    let per_unit: [(&str, Get, usize); 2] = [
+        ("server CPU per unit [µs]", |s| s.cpu_us_per_unit, 0),
+        (
+            "… per unit of the value [µs]",
+            |s| {
+                s.cpu_us_per_unit.map(|c| Spread {
+                    mean: c.mean / s.value.max(1) as f64,
+                    min: c.min / s.value.max(1) as f64,
+                    max: c.max / s.value.max(1) as f64,
+                    sd: c.sd / s.value.max(1) as f64,
+                })
+            },
+            1,
+        ),
+    ];
+    let with_cost = a.slopes.is_some() && a.steps.iter().any(|s| s.cpu_us_per_unit.is_some());
+    let cost = per_unit.into_iter().filter(|_| with_cost);
+    for (label, get, prec) in lines
+        .into_iter()
+        .chain(cost)
+        .chain(with_ping.then_some(ping))
+    {
         let label = match label {
             "throughput" => format!("throughput [{}]", a.unit),
+            "… per unit of the value [µs]" => format!("… per {} [µs]", a.param),
             l => l.to_string(),
         };
         grid.push(
@@ -285,17 +324,19 @@ pub fn render(a: &Analysis, _rows: &[Row]) -> String {
         }
     }
     if let Some(sl) = &a.slopes {
-        let f = |v: Option<f64>, unit: &str| {
-            v.map_or("not measurable".to_string(), |v| format!("{v:+.1} {unit}"))
+        let f = |v: Option<f64>, se: Option<f64>, unit: &str| match (v, se) {
+            (Some(v), Some(se)) => format!("{v:+.1} ± {se:.1} {unit}"),
+            (Some(v), None) => format!("{v:+.1} {unit}"),
+            _ => "not measurable".to_string(),
         };
         out.push_str(&format!(
-            "slope per {}: {} latency p50 {}, p99 {}; server CPU per unit {}; throughput {}\n",
+            "slope per {} (± standard error): {} latency p50 {}, p99 {}; server CPU per unit {}; throughput {}\n",
             a.param,
             sl.latency_phase,
-            f(sl.latency_p50_us, "µs"),
-            f(sl.latency_p99_us, "µs"),
-            f(sl.cpu_us_per_unit, "µs"),
-            f(sl.throughput_per_s, "/s"),
+            f(sl.latency_p50_us, sl.latency_p50_us_se, "µs"),
+            f(sl.latency_p99_us, sl.latency_p99_us_se, "µs"),
+            f(sl.cpu_us_per_unit, sl.cpu_us_per_unit_se, "µs"),
+            f(sl.throughput_per_s, sl.throughput_per_s_se, "/s"),
         ));
     }
     match a.knee_value {
