@@ -6,15 +6,20 @@
 //! - [`opts`]: the clap pieces client commands share (target, transport, workload,
 //!   output, monitoring, accounts).
 //! - Services the commands compose:
-//!   - [`scenario`]: scenario files (steps, hooks, waits, thresholds) and
-//!     `--dump-scenario`; runs steps through the [`ctx::Runner`] it is handed.
+//!   - [`scenario`]: scenario files (steps, hooks, waits, thresholds, `[[fault]]`) and
+//!     `--dump-scenario`; runs steps through the [`ctx::Runner`] it is handed. Its
+//!     threshold rules also serve the load commands' `--threshold` and sweep's
+//!     `--objective`, and its JUnit writer their `--junit`.
 //!   - [`sweep`]: the sweep table, USL fit and knee.
 //!   - [`verify`]: end-to-end delivery accounting from a run's sent.log.
 //!   - [`monitor`]: server monitoring (/proc, Postfix queue, Prometheus), an observer.
 //!   - [`ui`]: the live views of a run (progress line, dashboard, Prometheus endpoint),
 //!     observers.
 //!   - [`report`]: pure functions of a results directory (text, HTML, compare).
-//!   - [`serve`]: the embedded mail server, the demo's and the tests' target.
+//!   - [`serve`]: the embedded mail, chat and request/response server, the demo's and
+//!     the tests' target, with the faults a checker must catch.
+//!   - [`fault`]: faults on a schedule (`--fault`): signals, commands, the network proxy,
+//!     kernel faults in a namespace; an observer.
 //! - [`engine`]: owns the run: clock, recorder, schedule (closed users, open arrivals,
 //!   stages), the one worker body, the commit of each unit's report, the aggregator,
 //!   signals, observers, the summary.
@@ -25,7 +30,8 @@
 //! - [`proto`]: sans-I/O codecs (SMTP, POP3, IMAP, XMPP, SASL, dot-stuffing, request/response
 //!   framing): no sockets, no clocks.
 //! - [`metrics`], [`results`]: phases, error classes, counters, the sharded recorder; the
-//!   results directory. Neither knows a protocol.
+//!   results directory. Both still name protocols' phases and counters (issue 34's work:
+//!   each protocol is to declare its own).
 //! - [`message`], [`tls`], [`units`], [`error`], [`ctx`]: the message factory, rustls
 //!   configuration, human units, the two error kinds, the context a command is handed.
 
