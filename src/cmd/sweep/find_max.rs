@@ -432,7 +432,9 @@ pub async fn run(
                 held = Some(v);
                 break;
             }
-            // A hold that fails is a failure there: search below it.
+            // A hold whose generator was the limit is this generator's limit; one that
+            // fails is a failure there: either way the search goes on below it.
+            ("hold", Outcome::Generator) => search.record(v, Outcome::Generator),
             ("hold", _) => search.record(v, Outcome::Fail),
             (_, o) => search.record(v, o),
         }
