@@ -322,7 +322,11 @@ fn e5_xmpp_fanout_embedded() {
         "{m}"
     );
     assert!(
-        stdout.contains("slope per addresses (± standard error)"),
+        m["slopes"]["standard_errors"]["server CPU per multicast [us]"].is_number(),
+        "{m}"
+    );
+    assert!(
+        stdout.contains("slope per addresses (least squares over the rows, ± its standard error)"),
         "{stdout}"
     );
 }

@@ -132,7 +132,7 @@ fn slopes(sc: &Scenario, header: &[String], rows: &[Vec<String>]) -> Option<serd
         .iter()
         .map(|r| r[0].parse::<f64>().ok())
         .collect::<Option<_>>()?;
-    let mut found = serde_json::Map::new();
+    let (mut found, mut errors) = (serde_json::Map::new(), serde_json::Map::new());
     // Every report column: not the variable's own (the first), nor the exit (the last).
     for (i, title) in header.iter().enumerate().take(header.len() - 1).skip(1) {
         let pts: Vec<(f64, f64)> = xs
@@ -140,17 +140,22 @@ fn slopes(sc: &Scenario, header: &[String], rows: &[Vec<String>]) -> Option<serd
             .zip(rows)
             .filter_map(|(&x, r)| r[i].parse::<f64>().ok().map(|y| (x, y)))
             .collect();
-        if let Some(m) = crate::monitor::slope::slope(&pts) {
+        if let Some((m, se)) = crate::monitor::slope::slope_se(&pts) {
             found.insert(title.clone(), json!(m));
+            errors.insert(title.clone(), json!(se));
         }
     }
     if found.is_empty() {
         return None;
     }
-    println!("\nslope per {var} (least squares over the rows):");
+    println!("\nslope per {var} (least squares over the rows, ± its standard error):");
     let w = found.keys().map(|k| k.chars().count()).max().unwrap_or(0);
     for (k, v) in &found {
-        println!("  {k:<w$}  {}", table::show(v.as_f64()));
+        println!(
+            "  {k:<w$}  {} ± {}",
+            table::show(v.as_f64()),
+            table::show(errors[k].as_f64())
+        );
     }
-    Some(json!({"per": var, "columns": found}))
+    Some(json!({"per": var, "columns": found, "standard_errors": errors}))
 }
