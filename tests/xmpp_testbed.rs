@@ -11,8 +11,10 @@ use common::bed::Bed;
 
 const SPATE: &str = env!("CARGO_BIN_EXE_spate");
 
-fn load(bed: &Bed, out: &Path, extra: &[&str]) -> serde_json::Value {
-    let o = Command::new(SPATE)
+/// `spate xmpp` against the bed's server: 10 sessions of its accounts over STARTTLS
+/// with its CA, quiet, into `out`, with `extra`; its output.
+fn xmpp(bed: &Bed, out: &Path, extra: &[&str]) -> std::process::Output {
+    Command::new(SPATE)
         .args([
             "xmpp",
             bed.var("SPATE_XMPP"),
@@ -23,16 +25,17 @@ fn load(bed: &Bed, out: &Path, extra: &[&str]) -> serde_json::Value {
             bed.var("SPATE_CA"),
             "--users",
             "10",
-            "-n",
-            "300",
-            "--roster",
             "-q",
             "-o",
             out.to_str().unwrap(),
         ])
         .args(extra)
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+fn load(bed: &Bed, out: &Path, extra: &[&str]) -> serde_json::Value {
+    let o = xmpp(bed, out, &[&["-n", "300", "--roster"], extra].concat());
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(
         o.status.success(),
@@ -297,29 +300,11 @@ fn prosody_streams_cut_by_the_network_are_resumed_and_nothing_is_in_doubt() {
         return;
     };
     let out = tmp.path().join("r");
-    let o = Command::new(SPATE)
-        .args([
-            "xmpp",
-            bed.var("SPATE_XMPP"),
-            "--users-file",
-            bed.var("SPATE_USERS_FILE"),
-            "--starttls",
-            "--ca",
-            bed.var("SPATE_CA"),
-            "--users",
-            "10",
-            "--rate",
-            "50/s",
-            "-d",
-            "5s",
-            "--fault",
-            "at=2s net=reset",
-            "-q",
-            "-o",
-            out.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
+    let o = xmpp(
+        &bed,
+        &out,
+        &["--rate", "50/s", "-d", "5s", "--fault", "at=2s net=reset"],
+    );
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(
         o.status.success(),

@@ -26,12 +26,10 @@ pub fn checks(output: &OutputArgs, command: &str) -> Result<Vec<Check>, UsageErr
         .iter()
         .map(|t| {
             let c = Check::parse(t).map_err(UsageError)?;
+            // `smtp.messages_per_s`: the command's name may come first.
             c.check_static(&c.path)
-                .or_else(|e| match c.path.split_first() {
-                    // `smtp.messages_per_s`: the command's name first.
-                    Some((first, rest)) if first == command && !rest.is_empty() => {
-                        c.check_static(rest)
-                    }
+                .or_else(|e| match c.after_command(command) {
+                    rest if rest.len() < c.path.len() => c.check_static(rest),
                     _ => Err(e),
                 })
                 .map_err(UsageError)?;

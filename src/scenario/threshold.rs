@@ -375,11 +375,17 @@ impl Check {
     }
 
     /// Whether the check can be watched while the run goes: its figure is in summary.json.
-    pub fn watchable(&self, command: &str) -> Result<(), String> {
-        let path = match self.path.split_first() {
+    /// The path without a leading command name (`smtp.messages_per_s`): what a load
+    /// command's own rule reads. A phase statistic keeps its path (`p99(smtp.x)`).
+    pub fn after_command(&self, command: &str) -> &[String] {
+        match self.path.split_first() {
             Some((c, rest)) if c == command && !rest.is_empty() && self.stat.is_none() => rest,
             _ => &self.path[..],
-        };
+        }
+    }
+
+    pub fn watchable(&self, command: &str) -> Result<(), String> {
+        let path = self.after_command(command);
         let first = path[0].as_str();
         let in_summary = self.stat.is_some()
             || matches!(first, "errors" | "totals" | "extra")

@@ -18,10 +18,19 @@ use std::time::{Duration, Instant};
 /// The account's file name, in the Maildir root.
 pub const JOURNAL: &str = ".spate-ack-before-store.log";
 
-/// Writes a message to tmp/ and moves it into new/ (Maildir's delivery).
+/// Writes a message to tmp/ and links it into new/ (Maildir's delivery), never over a
+/// file that is there already: the tmp/ file is created new, and a link fails where a
+/// rename would replace. The tmp/ name is removed once the link is made.
 pub fn write(tmp: &Path, new: &Path, data: &[u8]) -> std::io::Result<()> {
-    std::fs::write(tmp, data)?;
-    std::fs::rename(tmp, new)
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(tmp)?;
+    std::io::Write::write_all(&mut f, data)?;
+    drop(f);
+    let linked = std::fs::hard_link(tmp, new);
+    let _ = std::fs::remove_file(tmp);
+    linked
 }
 
 struct Pending {
@@ -162,6 +171,27 @@ fn trace_of(data: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_delivery_never_replaces_a_file_that_is_there() {
+        let d = tempfile::tempdir().unwrap();
+        let (tmp, new) = (d.path().join("t"), d.path().join("n"));
+        std::fs::write(&new, "someone else's").unwrap();
+        assert!(write(&tmp, &new, b"ours").is_err());
+        assert_eq!(std::fs::read_to_string(&new).unwrap(), "someone else's");
+        assert!(!tmp.exists(), "no tmp/ file is left behind");
+        // Nor a tmp/ file of that name.
+        std::fs::write(&tmp, "another's").unwrap();
+        let other = d.path().join("m");
+        assert!(write(&tmp, &other, b"ours").is_err());
+        assert_eq!(std::fs::read_to_string(&tmp).unwrap(), "another's");
+        assert!(!other.exists());
+        // The normal case.
+        std::fs::remove_file(&tmp).unwrap();
+        write(&tmp, &other, b"ours").unwrap();
+        assert_eq!(std::fs::read(&other).unwrap(), b"ours");
+        assert!(!tmp.exists());
+    }
 
     #[test]
     fn acked_copies_are_stored_later_and_a_clean_stop_stores_the_rest() {
