@@ -289,10 +289,12 @@ fn prosody_killed_and_restarted_mid_run_loses_nothing() {
 }
 
 /// XEP-0198 resumption against Prosody with mod_smacks: the network resets every stream
-/// mid-run (spate's proxy, `net=reset`) while the server stays up; each session resumes
-/// its stream on its next connection instead of logging in again, the server's count
-/// says which stanzas it had and the others are written again: nothing is in doubt,
-/// nothing missing, nothing twice.
+/// mid-run (spate's proxy, `net=reset`) while the server stays up, with stanzas held on
+/// the wire in both directions by a slow network at that moment; each session resumes
+/// its stream instead of logging in again (on its next unit, or at the run's end when it
+/// has none left: the server kept what was on its way to it), the server's count says
+/// which stanzas it had and the others are written again: nothing is in doubt, nothing
+/// missing, nothing twice.
 #[test]
 fn prosody_streams_cut_by_the_network_are_resumed_and_nothing_is_in_doubt() {
     let tmp = tempfile::tempdir().unwrap();
@@ -303,7 +305,16 @@ fn prosody_streams_cut_by_the_network_are_resumed_and_nothing_is_in_doubt() {
     let o = xmpp(
         &bed,
         &out,
-        &["--rate", "50/s", "-d", "5s", "--fault", "at=2s net=reset"],
+        &[
+            "--rate",
+            "50/s",
+            "-d",
+            "5s",
+            "--fault",
+            "at=2s for=1s net=latency:400ms",
+            "--fault",
+            "at=2.2s net=reset",
+        ],
     );
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(

@@ -694,7 +694,14 @@ impl Driver for Session {
         Outcome::Accepted
     }
 
-    async fn finish(&mut self, _report: &mut UnitReport) {
+    async fn finish(&mut self, report: &mut UnitReport) {
+        // A stream that died and can be resumed is resumed now, as a client would, even
+        // though this session has nothing left to send: the server kept for it what was
+        // on its way to it when the stream died, and hands that over on resumption.
+        let resumable = self.sm.as_ref().is_some_and(|s| s.resumption().is_some());
+        if !self.alive.load(Ordering::SeqCst) && resumable {
+            self.reconnect(report).await;
+        }
         // A dead stream left for a resumption that will not come: what its server had not
         // acknowledged is in doubt.
         if !self.alive.load(Ordering::SeqCst) {

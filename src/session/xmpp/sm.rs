@@ -6,9 +6,10 @@
 //! missing, whatever happened to the stream. When a stream dies, only the stanzas the
 //! server had not acknowledged yet are indeterminate; without stream management every
 //! stanza in flight is. When the server allows resumption, a session whose stream died
-//! resumes it on its next connection (`<resume previd h/>`) instead of binding again: the
-//! server's count says which stanzas it had, the others are written again, and nothing
-//! is in doubt. A resumption the server refuses (it forgot the session: a restart) makes
+//! resumes it on its next connection (`<resume previd h/>`) instead of binding again, or
+//! at the run's end when it has no unit left (the server kept what was on its way to it):
+//! the server's count says which stanzas it had, the others are written again, and
+//! nothing is in doubt. A resumption the server refuses (it forgot the session: a restart) makes
 //! the unacknowledged ones indeterminate, and the session logs in afresh.
 
 use std::collections::VecDeque;
