@@ -98,3 +98,42 @@ async fn runs_never_share_a_directory_and_an_explicit_one_is_not_overwritten() {
     assert_eq!(runs(&root).len(), 3);
     server.shutdown().await;
 }
+
+/// An --out that holds files of a run's names that no run of spate's wrote (a user's own
+/// `intervals.csv`, `report.html`) is refused, with or without --overwrite, before
+/// anything is sent: a run would replace them. Files of other names do not stand in the
+/// way, and are left as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_out_with_a_users_files_of_a_runs_names_is_refused() {
+    let server = serve::start(serve::Config::loopback()).await.unwrap();
+    let addr = server.addrs.smtp.unwrap().to_string();
+    let cwd = tempfile::tempdir().unwrap();
+    let mine = cwd.path().join("mine");
+    std::fs::create_dir(&mine).unwrap();
+    std::fs::write(mine.join("intervals.csv"), "my own figures\n").unwrap();
+    std::fs::write(mine.join("notes.txt"), "keep\n").unwrap();
+    let out = mine.display().to_string();
+    for extra in [&[][..], &["--overwrite"][..]] {
+        let args = [&["smtp", &addr, "-n", "5", "-q", "-o", &out][..], extra].concat();
+        let o = spate_in(cwd.path(), &args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("intervals.csv"), "{err}");
+        assert_eq!(
+            std::fs::read_to_string(mine.join("intervals.csv")).unwrap(),
+            "my own figures\n"
+        );
+        assert!(!mine.join("summary.json").exists());
+    }
+    // Only files of other names: the run goes there and leaves them be.
+    std::fs::remove_file(mine.join("intervals.csv")).unwrap();
+    let o = spate_in(cwd.path(), &["smtp", &addr, "-n", "5", "-q", "-o", &out]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        std::fs::read_to_string(mine.join("notes.txt")).unwrap(),
+        "keep\n"
+    );
+    assert!(mine.join("summary.json").exists());
+    server.shutdown().await;
+}

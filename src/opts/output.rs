@@ -135,15 +135,37 @@ pub fn holds_run(dir: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// The first file in `dir` (a directory that holds no run) with the name of a file a run
+/// writes: someone else's, which a run there would replace.
+fn foreign_results_file(dir: &Path) -> Option<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| crate::results::outdir::is_results_file(n))
+        .collect();
+    names.sort();
+    names.into_iter().next()
+}
+
 /// The results directory of a new run, created: `out` when given (refused when it holds
-/// a run, unless `overwrite`), else a new `./spate-results/<timestamp>-<kind>` that no
+/// a run, unless `overwrite`, and when it holds no run but a file of a run's name, which
+/// would be replaced), else a new `./spate-results/<timestamp>-<kind>` that no
 /// other run has (another started in the same millisecond gets `-2`, ...), which
 /// `./spate-results/latest` then points to.
 pub fn results_dir(out: Option<&Path>, overwrite: bool, kind: &str) -> anyhow::Result<PathBuf> {
     if let Some(dir) = out {
-        if !overwrite && holds_run(dir) {
+        if holds_run(dir) {
+            if !overwrite {
+                return usage(format!(
+                    "{} holds an earlier run: give another --out, or --overwrite to replace it",
+                    dir.display()
+                ));
+            }
+        } else if let Some(name) = foreign_results_file(dir) {
             return usage(format!(
-                "{} holds an earlier run: give another --out, or --overwrite to replace it",
+                "{} holds {name}, which no run of spate's wrote and this run would replace: \
+                 give another --out (nothing written)",
                 dir.display()
             ));
         }

@@ -10,9 +10,10 @@ use crate::UsageError;
 
 /// The files spate writes into a run's results directory (the run, its report, a later
 /// `spate verify` of it): what `spate merge` may remove when it replaces an earlier
-/// merge with `--overwrite`. By exact name, so a user's `notes.csv` there is never one.
-fn is_results_file(name: &str) -> bool {
-    const NAMES: [&str; 13] = [
+/// merge with `--overwrite`, and what a run refuses to write over in a directory that
+/// holds no run. By exact name, so a user's `notes.csv` there is never one.
+pub fn is_results_file(name: &str) -> bool {
+    const NAMES: [&str; 14] = [
         "plan.json",
         "summary.json",
         "intervals.csv",
@@ -26,6 +27,7 @@ fn is_results_file(name: &str) -> bool {
         "verify.json",
         "deliveries.csv",
         "missing.tsv",
+        "thresholds.json",
     ];
     let hlog = name.strip_suffix(".hlog").is_some_and(|stem| {
         matches!(stem, "classes" | "delivery") || crate::metrics::Phase::from_name(stem).is_some()
