@@ -14,11 +14,13 @@ use crate::ctx::{CommandFuture, Ctx, Runner};
 #[command(
     name = "spate",
     version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("SPATE_COMMIT"), ")"),
-    about = "Load generator and measuring instrument for mail servers",
-    long_about = "spate generates SMTP/LMTP load (closed users or open arrival rates), times \
-                  every protocol phase in HDR histograms, classifies every error, records \
-                  every accepted message, and writes a results directory that reports are \
-                  made from. `spate demo` shows it all against the embedded server."
+    about = "Load generator and measuring instrument for messaging servers",
+    long_about = "spate generates load on mail, chat and request/response servers (SMTP, \
+                  LMTP, POP3, IMAP, XMPP, line/length/HTTP framed requests; closed users or \
+                  open arrival rates), times every protocol phase in HDR histograms, \
+                  classifies every error, accounts for every unit of work and proves \
+                  delivery, and writes a results directory that reports are made from. \
+                  `spate demo` shows it all against the embedded server."
 )]
 pub struct Cli {
     #[command(subcommand)]
