@@ -22,7 +22,7 @@
 //!     kernel faults in a namespace; an observer.
 //! - [`engine`]: owns the run: clock, recorder, schedule (closed users, open arrivals,
 //!   stages), the one worker body, the commit of each unit's report, the aggregator,
-//!   signals, observers, the summary.
+//!   signals, observers.
 //! - [`session`]: one driver per protocol over a shared toolkit (endpoint connect with
 //!   source-address rotation and TLS, failures, phase timing through the unit report).
 //! - [`transport`]: the one client connection type (TCP or TLS, STARTTLS upgrade, bounded
@@ -30,8 +30,11 @@
 //! - [`proto`]: sans-I/O codecs (SMTP, POP3, IMAP, XMPP, SASL, dot-stuffing, request/response
 //!   framing): no sockets, no clocks.
 //! - [`metrics`], [`results`]: phases, error classes, counters, the sharded recorder; the
-//!   results directory. Both still name protocols' phases and counters (issue 34's work:
-//!   each protocol is to declare its own).
+//!   results directory, the summary made from a run's totals, a run's shard and its share
+//!   of the work. Both still name protocols' phases and counters (issue 34's work: each
+//!   protocol is to declare its own).
+//!
+//! No two top-level modules import each other, directly or around a loop (tests/layers.rs).
 //! - [`message`], [`tls`], [`units`], [`error`], [`ctx`]: the message factory, rustls
 //!   configuration, human units, the two error kinds, the context a command is handed.
 

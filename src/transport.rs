@@ -519,6 +519,18 @@ async fn connect_stamped(
     Ok((tcp, called, tcp_info.map_or(0, |h| h.total_retrans)))
 }
 
+/// Where a connect goes in place of its server: set by the fault proxy (`fault::proxy`)
+/// when a run has network faults, so that this layer names no layer above it.
+static ROUTE: std::sync::OnceLock<Router> = std::sync::OnceLock::new();
+
+/// The address a connect to a server goes to (itself, or a proxy in front of it).
+pub type Router = fn(SocketAddr) -> io::Result<SocketAddr>;
+
+/// From now on every connect asks `router` where to go (the first router set stays).
+pub fn route_through(router: Router) {
+    let _ = ROUTE.set(router);
+}
+
 impl Connection {
     /// Connects (optionally from a given source address), with TCP_NODELAY set: a load
     /// generator that waits for delayed ACKs measures its own Nagle, not the server.
@@ -532,7 +544,10 @@ impl Connection {
     ) -> Result<Self, TransportError> {
         use std::os::fd::AsRawFd;
         // Through the fault proxy when the run has network faults.
-        let addr = crate::fault::proxy::route(addr).map_err(TransportError::from_io)?;
+        let addr = match ROUTE.get() {
+            Some(route) => route(addr).map_err(TransportError::from_io)?,
+            None => addr,
+        };
         let socket = if addr.is_ipv4() {
             TcpSocket::new_v4()
         } else {

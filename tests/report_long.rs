@@ -13,9 +13,9 @@ use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
 use hdrhistogram::Histogram;
-use spate::engine::SummaryHeader;
 use spate::metrics::{new_histogram, ErrorKey, ErrorKind, Phase, Shard};
 use spate::report::{chart, data, html};
+use spate::results::SummaryHeader;
 use spate::results::{TaggedLog, Writer};
 use spate::session::rr::classes::latency_json;
 

@@ -10,8 +10,8 @@ use std::thread::JoinHandle;
 
 use super::cpu::RunCpu;
 use super::observe::{Observer, Snapshot};
-use super::summary::SummaryHeader;
 use crate::metrics::{Recorder, Shard};
+use crate::results::SummaryHeader;
 use crate::results::{Summary, Writer};
 
 /// Intervals queued for the writer at most. A writer that falls further behind (a slow

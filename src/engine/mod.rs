@@ -7,7 +7,6 @@
 //! - [`unit`]: the driver trait, the unit report and its commit.
 //! - `worker`: the one worker body over a schedule strategy.
 //! - `aggregate`: intervals, totals and the results writer's thread.
-//! - [`summary`]: the summary of a run from its totals.
 
 mod aggregate;
 pub mod bound;
@@ -16,7 +15,6 @@ mod dispatch;
 mod observe;
 pub mod schedule;
 pub mod signals;
-pub mod summary;
 pub mod unit;
 mod worker;
 
@@ -31,14 +29,13 @@ use serde::Serialize;
 use tokio::task::JoinSet;
 
 use crate::metrics::{Clock, Recorder};
-use crate::results::{AddressBook, Summary, Writer};
+use crate::results::{AddressBook, Summary, SummaryHeader, Writer};
 use crate::units;
 
 pub use cpu::cpu_time;
 pub use observe::{Observer, Snapshot};
 pub use schedule::{Model, Workload};
 pub use signals::{Signal, Signals};
-pub use summary::SummaryHeader;
 pub use unit::{Ahead, Driver, Outcome, UnitHook, UnitReport};
 
 /// What every plan.json starts with.

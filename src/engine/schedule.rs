@@ -44,7 +44,7 @@ pub struct Workload {
     pub connect_rate: Option<f64>,
     /// This run is one shard of a larger one (its share of the load is above).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shard: Option<crate::opts::shard::ShardOf>,
+    pub shard: Option<crate::results::ShardOf>,
     /// The run id the shards share (the plan's run id).
     #[serde(skip)]
     pub run_id: Option<String>,

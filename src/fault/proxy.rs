@@ -149,6 +149,7 @@ fn state() -> &'static State {
 /// From now on this process's connects go through proxies (a run with a `net=` fault).
 pub fn enable() {
     state().on.store(true, Ordering::Relaxed);
+    crate::transport::route_through(route);
 }
 
 /// The run is over: no toxic, and connects go straight to their servers again (a

@@ -15,12 +15,16 @@
 //!
 //! [`merge`] makes one such directory of a sharded run's shards.
 
+mod header;
 pub mod merge;
 pub mod outdir;
+mod shard;
 mod summary;
 mod tagged;
 mod writer;
 
+pub use header::SummaryHeader;
+pub use shard::ShardOf;
 pub use summary::{ErrorRow, PhaseStats, Summary, SCHEMA_VERSION};
 pub use tagged::{decode_tag, encode_tag, TaggedLog};
 pub use writer::{

@@ -208,7 +208,7 @@ mod tests {
 
     #[test]
     fn row_takes_server_cpu_when_processes_are_monitored() {
-        let header = crate::engine::SummaryHeader {
+        let header = crate::results::SummaryHeader {
             run_id: "x".into(),
             command: vec![],
             protocol: "smtp".into(),

@@ -17,7 +17,7 @@ use super::{Summary, Writer};
 use crate::metrics::{
     new_histogram, Counters, Detail, ErrorKey, ErrorKind, ErrorStat, Phase, Shard,
 };
-use crate::opts::shard::ShardOf;
+use crate::results::ShardOf;
 use crate::UsageError;
 
 mod hlog;
@@ -621,7 +621,7 @@ fn write_merged(
     let elapsed = end.duration_since(tl.t0).unwrap_or_default().as_secs_f64();
     let cpu_s: f64 = inputs.iter().map(|i| i.summary.generator_cpu_s).sum();
     let cores: usize = inputs.iter().map(|i| i.summary.cores).sum();
-    let header = crate::engine::summary::SummaryHeader {
+    let header = crate::results::SummaryHeader {
         run_id: first.summary.run_id.clone(),
         command: first.summary.command.clone(),
         protocol: first.summary.protocol.clone(),

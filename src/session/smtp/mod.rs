@@ -55,7 +55,7 @@ pub struct Settings {
     pub dsn_notify: Option<String>,
     /// A shard numbers its messages in its own slice of the run's sequence space (the
     /// tracking header and sent.log), so the merged run's numbers never collide.
-    pub shard: Option<crate::opts::shard::ShardOf>,
+    pub shard: Option<crate::results::ShardOf>,
 }
 
 /// Reads one complete reply.

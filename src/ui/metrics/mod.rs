@@ -18,8 +18,8 @@ use anyhow::Context as _;
 
 use crate::engine::{Observer, PlanHead, Signals, Snapshot};
 use crate::metrics::Shard;
-use crate::opts::shard::ShardOf;
 use crate::opts::OutputArgs;
+use crate::results::ShardOf;
 use crate::results::Summary;
 use http::{Limits, Page, Server};
 use text::{Gauges, Labels};

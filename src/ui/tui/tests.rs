@@ -8,9 +8,10 @@ use ratatui::Terminal;
 
 use super::draw::{fit, render};
 use super::model::{Model, Ui};
-use crate::engine::{Snapshot, SummaryHeader};
+use crate::engine::Snapshot;
 use crate::metrics::{Detail, ErrorKey, ErrorKind, Phase, Shard};
 use crate::results::Summary;
+use crate::results::SummaryHeader;
 
 /// One second of a run: latencies for a few phases, counts, two error classes.
 fn shard(protocol: &str) -> Shard {

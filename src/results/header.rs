@@ -3,8 +3,8 @@
 
 use std::time::{Duration, SystemTime};
 
+use super::{Summary, SCHEMA_VERSION};
 use crate::metrics::Shard;
-use crate::results::{Summary, SCHEMA_VERSION};
 
 /// The fixed part of every summary of a run.
 #[derive(Debug, Clone)]
