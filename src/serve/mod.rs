@@ -13,7 +13,12 @@
 //! ```
 //! Layout follows tokio-rs/mini-redis: one accept loop per listener, a shared semaphore
 //! caps connections, a watch channel signals shutdown, and the accept loops drain their
-//! sessions for a bounded grace period.
+//! sessions for a bounded grace period. What every session shares (`shared`: the store,
+//! the users, the counters, the faults, TLS) names no protocol; each protocol's own state
+//! (XMPP's routing, the request/response service) is built by `server` and reached by
+//! its type (`Shared::service`), and what a protocol derives from a stored message (IMAP's
+//! MIME structure) is kept with it opaquely. tests/layers.rs keeps the modules free of
+//! loops.
 mod args;
 pub mod behind;
 mod config;

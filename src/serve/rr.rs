@@ -81,7 +81,7 @@ impl Service {
 
 /// Serves one connection of listener `kind`.
 pub(super) async fn run(tcp: TcpStream, kind: Listener, shared: &Shared, conn_no: u64) {
-    let svc = &shared.rr;
+    let svc = &shared.service::<Service>();
     if kind != Listener::Rrs {
         serve(tcp, "-".into(), shared, conn_no).await;
         return;
@@ -113,7 +113,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     shared: &Shared,
     conn_no: u64,
 ) {
-    let svc = &shared.rr;
+    let svc = &shared.service::<Service>();
     let frame = svc.opts.frame;
     let mut faults = shared.faults.session(conn_no);
     let mut framer = Framer::request(frame, MAX_REQUEST);

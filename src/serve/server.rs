@@ -14,7 +14,7 @@ use tokio_rustls::TlsAcceptor;
 
 use super::config::{Addrs, Config, Listener};
 use super::conn::Conn;
-use super::shared::Shared;
+use super::shared::{Services, Shared};
 use super::stats::Stats;
 use super::store::{Store, Users};
 use super::xmpp::{self, Hub};
@@ -134,8 +134,9 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         max_message_size: config.max_message_size,
         idle: config.idle_timeout,
         reject_bare_lf: config.reject_bare_lf,
-        xmpp: Hub::new(&config.domains, config.xmpp),
-        rr: rr::Service::new(config.rr.clone(), rr_tls),
+        services: Services::default()
+            .with(Hub::new(&config.domains, config.xmpp))
+            .with(rr::Service::new(config.rr.clone(), rr_tls)),
         queue_connections: config.queue_connections,
         conn_seq: AtomicU64::new(0),
         msg_seq: AtomicU64::new(1),

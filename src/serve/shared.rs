@@ -1,5 +1,6 @@
 //! What every session of a running server shares.
 
+use std::any::Any;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +11,6 @@ use tokio_rustls::TlsAcceptor;
 use super::faults::Faults;
 use super::stats::Stats;
 use super::store::{Store, Users};
-use super::xmpp::Hub;
 
 /// What every session shares.
 pub(crate) struct Shared {
@@ -24,10 +24,9 @@ pub(crate) struct Shared {
     pub max_message_size: u64,
     pub idle: Duration,
     pub reject_bare_lf: bool,
-    /// The XMPP listeners' accounts, sessions and routing.
-    pub xmpp: Hub,
-    /// The request/response decision service.
-    pub rr: super::rr::Service,
+    /// Each protocol's own state (XMPP's accounts, sessions and routing; the
+    /// request/response decision service), which only that protocol looks inside.
+    pub(super) services: Services,
     pub(super) queue_connections: bool,
     pub(super) conn_seq: AtomicU64,
     pub(super) msg_seq: AtomicU64,
@@ -35,8 +34,31 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The state of the protocol whose type `T` is; the server built it with the others.
+    pub fn service<T: Any + Send + Sync>(&self) -> &T {
+        self.services
+            .get::<T>()
+            .unwrap_or_else(|| panic!("spate serve: no {} was built", std::any::type_name::<T>()))
+    }
+
     /// A short id for "queued as" replies.
     pub fn next_id(&self) -> u64 {
         self.msg_seq.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// The protocols' states, by type: the server puts in one per protocol it speaks.
+#[derive(Default)]
+pub(crate) struct Services(Vec<Box<dyn Any + Send + Sync>>);
+
+impl Services {
+    /// Adds a protocol's state (one of each type).
+    pub fn with<T: Any + Send + Sync>(mut self, state: T) -> Services {
+        self.0.push(Box::new(state));
+        self
+    }
+
+    fn get<T: Any>(&self) -> Option<&T> {
+        self.0.iter().find_map(|s| s.downcast_ref::<T>())
     }
 }

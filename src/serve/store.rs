@@ -15,8 +15,6 @@ use std::time::SystemTime;
 
 use tokio::sync::watch;
 
-use super::imap::Structure;
-
 /// IMAP system flags, as bits.
 pub mod flags {
     pub const SEEN: u8 = 1;
@@ -42,8 +40,9 @@ pub struct StoredMessage {
     pub keywords: u64,
     /// The mailbox's change counter when the flags last changed (or the message came).
     pub modseq: u64,
-    /// The MIME structure, parsed on first need (IMAP FETCH/SEARCH) and kept.
-    pub mime: OnceLock<Arc<Structure>>,
+    /// What a protocol derives from the message on first need and keeps (IMAP: its
+    /// MIME structure, for FETCH and SEARCH); the store does not look inside.
+    pub derived: OnceLock<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 impl StoredMessage {
@@ -56,7 +55,7 @@ impl StoredMessage {
             flags: 0,
             keywords: 0,
             modseq: 0,
-            mime: OnceLock::new(),
+            derived: OnceLock::new(),
         }
     }
 }

@@ -127,7 +127,7 @@ impl Session<'_> {
                     data: m.data.clone(),
                     size: m.size,
                     received: m.received,
-                    mime: m.mime.get().cloned(),
+                    mime: super::mime::cached(m),
                     modseq: m.modseq,
                 });
             }
@@ -180,7 +180,7 @@ impl Session<'_> {
         self.in_selected(|mb| {
             for (uid, parsed) in fresh {
                 if let Some(p) = mb.find(uid) {
-                    let _ = mb.messages[p].mime.set(parsed);
+                    super::mime::keep(&mb.messages[p], parsed);
                 }
             }
         });

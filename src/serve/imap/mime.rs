@@ -347,6 +347,18 @@ fn render(p: &Part, data: &[u8], ext: bool, out: &mut String) {
     out.push(')');
 }
 
+/// The structure parsed for `m` earlier, if it was.
+pub(crate) fn cached(m: &crate::serve::store::StoredMessage) -> Option<std::sync::Arc<Structure>> {
+    m.derived
+        .get()
+        .and_then(|d| d.clone().downcast::<Structure>().ok())
+}
+
+/// Keeps `parsed` with `m` for the next FETCH or SEARCH that needs it.
+pub(crate) fn keep(m: &crate::serve::store::StoredMessage, parsed: std::sync::Arc<Structure>) {
+    let _ = m.derived.set(parsed);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

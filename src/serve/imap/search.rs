@@ -173,7 +173,7 @@ impl Session<'_> {
                         size: m.size,
                         received: m.received,
                         data: m.data.clone(),
-                        mime: m.mime.get().cloned(),
+                        mime: super::mime::cached(m),
                         modseq: m.modseq,
                     })
                 })

@@ -133,12 +133,11 @@ fn register(st: &mut Stream<'_>, e: &Element) {
                 }
                 Some(_) if password.is_empty() => Some(("modify", "not-acceptable")),
                 None => Some(("modify", "not-acceptable")),
-                Some(j) => match st
-                    .sh
-                    .xmpp
-                    .accounts
-                    .register(&st.sh.users, &j.bare(), password)
-                {
+                Some(j) => match st.sh.service::<super::Hub>().accounts.register(
+                    &st.sh.users,
+                    &j.bare(),
+                    password,
+                ) {
                     Ok(()) => {
                         st.sh.stats.xmpp_registration();
                         None
@@ -187,8 +186,11 @@ async fn bind(st: &mut Stream<'_>, jid: &str) -> Result<Binding, End> {
                     asked.to_string()
                 };
                 let sh = st.sh;
-                let queue = sh.xmpp.options.queue;
-                let b = sh.xmpp.routes.bind(sh, local, domain, &resource, queue);
+                let queue = sh.service::<super::Hub>().options.queue;
+                let b = sh
+                    .service::<super::Hub>()
+                    .routes
+                    .bind(sh, local, domain, &resource, queue);
                 st.send(&xmpp::bind_result(id, &b.full));
                 return Ok(b);
             }

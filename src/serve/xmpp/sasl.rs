@@ -105,8 +105,12 @@ async fn plain(st: &mut Stream<'_>, auth: &Element) -> Result<Outcome, End> {
     let Ok((user, password)) = sasl::plain(&data) else {
         return Ok(Err("malformed-request"));
     };
-    let ok = account_jid(st, &user)
-        .filter(|jid| st.sh.xmpp.accounts.check(&st.sh.users, jid, &password));
+    let ok = account_jid(st, &user).filter(|jid| {
+        st.sh
+            .service::<super::Hub>()
+            .accounts
+            .check(&st.sh.users, jid, &password)
+    });
     Ok(ok.map(|jid| (jid, String::new())).ok_or("not-authorized"))
 }
 
@@ -125,7 +129,12 @@ async fn scram(st: &mut Stream<'_>, auth: &Element, hash: ScramHash) -> Result<O
         return Ok(Err("not-authorized"));
     };
     let sh = st.sh;
-    let Some(salted) = sh.xmpp.accounts.salted(&sh.users, hash, &jid).await else {
+    let Some(salted) = sh
+        .service::<super::Hub>()
+        .accounts
+        .salted(&sh.users, hash, &jid)
+        .await
+    else {
         return Ok(Err("not-authorized"));
     };
     let nonce: String = rand::rng()

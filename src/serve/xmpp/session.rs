@@ -54,7 +54,10 @@ impl<'a> Bound<'a> {
 
 impl Drop for Bound<'_> {
     fn drop(&mut self) {
-        self.sh.xmpp.routes.unbind(self.sh, &self.b);
+        self.sh
+            .service::<super::Hub>()
+            .routes
+            .unbind(self.sh, &self.b);
         self.sh.stats.xmpp_session(false);
     }
 }
@@ -176,11 +179,11 @@ fn message(st: &mut Stream<'_>, me: &Bound<'_>, e: &Element) {
         }
         return;
     };
-    if jid.local.is_none() && jid.resource.is_none() && sh.xmpp.multicast_of(&jid.domain).is_some()
-    {
+    let hub = sh.service::<super::Hub>();
+    if to_multicast(hub, &jid) {
         return multicast::handle(st, me, e, false);
     }
-    if !sh.xmpp.serves(&jid.domain) {
+    if !hub.serves(&jid.domain) {
         if kind != "error" {
             bounce(st, me, e, "cancel", "remote-server-not-found");
         }
@@ -188,7 +191,7 @@ fn message(st: &mut Stream<'_>, me: &Bound<'_>, e: &Element) {
     }
     let prepared = Arc::new(Prepared::new(e, &me.b.full));
     let to = to_attr(to);
-    let routes = &sh.xmpp.routes;
+    let routes = &hub.routes;
     let mut n = routes.deliver(sh, &jid, Reach::Messages, &prepared, &to);
     if n.is_none() && jid.resource.is_some() && matches!(kind, "normal" | "chat" | "headline") {
         let bare = Jid {
@@ -202,6 +205,11 @@ fn message(st: &mut Stream<'_>, me: &Bound<'_>, e: &Element) {
     if n == 0 && matches!(kind, "normal" | "chat" | "groupchat") {
         bounce(st, me, e, "cancel", "service-unavailable");
     }
+}
+
+/// Addressed to a multicast service (`multicast.<domain>`: no local part, no resource).
+fn to_multicast(hub: &super::Hub, jid: &Jid) -> bool {
+    jid.local.is_none() && jid.resource.is_none() && hub.multicast_of(&jid.domain).is_some()
 }
 
 /// Presence: without `to` it is broadcast (available, a change of show/status, or
@@ -218,10 +226,13 @@ fn presence(st: &mut Stream<'_>, me: &Bound<'_>, e: &Element) {
                 .and_then(|p| p.text.trim().parse::<i8>().ok())
                 .unwrap_or(0);
             let prepared = Prepared::new(e, &me.b.full);
-            let n = sh
-                .xmpp
-                .routes
-                .presence(sh, &me.b, prepared, kind.is_none(), priority);
+            let n = sh.service::<super::Hub>().routes.presence(
+                sh,
+                &me.b,
+                prepared,
+                kind.is_none(),
+                priority,
+            );
             sh.stats.xmpp_routed(true, n);
         }
         return;
@@ -229,14 +240,14 @@ fn presence(st: &mut Stream<'_>, me: &Bound<'_>, e: &Element) {
     let Some(jid) = Jid::parse(to) else {
         return;
     };
-    if jid.local.is_none() && jid.resource.is_none() && sh.xmpp.multicast_of(&jid.domain).is_some()
-    {
+    let hub = sh.service::<super::Hub>();
+    if to_multicast(hub, &jid) {
         return multicast::handle(st, me, e, true);
     }
-    if jid.local.is_none() || !sh.xmpp.serves(&jid.domain) || kind == Some("probe") {
+    if jid.local.is_none() || !hub.serves(&jid.domain) || kind == Some("probe") {
         return;
     }
-    if let (Some(r), Some(k)) = (&sh.xmpp.rosters, kind) {
+    if let (Some(r), Some(k)) = (&sh.service::<super::Hub>().rosters, kind) {
         // A subscription stanza changes both rosters, then goes on to the contact.
         r.apply(
             &me.bare().to_ascii_lowercase(),
@@ -246,7 +257,7 @@ fn presence(st: &mut Stream<'_>, me: &Bound<'_>, e: &Element) {
     }
     let prepared = Arc::new(Prepared::new(e, &me.b.full));
     let n = sh
-        .xmpp
+        .service::<super::Hub>()
         .routes
         .deliver(sh, &jid, Reach::Presence, &prepared, &to_attr(to))
         .unwrap_or(0);

@@ -143,7 +143,7 @@ impl<'a> Stream<'a> {
             Got::Open(h) => h,
             _ => return Err(End::Error("not-well-formed")),
         };
-        let hub = &self.sh.xmpp;
+        let hub = &self.sh.service::<super::Hub>();
         let to = header.to.as_deref().map(|d| d.trim().to_ascii_lowercase());
         let served = to.as_deref().is_none_or(|d| hub.serves(d));
         self.domain = match to {
