@@ -180,6 +180,7 @@ fn write_run(dir: &Path, hours: f64, rate: f64, step_s: f64) -> Made {
             .map(|s| s.to_string())
             .collect(),
         protocol: "rr".into(),
+        words: spate::results::UnitWords::before_declared("rr"),
         target: "127.0.0.1:7443".into(),
         started: start,
     };

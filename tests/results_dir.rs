@@ -63,6 +63,14 @@ async fn runs_never_share_a_directory_and_an_explicit_one_is_not_overwritten() {
     let dirs = runs(&root);
     assert_eq!(dirs.len(), 3, "{dirs:?}");
     let ids: std::collections::BTreeSet<String> = dirs.iter().map(|d| run_id(d)).collect();
+    // The summary says what the protocol calls its units (its driver declared them).
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dirs[0].join("summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        s["words"],
+        serde_json::json!({"unit": "messages", "rate": "msg/s", "bytes": "sent"})
+    );
     assert_eq!(ids.len(), 3, "three runs, three summaries");
     // `latest` is the last one's.
     let latest = std::fs::canonicalize(root.join("latest")).unwrap();

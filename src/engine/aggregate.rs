@@ -271,6 +271,7 @@ mod tests {
             run_id: "t".into(),
             command: Vec::new(),
             protocol: "smtp".into(),
+            words: crate::results::UnitWords::before_declared("smtp"),
             target: "x".into(),
             started: std::time::SystemTime::now(),
         };

@@ -46,6 +46,8 @@ pub struct PlanHead {
     pub run_id: String,
     pub command: Vec<String>,
     pub protocol: &'static str,
+    /// The protocol's words for its unit of work (its driver's).
+    pub words: crate::results::UnitWords,
     pub target: String,
     /// The phases the run times (the driver's and the engine's) and their interval logs.
     pub phases: Vec<crate::metrics::Declared>,
@@ -60,6 +62,7 @@ impl PlanHead {
             run_id: new_run_id(),
             command,
             protocol,
+            words: D::WORDS,
             target: target.to_string(),
             phases: crate::metrics::Phase::declare(&[D::PHASES, unit::ENGINE_PHASES].concat()),
         }
@@ -151,6 +154,7 @@ impl<'a> Setup<'a> {
                 run_id: plan.head().run_id.clone(),
                 command: plan.head().command.clone(),
                 protocol: plan.head().protocol.to_string(),
+                words: plan.head().words.clone(),
                 target: plan.head().target.clone(),
                 started,
             },

@@ -32,6 +32,9 @@ pub enum Outcome {
 pub trait Driver: Send + 'static {
     /// The phases this protocol times (plan.json declares them with the engine's own).
     const PHASES: &'static [Phase];
+    /// What the protocol calls its unit of work, its rate and its bytes (the summary,
+    /// report, dashboard and comparisons write them).
+    const WORDS: crate::results::UnitWords;
     /// Once per session before its first unit (a login that the units then use). Its
     /// phases and errors are recorded; it counts as no unit.
     fn setup(&mut self, _report: &mut UnitReport) -> impl Future<Output = ()> + Send {

@@ -494,6 +494,8 @@ mod tests {
     }
 
     impl Driver for Counting {
+        const WORDS: crate::results::UnitWords =
+            crate::results::UnitWords::new("units", "units/s", "sent");
         const PHASES: &'static [Phase] = &[];
         async fn run_one(&mut self, _seq: u64, _report: &mut UnitReport) -> Outcome {
             self.units.fetch_add(1, Ordering::SeqCst);
@@ -557,6 +559,8 @@ mod tests {
     }
 
     impl Driver for Claiming {
+        const WORDS: crate::results::UnitWords =
+            crate::results::UnitWords::new("units", "units/s", "sent");
         const PHASES: &'static [Phase] = &[];
         async fn run_one(&mut self, seq: u64, _report: &mut UnitReport) -> Outcome {
             match self.claimed.take() {
@@ -634,6 +638,8 @@ mod tests {
     struct Stamps(Arc<std::sync::Mutex<Vec<(u64, u64)>>>);
 
     impl Driver for Stamps {
+        const WORDS: crate::results::UnitWords =
+            crate::results::UnitWords::new("units", "units/s", "sent");
         const PHASES: &'static [Phase] = &[];
         async fn run_one(&mut self, seq: u64, report: &mut UnitReport) -> Outcome {
             self.0.lock().unwrap().push((seq, report.started()));

@@ -180,9 +180,9 @@ fn bound_note(runs: &[Run]) -> Option<String> {
 /// A warning when some runs count messages and others mailbox visits: their rates and
 /// latencies measure different work.
 fn units_note(runs: &[Run]) -> Option<String> {
-    let units: Vec<&str> = runs
+    let units: Vec<String> = runs
         .iter()
-        .map(|r| unit_of(&r.summary.protocol).0)
+        .map(|r| r.summary.words().unit.into_owned())
         .collect();
     if units.iter().all(|u| *u == units[0]) {
         return None;
@@ -190,38 +190,12 @@ fn units_note(runs: &[Run]) -> Option<String> {
     let each: Vec<String> = runs
         .iter()
         .enumerate()
-        .map(|(i, r)| {
-            format!(
-                "{} {} ({})",
-                letter(i),
-                r.summary.protocol,
-                unit_of(&r.summary.protocol).0
-            )
-        })
+        .map(|(i, r)| format!("{} {} ({})", letter(i), r.summary.protocol, units[i]))
         .collect();
     Some(format!(
         "these runs count different units — {}: their rates and latencies measure different work",
         each.join(", ")
     ))
-}
-
-/// What one unit of work of a protocol is called, and what its bytes are: (unit, bytes).
-pub fn unit_of(protocol: &str) -> (&'static str, &'static str) {
-    match protocol {
-        "pop3" | "imap" | "pop3+imap" => ("visits", "read"),
-        "rr" => ("requests", "sent"),
-        _ => ("messages", "sent"),
-    }
-}
-
-/// A protocol's throughput unit as the text summary and the live dashboard write it:
-/// "msg/s" for SMTP and LMTP, "visits/s" for POP3 and IMAP.
-pub fn rate_unit(protocol: &str) -> &'static str {
-    match unit_of(protocol).0 {
-        "visits" => "visits/s",
-        "requests" => "req/s",
-        _ => "msg/s",
-    }
 }
 
 /// The phase whose latencies are compared: the first run's main phase.

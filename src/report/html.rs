@@ -281,7 +281,8 @@ fn faults(b: &mut String, s: &crate::results::Summary) {
 
 fn headline(b: &mut String, run: &Run) {
     let s = &run.summary;
-    let (unit, bytes) = super::compare::unit_of(&s.protocol);
+    let w = s.words();
+    let (unit, bytes) = (&*w.unit, &*w.bytes);
     b.push_str("<h2>Headline</h2><div class=\"cards\">");
     card(b, &num(s.messages_per_s), &format!("{unit}/s accepted"));
     card(
@@ -312,7 +313,8 @@ fn headline(b: &mut String, run: &Run) {
 }
 
 fn throughput(b: &mut String, run: &Run) {
-    let (unit, bytes) = super::compare::unit_of(&run.summary.protocol);
+    let w = run.summary.words();
+    let (unit, bytes) = (&*w.unit, &*w.bytes);
     let mut rate = Chart::time("Throughput", &format!("{unit} per second"));
     for col in ["attempted", "accepted", "rejected", "failed"] {
         if let Some(pts) = run.rate(col) {

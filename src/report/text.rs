@@ -3,7 +3,6 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use super::compare::rate_unit;
 use crate::results::Summary;
 use crate::units::{fmt_bytes, fmt_duration};
 
@@ -72,7 +71,7 @@ fn headline(o: &mut String, s: &Summary, retrieval: bool) {
             o,
             "  {:.1} {}  {:.1} KiB/s  retrieved {} messages ({})  deleted {}  {}",
             s.messages_per_s,
-            rate_unit(&s.protocol),
+            s.words().rate,
             s.kbytes_per_s,
             c.retrieved,
             fmt_bytes(c.retrieved_bytes),
@@ -85,7 +84,7 @@ fn headline(o: &mut String, s: &Summary, retrieval: bool) {
             o,
             "  {:.1} {}  {:.1} KiB/s  {} sent  {}",
             s.messages_per_s,
-            rate_unit(&s.protocol),
+            s.words().rate,
             s.kbytes_per_s,
             fmt_bytes(c.bytes),
             connections(c)
@@ -96,7 +95,7 @@ fn headline(o: &mut String, s: &Summary, retrieval: bool) {
             o,
             "  {:.1} {}  {:.1} KiB/s  {} sent  delivered {}  duplicates {}  {}",
             s.messages_per_s,
-            rate_unit(&s.protocol),
+            s.words().rate,
             s.kbytes_per_s,
             fmt_bytes(c.bytes),
             c.delivered,
@@ -120,7 +119,7 @@ fn headline(o: &mut String, s: &Summary, retrieval: bool) {
             o,
             "  {:.1} {}  {:.1} KiB/s  {} sent  recipients {} accepted / {} refused  {}",
             s.messages_per_s,
-            rate_unit(&s.protocol),
+            s.words().rate,
             s.kbytes_per_s,
             fmt_bytes(c.bytes),
             c.rcpt_accepted,
@@ -293,7 +292,8 @@ fn footer(o: &mut String, s: &Summary) {
             format!(
                 ", {:.1} µs/{}",
                 s.generator_cpu_s * 1e6 / c.accepted as f64,
-                rate_unit(&s.protocol)
+                s.words()
+                    .rate
                     .trim_end_matches("s/s")
                     .trim_end_matches("/s")
             )

@@ -12,6 +12,7 @@ pub struct SummaryHeader {
     pub run_id: String,
     pub command: Vec<String>,
     pub protocol: String,
+    pub words: super::UnitWords,
     pub target: String,
     pub started: SystemTime,
 }
@@ -61,6 +62,7 @@ impl SummaryHeader {
             run_id: self.run_id.clone(),
             command: self.command.clone(),
             protocol: self.protocol.clone(),
+            words: Some(self.words.clone()),
             target: self.target.clone(),
             started_at: crate::results::rfc3339(self.started),
             ended_at: crate::results::rfc3339(self.started + Duration::from_secs_f64(elapsed)),

@@ -25,7 +25,7 @@ mod writer;
 
 pub use header::SummaryHeader;
 pub use shard::ShardOf;
-pub use summary::{ErrorRow, PhaseStats, Summary, SCHEMA_VERSION};
+pub use summary::{ErrorRow, PhaseStats, Summary, UnitWords, SCHEMA_VERSION};
 pub use tagged::{decode_tag, encode_tag, TaggedLog};
 pub use writer::{
     hex, rfc3339, sent_log_head, write_atomic, AddressBook, HlogFile, Writer, COARSE_S,

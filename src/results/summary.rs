@@ -1,5 +1,7 @@
 //! summary.json: what a report needs, computed from the totals.
 
+use std::borrow::Cow;
+
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
@@ -54,6 +56,10 @@ pub struct Summary {
     pub run_id: String,
     pub command: Vec<String>,
     pub protocol: String,
+    /// What the protocol calls its unit of work and its throughput (declared by its
+    /// driver); absent from runs written before it was: [`Summary::words`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub words: Option<UnitWords>,
     pub target: String,
     pub started_at: String,
     pub ended_at: String,
@@ -85,7 +91,45 @@ pub struct Summary {
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
+/// A protocol's words for its unit of work, as every view of a run writes them: the
+/// units ("messages", "visits", "requests"), their rate ("msg/s") and what happened to
+/// the bytes ("sent", "read").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnitWords {
+    pub unit: Cow<'static, str>,
+    pub rate: Cow<'static, str>,
+    pub bytes: Cow<'static, str>,
+}
+
+impl UnitWords {
+    pub const fn new(unit: &'static str, rate: &'static str, bytes: &'static str) -> UnitWords {
+        UnitWords {
+            unit: Cow::Borrowed(unit),
+            rate: Cow::Borrowed(rate),
+            bytes: Cow::Borrowed(bytes),
+        }
+    }
+
+    /// The words of a run whose summary does not carry them (written before drivers
+    /// declared them): what spate then called the units of each protocol it had.
+    pub fn before_declared(protocol: &str) -> UnitWords {
+        match protocol {
+            "pop3" | "imap" | "pop3+imap" => UnitWords::new("visits", "visits/s", "read"),
+            "rr" => UnitWords::new("requests", "req/s", "sent"),
+            _ => UnitWords::new("messages", "msg/s", "sent"),
+        }
+    }
+}
+
 impl Summary {
+    /// The run's unit words: as its protocol declared them, or, for a run written before
+    /// summaries carried them, as that version of spate named them.
+    pub fn words(&self) -> UnitWords {
+        self.words
+            .clone()
+            .unwrap_or_else(|| UnitWords::before_declared(&self.protocol))
+    }
+
     pub fn phases_from(totals: &Shard) -> Vec<PhaseStats> {
         Phase::ALL
             .iter()

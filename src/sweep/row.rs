@@ -212,6 +212,7 @@ mod tests {
             run_id: "x".into(),
             command: vec![],
             protocol: "smtp".into(),
+            words: crate::results::UnitWords::before_declared("smtp"),
             target: "t".into(),
             started: std::time::SystemTime::now(),
         };

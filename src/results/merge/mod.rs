@@ -625,6 +625,7 @@ fn write_merged(
         run_id: first.summary.run_id.clone(),
         command: first.summary.command.clone(),
         protocol: first.summary.protocol.clone(),
+        words: first.summary.words(),
         target: first.summary.target.clone(),
         started: tl.t0,
     };

@@ -369,6 +369,8 @@ async fn finish(
 }
 
 impl Driver for Visitor {
+    const WORDS: crate::results::UnitWords =
+        crate::results::UnitWords::new("visits", "visits/s", "read");
     const PHASES: &'static [Phase] = &[
         Phase::Connect,
         Phase::Tls,

@@ -463,6 +463,8 @@ fn check(s: &Settings, m: &crate::proto::rr::Message<'_>, seq: u64, n: u64) -> O
 }
 
 impl Driver for Session {
+    const WORDS: crate::results::UnitWords =
+        crate::results::UnitWords::new("requests", "req/s", "sent");
     const PHASES: &'static [Phase] =
         &[Phase::Connect, Phase::Tls, Phase::Request, Phase::FirstByte];
 

@@ -647,6 +647,8 @@ async fn rset(conn: &mut Connection) {
 }
 
 impl Driver for Session {
+    const WORDS: crate::results::UnitWords =
+        crate::results::UnitWords::new("messages", "msg/s", "sent");
     const PHASES: &'static [Phase] = &[
         Phase::Connect,
         Phase::Tls,

@@ -543,6 +543,8 @@ fn failure(phase: Phase, kind: ErrorKind, text: &str) -> Failure {
 }
 
 impl Driver for Session {
+    const WORDS: crate::results::UnitWords =
+        crate::results::UnitWords::new("messages", "msg/s", "sent");
     const PHASES: &'static [Phase] = &[
         Phase::Connect,
         Phase::Tls,

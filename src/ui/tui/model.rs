@@ -10,8 +10,7 @@ use hdrhistogram::Histogram;
 
 use crate::engine::Snapshot;
 use crate::metrics::{new_histogram, Counters, Phase};
-use crate::report::compare::{rate_unit, unit_of};
-use crate::results::{ErrorRow, PhaseStats};
+use crate::results::{ErrorRow, PhaseStats, Summary, UnitWords};
 
 /// Seconds of history the sparklines keep: enough for a 200-column terminal and more.
 pub const HISTORY: usize = 300;
@@ -19,15 +18,16 @@ pub const HISTORY: usize = 300;
 /// Error classes kept for the screen (the results directory has them all).
 const ERROR_ROWS: usize = 50;
 
-/// How a protocol's work is named, the same words as the text summary and the report use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How a protocol's work is named, the words its driver declared (the text summary and
+/// the report use the same).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Units {
     /// What one unit of work is: "messages" (SMTP, LMTP) or "visits" (POP3, IMAP).
-    pub unit: &'static str,
+    pub unit: std::borrow::Cow<'static, str>,
     /// Its rate: "msg/s" or "visits/s".
-    pub rate: &'static str,
+    pub rate: std::borrow::Cow<'static, str>,
     /// What happened to the bytes: "sent" or "read".
-    pub bytes: &'static str,
+    pub bytes: std::borrow::Cow<'static, str>,
     /// A mailbox-access run, which also counts messages retrieved and deleted.
     pub retrieval: bool,
     /// An XMPP run, which also counts stanzas in and out and reconnections.
@@ -35,14 +35,18 @@ pub struct Units {
 }
 
 impl Units {
-    pub fn of(protocol: &str) -> Units {
-        let (unit, bytes) = unit_of(protocol);
+    /// The words of the run `s` is a summary of.
+    pub fn of(s: &Summary) -> Units {
+        Units::from_words(s.words(), &s.protocol)
+    }
+
+    fn from_words(w: UnitWords, protocol: &str) -> Units {
         Units {
-            unit,
-            rate: rate_unit(protocol),
-            bytes,
-            retrieval: unit == "visits",
+            retrieval: w.unit == "visits",
             chat: protocol == "xmpp",
+            unit: w.unit,
+            rate: w.rate,
+            bytes: w.bytes,
         }
     }
 }
@@ -112,7 +116,7 @@ impl Model {
         Model {
             title,
             started: false,
-            units: Units::of("smtp"),
+            units: Units::from_words(UnitWords::before_declared("smtp"), "smtp"),
             t_s: 0.0,
             planned_s: None,
             planned_count: None,
@@ -140,7 +144,7 @@ impl Model {
     pub fn update(&mut self, snap: &Snapshot<'_>, cpu_pct: f64) {
         let s = snap.summary;
         self.started = true;
-        self.units = Units::of(&s.protocol);
+        self.units = Units::of(s);
         self.t_s = snap.t_s;
         self.planned_s = snap.planned_s;
         self.planned_count = snap.planned_count;
@@ -299,14 +303,15 @@ mod tests {
 
     #[test]
     fn units_follow_the_protocol() {
-        assert_eq!(Units::of("smtp").rate, "msg/s");
-        assert_eq!(Units::of("lmtp").bytes, "sent");
-        let pop = Units::of("pop3");
+        let of = |p: &str| Units::from_words(UnitWords::before_declared(p), p);
+        assert_eq!(of("smtp").rate, "msg/s");
+        assert_eq!(of("lmtp").bytes, "sent");
+        let pop = of("pop3");
         assert_eq!(
-            (pop.unit, pop.rate, pop.bytes),
+            (&*pop.unit, &*pop.rate, &*pop.bytes),
             ("visits", "visits/s", "read")
         );
-        assert!(Units::of("imap").retrieval && !Units::of("smtp").retrieval);
+        assert!(of("imap").retrieval && !of("smtp").retrieval);
     }
 
     #[test]

@@ -73,6 +73,7 @@ fn summary(protocol: &str, totals: &Shard, t: f64) -> Summary {
         run_id: "test".into(),
         command: vec!["spate".into()],
         protocol: protocol.into(),
+        words: crate::results::UnitWords::before_declared(protocol),
         target: "127.0.0.1:2525".into(),
         started: SystemTime::UNIX_EPOCH,
     }
