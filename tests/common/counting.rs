@@ -144,7 +144,7 @@ pub fn per_session(
 ) -> f64 {
     let dir = tempfile::tempdir().unwrap();
     let users = dir.path().join("users.txt");
-    let list: String = (0..400)
+    let list: String = (0..k.max(400))
         .map(|i| format!("user{i}@example.test pw{i}\n"))
         .collect();
     std::fs::write(&users, list).unwrap();

@@ -621,7 +621,9 @@ impl Driver for Session {
 
     async fn run_one(&mut self, seq: u64, report: &mut UnitReport) -> Outcome {
         let down = self.writer.is_none() || !self.alive.load(Ordering::SeqCst);
-        if down && !self.reconnect(report).await {
+        // The rare paths (logging in again, waiting for someone to be online, a raw IQ's
+        // reply) are boxed: inline, their state would be part of every session's future.
+        if down && !Box::pin(self.reconnect(report)).await {
             // The login failed: its error is this unit's.
             return Outcome::Failed;
         }
@@ -642,7 +644,7 @@ impl Driver for Session {
         if recipients == 0 {
             // Nobody else is logged in now (they may be logging in again): wait a little
             // for them rather than spin through units that cannot be sent.
-            tokio::time::sleep(NOBODY_ONLINE_WAIT).await;
+            Box::pin(tokio::time::sleep(NOBODY_ONLINE_WAIT)).await;
             recipients = self.build(kind, seq, report.started());
         }
         if recipients == 0 {
@@ -690,7 +692,7 @@ impl Driver for Session {
         report.counters.bytes += self.stanza.len() as u64;
         report.counters.stanzas_out += 1;
         if let Some(rx) = reply {
-            return self.reply(rx, seq, t, report).await;
+            return Box::pin(self.reply(rx, seq, t, report)).await;
         }
         report.done();
         Outcome::Accepted
@@ -702,7 +704,8 @@ impl Driver for Session {
         // on its way to it when the stream died, and hands that over on resumption.
         let resumable = self.sm.as_ref().is_some_and(|s| s.resumption().is_some());
         if !self.alive.load(Ordering::SeqCst) && resumable {
-            self.reconnect(report).await;
+            // Boxed: rare, and inline it would be part of every waiting session's future.
+            Box::pin(self.reconnect(report)).await;
         }
         // A dead stream left for a resumption that will not come: what its server had not
         // acknowledged is in doubt.
