@@ -48,7 +48,7 @@ fn a_waiting_xmpp_session_costs_the_generator_little() {
     let per = common::counting::per_session("--xmpp", (100, 1000), plateau);
     eprintln!("spate xmpp: {per:.0} bytes per waiting session");
     assert!(
-        per <= 4.5 * 1024.0,
+        per <= 4.0 * 1024.0,
         "{per:.0} bytes per waiting XMPP session"
     );
 }
