@@ -14,7 +14,7 @@ const SPATE: &str = env!("CARGO_BIN_EXE_spate");
 /// build directories).
 fn docs() -> Vec<PathBuf> {
     let root = Path::new(ROOT);
-    let mut v = vec![root.join("README.md")];
+    let mut v = vec![root.join("README.md"), root.join("ARCHITECTURE.md")];
     for dir in ["docs", "scenarios", "bench", "fuzz", "scripts", "examples"] {
         walk(&root.join(dir), &mut v);
     }
