@@ -524,3 +524,57 @@ async fn answers_to_other_requests_and_extra_bytes_are_named() {
         "a connection per request after extra bytes"
     );
 }
+
+/// This host's connections to `addr` in TIME_WAIT: those it closed first.
+fn time_waits_to(addr: &str) -> usize {
+    let o = std::process::Command::new("ss")
+        .args(["-Htan", "state", "time-wait", "dst", addr])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).lines().count()
+}
+
+/// One connection per request over HTTP: each request asks the server to close
+/// (`Connection: close`) and spate waits for that close, so the server keeps the
+/// TIME_WAIT and this host none; `--client-close` closes from this side, and every
+/// connection is left in TIME_WAIT here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_request_http_lets_the_server_close_first() {
+    if !common::have("ss") {
+        return;
+    }
+    let (server, addr) = rr_server(Frame::Http, |c| c.rr.miss_cost = Default::default()).await;
+    let base = [
+        addr.as_str(),
+        "--frame",
+        "http",
+        "--template",
+        "x",
+        "--per-request",
+    ];
+    let (code, s, out) = rr(&[&base[..], &["-u", "2", "-n", "40"]].concat()).await;
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(totals(&s, "connections"), 40);
+    assert_eq!(
+        s["extra"]["rr"]["server_closes"], 40,
+        "{}",
+        s["extra"]["rr"]
+    );
+    // One: the check before the load that the server answers, closed from here without
+    // a byte; none of the requests' connections.
+    assert_eq!(time_waits_to(&addr), 1, "this host closed first");
+
+    let (code, s, out) =
+        rr(&[&base[..], &["-u", "2", "-n", "40", "--client-close"]].concat()).await;
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(totals(&s, "connections"), 40);
+    assert_eq!(s["extra"]["rr"]["server_closes"], 0, "{}", s["extra"]["rr"]);
+    // Forty, and the two checks before the loads.
+    assert!(time_waits_to(&addr) > 40, "{}", time_waits_to(&addr));
+
+    // --client-close means nothing without --per-request.
+    let o = common::spate(&["rr", &addr, "--frame", "http", "--client-close"]).await;
+    assert_eq!(o.code, Some(2), "{}", o.stderr);
+    server.shutdown().await;
+}

@@ -22,6 +22,9 @@ use crate::metrics::{Clock, ErrorKind, Phase};
 use crate::proto::rr::{encode_request, Frame, Framer, HttpRequest};
 use crate::transport::{Connection, TransportError};
 
+/// How long a connection the server said it closes waits for that close.
+const SERVER_CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Whether requests share connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -334,6 +337,18 @@ impl Session {
         }
     }
 
+    /// The server said it closes the connection: waits (briefly) for its close before
+    /// closing this side, so that the server's side is the one that keeps TIME_WAIT.
+    async fn close_after_server(&mut self) {
+        if let Some(c) = self.conn.as_mut() {
+            c.set_timeout(SERVER_CLOSE_WAIT);
+            let _ = c
+                .read_frame(64, |_: &[u8]| Ok::<_, std::convert::Infallible>(None))
+                .await;
+        }
+        self.close().await;
+    }
+
     async fn unit(
         &mut self,
         seq: u64,
@@ -367,7 +382,9 @@ impl Session {
         if ex.close {
             self.s.stats.server_closes.fetch_add(1, Relaxed);
         }
-        if ex.close || self.s.policy == Policy::PerRequest {
+        if ex.close {
+            Box::pin(self.close_after_server()).await;
+        } else if self.s.policy == Policy::PerRequest {
             self.close().await;
         }
         match ex.verdict {
