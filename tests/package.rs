@@ -8,21 +8,14 @@ mod common;
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
+/// Runs `cmd` (bounded in time): whether it succeeded, and what it printed.
 fn run(cmd: &str, args: &[&str]) -> (bool, String) {
-    let o = Command::new(cmd)
-        .args(args)
-        .current_dir(ROOT)
-        .output()
-        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    (o.status.success(), text)
+    let o = common::run_blocking(cmd, args, &[], Duration::from_secs(600));
+    (o.ok, format!("{}{}", o.stdout, o.stderr))
 }
 
 /// Removes the package this test installed, whatever happens to the test.
@@ -60,7 +53,13 @@ fn the_debian_package_installs_runs_and_removes() {
     let dir = out.path().to_str().unwrap();
     let (ok, said) = run(
         "bash",
-        &["scripts/deb", "--profile", "dev", "--output", dir],
+        &[
+            &format!("{ROOT}/scripts/deb"),
+            "--profile",
+            "dev",
+            "--output",
+            dir,
+        ],
     );
     assert!(ok, "scripts/deb: {said}");
     let deb = std::fs::read_dir(out.path())
@@ -142,7 +141,14 @@ fn the_debian_package_installs_runs_and_removes() {
 fn the_crate_package_holds_the_sources_and_not_the_benchmark_results() {
     let (ok, said) = run(
         "cargo",
-        &["package", "--list", "--allow-dirty", "--offline"],
+        &[
+            "package",
+            "--list",
+            "--allow-dirty",
+            "--offline",
+            "--manifest-path",
+            &format!("{ROOT}/Cargo.toml"),
+        ],
     );
     assert!(ok, "{said}");
     let files: Vec<&str> = said.lines().collect();

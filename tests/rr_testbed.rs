@@ -243,20 +243,11 @@ fn nginx_hit_and_miss_classes_reconcile_with_the_servers_counters() {
     // nginx's master killed with -9 (a fault's signal): its worker lives on, holding the
     // ports; `restart authz` (a fault's restart command) stops it by the worker PID file
     // and starts nginx again, which answers.
-    let pidfile = bed.var("SPATE_AUTHZ_NGINX_PIDFILE");
-    let master: i32 = std::fs::read_to_string(pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let master = bed.pid("SPATE_AUTHZ_NGINX_PIDFILE");
     // SAFETY: kill(2) on the bed's own nginx master, by the PID its PID file holds.
     assert_eq!(unsafe { libc::kill(master, libc::SIGKILL) }, 0);
     bed.script(&["restart", "authz"]);
-    let again: i32 = std::fs::read_to_string(pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let again = bed.pid("SPATE_AUTHZ_NGINX_PIDFILE");
     assert_ne!(again, master);
     let before = bed.authz_stats();
     assert!(before["requests"].is_u64(), "nginx answers again: {before}");

@@ -322,20 +322,11 @@ fn ldap_outage_mid_run_is_counted_per_interval_then_recovers() {
     assert_eq!(s["totals"]["rejected"].as_u64().unwrap(), total_451);
     // slapd killed with -9 (a fault's signal) is started again by `restart ldap` (a
     // fault's restart command), on its port, with a new PID.
-    let pidfile = bed.var("SPATE_LDAP_PIDFILE");
-    let pid: i32 = std::fs::read_to_string(pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let pid = bed.pid("SPATE_LDAP_PIDFILE");
     // SAFETY: kill(2) on the bed's own slapd, by the PID its PID file holds.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
     bed.script(&["restart", "ldap"]);
-    let again: i32 = std::fs::read_to_string(pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let again = bed.pid("SPATE_LDAP_PIDFILE");
     assert_ne!(again, pid);
     // SAFETY: signal 0 checks that the process exists.
     assert_eq!(unsafe { libc::kill(again, 0) }, 0, "slapd runs again");

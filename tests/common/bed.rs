@@ -91,6 +91,15 @@ impl Bed {
             .unwrap_or_else(|| panic!("testbed env lacks {k}: {:?}", self.env))
     }
 
+    /// The PID in the PID file the bed names in `var` (`SPATE_LDAP_PIDFILE`, …).
+    pub fn pid(&self, var: &str) -> i32 {
+        let file = self.var(var);
+        let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{file}: {e}"));
+        text.trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("{file}: {e}: {text:?}"))
+    }
+
     /// Runs `scripts/testbed ARGS... --dir DIR`, which must succeed.
     pub fn script(&self, args: &[&str]) {
         let o = Command::new(script())

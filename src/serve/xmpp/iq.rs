@@ -35,7 +35,7 @@ pub(super) fn handle(st: &mut Stream<'_>, me: &Bound<'_>, e: &Element) {
         }
         return;
     };
-    let hub = &st.sh.service::<super::Hub>();
+    let hub = &st.hub;
     let bare_domain = jid.local.is_none() && jid.resource.is_none();
     if bare_domain && jid.domain == me.b.domain {
         return server(st, me, e, Some(to));
@@ -48,14 +48,10 @@ pub(super) fn handle(st: &mut Stream<'_>, me: &Bound<'_>, e: &Element) {
     }
     if jid.local.is_some() && jid.resource.is_some() && hub.serves(&jid.domain) {
         let prepared = Arc::new(Prepared::new(e, &me.b.full));
-        let sh = st.sh;
-        let n = sh.service::<super::Hub>().routes.deliver(
-            sh,
-            &jid,
-            Reach::Presence,
-            &prepared,
-            &to_attr(to),
-        );
+        let (sh, hub) = (st.sh, st.hub);
+        let n = hub
+            .routes
+            .deliver(sh, &jid, Reach::Presence, &prepared, &to_attr(to));
         if n.unwrap_or(0) > 0 || !request {
             return;
         }
@@ -139,7 +135,7 @@ fn disco_info(identity: (&str, &str, &str), features: &[&str]) -> String {
 fn roster(st: &Stream<'_>, me: &Bound<'_>) -> String {
     let own = me.bare();
     let mut q = format!("<query xmlns='{NS_ROSTER}'>");
-    if let Some(r) = &st.sh.service::<super::Hub>().rosters {
+    if let Some(r) = &st.hub.rosters {
         // Built from subscriptions: each item with its own state.
         for (jid, item) in r.items(&own.to_ascii_lowercase()) {
             q.push_str("<item jid='");
@@ -150,12 +146,7 @@ fn roster(st: &Stream<'_>, me: &Bound<'_>) -> String {
         q.push_str("</query>");
         return q;
     }
-    for jid in st
-        .sh
-        .service::<super::Hub>()
-        .accounts
-        .of_domain(&st.sh.users, &me.b.domain)
-    {
+    for jid in st.hub.accounts.of_domain(&st.sh.users, &me.b.domain) {
         if jid == own {
             continue;
         }

@@ -103,6 +103,11 @@ impl Hub {
     }
 }
 
+/// XMPP's state in what every session shares (the server built it).
+pub(super) fn hub(sh: &Shared) -> &Hub {
+    sh.service()
+}
+
 /// Serves one XMPP connection (plain with STARTTLS, or direct TLS already handshaken).
 pub(super) async fn run(conn: &mut Conn, sh: &Shared, conn_no: u64) {
     let mut st = stream::Stream::new(conn, sh, conn_no);

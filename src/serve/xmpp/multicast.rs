@@ -20,7 +20,7 @@ use crate::proto::xmpp::Element;
 
 /// Fans `e` (a message, or a presence when `presence`) out to its addresses.
 pub(super) fn handle(st: &mut Stream<'_>, me: &Bound<'_>, e: &Element, presence: bool) {
-    let sh = st.sh;
+    let (sh, hub) = (st.sh, st.hub);
     let is_block = |c: &Element| c.local_name() == "addresses" && c.ns() == Some(NS_ADDRESS);
     let errors_ok = e.attr("type") != Some("error");
     let Some(block) = e.children.iter().find(|c| is_block(c)) else {
@@ -35,7 +35,7 @@ pub(super) fn handle(st: &mut Stream<'_>, me: &Bound<'_>, e: &Element, presence:
         .filter(|a| matches!(a.attr("type"), Some("to" | "cc" | "bcc")))
         .filter_map(|a| a.attr("jid"))
         .collect();
-    if targets.len() > sh.service::<super::Hub>().options.multicast_limit {
+    if targets.len() > hub.options.multicast_limit {
         if errors_ok {
             bounce(st, me, e, "modify", "not-acceptable");
         }
@@ -44,7 +44,7 @@ pub(super) fn handle(st: &mut Stream<'_>, me: &Bound<'_>, e: &Element, presence:
     let resolved: Vec<(Jid, Arc<str>)> = targets
         .iter()
         .filter_map(|t| Some((Jid::parse(t)?, to_attr(t))))
-        .filter(|(j, _)| j.local.is_some() && sh.service::<super::Hub>().serves(&j.domain))
+        .filter(|(j, _)| j.local.is_some() && hub.serves(&j.domain))
         .collect();
     let mut copy = stamped(e, &me.b.full);
     for c in copy.children.iter_mut().filter(|c| is_block(c)) {
@@ -65,10 +65,7 @@ pub(super) fn handle(st: &mut Stream<'_>, me: &Bound<'_>, e: &Element, presence:
         Reach::Messages
     };
     let prepared = Arc::new(Prepared::of(&copy));
-    let n = sh
-        .service::<super::Hub>()
-        .routes
-        .fan_out(sh, &resolved, reach, &prepared);
+    let n = hub.routes.fan_out(sh, &resolved, reach, &prepared);
     sh.stats.xmpp_multicast();
     sh.stats.xmpp_routed(presence, n);
 }

@@ -133,11 +133,7 @@ fn register(st: &mut Stream<'_>, e: &Element) {
                 }
                 Some(_) if password.is_empty() => Some(("modify", "not-acceptable")),
                 None => Some(("modify", "not-acceptable")),
-                Some(j) => match st.sh.service::<super::Hub>().accounts.register(
-                    &st.sh.users,
-                    &j.bare(),
-                    password,
-                ) {
+                Some(j) => match st.hub.accounts.register(&st.sh.users, &j.bare(), password) {
                     Ok(()) => {
                         st.sh.stats.xmpp_registration();
                         None
@@ -185,12 +181,9 @@ async fn bind(st: &mut Stream<'_>, jid: &str) -> Result<Binding, End> {
                 } else {
                     asked.to_string()
                 };
-                let sh = st.sh;
-                let queue = sh.service::<super::Hub>().options.queue;
-                let b = sh
-                    .service::<super::Hub>()
-                    .routes
-                    .bind(sh, local, domain, &resource, queue);
+                let (sh, hub) = (st.sh, st.hub);
+                let queue = hub.options.queue;
+                let b = hub.routes.bind(sh, local, domain, &resource, queue);
                 st.send(&xmpp::bind_result(id, &b.full));
                 return Ok(b);
             }

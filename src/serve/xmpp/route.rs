@@ -204,7 +204,7 @@ impl Inner {
             ..Element::default()
         };
         let local = e.full.split('@').next().unwrap_or_default();
-        let audience = sh.service::<super::Hub>().audience(local, domain);
+        let audience = super::hub(sh).audience(local, domain);
         let n = self.broadcast(
             domain,
             &Arc::new(Prepared::of(&p)),
@@ -324,7 +324,7 @@ impl Routes {
         let stanza = Arc::new(stanza);
         me.last = available.then(|| stanza.clone());
         let mut victims = Victims::default();
-        let audience = sh.service::<super::Hub>().audience(&b.local, &b.domain);
+        let audience = super::hub(sh).audience(&b.local, &b.domain);
         let n = inner.broadcast(&b.domain, &stanza, audience.as_ref(), &mut victims);
         if initial {
             // Not counted as routed: the contacts' presences went out when they sent them.

@@ -105,12 +105,8 @@ async fn plain(st: &mut Stream<'_>, auth: &Element) -> Result<Outcome, End> {
     let Ok((user, password)) = sasl::plain(&data) else {
         return Ok(Err("malformed-request"));
     };
-    let ok = account_jid(st, &user).filter(|jid| {
-        st.sh
-            .service::<super::Hub>()
-            .accounts
-            .check(&st.sh.users, jid, &password)
-    });
+    let ok =
+        account_jid(st, &user).filter(|jid| st.hub.accounts.check(&st.sh.users, jid, &password));
     Ok(ok.map(|jid| (jid, String::new())).ok_or("not-authorized"))
 }
 
@@ -128,13 +124,8 @@ async fn scram(st: &mut Stream<'_>, auth: &Element, hash: ScramHash) -> Result<O
     let Some(jid) = account_jid(st, &user) else {
         return Ok(Err("not-authorized"));
     };
-    let sh = st.sh;
-    let Some(salted) = sh
-        .service::<super::Hub>()
-        .accounts
-        .salted(&sh.users, hash, &jid)
-        .await
-    else {
+    let (sh, hub) = (st.sh, st.hub);
+    let Some(salted) = hub.accounts.salted(&sh.users, hash, &jid).await else {
         return Ok(Err("not-authorized"));
     };
     let nonce: String = rand::rng()

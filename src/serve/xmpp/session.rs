@@ -54,10 +54,7 @@ impl<'a> Bound<'a> {
 
 impl Drop for Bound<'_> {
     fn drop(&mut self) {
-        self.sh
-            .service::<super::Hub>()
-            .routes
-            .unbind(self.sh, &self.b);
+        super::hub(self.sh).routes.unbind(self.sh, &self.b);
         self.sh.stats.xmpp_session(false);
     }
 }
@@ -169,7 +166,7 @@ pub(super) fn bounce(st: &mut Stream<'_>, me: &Bound<'_>, e: &Element, kind: &st
 /// §8.5.3.2.1). Nobody reached: `service-unavailable` for normal, chat and groupchat
 /// messages (headlines and errors are dropped silently, §8.5.2.1.1).
 fn message(st: &mut Stream<'_>, me: &Bound<'_>, e: &Element) {
-    let sh = st.sh;
+    let (sh, hub) = (st.sh, st.hub);
     let kind = e.attr("type").unwrap_or("normal");
     let own = me.bare();
     let to = e.attr("to").unwrap_or(&own);
@@ -179,7 +176,6 @@ fn message(st: &mut Stream<'_>, me: &Bound<'_>, e: &Element) {
         }
         return;
     };
-    let hub = sh.service::<super::Hub>();
     if to_multicast(hub, &jid) {
         return multicast::handle(st, me, e, false);
     }
@@ -217,7 +213,7 @@ fn to_multicast(hub: &super::Hub, jid: &Jid) -> bool {
 /// multicast service). Subscription requests are passed on; probes and presence to
 /// nobody are dropped, as RFC 6121 lets a server do.
 fn presence(st: &mut Stream<'_>, me: &Bound<'_>, e: &Element) {
-    let sh = st.sh;
+    let (sh, hub) = (st.sh, st.hub);
     let kind = e.attr("type");
     let Some(to) = e.attr("to") else {
         if matches!(kind, None | Some("unavailable")) {
@@ -226,13 +222,9 @@ fn presence(st: &mut Stream<'_>, me: &Bound<'_>, e: &Element) {
                 .and_then(|p| p.text.trim().parse::<i8>().ok())
                 .unwrap_or(0);
             let prepared = Prepared::new(e, &me.b.full);
-            let n = sh.service::<super::Hub>().routes.presence(
-                sh,
-                &me.b,
-                prepared,
-                kind.is_none(),
-                priority,
-            );
+            let n = hub
+                .routes
+                .presence(sh, &me.b, prepared, kind.is_none(), priority);
             sh.stats.xmpp_routed(true, n);
         }
         return;
@@ -240,14 +232,13 @@ fn presence(st: &mut Stream<'_>, me: &Bound<'_>, e: &Element) {
     let Some(jid) = Jid::parse(to) else {
         return;
     };
-    let hub = sh.service::<super::Hub>();
     if to_multicast(hub, &jid) {
         return multicast::handle(st, me, e, true);
     }
     if jid.local.is_none() || !hub.serves(&jid.domain) || kind == Some("probe") {
         return;
     }
-    if let (Some(r), Some(k)) = (&sh.service::<super::Hub>().rosters, kind) {
+    if let (Some(r), Some(k)) = (&hub.rosters, kind) {
         // A subscription stanza changes both rosters, then goes on to the contact.
         r.apply(
             &me.bare().to_ascii_lowercase(),
@@ -256,8 +247,7 @@ fn presence(st: &mut Stream<'_>, me: &Bound<'_>, e: &Element) {
         );
     }
     let prepared = Arc::new(Prepared::new(e, &me.b.full));
-    let n = sh
-        .service::<super::Hub>()
+    let n = hub
         .routes
         .deliver(sh, &jid, Reach::Presence, &prepared, &to_attr(to))
         .unwrap_or(0);

@@ -41,6 +41,8 @@ pub(super) enum Got {
 pub(super) struct Stream<'a> {
     pub conn: &'a mut Conn,
     pub sh: &'a Shared,
+    /// XMPP's own state: accounts, sessions, routing.
+    pub hub: &'a super::Hub,
     framer: Framer,
     /// The served domain this stream is for (the header's `to`).
     pub domain: String,
@@ -57,6 +59,7 @@ impl<'a> Stream<'a> {
         Stream {
             conn,
             sh,
+            hub: super::hub(sh),
             framer: Framer::new(MAX_STANZA, MAX_DEPTH),
             domain: String::new(),
             header_sent: false,
@@ -143,7 +146,7 @@ impl<'a> Stream<'a> {
             Got::Open(h) => h,
             _ => return Err(End::Error("not-well-formed")),
         };
-        let hub = &self.sh.service::<super::Hub>();
+        let hub = &self.hub;
         let to = header.to.as_deref().map(|d| d.trim().to_ascii_lowercase());
         let served = to.as_deref().is_none_or(|d| hub.serves(d));
         self.domain = match to {
