@@ -111,10 +111,65 @@ async fn a_lying_server_is_caught_to_the_message() {
     // A message dropped after its store point may have been lost on purpose first.
     assert!(g("recovered") <= fault("stored:drop"), "{j}");
     assert_eq!(g("unlogged"), 0, "{j}");
-    // compare shows them too.
-    let c = spate(&["compare", run.to_str().unwrap(), run.to_str().unwrap()]).await;
+    // compare shows every class too, from verify.json, and a run that was not checked
+    // as not measured (-), not as 0.
+    let unchecked = tmp.path().join("unchecked");
+    let cp = std::process::Command::new("cp")
+        .args(["-r", run.to_str().unwrap(), unchecked.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    std::fs::remove_file(unchecked.join("verify.json")).unwrap();
+    let (r, u) = (run.to_str().unwrap(), unchecked.to_str().unwrap());
+    let c = spate(&["compare", r, u, "--json"]).await;
     assert!(c.ok, "{c:?}");
-    assert!(c.stdout.contains("indeterminate"), "{}", c.stdout);
+    let cj: serde_json::Value = serde_json::from_str(&c.stdout).unwrap();
+    let row = |name: &str| {
+        let m = cj["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} row: {cj}"));
+        (m["values"][0].as_f64(), m["values"][1].as_f64())
+    };
+    let lost = counts.recipients_lost as f64;
+    assert_eq!(row("lost"), (Some(lost), None), "{cj}");
+    let dup = counts.recipients_duplicated as f64;
+    assert_eq!(row("duplicated"), (Some(dup), None), "{cj}");
+    let rec = counts.recipients_unacknowledged as f64;
+    assert_eq!(row("recovered"), (Some(rec), None), "{cj}");
+    assert_eq!(row("indeterminate").0, Some(dropped as f64), "{cj}");
+    assert!(
+        cj["note"]
+            .as_str()
+            .unwrap()
+            .contains("run B has no verify.json"),
+        "{cj}"
+    );
+    let c = spate(&["compare", r, u]).await;
+    assert!(c.ok, "{c:?}");
+    let line = |name: &str| {
+        c.stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} line: {}", c.stdout))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let l = line("lost (deliveries)");
+    assert_eq!(
+        l[2..4],
+        [counts.recipients_lost.to_string(), "-".into()],
+        "{}",
+        c.stdout
+    );
+    assert!(
+        line("misdelivered").contains(&"0".to_string()),
+        "{}",
+        c.stdout
+    );
     assert_eq!(g("messages"), n("accepted"), "{j}");
     assert_eq!(
         g("delivered") + g("missing"),

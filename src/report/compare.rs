@@ -147,9 +147,12 @@ pub fn compare(runs: &[Run]) -> Comparison {
     Comparison {
         runs: run_infos(runs),
         metrics,
-        note: match (units_note(runs), bound_note(runs)) {
-            (Some(a), Some(b)) => Some(format!("{a}; {b}")),
-            (a, b) => a.or(b),
+        note: {
+            let notes: Vec<String> = [units_note(runs), bound_note(runs), verify_note(runs)]
+                .into_iter()
+                .flatten()
+                .collect();
+            (!notes.is_empty()).then(|| notes.join("; "))
         },
     }
 }
@@ -175,6 +178,24 @@ fn bound_note(runs: &[Run]) -> Option<String> {
             starved.join(", ")
         )
     })
+}
+
+/// Which runs had no delivery check, when others had: their delivery rows are not
+/// measured, not zero.
+fn verify_note(runs: &[Run]) -> Option<String> {
+    if runs.iter().all(|r| r.verify.is_some()) || runs.iter().all(|r| r.verify.is_none()) {
+        return None;
+    }
+    let unchecked: Vec<String> = runs
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.verify.is_none())
+        .map(|(i, _)| letter(i))
+        .collect();
+    Some(format!(
+        "run {} has no verify.json: its deliveries were not checked (shown as -, not 0)",
+        unchecked.join(", ")
+    ))
 }
 
 /// A warning when some runs count messages and others mailbox visits: their rates and
@@ -340,6 +361,54 @@ fn total_metrics(runs: &[Run]) -> Vec<Metric> {
             ),
         );
     }
+    v.extend(delivery_metrics(runs));
+    v
+}
+
+/// What `spate verify` found of each run's messages (verify.json), when any run was
+/// checked: every class, so a lost or duplicated message shows beside the speed it came
+/// with. A run without a check shows "-" (not measured).
+fn delivery_metrics(runs: &[Run]) -> Vec<Metric> {
+    if runs.iter().all(|r| r.verify.is_none()) {
+        return Vec::new();
+    }
+    let none = vec![None; runs.len()];
+    let count = |key: &'static str| {
+        move |r: &Run| {
+            r.verify
+                .as_ref()
+                .and_then(|v| v.get(key))
+                .and_then(|n| n.as_u64())
+                .map_or(f64::NAN, |n| n as f64)
+        }
+    };
+    let mut v = Vec::new();
+    for (key, name, better) in [
+        ("delivered", "delivered", Better::Neither),
+        ("missing", "lost", Better::Lower),
+        ("duplicated", "duplicated", Better::Lower),
+        ("corrupted", "corrupted", Better::Lower),
+        ("misdelivered", "misdelivered", Better::Lower),
+        ("unlogged", "unlogged", Better::Neither),
+    ] {
+        v.push(metric(
+            name,
+            "deliveries",
+            better,
+            all(runs, &count(key)),
+            none.clone(),
+        ));
+    }
+    // Of the messages without a final reply: those found after all.
+    if runs.iter().any(|r| count("indeterminate")(r) > 0.0) {
+        v.push(metric(
+            "recovered",
+            "messages",
+            Better::Neither,
+            all(runs, &count("recovered")),
+            none,
+        ));
+    }
     v
 }
 
@@ -381,7 +450,13 @@ pub fn render_text(c: &Comparison) -> String {
             r.label, r.run_id, r.target, r.started_at, r.command
         );
     }
-    let w = 24;
+    let w = c
+        .metrics
+        .iter()
+        .map(|m| m.name.len() + m.unit.len() + 3)
+        .max()
+        .unwrap_or(0)
+        .max(24);
     let _ = write!(o, "\n  {:<w$}", "metric");
     for (i, _) in c.runs.iter().enumerate() {
         let _ = write!(o, " {:>10}", letter(i));

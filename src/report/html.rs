@@ -536,6 +536,8 @@ fn delivery(b: &mut String, run: &Run) {
             "missing",
             "duplicated",
             "corrupted",
+            "misdelivered",
+            "unlogged",
             "foreign",
         ] {
             if let Some(n) = v.get(k).and_then(|n| n.as_u64()) {
