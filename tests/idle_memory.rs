@@ -8,7 +8,6 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,33 +18,42 @@ struct Counting;
 
 thread_local! {
     static COUNTED: Cell<bool> = const { Cell::new(false) };
+    // Per thread: tests that run side by side each count their own thread's heap.
+    static LIVE: Cell<i64> = const { Cell::new(0) };
+    static ALLOCS: Cell<i64> = const { Cell::new(0) };
 }
-static LIVE: AtomicI64 = AtomicI64::new(0);
-static ALLOCS: AtomicI64 = AtomicI64::new(0);
 
 fn counted() -> bool {
     COUNTED.try_with(|c| c.get()).unwrap_or(false)
+}
+
+fn bump(cell: &'static std::thread::LocalKey<Cell<i64>>, by: i64) {
+    let _ = cell.try_with(|c| c.set(c.get() + by));
+}
+
+fn read(cell: &'static std::thread::LocalKey<Cell<i64>>) -> i64 {
+    cell.with(Cell::get)
 }
 
 // SAFETY: every call is forwarded to the system allocator unchanged; only counters move.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         if counted() {
-            LIVE.fetch_add(l.size() as i64, Ordering::Relaxed);
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
+            bump(&LIVE, l.size() as i64);
+            bump(&ALLOCS, 1);
         }
         System.alloc(l)
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
         if counted() {
-            LIVE.fetch_sub(l.size() as i64, Ordering::Relaxed);
+            bump(&LIVE, -(l.size() as i64));
         }
         System.dealloc(p, l)
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
         if counted() {
-            LIVE.fetch_add(new as i64 - l.size() as i64, Ordering::Relaxed);
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
+            bump(&LIVE, new as i64 - l.size() as i64);
+            bump(&ALLOCS, 1);
         }
         System.realloc(p, l, new)
     }
@@ -163,14 +171,14 @@ fn per_connection(n: usize, tls: bool, how: Waiting) -> (f64, f64) {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
         COUNTED.with(|c| c.set(true));
-        let (live0, allocs0) = (LIVE.load(Ordering::SeqCst), ALLOCS.load(Ordering::SeqCst));
+        let (live0, allocs0) = (read(&LIVE), read(&ALLOCS));
         for _ in 0..n {
             hold(connect(client.clone()).await);
         }
         // Every task reaches its pending read.
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let live = (LIVE.load(Ordering::SeqCst) - live0) as f64 / n as f64;
-        let allocs = (ALLOCS.load(Ordering::SeqCst) - allocs0) as f64 / n as f64;
+        let live = (read(&LIVE) - live0) as f64 / n as f64;
+        let allocs = (read(&ALLOCS) - allocs0) as f64 / n as f64;
         COUNTED.with(|c| c.set(false));
         for h in &held {
             h.abort();

@@ -20,15 +20,13 @@ fn exposition() -> String {
     };
     let all: serde_json::Map<String, serde_json::Value> =
         fields.keys().map(|k| (k.clone(), 1500.into())).collect();
-    let mut totals = Shard {
-        counters: serde_json::from_value(serde_json::Value::Object(all)).unwrap(),
-        ..Shard::default()
-    };
-    totals.record(Phase::Transaction, 1200);
-    totals.record(Phase::Connect, 80);
+    let mut totals = Shard::default();
+    totals.counters = serde_json::from_value(serde_json::Value::Object(all)).unwrap();
+    totals.record(spate::session::smtp::phase::TRANSACTION, 1200);
+    totals.record(Phase::CONNECT, 80);
     totals.error(
         ErrorKey {
-            phase: Phase::Rcpt,
+            phase: spate::session::smtp::phase::RCPT,
             kind: ErrorKind::Permanent,
             code: 550,
             detail: None,

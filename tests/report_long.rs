@@ -63,7 +63,7 @@ fn interval(
             iv.counters.failed += 1;
             made.failed += 1;
             let key = ErrorKey {
-                phase: Phase::Response,
+                phase: Phase::RESPONSE,
                 kind: ErrorKind::Timeout,
                 code: 0,
                 detail: None,
@@ -80,11 +80,11 @@ fn interval(
         let first_byte = latency(rng, if miss { 20_000.0 } else { 300.0 });
         let response = connect + tls + request + first_byte;
         for (p, v) in [
-            (Phase::Connect, connect),
-            (Phase::Tls, tls),
-            (Phase::Request, request),
-            (Phase::FirstByte, first_byte),
-            (Phase::Response, response),
+            (Phase::CONNECT, connect),
+            (Phase::TLS, tls),
+            (spate::session::rr::phase::REQUEST, request),
+            (spate::session::rr::phase::FIRST_BYTE, first_byte),
+            (Phase::RESPONSE, response),
         ] {
             iv.record(p, v);
             made.totals.record(p, v);
@@ -274,9 +274,7 @@ fn the_report_of_a_63_hour_run_is_bounded_and_exact() {
         "<div class=\"v\">{}</div><div class=\"k\">requests accepted</div>",
         made.requests - made.failed
     )));
-    let response = made.totals.hists[Phase::Response as usize]
-        .as_ref()
-        .unwrap();
+    let response = made.totals.hist(Phase::RESPONSE).unwrap();
     let read = run.phase("response").unwrap();
     assert_eq!(read.total.len(), response.len());
     for q in [0.5, 0.99, 0.999, 1.0] {

@@ -59,7 +59,7 @@ pub fn run(args: Args, _ctx: &Ctx) -> anyhow::Result<ExitCode> {
         "merged {} shards of run {}: {:.1}s, attempted {}  accepted {}  rejected {}  failed {}",
         m.shards, s.run_id, s.elapsed_s, t.attempted, t.accepted, t.rejected, t.failed
     );
-    if let Some(p) = s.phase("response").or_else(|| s.phase("transaction")) {
+    if let Some(p) = s.latency_phase() {
         println!(
             "  {}: {} values, p50 {} µs, p99 {} µs (from the merged histograms)",
             p.phase, p.count, p.p50_us, p.p99_us

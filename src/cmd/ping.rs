@@ -114,19 +114,19 @@ pub struct Args {
 }
 
 const COLUMNS: &[(Phase, &str)] = &[
-    (Phase::Connect, "connect"),
-    (Phase::Tls, "tls"),
-    (Phase::Banner, "banner"),
-    (Phase::Ehlo, "helo"),
-    (Phase::Lhlo, "lhlo"),
-    (Phase::Starttls, "starttls"),
-    (Phase::Auth, "auth"),
-    (Phase::Mail, "mailfrom"),
-    (Phase::Rcpt, "rcptto"),
-    (Phase::Data, "data"),
-    (Phase::Envelope, "envelope"),
-    (Phase::Body, "datasent"),
-    (Phase::Quit, "quit"),
+    (Phase::CONNECT, "connect"),
+    (Phase::TLS, "tls"),
+    (crate::session::smtp::phase::BANNER, "banner"),
+    (crate::session::smtp::phase::EHLO, "helo"),
+    (crate::session::smtp::phase::LHLO, "lhlo"),
+    (crate::session::smtp::phase::STARTTLS, "starttls"),
+    (crate::session::smtp::phase::AUTH, "auth"),
+    (crate::session::smtp::phase::MAIL, "mailfrom"),
+    (crate::session::smtp::phase::RCPT, "rcptto"),
+    (crate::session::smtp::phase::DATA, "data"),
+    (crate::session::smtp::phase::ENVELOPE, "envelope"),
+    (crate::session::smtp::phase::BODY, "datasent"),
+    (crate::session::smtp::phase::QUIT, "quit"),
 ];
 
 /// What a ping run is, for the engine.
@@ -282,7 +282,8 @@ impl Stats {
             None => {
                 // The whole message as smtpping times it: to the final reply and, when
                 // the connection closed with it, its QUIT.
-                let took = sum(Phase::Response).unwrap_or(0) + sum(Phase::Quit).unwrap_or(0);
+                let took = sum(Phase::RESPONSE).unwrap_or(0)
+                    + sum(crate::session::smtp::phase::QUIT).unwrap_or(0);
                 self.record_total(took);
                 line.push_str(&format!(
                     " total={}",

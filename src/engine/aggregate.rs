@@ -228,7 +228,10 @@ impl Aggregator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::Phase;
+
+    crate::metrics::phases! {
+        BODY => "body", "a test phase";
+    }
     use std::sync::{Arc, Mutex};
 
     fn wait_for(seen: &Mutex<Vec<(f64, f64, u64, u64)>>, n: usize) {
@@ -257,7 +260,7 @@ mod tests {
                 // Each interval waits (the disk is slow) until the gate is dropped.
                 let _ = busy_tx.send(());
                 let _ = gate.recv();
-                let n = q.iv.hist(Phase::Body).map_or(0, |h| h.len());
+                let n = q.iv.hist(BODY).map_or(0, |h| h.len());
                 s.lock()
                     .unwrap()
                     .push((q.t0_s, q.len_s, q.iv.counters.attempted, n));
@@ -288,7 +291,7 @@ mod tests {
         for i in 1..=20 {
             rec.with(i, |s| {
                 s.counters.attempted += 1;
-                s.record(Phase::Body, 100);
+                s.record(BODY, 100);
             });
             agg.interval(&rec, i as f64, false, (None, None), None, &mut [])
                 .unwrap();

@@ -149,7 +149,15 @@ impl<'a> Setup<'a> {
             },
             grace: units::parse_duration(plan.grace())?,
             clock,
-            recorder: Arc::new(Recorder::new(8)),
+            recorder: Arc::new(Recorder::with_phases(
+                8,
+                &plan
+                    .head()
+                    .phases
+                    .iter()
+                    .map(|d| d.phase)
+                    .collect::<Vec<_>>(),
+            )),
             header: SummaryHeader {
                 run_id: plan.head().run_id.clone(),
                 command: plan.head().command.clone(),

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use crate::metrics::{Clock, Counters, ErrorKey, Phase, Recorder, SentRecord};
 
 /// The phases the engine adds to every unit: response time from the schedule, and lag.
-pub const ENGINE_PHASES: &[Phase] = &[Phase::Response, Phase::Lag];
+pub const ENGINE_PHASES: &[Phase] = &[Phase::RESPONSE, Phase::LAG];
 
 /// A unit that starts this much after its schedule counts as late (open model).
 const LATE_US: u64 = 10_000;
@@ -281,7 +281,7 @@ pub(super) async fn run_unit<D: Driver>(
         _ = give_up => {
             report.unfinished();
             if slot.open {
-                report.record(Phase::Lag, lag);
+                report.record(Phase::LAG, lag);
             }
             commit(recorder, session, None, false, report);
             return false;
@@ -289,10 +289,10 @@ pub(super) async fn run_unit<D: Driver>(
     };
     let end_us = report.done_at();
     if slot.open {
-        report.record(Phase::Lag, lag);
+        report.record(Phase::LAG, lag);
     }
     if outcome != Outcome::Failed {
-        report.record(Phase::Response, end_us.saturating_sub(slot.scheduled_us));
+        report.record(Phase::RESPONSE, end_us.saturating_sub(slot.scheduled_us));
     }
     if let Some(hook) = on_unit {
         hook(slot.seq, outcome, report);
@@ -349,7 +349,7 @@ impl UnitReport {
         self.counters.attempted += 1;
         self.counters.unfinished += 1;
         let now = self.clock.now_us();
-        let (phase, since) = self.current.unwrap_or((Phase::Response, self.started_us));
+        let (phase, since) = self.current.unwrap_or((Phase::RESPONSE, self.started_us));
         let key = crate::metrics::ErrorKey {
             phase,
             kind: crate::metrics::ErrorKind::Unfinished,

@@ -185,7 +185,7 @@ impl Scheduler {
         }
         let now = shared.clock.now_us();
         let key = crate::metrics::ErrorKey {
-            phase: Phase::Lag,
+            phase: Phase::LAG,
             kind: crate::metrics::ErrorKind::Unfinished,
             code: 0,
             detail: None,
@@ -197,7 +197,7 @@ impl Scheduler {
                 let waited = now.saturating_sub(at);
                 sh.counters.attempted += 1;
                 sh.counters.unfinished += 1;
-                sh.record(Phase::Lag, waited);
+                sh.record(Phase::LAG, waited);
                 sh.error(key.clone(), || {
                     format!(
                         "due {} before the end, still waiting for a session",
@@ -495,7 +495,7 @@ mod tests {
 
     impl Driver for Counting {
         const WORDS: crate::results::UnitWords =
-            crate::results::UnitWords::new("units", "units/s", "sent");
+            crate::results::UnitWords::new("units", "units/s", "sent", &[], true);
         const PHASES: &'static [Phase] = &[];
         async fn run_one(&mut self, _seq: u64, _report: &mut UnitReport) -> Outcome {
             self.units.fetch_add(1, Ordering::SeqCst);
@@ -560,7 +560,7 @@ mod tests {
 
     impl Driver for Claiming {
         const WORDS: crate::results::UnitWords =
-            crate::results::UnitWords::new("units", "units/s", "sent");
+            crate::results::UnitWords::new("units", "units/s", "sent", &[], true);
         const PHASES: &'static [Phase] = &[];
         async fn run_one(&mut self, seq: u64, _report: &mut UnitReport) -> Outcome {
             match self.claimed.take() {
@@ -639,7 +639,7 @@ mod tests {
 
     impl Driver for Stamps {
         const WORDS: crate::results::UnitWords =
-            crate::results::UnitWords::new("units", "units/s", "sent");
+            crate::results::UnitWords::new("units", "units/s", "sent", &[], true);
         const PHASES: &'static [Phase] = &[];
         async fn run_one(&mut self, seq: u64, report: &mut UnitReport) -> Outcome {
             self.0.lock().unwrap().push((seq, report.started()));

@@ -77,7 +77,7 @@ impl Acc {
                 crate::report::data::class_label(k.phase.name(), k.kind.name(), k.code, None);
             *self.errors.entry(class).or_default() += e.count;
         }
-        if let Some(h) = iv.hist(Phase::Response) {
+        if let Some(h) = iv.hist(Phase::RESPONSE) {
             let _ = self.response.add(h);
         }
     }

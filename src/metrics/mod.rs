@@ -6,7 +6,8 @@ mod phase;
 mod recorder;
 
 pub use clock::{note_arrival, Clock};
-pub use phase::{Declared, Phase};
+pub(crate) use phase::phases;
+pub use phase::{Declared, Phase, PhaseDef};
 pub use recorder::{
     new_histogram, Counters, Detail, ErrorKey, ErrorKind, ErrorStat, Interval, Recorder,
     SentOutcome, SentRecord, Shard, HIST_MAX_US,

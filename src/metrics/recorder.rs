@@ -323,26 +323,17 @@ pub struct SentRecord {
 }
 
 /// What one shard (and one drained interval) holds.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Shard {
     pub counters: Counters,
-    pub hists: Vec<Option<Histogram<u64>>>,
+    /// Each phase's histogram, in the order the run declared its phases (a phase
+    /// recorded without being declared comes after them); `None` until first recorded.
+    hists: Vec<(Phase, Option<Histogram<u64>>)>,
     pub errors: HashMap<ErrorKey, ErrorStat>,
     pub sent: Vec<SentRecord>,
     pub rcpts: Vec<u32>,
 }
 
-impl Default for Shard {
-    fn default() -> Self {
-        Shard {
-            counters: Counters::default(),
-            hists: (0..Phase::COUNT).map(|_| None).collect(),
-            errors: HashMap::new(),
-            sent: Vec::new(),
-            rcpts: Vec::new(),
-        }
-    }
-}
 
 /// Distinct error classes kept per shard per interval; beyond this, errors are still
 /// counted but folded into one overflow class, so a server that puts a counter in every
@@ -350,11 +341,50 @@ impl Default for Shard {
 const MAX_ERROR_CLASSES: usize = 256;
 
 impl Shard {
+    /// A shard whose phases come in this order (every shard of a run is made with the
+    /// run's declared phases, so what they add up to keeps that order).
+    pub fn with_phases(phases: &[Phase]) -> Shard {
+        Shard {
+            hists: phases.iter().map(|&p| (p, None)).collect(),
+            ..Shard::default()
+        }
+    }
+
+    /// The slot of `phase`, made at the end when the shard has none yet.
+    #[inline]
+    fn slot(&mut self, phase: Phase) -> &mut Option<Histogram<u64>> {
+        let i = match self.hists.iter().position(|(p, _)| *p == phase) {
+            Some(i) => i,
+            None => {
+                self.hists.push((phase, None));
+                self.hists.len() - 1
+            }
+        };
+        &mut self.hists[i].1
+    }
+
     #[inline]
     pub fn record(&mut self, phase: Phase, micros: u64) {
-        self.hists[phase as usize]
+        self.slot(phase)
             .get_or_insert_with(new_histogram)
             .saturating_record(micros.clamp(1, HIST_MAX_US));
+    }
+
+    /// Adds a whole histogram to a phase.
+    pub fn record_hist(&mut self, phase: Phase, h: &Histogram<u64>) {
+        if !h.is_empty() {
+            self.slot(phase)
+                .get_or_insert_with(new_histogram)
+                .add(h)
+                .expect("same bounds");
+        }
+    }
+
+    /// The phases with samples, in the shard's order, and their histograms.
+    pub fn hists(&self) -> impl Iterator<Item = (Phase, &Histogram<u64>)> {
+        self.hists
+            .iter()
+            .filter_map(|(p, h)| h.as_ref().filter(|h| !h.is_empty()).map(|h| (*p, h)))
     }
 
     pub fn error(&mut self, key: ErrorKey, sample: impl FnOnce() -> String) {
@@ -384,7 +414,7 @@ impl Shard {
     /// Empties the shard and keeps its allocations (histograms, buffers) for reuse.
     pub fn clear(&mut self) {
         self.counters = Counters::default();
-        for h in self.hists.iter_mut().flatten() {
+        for h in self.hists.iter_mut().filter_map(|(_, h)| h.as_mut()) {
             h.reset();
         }
         self.errors.clear();
@@ -395,11 +425,9 @@ impl Shard {
     /// Adds another shard into this one (histograms add, counters add, errors merge).
     pub fn absorb(&mut self, other: &mut Shard) {
         self.counters.add(&other.counters);
-        for (mine, theirs) in self.hists.iter_mut().zip(other.hists.iter_mut()) {
-            if let Some(t) = theirs {
-                if t.is_empty() {
-                    continue;
-                }
+        for (phase, theirs) in other.hists.iter_mut() {
+            let mine = self.slot(*phase);
+            if let Some(t) = theirs.as_mut().filter(|t| !t.is_empty()) {
                 mine.get_or_insert_with(new_histogram)
                     .add(&*t)
                     .expect("same bounds");
@@ -426,7 +454,8 @@ impl Shard {
     /// it is (per-message records are not totals and stay out).
     pub fn add(&mut self, other: &Shard) {
         self.counters.add(&other.counters);
-        for (mine, theirs) in self.hists.iter_mut().zip(other.hists.iter()) {
+        for (phase, theirs) in other.hists.iter() {
+            let mine = self.slot(*phase);
             if let Some(t) = theirs.as_ref().filter(|t| !t.is_empty()) {
                 mine.get_or_insert_with(new_histogram)
                     .add(t)
@@ -443,9 +472,16 @@ impl Shard {
     }
 
     pub fn hist(&self, phase: Phase) -> Option<&Histogram<u64>> {
-        self.hists[phase as usize]
-            .as_ref()
+        self.hists
+            .iter()
+            .find(|(p, _)| *p == phase)
+            .and_then(|(_, h)| h.as_ref())
             .filter(|h| !h.is_empty())
+    }
+
+    /// The histogram of the phase named `name`.
+    pub fn hist_named(&self, name: &str) -> Option<&Histogram<u64>> {
+        self.hists().find(|(p, _)| p.name() == name).map(|(_, h)| h)
     }
 }
 
@@ -470,9 +506,14 @@ pub struct Recorder {
 
 impl Recorder {
     pub fn new(shards: usize) -> Self {
+        Recorder::with_phases(shards, &[])
+    }
+
+    /// A recorder whose shards keep `phases` in this order (the run's declared phases).
+    pub fn with_phases(shards: usize, phases: &[Phase]) -> Self {
         Recorder {
             shards: (0..shards.max(1))
-                .map(|_| Mutex::new(Shard::default()))
+                .map(|_| Mutex::new(Shard::with_phases(phases)))
                 .collect(),
             active: AtomicI64::new(0),
             active_max: AtomicI64::new(0),
@@ -531,6 +572,12 @@ impl Recorder {
 mod tests {
     use super::*;
 
+    crate::metrics::phases! {
+        BODY => "body", "a test phase";
+        RCPT => "rcpt", "another";
+        MAIL => "mail", "a third";
+    }
+
     #[test]
     fn drain_merges_and_resets() {
         let rec = Recorder::new(4);
@@ -538,7 +585,7 @@ mod tests {
             rec.with(session, |s| {
                 s.counters.attempted += 1;
                 s.counters.accepted += 1;
-                s.record(Phase::Body, 1000 + session as u64);
+                s.record(BODY, 1000 + session as u64);
                 s.sent(
                     SentRecord {
                         seq: session as u64,
@@ -559,7 +606,7 @@ mod tests {
             s.counters.failed += 1;
             s.error(
                 ErrorKey {
-                    phase: Phase::Rcpt,
+                    phase: RCPT,
                     kind: ErrorKind::Transient,
                     code: 451,
                     detail: Some(Detail(4, 3, 0)),
@@ -572,7 +619,7 @@ mod tests {
         rec.drain_into(&mut iv);
         assert_eq!(iv.counters.attempted, 9);
         assert!(iv.counters.reconciles());
-        assert_eq!(iv.hist(Phase::Body).unwrap().len(), 8);
+        assert_eq!(iv.hist(BODY).unwrap().len(), 8);
         assert_eq!(iv.sent.len(), 8);
         for r in &iv.sent {
             let rc = &iv.rcpts[r.rcpt_start as usize..][..r.rcpt_len as usize];
@@ -583,7 +630,7 @@ mod tests {
         let mut again = Shard::default();
         rec.drain_into(&mut again);
         assert_eq!(again.counters, Counters::default());
-        assert!(again.hist(Phase::Body).is_none());
+        assert!(again.hist(BODY).is_none());
     }
 
     #[test]
@@ -592,7 +639,7 @@ mod tests {
         for i in 0..1000 {
             s.error(
                 ErrorKey {
-                    phase: Phase::Mail,
+                    phase: MAIL,
                     kind: ErrorKind::Permanent,
                     code: 550,
                     detail: None,

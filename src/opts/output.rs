@@ -138,11 +138,15 @@ pub fn holds_run(dir: &Path) -> bool {
 /// The first file in `dir` (a directory that holds no run) with the name of a file a run
 /// writes: someone else's, which a run there would replace.
 fn foreign_results_file(dir: &Path) -> Option<String> {
+    let phases: Vec<String> = crate::session::all_phases()
+        .iter()
+        .map(|p| p.name().to_string())
+        .collect();
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .ok()?
         .flatten()
         .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| crate::results::outdir::is_results_file(n))
+        .filter(|n| crate::results::outdir::is_results_file(n, &phases))
         .collect();
     names.sort();
     names.into_iter().next()

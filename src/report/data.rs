@@ -9,7 +9,6 @@ use base64::Engine as _;
 use hdrhistogram::serialization::Deserializer;
 use hdrhistogram::Histogram;
 
-use crate::metrics::Phase;
 use crate::results::Summary;
 
 #[derive(Debug, thiserror::Error)]
@@ -355,11 +354,12 @@ impl Run {
         // Decoding every interval's histogram is the bulk of the work on a long run:
         // one thread per phase log.
         let logs: Vec<Result<Option<PhaseLog>, ReadError>> = std::thread::scope(|s| {
-            let handles: Vec<_> = Phase::ALL
+            let handles: Vec<_> = summary
+                .phases
                 .iter()
                 .map(|p| {
-                    let path = dir.join(format!("{}.hlog", p.name()));
-                    s.spawn(move || PhaseLog::read(&path, p.name()))
+                    let path = dir.join(format!("{}.hlog", p.phase));
+                    s.spawn(move || PhaseLog::read(&path, &p.phase))
                 })
                 .collect();
             handles
@@ -412,10 +412,27 @@ impl Run {
     }
 
     /// The phase that stands for "latency" in headlines: a message's service time.
+    /// What the phase named `name` times: as the run's plan.json declared it, or, for a
+    /// run written before plans declared their phases, as this spate's protocols do.
+    pub fn phase_times(&self, name: &str) -> Option<&str> {
+        let declared = self.plan.as_ref().and_then(|plan| {
+            plan["phases"]
+                .as_array()?
+                .iter()
+                .find(|p| p["phase"] == name)?["times"]
+                .as_str()
+        });
+        declared.or_else(|| {
+            crate::metrics::Phase::find(&crate::session::all_phases(), name).map(|p| p.describe())
+        })
+    }
+
+    /// The phase a report leads with: the one that times the server's work on a unit
+    /// (as the protocol declared), else the response time, else the first.
     pub fn main_phase(&self) -> Option<&PhaseLog> {
-        ["transaction", "response", "body"]
-            .iter()
-            .find_map(|n| self.phase(n))
+        self.summary
+            .service_phase()
+            .and_then(|p| self.phase(&p.phase))
             .or(self.phases.first())
     }
 

@@ -426,9 +426,7 @@ fn latency(b: &mut String, run: &Run) {
     let s = &run.summary;
     b.push_str("<table><tr><th>phase</th><th class=\"n\">count</th><th class=\"n\">mean</th><th class=\"n\">p50</th><th class=\"n\">p90</th><th class=\"n\">p99</th><th class=\"n\">p99.9</th><th class=\"n\">max</th><th>what is timed</th></tr>");
     for p in &s.phases {
-        let what = crate::metrics::Phase::from_name(&p.phase)
-            .map(|ph| ph.describe())
-            .unwrap_or("");
+        let what = run.phase_times(&p.phase).unwrap_or("");
         let _ = write!(
             b,
             "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",

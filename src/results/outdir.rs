@@ -11,8 +11,10 @@ use crate::UsageError;
 /// The files spate writes into a run's results directory (the run, its report, a later
 /// `spate verify` of it): what `spate merge` may remove when it replaces an earlier
 /// merge with `--overwrite`, and what a run refuses to write over in a directory that
-/// holds no run. By exact name, so a user's `notes.csv` there is never one.
-pub fn is_results_file(name: &str) -> bool {
+/// holds no run. By exact name, so a user's `notes.csv` there is never one; a histogram
+/// log is one when its phase is among `phases` (the run's), so a user's `backup.hlog`
+/// is not.
+pub fn is_results_file(name: &str, phases: &[String]) -> bool {
     const NAMES: [&str; 14] = [
         "plan.json",
         "summary.json",
@@ -30,13 +32,35 @@ pub fn is_results_file(name: &str) -> bool {
         "thresholds.json",
     ];
     let hlog = name.strip_suffix(".hlog").is_some_and(|stem| {
-        matches!(stem, "classes" | "delivery") || crate::metrics::Phase::from_name(stem).is_some()
+        matches!(stem, "classes" | "delivery") || phases.iter().any(|p| p == stem)
     });
     let monitor = name
         .strip_prefix("monitor.shard")
         .and_then(|r| r.strip_suffix(".csv"))
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
     NAMES.contains(&name) || hlog || monitor
+}
+
+/// The phases the run in `dir` timed or declared (plan.json's table, summary.json's
+/// phases): the names of its histogram logs.
+pub fn declared_phases(dir: &Path) -> Vec<String> {
+    let read = |file: &str| -> Option<serde_json::Value> {
+        serde_json::from_slice(&std::fs::read(dir.join(file)).ok()?).ok()
+    };
+    let mut names = Vec::new();
+    for doc in [read("plan.json"), read("summary.json")]
+        .into_iter()
+        .flatten()
+    {
+        for p in doc["phases"].as_array().into_iter().flatten() {
+            if let Some(n) = p["phase"].as_str() {
+                if !names.iter().any(|x| x == n) {
+                    names.push(n.to_string());
+                }
+            }
+        }
+    }
+    names
 }
 
 /// `p` made absolute and free of `.`/`..` and symlinks as far as it exists (the rest
@@ -150,11 +174,12 @@ pub fn check(out: &Path, inputs: &[PathBuf], overwrite: bool) -> Result<Target, 
             "-o {show} holds an earlier run: give another -o, or --overwrite to replace it"
         )));
     }
+    let phases = declared_phases(out);
     let mut earlier = Vec::new();
     for e in entries {
         let name = e.file_name().to_string_lossy().into_owned();
         let plain = e.file_type().map(|t| t.is_file()).unwrap_or(false);
-        if !plain || !is_results_file(&name) {
+        if !plain || !is_results_file(&name, &phases) {
             return Err(UsageError(format!(
                 "-o {show} holds {name}, which is not a results file: not replacing it (move it away, or give another -o)"
             )));
@@ -273,6 +298,7 @@ mod tests {
 
     #[test]
     fn only_results_files_may_be_replaced() {
+        let phases = vec!["transaction".to_string(), "connect".to_string()];
         for ok in [
             "plan.json",
             "errors.jsonl",
@@ -282,7 +308,7 @@ mod tests {
             "report.html",
             "monitor.shard3.csv",
         ] {
-            assert!(is_results_file(ok), "{ok}");
+            assert!(is_results_file(ok, &phases), "{ok}");
         }
         for no in [
             "README",
@@ -294,7 +320,7 @@ mod tests {
             "backup.hlog",
             "monitor.shardX.csv",
         ] {
-            assert!(!is_results_file(no), "{no}");
+            assert!(!is_results_file(no, &phases), "{no}");
         }
     }
 }

@@ -93,30 +93,71 @@ pub struct Summary {
 
 /// A protocol's words for its unit of work, as every view of a run writes them: the
 /// units ("messages", "visits", "requests"), their rate ("msg/s") and what happened to
-/// the bytes ("sent", "read").
+/// the bytes ("sent", "read"); and which of its phases time a unit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UnitWords {
     pub unit: Cow<'static, str>,
     pub rate: Cow<'static, str>,
     pub bytes: Cow<'static, str>,
+    /// The phases that time the server's work on a unit, best first (a message's
+    /// transaction, a whole mailbox visit, a stanza's arrival): the latency a report
+    /// leads with.
+    #[serde(default)]
+    pub service: Cow<'static, [Phase]>,
+    /// Whether the engine's `response` (from the unit's schedule to its end) is a unit's
+    /// latency; not for a unit that gets no answer (an XMPP stanza).
+    #[serde(default = "yes")]
+    pub response: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl UnitWords {
-    pub const fn new(unit: &'static str, rate: &'static str, bytes: &'static str) -> UnitWords {
+    pub const fn new(
+        unit: &'static str,
+        rate: &'static str,
+        bytes: &'static str,
+        service: &'static [Phase],
+        response: bool,
+    ) -> UnitWords {
         UnitWords {
             unit: Cow::Borrowed(unit),
             rate: Cow::Borrowed(rate),
             bytes: Cow::Borrowed(bytes),
+            service: Cow::Borrowed(service),
+            response,
         }
     }
 
     /// The words of a run whose summary does not carry them (written before drivers
     /// declared them): what spate then called the units of each protocol it had.
     pub fn before_declared(protocol: &str) -> UnitWords {
-        match protocol {
-            "pop3" | "imap" | "pop3+imap" => UnitWords::new("visits", "visits/s", "read"),
-            "rr" => UnitWords::new("requests", "req/s", "sent"),
-            _ => UnitWords::new("messages", "msg/s", "sent"),
+        let named = |names: &[&str]| -> Cow<'static, [Phase]> {
+            names.iter().map(|n| Phase::named(n)).collect()
+        };
+        let (unit, rate, bytes, service, response) = match protocol {
+            "pop3" | "imap" | "pop3+imap" => ("visits", "visits/s", "read", &["session"][..], true),
+            "rr" => ("requests", "req/s", "sent", &[][..], true),
+            "xmpp" => (
+                "messages",
+                "msg/s",
+                "sent",
+                &["multicast_last", "arrival", "broadcast_last", "reply"][..],
+                false,
+            ),
+            _ => (
+                "messages",
+                "msg/s",
+                "sent",
+                &["transaction", "body"][..],
+                true,
+            ),
+        };
+        UnitWords {
+            service: named(service),
+            ..UnitWords::new(unit, rate, bytes, &[], response)
         }
     }
 }
@@ -130,10 +171,29 @@ impl Summary {
             .unwrap_or_else(|| UnitWords::before_declared(&self.protocol))
     }
 
-    pub fn phases_from(totals: &Shard) -> Vec<PhaseStats> {
-        Phase::ALL
+    /// The phase that times the server's work on a unit (the words' `service`, best
+    /// first), else the response time.
+    pub fn service_phase(&self) -> Option<&PhaseStats> {
+        let w = self.words();
+        w.service
             .iter()
-            .filter_map(|&p| totals.hist(p).map(|h| PhaseStats::from_hist(p, h)))
+            .find_map(|p| self.phase(p.name()))
+            .or_else(|| self.phase("response").filter(|_| w.response))
+    }
+
+    /// A unit's latency from its schedule (the response time, where a unit gets one),
+    /// else the phase that times the server's work on it.
+    pub fn latency_phase(&self) -> Option<&PhaseStats> {
+        let w = self.words();
+        self.phase("response")
+            .filter(|_| w.response)
+            .or_else(|| w.service.iter().find_map(|p| self.phase(p.name())))
+    }
+
+    pub fn phases_from(totals: &Shard) -> Vec<PhaseStats> {
+        totals
+            .hists()
+            .map(|(p, h)| PhaseStats::from_hist(p, h))
             .collect()
     }
 

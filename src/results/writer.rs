@@ -315,9 +315,8 @@ impl Writer {
         let wall = self.start + Duration::from_secs_f64(t0_s + len_s);
         let c = iv.counters;
         // An interval without samples of a phase has no percentile: an empty cell, not 0.
-        let q = |p: Phase, q: f64| {
-            iv.hist(p)
-                .filter(|h| !h.is_empty())
+        let q = |p: &str, q: f64| {
+            iv.hist_named(p)
                 .map_or(String::new(), |h| h.value_at_quantile(q).to_string())
         };
         let errors: u64 = iv.errors.values().map(|e| e.count).sum();
@@ -347,12 +346,11 @@ impl Writer {
             c.dropped,
             active,
             errors,
-            q(Phase::Response, 0.5),
-            q(Phase::Response, 0.99),
-            q(Phase::Transaction, 0.5),
-            q(Phase::Transaction, 0.99),
-            iv.hist(Phase::Transaction)
-                .filter(|h| !h.is_empty())
+            q(Phase::RESPONSE.name(), 0.5),
+            q(Phase::RESPONSE.name(), 0.99),
+            q("transaction", 0.5),
+            q("transaction", 0.99),
+            iv.hist_named("transaction")
                 .map_or(String::new(), |h| h.max().to_string()),
             c.retrieved,
             c.retrieved_bytes,
@@ -367,8 +365,7 @@ impl Writer {
             of_kind(ErrorKind::Stream),
         )?;
 
-        for &phase in Phase::ALL {
-            let Some(h) = iv.hist(phase) else { continue };
+        for (phase, h) in iv.hists() {
             let log = match self.hlogs.entry(phase) {
                 std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                 std::collections::hash_map::Entry::Vacant(e) => e.insert(HlogFile::create(
@@ -569,7 +566,7 @@ mod tests {
             iv.counters.attempted = 3;
             iv.counters.accepted = 3;
             for k in 0..3 {
-                iv.record(Phase::Response, 1_000 * (i + 1) + k);
+                iv.record(Phase::RESPONSE, 1_000 * (i + 1) + k);
             }
             w.interval(&iv, i as f64, 1.0, 7).unwrap();
         }

@@ -276,10 +276,11 @@ impl Check {
         }
         if self.stat.is_some() {
             let phase = rest.last().map_or("", String::as_str);
-            if Phase::from_name(phase).is_none() {
+            let known = crate::session::all_phases();
+            if Phase::find(&known, phase).is_none() {
                 return bad(format!(
                     "unknown phase '{phase}'{}",
-                    suggest(phase, Phase::ALL.iter().map(|p| p.name()))
+                    suggest(phase, known.iter().map(|p| p.name()))
                 ));
             }
             if rest.len() > 2 {

@@ -5,6 +5,7 @@
 //! connection is still usable.
 
 pub mod mailbox;
+pub mod phase;
 pub mod rr;
 pub mod smtp;
 pub mod xmpp;
@@ -19,6 +20,27 @@ use crate::engine::UnitReport;
 use crate::metrics::{Detail, ErrorKey, ErrorKind, Phase};
 use crate::transport::{client_certificate_refused, Connection, TransportError};
 use crate::{usage, UsageError};
+
+/// Every phase a protocol of spate times, and the engine's: the names a threshold or a
+/// query may use.
+pub fn all_phases() -> Vec<Phase> {
+    use crate::engine::Driver;
+    let mut all: Vec<Phase> = Vec::new();
+    for p in [
+        smtp::Session::PHASES,
+        mailbox::Visitor::PHASES,
+        xmpp::Session::PHASES,
+        rr::Session::PHASES,
+        crate::engine::unit::ENGINE_PHASES,
+    ]
+    .concat()
+    {
+        if !all.contains(&p) {
+            all.push(p);
+        }
+    }
+    all
+}
 
 /// How a connection gets its TLS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -85,7 +107,7 @@ impl Endpoint {
         n: u64,
         report: &mut UnitReport,
     ) -> Result<Connection, Failure> {
-        let t = report.start(Phase::Connect);
+        let t = report.start(Phase::CONNECT);
         let conn = Connection::connect(self.addr, self.source(session, n), self.timeout).await;
         let retransmitted = match &conn {
             Ok(c) => c.syn_retransmits() > 0,
@@ -100,12 +122,12 @@ impl Endpoint {
             Ok(c) => c,
             Err(e) => {
                 report.counters.connect_failures += 1;
-                return Err(Failure::transport(Phase::Connect, e));
+                return Err(Failure::transport(Phase::CONNECT, e));
             }
         };
         // From the connect call: creating the socket is not the server's time.
         let t = t.max(report.us_at(conn.connect_began()));
-        report.timed(Phase::Connect, t);
+        report.timed(Phase::CONNECT, t);
         report.counters.connections += 1;
         if self.tls == TlsMode::Implicit {
             self.handshake(&mut conn, report).await?;
@@ -131,7 +153,7 @@ impl Endpoint {
         config: Option<std::sync::Arc<rustls::ClientConfig>>,
         report: &mut UnitReport,
     ) -> Result<(), Failure> {
-        let t = report.start(Phase::Tls);
+        let t = report.start(Phase::TLS);
         let done = match config {
             Some(c) => conn.start_tls(c, self.server_name.clone()).await,
             None => self.start_tls(conn).await,
@@ -139,9 +161,9 @@ impl Endpoint {
         if let Err(e) = done {
             // A connection whose handshake failed never became usable: a failed one.
             report.counters.connect_failures += 1;
-            return Err(Failure::transport(Phase::Tls, e));
+            return Err(Failure::transport(Phase::TLS, e));
         }
-        report.timed(Phase::Tls, t);
+        report.timed(Phase::TLS, t);
         report.counters.tls_connections += 1;
         Ok(())
     }

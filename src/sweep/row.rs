@@ -88,13 +88,9 @@ impl Row {
         s: &Summary,
         dir: &Path,
     ) -> Row {
-        // XMPP has no response to a stanza: its latency is the time to the recipients.
-        let wanted: &[&str] = if s.protocol == "xmpp" {
-            &["multicast_last", "arrival", "broadcast_last", "reply"]
-        } else {
-            &["response", "transaction"]
-        };
-        let lat = wanted.iter().find_map(|p| s.phase(p));
+        // A unit's latency from its schedule; where a unit gets no answer (an XMPP
+        // stanza), the time to its recipients.
+        let lat = s.latency_phase();
         let ms = |us: f64| (us / 1000.0 * 1000.0).round() / 1000.0;
         let mon = s.extra.get("monitor");
         // The load's own window when the logins were a phase of their own (XMPP): the

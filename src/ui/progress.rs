@@ -24,10 +24,7 @@ impl Observer for Progress {
         use std::io::Write;
         let s = snap.summary;
         let c = &s.totals;
-        let p99 = s
-            .phase("response")
-            .or(s.phase("transaction"))
-            .map_or(0, |p| p.p99_us);
+        let p99 = s.latency_phase().map_or(0, |p| p.p99_us);
         let head = match (snap.planned_count, snap.planned_s) {
             (Some(n), _) => {
                 let done = (c.attempted as f64 / n as f64).min(1.0);

@@ -20,13 +20,13 @@ use crate::{usage, UsageError};
 
 /// The login's phases, in the order they happen; a message's round trip is the total.
 const COLUMNS: &[(Phase, &str)] = &[
-    (Phase::Connect, "connect"),
-    (Phase::Tls, "tls"),
-    (Phase::Stream, "stream"),
-    (Phase::Starttls, "starttls"),
-    (Phase::Auth, "auth"),
-    (Phase::Bind, "bind"),
-    (Phase::Presence, "presence"),
+    (Phase::CONNECT, "connect"),
+    (Phase::TLS, "tls"),
+    (crate::session::xmpp::phase::STREAM, "stream"),
+    (crate::session::xmpp::phase::STARTTLS, "starttls"),
+    (crate::session::xmpp::phase::AUTH, "auth"),
+    (crate::session::xmpp::phase::BIND, "bind"),
+    (crate::session::xmpp::phase::PRESENCE, "presence"),
 ];
 
 /// An SMTP ping's options have no meaning here: refused rather than ignored.
@@ -214,7 +214,10 @@ pub(super) async fn run(a: &Args, wait: Duration) -> anyhow::Result<ExitCode> {
         let _ = l.conn.send(xmpp::STREAM_CLOSE.as_bytes()).await;
         l.conn.set_timeout(within.min(Duration::from_secs(2)));
         for _ in 0..100 {
-            if l.element(Phase::Arrival).await.is_err() {
+            if l.element(crate::session::xmpp::phase::ARRIVAL)
+                .await
+                .is_err()
+            {
                 break;
             }
         }

@@ -33,7 +33,8 @@ fn corrupt(path: &Path, line: usize) -> anyhow::Error {
 /// The shard's histogram logs, a phase at a time, with their lines; the phases it has
 /// no log of are left out.
 fn hlogs(i: &Input) -> impl Iterator<Item = (Phase, PathBuf, HlogLines)> + '_ {
-    Phase::ALL.iter().filter_map(|&phase| {
+    i.summary.phases.iter().filter_map(|p| {
+        let phase = Phase::named(&p.phase);
         let path = i.dir.join(format!("{}.hlog", phase.name()));
         let file = std::fs::File::open(&path).ok()?;
         Some((
@@ -136,10 +137,7 @@ impl HlogCursor {
                 .deserialize(&mut std::io::Cursor::new(bytes))
                 .map_err(|_| bad())?;
             self.values += h.len();
-            into.hists[self.phase as usize]
-                .get_or_insert_with(new_histogram)
-                .add(&h)
-                .map_err(|_| bad())?;
+            into.record_hist(self.phase, &h);
             self.advance(tl)?;
         }
         Ok(())
@@ -151,9 +149,7 @@ impl HlogCursor {
 pub(super) fn check_values(inputs: &[Input], cursors: &[HlogCursor]) -> anyhow::Result<()> {
     for (idx, i) in inputs.iter().enumerate() {
         for p in &i.summary.phases {
-            let Some(phase) = Phase::from_name(&p.phase) else {
-                continue;
-            };
+            let phase = Phase::named(&p.phase);
             let got: u64 = cursors
                 .iter()
                 .filter(|c| c.input == idx && c.phase == phase)

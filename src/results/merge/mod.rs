@@ -14,9 +14,7 @@ use hdrhistogram::serialization::Deserializer;
 use serde_json::Value;
 
 use super::{Summary, Writer};
-use crate::metrics::{
-    new_histogram, Counters, Detail, ErrorKey, ErrorKind, ErrorStat, Phase, Shard,
-};
+use crate::metrics::{Counters, Detail, ErrorKey, ErrorKind, ErrorStat, Phase, Shard};
 use crate::results::ShardOf;
 use crate::UsageError;
 
@@ -336,6 +334,11 @@ fn add_errors(i: &Input, tl: &mut Timeline) -> anyhow::Result<()> {
     let Ok(text) = std::fs::read_to_string(&path) else {
         return Ok(());
     };
+    // A phase named in errors.jsonl is one the shard's summary names (an error class or
+    // a timed phase): anything else is corruption, not a new phase to keep.
+    let declared: Vec<&str> = (i.summary.errors.iter().map(|e| e.phase.as_str()))
+        .chain(i.summary.phases.iter().map(|p| p.phase.as_str()))
+        .collect();
     for (k, line) in text.lines().enumerate() {
         let corrupt = || {
             UsageError(format!(
@@ -348,7 +351,8 @@ fn add_errors(i: &Input, tl: &mut Timeline) -> anyhow::Result<()> {
         let key = ErrorKey {
             phase: v["phase"]
                 .as_str()
-                .and_then(Phase::from_name)
+                .filter(|name| declared.contains(name))
+                .map(Phase::named)
                 .ok_or_else(corrupt)?,
             kind: v["kind"]
                 .as_str()

@@ -173,7 +173,7 @@ pub async fn searches(
         let today = chrono::Utc::now().date_naive();
         let since = today - chrono::Days::new(u64::from(mix.search_days));
         let cmd = imap_cmd::search_dates(since, today + chrono::Days::new(1));
-        search(m, Phase::SearchDate, cmd.as_bytes(), r).await?;
+        search(m, super::phase::SEARCH_DATE, cmd.as_bytes(), r).await?;
     }
     if share(seq, mix.search_header) {
         // Subject and From in turn over the run's header searches.
@@ -182,7 +182,7 @@ pub async fn searches(
             _ => "From",
         };
         let cmd = imap_cmd::search_header(field, &mix.search_text);
-        search(m, Phase::SearchHeader, &cmd, r).await?;
+        search(m, super::phase::SEARCH_HEADER, &cmd, r).await?;
     }
     Ok(())
 }
@@ -203,9 +203,9 @@ pub(super) async fn message(
     }
     if st.copy.next(mix.copy) {
         let cmd = imap_cmd::copy(pos.at, &mix.to_mailbox, false);
-        let t = r.start(Phase::Copy);
-        to_mailbox(m, &mix.to_mailbox, &cmd, Phase::Copy, pos, r).await?;
-        r.timed(Phase::Copy, t);
+        let t = r.start(super::phase::COPY);
+        to_mailbox(m, &mix.to_mailbox, &cmd, super::phase::COPY, pos, r).await?;
+        r.timed(super::phase::COPY, t);
     }
     if !deleting && st.moves.next(mix.moves) {
         move_message(mix.without_move, m, &mix.to_mailbox, pos, visit, r).await?;
@@ -232,13 +232,13 @@ async fn structure_and_part(
             }
         }
     });
-    step(r, Phase::Structure, run).await?;
+    step(r, super::phase::STRUCTURE, run).await?;
     let parts = match parsed {
         Some(Ok(p)) => p,
-        Some(Err(e)) => return Err(broken(Phase::Structure, e.to_string())),
+        Some(Err(e)) => return Err(broken(super::phase::STRUCTURE, e.to_string())),
         None => {
             return Err(broken(
-                Phase::Structure,
+                super::phase::STRUCTURE,
                 format!("FETCH (BODYSTRUCTURE) returned none: FETCH {n} (BODYSTRUCTURE)"),
             ))
         }
@@ -259,22 +259,22 @@ async fn structure_and_part(
             }
         }
     });
-    step(r, Phase::Part, run).await?;
+    step(r, super::phase::PART, run).await?;
     match got {
         Some(Ok(len)) if len as u64 == part.size => Ok(()),
         Some(Ok(len)) => Err(broken(
-            Phase::Part,
+            super::phase::PART,
             format!(
                 "a body part's size differs from its BODYSTRUCTURE: {want} of message {n} is {len} bytes; its BODYSTRUCTURE said {}",
                 part.size
             ),
         )),
         Some(Err(name)) => Err(broken(
-            Phase::Part,
+            super::phase::PART,
             format!("the server answered another body part: asked for {want} of message {n}, got {name}"),
         )),
         None => Err(broken(
-            Phase::Part,
+            super::phase::PART,
             format!("FETCH of a body part returned no body: FETCH {n} ({want})"),
         )),
     }
@@ -294,9 +294,9 @@ async fn move_message(
     let n = pos.at;
     let native = m.has_capability("MOVE") && !without_move;
     let phase = if native {
-        Phase::Move
+        super::phase::MOVE
     } else {
-        Phase::MoveEmulated
+        super::phase::MOVE_EMULATED
     };
     let t = r.start(phase);
     let cmd = imap_cmd::copy(n, mailbox, native);
@@ -352,14 +352,14 @@ fn already_exists(e: &ClientError) -> bool {
 
 /// CREATE `mailbox`; another session having just created it (`[ALREADYEXISTS]`) is fine.
 async fn create(m: &mut Imap, mailbox: &str, r: &mut UnitReport) -> Result<(), Failure> {
-    let t = r.start(Phase::Create);
+    let t = r.start(super::phase::CREATE);
     match m.command(&imap_cmd::create(mailbox), |_| {}).await {
         Ok(_) => {
-            r.timed(Phase::Create, t);
+            r.timed(super::phase::CREATE, t);
             Ok(())
         }
         Err(e) if already_exists(&e) => Ok(()),
-        Err(e) => Err(failure(Phase::Create, e)),
+        Err(e) => Err(failure(super::phase::CREATE, e)),
     }
 }
 
@@ -394,7 +394,7 @@ pub async fn append(
     };
     let literal_plus = !mix.without_literal_plus;
     let run = m.append("INBOX", &mix.append_flags, message, literal_plus, |_| {});
-    step(r, Phase::Append, run).await?;
+    step(r, super::phase::APPEND, run).await?;
     Ok(())
 }
 

@@ -9,6 +9,7 @@
 pub mod client;
 pub mod fetch;
 pub mod mix;
+pub mod phase;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -100,11 +101,11 @@ async fn greeting<T>(
     r: &mut UnitReport,
     fut: impl Future<Output = Result<T, ClientError>>,
 ) -> Result<T, Failure> {
-    let t = r.start_after_last(Phase::Greeting);
+    let t = r.start_after_last(phase::GREETING);
     let v = Box::pin(fut)
         .await
-        .map_err(|e| failure(Phase::Greeting, e))?;
-    r.timed(Phase::Greeting, t);
+        .map_err(|e| failure(phase::GREETING, e))?;
+    r.timed(phase::GREETING, t);
     Ok(v)
 }
 
@@ -186,7 +187,7 @@ impl Visitor {
         let mut visit = Visit::default();
         let result = async {
             if ep.tls == TlsMode::Starttls {
-                step(r, Phase::Starttls, p.command("STLS")).await?;
+                step(r, phase::STARTTLS, p.command("STLS")).await?;
                 ep.handshake(&mut p.conn, r).await?;
             }
             let a = &s.accounts[acct];
@@ -196,11 +197,11 @@ impl Visitor {
                     l => p.login(&a.user, &a.password, l == Login::Apop).await,
                 }
             };
-            step(r, Phase::Auth, login).await?;
-            let (n, _) = step(r, Phase::Stat, p.stat()).await?;
+            step(r, phase::AUTH, login).await?;
+            let (n, _) = step(r, phase::STAT, p.stat()).await?;
             if s.listings {
-                step(r, Phase::Uidl, p.listing("UIDL")).await?;
-                step(r, Phase::List, p.listing("LIST")).await?;
+                step(r, phase::UIDL, p.listing("UIDL")).await?;
+                step(r, phase::LIST, p.listing("LIST")).await?;
             }
             let k = match s.messages_per_connection {
                 0 => n,
@@ -210,15 +211,15 @@ impl Visitor {
             for i in 1..=k {
                 buf.clear();
                 if self.download.next(s.download) {
-                    step(r, Phase::Retr, p.multi(&pop3_cmd::retr(i), &mut buf)).await?;
+                    step(r, phase::RETR, p.multi(&pop3_cmd::retr(i), &mut buf)).await?;
                     r.counters.retrieved += 1;
                     r.counters.retrieved_bytes += buf.len() as u64;
                 } else {
                     let cmd = pop3_cmd::top(i, s.top);
-                    step(r, Phase::Top, p.multi(&cmd, &mut buf)).await?;
+                    step(r, phase::TOP, p.multi(&cmd, &mut buf)).await?;
                 }
                 if self.delete.next(s.delete) {
-                    step(r, Phase::Dele, p.command(&pop3_cmd::dele(i))).await?;
+                    step(r, phase::DELE, p.command(&pop3_cmd::dele(i))).await?;
                     visit.pending_deletes += 1;
                 }
             }
@@ -241,7 +242,7 @@ impl Visitor {
         let mut visit = Visit::default();
         let result = async {
             if ep.tls == TlsMode::Starttls {
-                step(r, Phase::Starttls, m.command(imap_cmd::STARTTLS, |_| {})).await?;
+                step(r, phase::STARTTLS, m.command(imap_cmd::STARTTLS, |_| {})).await?;
                 Box::pin(ep.handshake(&mut m.conn, r)).await?;
             }
             let a = &s.accounts[acct];
@@ -251,14 +252,14 @@ impl Visitor {
                     _ => m.login(&a.user, &a.password).await,
                 }
             };
-            step(r, Phase::Auth, login).await?;
+            step(r, phase::AUTH, login).await?;
             if s.mix.needs_capabilities() && !m.capabilities_current {
-                step(r, Phase::Capability, m.refresh_capabilities()).await?;
+                step(r, phase::CAPABILITY, m.refresh_capabilities()).await?;
             }
-            let sel = step(r, Phase::Select, m.select("INBOX")).await?;
+            let sel = step(r, phase::SELECT, m.select("INBOX")).await?;
             if let Some(criteria) = &s.search {
                 let cmd = format!("SEARCH {criteria}");
-                Box::pin(mix::search(&mut m, Phase::Search, cmd.as_bytes(), r)).await?;
+                Box::pin(mix::search(&mut m, phase::SEARCH, cmd.as_bytes(), r)).await?;
             }
             Box::pin(mix::searches(&s.mix, seq, &mut m, r)).await?;
             let k = match s.messages_per_connection {
@@ -274,7 +275,7 @@ impl Visitor {
                 pos.advance();
             }
             if visit.pending_deletes > 0 {
-                step(r, Phase::Expunge, m.command(imap_cmd::EXPUNGE, |_| {})).await?;
+                step(r, phase::EXPUNGE, m.command(imap_cmd::EXPUNGE, |_| {})).await?;
                 r.counters.deleted += std::mem::take(&mut visit.pending_deletes);
             }
             if mix::share(seq, s.mix.append) {
@@ -310,19 +311,19 @@ impl Visitor {
                 }
             }
         });
-        step(r, Phase::Fetch, fetch).await?;
+        step(r, phase::FETCH, fetch).await?;
         if whole {
             r.counters.retrieved += 1;
             r.counters.retrieved_bytes += got;
         }
         if s.flag {
             let cmd = imap_cmd::add_flag(i, "\\Seen");
-            step(r, Phase::Store, m.command(cmd.as_bytes(), |u| pos.saw(u))).await?;
+            step(r, phase::STORE, m.command(cmd.as_bytes(), |u| pos.saw(u))).await?;
         }
         let deleting = self.delete.next(s.delete);
         if deleting {
             let cmd = imap_cmd::add_flag(i, "\\Deleted");
-            step(r, Phase::Store, m.command(cmd.as_bytes(), |u| pos.saw(u))).await?;
+            step(r, phase::STORE, m.command(cmd.as_bytes(), |u| pos.saw(u))).await?;
             visit.pending_deletes += 1;
         }
         mix::message(&s.mix, &mut self.mix, m, pos, deleting, visit, r).await
@@ -331,12 +332,12 @@ impl Visitor {
 
 /// IDLE for `d`: the phase is the server's part (IDLE to "+", DONE to OK), not the wait.
 async fn idle(m: &mut Imap, d: Duration, r: &mut UnitReport) -> Result<(), Failure> {
-    let t = r.start(Phase::Idle);
+    let t = r.start(phase::IDLE);
     let wait = std::pin::pin!(tokio::time::sleep(d));
-    m.idle(wait, d).await.map_err(|e| failure(Phase::Idle, e))?;
+    m.idle(wait, d).await.map_err(|e| failure(phase::IDLE, e))?;
     let total = r.took(t);
     let waited = m.idle_waited.as_micros() as u64;
-    r.record(Phase::Idle, total.saturating_sub(waited));
+    r.record(phase::IDLE, total.saturating_sub(waited));
     Ok(())
 }
 
@@ -352,7 +353,7 @@ async fn finish(
 ) -> Result<(), Failure> {
     let (outcome, logged_out) = match result {
         Ok(()) => {
-            let res = step(r, Phase::Logout, logout).await;
+            let res = step(r, phase::LOGOUT, logout).await;
             let ok = res.is_ok();
             (res, ok)
         }
@@ -370,37 +371,37 @@ async fn finish(
 
 impl Driver for Visitor {
     const WORDS: crate::results::UnitWords =
-        crate::results::UnitWords::new("visits", "visits/s", "read");
+        crate::results::UnitWords::new("visits", "visits/s", "read", &[phase::SESSION], true);
     const PHASES: &'static [Phase] = &[
-        Phase::Connect,
-        Phase::Tls,
-        Phase::Greeting,
-        Phase::Starttls,
-        Phase::Auth,
-        Phase::Stat,
-        Phase::Uidl,
-        Phase::List,
-        Phase::Retr,
-        Phase::Top,
-        Phase::Dele,
-        Phase::Select,
-        Phase::Search,
-        Phase::Fetch,
-        Phase::Store,
-        Phase::Expunge,
-        Phase::Idle,
-        Phase::Capability,
-        Phase::SearchDate,
-        Phase::SearchHeader,
-        Phase::Structure,
-        Phase::Part,
-        Phase::Copy,
-        Phase::Move,
-        Phase::MoveEmulated,
-        Phase::Create,
-        Phase::Append,
-        Phase::Logout,
-        Phase::Session,
+        Phase::CONNECT,
+        Phase::TLS,
+        phase::GREETING,
+        phase::STARTTLS,
+        phase::AUTH,
+        phase::STAT,
+        phase::UIDL,
+        phase::LIST,
+        phase::RETR,
+        phase::TOP,
+        phase::DELE,
+        phase::SELECT,
+        phase::SEARCH,
+        phase::FETCH,
+        phase::STORE,
+        phase::EXPUNGE,
+        phase::IDLE,
+        phase::CAPABILITY,
+        phase::SEARCH_DATE,
+        phase::SEARCH_HEADER,
+        phase::STRUCTURE,
+        phase::PART,
+        phase::COPY,
+        phase::MOVE,
+        phase::MOVE_EMULATED,
+        phase::CREATE,
+        phase::APPEND,
+        phase::LOGOUT,
+        phase::SESSION,
     ];
 
     async fn run_one(&mut self, seq: u64, r: &mut UnitReport) -> Outcome {
@@ -428,7 +429,7 @@ impl Driver for Visitor {
         }
         if outcome == Outcome::Accepted {
             let session = r.took(r.started());
-            r.record(Phase::Session, session);
+            r.record(phase::SESSION, session);
         }
         outcome
     }

@@ -77,7 +77,7 @@ impl Classes {
             Outcome::Failed => 2,
         };
         c.outcomes[i].fetch_add(1, Relaxed);
-        let response = report.timings.iter().rev().find(|t| t.0 == Phase::Response);
+        let response = report.timings.iter().rev().find(|t| t.0 == Phase::RESPONSE);
         if let Some(&(_, us)) = response {
             for h in [&c.latency, &c.interval] {
                 if let Ok(mut h) = h.lock() {

@@ -4,6 +4,7 @@
 
 pub mod classes;
 pub mod identity;
+pub mod phase;
 pub mod variants;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -244,15 +245,15 @@ impl Session {
     /// One request and its response on the current connection.
     async fn exchange(&mut self, report: &mut UnitReport) -> Result<Exchanged, Attempt> {
         let Some(conn) = self.conn.as_mut() else {
-            return Err(Attempt::Stale(Phase::Request, TransportError::Closed));
+            return Err(Attempt::Stale(phase::REQUEST, TransportError::Closed));
         };
-        let t = report.start(Phase::Request);
+        let t = report.start(phase::REQUEST);
         if let Err(e) = conn.send(&self.wire).await {
-            return Err(Attempt::Stale(Phase::Request, e));
+            return Err(Attempt::Stale(phase::REQUEST, e));
         }
-        report.timed_now(Phase::Request, t);
+        report.timed_now(phase::REQUEST, t);
         report.counters.bytes += self.wire.len() as u64;
-        let _ = report.start(Phase::FirstByte);
+        let _ = report.start(phase::FIRST_BYTE);
         let clock = self.s.clock;
         let mut first = None;
         self.framer.reset();
@@ -272,18 +273,18 @@ impl Session {
             Ok(b) if self.framer.at_close(b).is_some() => b,
             Ok(_) => {
                 return Err(Attempt::Failed(Failure::transport(
-                    Phase::Response,
+                    Phase::RESPONSE,
                     TransportError::Closed,
                 )))
             }
             Err(TransportError::Closed) if first.is_none() => {
-                return Err(Attempt::Stale(Phase::FirstByte, TransportError::Closed))
+                return Err(Attempt::Stale(phase::FIRST_BYTE, TransportError::Closed))
             }
             // TLS 1.3: the server checks the client's certificate after the handshake
             // completed on the client's side, and its refusal comes with the first read:
             // a failed handshake, not a failed response.
             Err(TransportError::Tls(ref t)) if crate::transport::client_certificate_refused(t) => {
-                let mut f = Failure::transport(Phase::Tls, read.unwrap_err());
+                let mut f = Failure::transport(Phase::TLS, read.unwrap_err());
                 if let Some(i) = self.s.identities.get(self.identity) {
                     f.sample = format!("{} (identity {})", f.sample, i.name);
                     self.s.stats.handshakes.fetch_sub(1, Relaxed);
@@ -292,14 +293,14 @@ impl Session {
             }
             Err(e) => {
                 let phase = if first.is_some() {
-                    Phase::Response
+                    Phase::RESPONSE
                 } else {
-                    Phase::FirstByte
+                    phase::FIRST_BYTE
                 };
                 return Err(Attempt::Failed(Failure::transport(phase, e)));
             }
         };
-        report.record(Phase::FirstByte, first.unwrap_or(t).saturating_sub(t));
+        report.record(phase::FIRST_BYTE, first.unwrap_or(t).saturating_sub(t));
         report.done();
         self.s
             .stats
@@ -316,7 +317,7 @@ impl Session {
         if extra > 0 && verdict.is_none() {
             let text = "the server sent more than one response: bytes after the response";
             verdict = Some(Failure {
-                phase: Phase::Response,
+                phase: Phase::RESPONSE,
                 kind: ErrorKind::Protocol,
                 code: 0,
                 detail: None,
@@ -469,7 +470,7 @@ fn check(s: &Settings, m: &crate::proto::rr::Message<'_>, seq: u64, n: u64) -> O
         ),
     };
     Some(Failure {
-        phase: Phase::Response,
+        phase: Phase::RESPONSE,
         kind,
         code: status,
         detail: None,
@@ -481,9 +482,13 @@ fn check(s: &Settings, m: &crate::proto::rr::Message<'_>, seq: u64, n: u64) -> O
 
 impl Driver for Session {
     const WORDS: crate::results::UnitWords =
-        crate::results::UnitWords::new("requests", "req/s", "sent");
-    const PHASES: &'static [Phase] =
-        &[Phase::Connect, Phase::Tls, Phase::Request, Phase::FirstByte];
+        crate::results::UnitWords::new("requests", "req/s", "sent", &[], true);
+    const PHASES: &'static [Phase] = &[
+        Phase::CONNECT,
+        Phase::TLS,
+        phase::REQUEST,
+        phase::FIRST_BYTE,
+    ];
 
     async fn run_one(&mut self, seq: u64, report: &mut UnitReport) -> Outcome {
         let (n, class) = self.draw();

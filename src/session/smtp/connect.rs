@@ -22,17 +22,17 @@ impl Session {
         let n = self.connections_made;
         self.connections_made += 1;
         let mut conn = s.endpoint.open(self.id, n, report).await?;
-        let t = report.start_after_last(Phase::Banner);
-        expect(&mut conn, Phase::Banner, 220).await?;
-        report.timed(Phase::Banner, t);
+        let t = report.start_after_last(super::phase::BANNER);
+        expect(&mut conn, super::phase::BANNER, 220).await?;
+        report.timed(super::phase::BANNER, t);
         self.caps = self.hello(&mut conn, report).await?;
         if self.wants_starttls() {
-            let t = report.start(Phase::Starttls);
+            let t = report.start(super::phase::STARTTLS);
             conn.send(cmd::STARTTLS)
                 .await
-                .map_err(|e| Failure::transport(Phase::Starttls, e))?;
-            expect(&mut conn, Phase::Starttls, 220).await?;
-            report.timed(Phase::Starttls, t);
+                .map_err(|e| Failure::transport(super::phase::STARTTLS, e))?;
+            expect(&mut conn, super::phase::STARTTLS, 220).await?;
+            report.timed(super::phase::STARTTLS, t);
             s.endpoint.handshake(&mut conn, report).await?;
             self.caps = self.hello(&mut conn, report).await?;
         }
@@ -41,9 +41,9 @@ impl Session {
                 return Err(not_offered());
             }
             let (user, pass) = &creds[self.id % creds.len()];
-            let t = report.start(Phase::Auth);
+            let t = report.start(super::phase::AUTH);
             self.auth(&mut conn, *mech, user, pass).await?;
-            report.timed(Phase::Auth, t);
+            report.timed(super::phase::AUTH, t);
         }
         self.conn = Some(conn);
         self.on_conn = 0;
@@ -72,9 +72,9 @@ impl Session {
         self.cmd.clear();
         cmd::hello(&mut self.cmd, self.s.lmtp, &self.s.helo);
         let phase = if self.s.lmtp {
-            Phase::Lhlo
+            super::phase::LHLO
         } else {
-            Phase::Ehlo
+            super::phase::EHLO
         };
         let t = report.start(phase);
         let tf = |e| Failure::transport(phase, e);
@@ -109,7 +109,7 @@ impl Session {
             AuthMech::Plain => Mechanism::Plain,
             AuthMech::CramMd5 => Mechanism::CramMd5,
         };
-        let tf = |e| Failure::transport(Phase::Auth, e);
+        let tf = |e| Failure::transport(super::phase::AUTH, e);
         let out = &mut self.cmd;
         out.clear();
         match mech {
@@ -121,7 +121,7 @@ impl Session {
                 cmd::auth(out, mech.name(), None);
                 for line in sasl::login(user, pass) {
                     conn.send(out).await.map_err(tf)?;
-                    expect(conn, Phase::Auth, 334).await?;
+                    expect(conn, super::phase::AUTH, 334).await?;
                     out.clear();
                     cmd::response(out, &line);
                 }
@@ -135,7 +135,7 @@ impl Session {
                     if r.code != 334 {
                         return Err(Failure {
                             fatal: true,
-                            ..refusal(Phase::Auth, &r)
+                            ..refusal(super::phase::AUTH, &r)
                         });
                     }
                     let text = r.lines().next().unwrap_or_default();
@@ -147,14 +147,14 @@ impl Session {
                 conn.send(out).await.map_err(tf)?;
             }
         }
-        expect(conn, Phase::Auth, 235).await
+        expect(conn, super::phase::AUTH, 235).await
     }
 
     /// Sends QUIT and closes; returns the QUIT round trip when it completed.
     pub(super) async fn close(&mut self, report: &mut UnitReport) -> Option<u64> {
         self.on_conn = 0;
         let mut conn = self.conn.take()?;
-        let t = report.start(Phase::Quit);
+        let t = report.start(super::phase::QUIT);
         let ok = match conn.send(cmd::QUIT).await {
             Ok(()) => read_reply(&mut conn).await.is_ok(),
             Err(_) => false,
@@ -186,7 +186,7 @@ fn not_offered() -> Failure {
     let text =
         "the server does not offer AUTH here (many offer it only after STARTTLS: --starttls)";
     Failure {
-        phase: Phase::Auth,
+        phase: super::phase::AUTH,
         kind: crate::metrics::ErrorKind::Unsupported,
         code: 0,
         detail: None,

@@ -43,11 +43,11 @@ impl Session {
         cmd: &[u8],
         report: &mut UnitReport,
     ) -> Result<bool, Failure> {
-        let t = report.start(Phase::Envelope);
+        let t = report.start(super::phase::ENVELOPE);
         conn.send(cmd)
             .await
-            .map_err(|e| Failure::transport(Phase::Envelope, e))?;
-        self.envelope_replies_group(conn, t, Phase::Envelope, report)
+            .map_err(|e| Failure::transport(super::phase::ENVELOPE, e))?;
+        self.envelope_replies_group(conn, t, super::phase::ENVELOPE, report)
             .await
     }
 
@@ -61,24 +61,24 @@ impl Session {
         report: &mut UnitReport,
     ) -> Result<bool, Failure> {
         let tf = |phase| move |e| Failure::transport(phase, e);
-        if phase == Phase::DotEnvelope {
+        if phase == super::phase::DOT_ENVELOPE {
             report.begun(phase, t);
         }
         let mail_fail = match self.envelope_replies(conn).await {
-            Err(f) if phase == Phase::DotEnvelope => return Err(behind(f)),
+            Err(f) if phase == super::phase::DOT_ENVELOPE => return Err(behind(f)),
             r => r?,
         };
         let data_ok = {
-            let r = read_reply(conn).await.map_err(tf(Phase::Data))?;
+            let r = read_reply(conn).await.map_err(tf(super::phase::DATA))?;
             match r.code {
                 354 => true,
                 c if c >= 400 => {
                     if mail_fail.is_none() && !self.rcpts.ok.is_empty() {
-                        self.fails.push(refusal(Phase::Data, &r));
+                        self.fails.push(refusal(super::phase::DATA, &r));
                     }
                     false
                 }
-                _ => return Err(unexpected(Phase::Data, &r)),
+                _ => return Err(unexpected(super::phase::DATA, &r)),
             }
         };
         report.timed(phase, t);
@@ -107,23 +107,23 @@ impl Session {
     ) -> Result<Option<Failure>, Failure> {
         let tf = |phase| move |e| Failure::transport(phase, e);
         let mail_fail = {
-            let r = read_reply(conn).await.map_err(tf(Phase::Mail))?;
+            let r = read_reply(conn).await.map_err(tf(super::phase::MAIL))?;
             if r.code == 421 {
-                return Err(refusal(Phase::Mail, &r));
+                return Err(refusal(super::phase::MAIL, &r));
             }
-            (!r.is_positive()).then(|| refusal(Phase::Mail, &r))
+            (!r.is_positive()).then(|| refusal(super::phase::MAIL, &r))
         };
         for i in 0..self.built.rcpts.len() {
-            let r = read_reply(conn).await.map_err(tf(Phase::Rcpt))?;
+            let r = read_reply(conn).await.map_err(tf(super::phase::RCPT))?;
             if r.code == 421 {
-                return Err(refusal(Phase::Rcpt, &r));
+                return Err(refusal(super::phase::RCPT, &r));
             }
             if r.is_positive() {
                 self.rcpts.ok.push(self.built.rcpts[i]);
             } else {
                 self.rcpts.rejected += 1;
                 if mail_fail.is_none() {
-                    self.fails.push(refusal(Phase::Rcpt, &r));
+                    self.fails.push(refusal(super::phase::RCPT, &r));
                 }
             }
         }
@@ -139,49 +139,53 @@ impl Session {
         report: &mut UnitReport,
     ) -> Result<bool, Failure> {
         let tf = |phase| move |e| Failure::transport(phase, e);
-        let t = report.start(Phase::Mail);
-        conn.send(&cmd[..mail_len]).await.map_err(tf(Phase::Mail))?;
+        let t = report.start(super::phase::MAIL);
+        conn.send(&cmd[..mail_len])
+            .await
+            .map_err(tf(super::phase::MAIL))?;
         {
-            let r = read_reply(conn).await.map_err(tf(Phase::Mail))?;
+            let r = read_reply(conn).await.map_err(tf(super::phase::MAIL))?;
             if !r.is_positive() {
-                return Err(refusal(Phase::Mail, &r));
+                return Err(refusal(super::phase::MAIL, &r));
             }
         }
-        report.timed(Phase::Mail, t);
+        report.timed(super::phase::MAIL, t);
         let mut rest = &cmd[mail_len..];
         for i in 0..self.built.rcpts.len() {
             let end = rest
                 .iter()
                 .position(|&b| b == b'\n')
                 .map_or(rest.len(), |p| p + 1);
-            let t = report.start(Phase::Rcpt);
-            conn.send(&rest[..end]).await.map_err(tf(Phase::Rcpt))?;
+            let t = report.start(super::phase::RCPT);
+            conn.send(&rest[..end])
+                .await
+                .map_err(tf(super::phase::RCPT))?;
             rest = &rest[end..];
-            let r = read_reply(conn).await.map_err(tf(Phase::Rcpt))?;
+            let r = read_reply(conn).await.map_err(tf(super::phase::RCPT))?;
             if r.is_positive() {
                 self.rcpts.ok.push(self.built.rcpts[i]);
             } else {
                 self.rcpts.rejected += 1;
-                let f = refusal(Phase::Rcpt, &r);
+                let f = refusal(super::phase::RCPT, &r);
                 if f.fatal {
                     return Err(f);
                 }
                 self.fails.push(f);
             }
-            report.timed(Phase::Rcpt, t);
+            report.timed(super::phase::RCPT, t);
         }
         if self.rcpts.ok.is_empty() {
             return Ok(false);
         }
-        let t = report.start(Phase::Data);
-        conn.send(rest).await.map_err(tf(Phase::Data))?;
-        let r = read_reply(conn).await.map_err(tf(Phase::Data))?;
+        let t = report.start(super::phase::DATA);
+        conn.send(rest).await.map_err(tf(super::phase::DATA))?;
+        let r = read_reply(conn).await.map_err(tf(super::phase::DATA))?;
         match r.code {
             354 => {}
-            c if c >= 400 => return Err(refusal(Phase::Data, &r)),
-            _ => return Err(unexpected(Phase::Data, &r)),
+            c if c >= 400 => return Err(refusal(super::phase::DATA, &r)),
+            _ => return Err(unexpected(super::phase::DATA, &r)),
         }
-        report.timed(Phase::Data, t);
+        report.timed(super::phase::DATA, t);
         Ok(true)
     }
 }

@@ -7,6 +7,7 @@
 
 mod connect;
 mod envelope;
+pub mod phase;
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -82,7 +83,7 @@ fn refusal(phase: Phase, r: &Reply<'_>) -> Failure {
         // 421 closes the session; a 4xx to MAIL is the server's limit for this session
         // (OpenSMTPD's 452 4.5.3 "Too many messages sent"): as an MTA would, spate goes
         // on with a new connection rather than asking again on this one.
-        fatal: r.code == 421 || (phase == Phase::Mail && r.is_transient()),
+        fatal: r.code == 421 || (phase == phase::MAIL && r.is_transient()),
     }
 }
 
@@ -218,7 +219,7 @@ impl Session {
                 if mpc > 0 && self.on_conn >= mpc {
                     // Timed with the message, so `spate ping` shows it on the message's line.
                     if let Some(us) = self.close(report).await {
-                        report.record(Phase::Quit, us);
+                        report.record(phase::QUIT, us);
                     }
                 }
             }
@@ -352,7 +353,7 @@ impl Session {
                     Outcome::Rejected
                 }
                 Ok(true) => {
-                    report.timed(Phase::Transaction, t_start);
+                    report.timed(phase::TRANSACTION, t_start);
                     Outcome::Accepted
                 }
             }
@@ -378,7 +379,7 @@ impl Session {
     ) -> Outcome {
         let envelope = match written {
             Some(t) => {
-                self.envelope_replies_group(conn, t, Phase::DotEnvelope, report)
+                self.envelope_replies_group(conn, t, phase::DOT_ENVELOPE, report)
                     .await
             }
             None => self.envelope(conn, pipelining, report).await,
@@ -392,7 +393,7 @@ impl Session {
             Ok(true) => match self.body(conn, pipelining, last, report).await {
                 Err(f) => self.refused(f, conn, false).await,
                 Ok(accepted) => {
-                    report.timed(Phase::Transaction, t_start);
+                    report.timed(phase::TRANSACTION, t_start);
                     if accepted {
                         Outcome::Accepted
                     } else {
@@ -427,14 +428,14 @@ impl Session {
             cmd::rcpt(&mut self.cmd, &f.to.addrs[r as usize], notify);
         }
         cmd::bdat_last(&mut self.cmd, len);
-        let t = report.start(Phase::Bdat);
+        let t = report.start(phase::BDAT);
         let [head, body] = self.built.parts(&self.wire);
         let parts: &[&[u8]] = if quit {
             &[&self.cmd, head, body, cmd::QUIT]
         } else {
             &[&self.cmd, head, body]
         };
-        conn.send_parts(parts).await.map_err(tf(Phase::Bdat))?;
+        conn.send_parts(parts).await.map_err(tf(phase::BDAT))?;
         self.end_of_data_sent(report);
         report.counters.bytes += len as u64;
         let mail_fail = self.envelope_replies(conn).await?;
@@ -449,7 +450,7 @@ impl Session {
         let mut kept = Vec::new();
         let mut refused = None;
         for i in 0..replies {
-            let r = read_reply(conn).await.map_err(tf(Phase::Bdat))?;
+            let r = read_reply(conn).await.map_err(tf(phase::BDAT))?;
             if r.code / 100 == 2 && taken {
                 delivered += 1;
                 if self.s.lmtp {
@@ -458,14 +459,14 @@ impl Session {
             } else if r.code < 400 {
                 // 354, or a message accepted without a recipient: the server mishandled
                 // the group.
-                return Err(unexpected(Phase::Bdat, &r));
+                return Err(unexpected(phase::BDAT, &r));
             } else if self.s.lmtp && taken {
-                self.fails.push(refusal(Phase::Bdat, &r));
+                self.fails.push(refusal(phase::BDAT, &r));
             } else if taken {
-                refused = Some(refusal(Phase::Bdat, &r));
+                refused = Some(refusal(phase::BDAT, &r));
             }
         }
-        report.timed(Phase::Bdat, t);
+        report.timed(phase::BDAT, t);
         if quit {
             self.quit_read(conn, report).await;
         }
@@ -484,9 +485,9 @@ impl Session {
     async fn quit_read(&mut self, conn: &mut Connection, report: &mut UnitReport) {
         report.done();
         self.quit_behind = true;
-        let t = report.start(Phase::Quit);
+        let t = report.start(phase::QUIT);
         if read_reply(conn).await.is_ok() {
-            report.timed(Phase::Quit, t);
+            report.timed(phase::QUIT, t);
         }
     }
 
@@ -523,7 +524,7 @@ impl Session {
         } else {
             None
         };
-        let t = report.start(Phase::Body);
+        let t = report.start(phase::BODY);
         // The message from where its parts live, its final dot, and what goes behind it.
         let [head, body] = self.built.parts(&self.wire);
         let behind: &[u8] = match (next, quit) {
@@ -538,7 +539,7 @@ impl Session {
                 sent_at: Some(t),
             });
         }
-        sent.map_err(|e| Failure::transport(Phase::Body, e))?;
+        sent.map_err(|e| Failure::transport(phase::BODY, e))?;
         self.end_of_data_sent(report);
         report.counters.bytes += (self.built.len(&self.wire) + DOT.len()) as u64;
         let lmtp = self.s.lmtp;
@@ -549,17 +550,17 @@ impl Session {
         for i in 0..replies {
             let r = read_reply(conn)
                 .await
-                .map_err(|e| Failure::transport(Phase::Body, e))?;
+                .map_err(|e| Failure::transport(phase::BODY, e))?;
             if r.is_positive() {
                 continue;
             } else if lmtp {
-                self.fails.push(refusal(Phase::Body, &r));
+                self.fails.push(refusal(phase::BODY, &r));
                 refused.push(i);
             } else {
-                failed = Some(refusal(Phase::Body, &r));
+                failed = Some(refusal(phase::BODY, &r));
             }
         }
-        report.timed(Phase::Body, t);
+        report.timed(phase::BODY, t);
         if quit && !failed.as_ref().is_some_and(|f| f.fatal) {
             self.quit_read(conn, report).await;
         }
@@ -623,7 +624,7 @@ impl Session {
 /// content: when the server said nothing or hung up, say what may be the cause.
 fn behind(mut f: Failure) -> Failure {
     if matches!(f.kind, ErrorKind::Timeout | ErrorKind::Closed) {
-        f.phase = Phase::DotEnvelope;
+        f.phase = phase::DOT_ENVELOPE;
         f.text = format!(
             "{} waiting for the replies to MAIL/RCPT/DATA written behind the previous message's end (a server that discards commands pipelined after a message: use --pipelining conservative)",
             f.text
@@ -634,7 +635,7 @@ fn behind(mut f: Failure) -> Failure {
 
 /// Ends a DATA that should not carry a message: an empty one.
 async fn abort_data(conn: &mut Connection) -> Result<(), Failure> {
-    let tf = |e| Failure::transport(Phase::Body, e);
+    let tf = |e| Failure::transport(phase::BODY, e);
     conn.send(b".\r\n").await.map_err(tf)?;
     read_reply(conn).await.map_err(tf)?;
     Ok(())
@@ -647,25 +648,30 @@ async fn rset(conn: &mut Connection) {
 }
 
 impl Driver for Session {
-    const WORDS: crate::results::UnitWords =
-        crate::results::UnitWords::new("messages", "msg/s", "sent");
+    const WORDS: crate::results::UnitWords = crate::results::UnitWords::new(
+        "messages",
+        "msg/s",
+        "sent",
+        &[phase::TRANSACTION, phase::BODY],
+        true,
+    );
     const PHASES: &'static [Phase] = &[
-        Phase::Connect,
-        Phase::Tls,
-        Phase::Banner,
-        Phase::Ehlo,
-        Phase::Lhlo,
-        Phase::Starttls,
-        Phase::Auth,
-        Phase::Mail,
-        Phase::Rcpt,
-        Phase::Data,
-        Phase::Envelope,
-        Phase::DotEnvelope,
-        Phase::Bdat,
-        Phase::Body,
-        Phase::Quit,
-        Phase::Transaction,
+        Phase::CONNECT,
+        Phase::TLS,
+        phase::BANNER,
+        phase::EHLO,
+        phase::LHLO,
+        phase::STARTTLS,
+        phase::AUTH,
+        phase::MAIL,
+        phase::RCPT,
+        phase::DATA,
+        phase::ENVELOPE,
+        phase::DOT_ENVELOPE,
+        phase::BDAT,
+        phase::BODY,
+        phase::QUIT,
+        phase::TRANSACTION,
     ];
 
     async fn run_one(&mut self, seq: u64, report: &mut UnitReport) -> Outcome {
@@ -685,7 +691,7 @@ impl Driver for Session {
 
     async fn finish(&mut self, report: &mut UnitReport) {
         if let Some(us) = self.close(report).await {
-            report.record(Phase::Quit, us);
+            report.record(phase::QUIT, us);
         }
     }
 }

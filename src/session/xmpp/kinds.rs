@@ -86,9 +86,9 @@ impl Traffic {
     /// The phases that time its arrival at each recipient, and at the last one.
     pub(super) fn phases(self) -> (Phase, Option<Phase>) {
         match self {
-            Traffic::Message | Traffic::Raw => (Phase::Arrival, None),
-            Traffic::Multicast => (Phase::Multicast, Some(Phase::MulticastLast)),
-            Traffic::Presence => (Phase::Broadcast, Some(Phase::BroadcastLast)),
+            Traffic::Message | Traffic::Raw => (super::phase::ARRIVAL, None),
+            Traffic::Multicast => (super::phase::MULTICAST, Some(super::phase::MULTICAST_LAST)),
+            Traffic::Presence => (super::phase::BROADCAST, Some(super::phase::BROADCAST_LAST)),
         }
     }
 }

@@ -159,17 +159,22 @@ async fn open_stream(
     framer: &mut Framer,
     report: &mut UnitReport,
 ) -> Result<Element, Failure> {
-    let t = report.start(Phase::Stream);
+    let t = report.start(super::phase::STREAM);
     framer.restart();
-    send(conn, Phase::Stream, &xmpp::stream_open_client(&s.domain)).await?;
-    let features = element(conn, framer, Phase::Stream).await?;
+    send(
+        conn,
+        super::phase::STREAM,
+        &xmpp::stream_open_client(&s.domain),
+    )
+    .await?;
+    let features = element(conn, framer, super::phase::STREAM).await?;
     if features.local_name() != "features" {
         return Err(breach(
-            Phase::Stream,
+            super::phase::STREAM,
             format!("expected stream features, got <{}>", features.name),
         ));
     }
-    report.timed(Phase::Stream, t);
+    report.timed(super::phase::STREAM, t);
     Ok(features)
 }
 
@@ -187,21 +192,21 @@ async fn starttls(
     if features.child("starttls").is_none() {
         return Err(Failure {
             kind: ErrorKind::Unsupported,
-            ..breach(Phase::Starttls, "the server does not offer STARTTLS")
+            ..breach(super::phase::STARTTLS, "the server does not offer STARTTLS")
         });
     }
-    let t = report.start(Phase::Starttls);
-    send(conn, Phase::Starttls, &xmpp::starttls()).await?;
-    let answer = element(conn, framer, Phase::Starttls).await?;
+    let t = report.start(super::phase::STARTTLS);
+    send(conn, super::phase::STARTTLS, &xmpp::starttls()).await?;
+    let answer = element(conn, framer, super::phase::STARTTLS).await?;
     if answer.local_name() != "proceed" {
         return Err(stated(
-            Phase::Starttls,
+            super::phase::STARTTLS,
             ErrorKind::Permanent,
             answer.local_name(),
             &answer,
         ));
     }
-    report.timed(Phase::Starttls, t);
+    report.timed(super::phase::STARTTLS, t);
     s.endpoint.handshake(conn, report).await?;
     open_stream(s, conn, framer, report).await
 }
@@ -229,7 +234,7 @@ fn mechanism(s: &Settings, features: &Element) -> Result<Option<ScramHash>, Fail
     };
     choice.ok_or_else(|| {
         breach(
-            Phase::Auth,
+            super::phase::AUTH,
             format!(
                 "no usable SASL mechanism (--sasl {}; the server offers {})",
                 s.sasl.name(),
@@ -255,7 +260,7 @@ async fn authenticate(
 ) -> Result<(), Failure> {
     let hash = mechanism(s, features)?;
     let (user, _) = account.jid.split_once('@').unwrap_or((&account.jid, ""));
-    let t = report.start(Phase::Auth);
+    let t = report.start(super::phase::AUTH);
     let mut scram = None;
     let first = match hash {
         Some(h) => {
@@ -272,19 +277,19 @@ async fn authenticate(
             xmpp::auth("PLAIN", &sasl::encode(plain.as_bytes()))
         }
     };
-    send(conn, Phase::Auth, &first).await?;
+    send(conn, super::phase::AUTH, &first).await?;
     loop {
-        let e = element(conn, framer, Phase::Auth).await?;
+        let e = element(conn, framer, super::phase::AUTH).await?;
         let data = sasl::decode(e.text.trim()).unwrap_or_default();
         let data = String::from_utf8_lossy(&data).to_string();
         match (e.local_name(), scram.as_mut()) {
             ("challenge", Some(c)) => {
                 let fin = c
                     .client_final(&data)
-                    .map_err(|x| breach(Phase::Auth, format!("SCRAM failed ({x})")))?;
+                    .map_err(|x| breach(super::phase::AUTH, format!("SCRAM failed ({x})")))?;
                 send(
                     conn,
-                    Phase::Auth,
+                    super::phase::AUTH,
                     &xmpp::response(&sasl::encode(fin.as_bytes())),
                 )
                 .await?;
@@ -292,15 +297,22 @@ async fn authenticate(
             ("success", c) => {
                 if let Some(c) = c {
                     c.verify_server_final(&data)
-                        .map_err(|x| breach(Phase::Auth, format!("SCRAM failed ({x})")))?;
+                        .map_err(|x| breach(super::phase::AUTH, format!("SCRAM failed ({x})")))?;
                 }
-                report.timed(Phase::Auth, t);
+                report.timed(super::phase::AUTH, t);
                 return Ok(());
             }
-            ("failure", _) => return Err(stated(Phase::Auth, ErrorKind::Sasl, &condition(&e), &e)),
+            ("failure", _) => {
+                return Err(stated(
+                    super::phase::AUTH,
+                    ErrorKind::Sasl,
+                    &condition(&e),
+                    &e,
+                ))
+            }
             (other, _) => {
                 return Err(breach(
-                    Phase::Auth,
+                    super::phase::AUTH,
                     format!("unexpected element in SASL: <{other}>"),
                 ))
             }
@@ -325,10 +337,10 @@ async fn register(
     iq.push_str("</username><password>");
     xmpp::escape(&account.password, &mut iq);
     iq.push_str("</password></query></iq>");
-    let t = report.start(Phase::Register);
-    send(conn, Phase::Register, &iq).await?;
+    let t = report.start(super::phase::REGISTER);
+    send(conn, super::phase::REGISTER, &iq).await?;
     let counts = &s.ledger.registered;
-    match iq_result(conn, framer, Phase::Register, "reg1").await {
+    match iq_result(conn, framer, super::phase::REGISTER, "reg1").await {
         Ok(_) => {
             counts[0].fetch_add(1, Relaxed);
         }
@@ -340,7 +352,7 @@ async fn register(
             return Err(f);
         }
     }
-    report.timed(Phase::Register, t);
+    report.timed(super::phase::REGISTER, t);
     Ok(())
 }
 
@@ -374,24 +386,27 @@ async fn bind(
     report: &mut UnitReport,
 ) -> Result<String, Failure> {
     if features.child("bind").is_none() {
-        return Err(breach(Phase::Bind, "the server offers no resource binding"));
+        return Err(breach(
+            super::phase::BIND,
+            "the server offers no resource binding",
+        ));
     }
-    let t = report.start(Phase::Bind);
-    send(conn, Phase::Bind, &xmpp::bind("b1", resource)).await?;
-    let r = iq_result(conn, framer, Phase::Bind, "b1").await?;
+    let t = report.start(super::phase::BIND);
+    send(conn, super::phase::BIND, &xmpp::bind("b1", resource)).await?;
+    let r = iq_result(conn, framer, super::phase::BIND, "b1").await?;
     let jid = r
         .child("bind")
         .and_then(|b| b.child("jid"))
         .map(|j| j.text.trim().to_string())
-        .ok_or_else(|| breach(Phase::Bind, "bind result without a JID"))?;
+        .ok_or_else(|| breach(super::phase::BIND, "bind result without a JID"))?;
     let legacy = features
         .child("session")
         .is_some_and(|s| s.child("optional").is_none());
     if legacy {
-        send(conn, Phase::Bind, &xmpp::session("s1")).await?;
-        iq_result(conn, framer, Phase::Bind, "s1").await?;
+        send(conn, super::phase::BIND, &xmpp::session("s1")).await?;
+        iq_result(conn, framer, super::phase::BIND, "s1").await?;
     }
-    report.timed(Phase::Bind, t);
+    report.timed(super::phase::BIND, t);
     Ok(jid)
 }
 
@@ -433,7 +448,7 @@ impl LoggedIn {
         within: std::time::Duration,
     ) -> Result<Option<u64>, Failure> {
         let start = std::time::Instant::now();
-        send(&mut self.conn, Phase::Arrival, stanza).await?;
+        send(&mut self.conn, super::phase::ARRIVAL, stanza).await?;
         let timeout = self.conn.timeout();
         let got = loop {
             let left = within.saturating_sub(start.elapsed());
@@ -441,7 +456,7 @@ impl LoggedIn {
                 break Ok(None);
             }
             self.conn.set_timeout(left);
-            let e = match self.element(Phase::Arrival).await {
+            let e = match self.element(super::phase::ARRIVAL).await {
                 Ok(e) => e,
                 Err(f) if f.kind == ErrorKind::Timeout => break Ok(None),
                 Err(f) => break Err(f),
@@ -450,7 +465,7 @@ impl LoggedIn {
                 ("message", _) if e.attr("id") != Some(id) => {}
                 ("message", Some("error")) => {
                     let cond = e.child("error").map(condition).unwrap_or_default();
-                    let f = stated(Phase::Arrival, ErrorKind::Stanza, &cond, &e);
+                    let f = stated(super::phase::ARRIVAL, ErrorKind::Stanza, &cond, &e);
                     break Err(Failure { fatal: false, ..f });
                 }
                 ("message", _) => break Ok(Some(start.elapsed().as_micros() as u64)),
@@ -461,7 +476,7 @@ impl LoggedIn {
                         _ => xmpp::iq_error(iq, to, "cancel", "service-unavailable"),
                     };
                     self.conn.set_timeout(timeout);
-                    send(&mut self.conn, Phase::Arrival, &answer).await?;
+                    send(&mut self.conn, super::phase::ARRIVAL, &answer).await?;
                 }
                 _ => {}
             }
@@ -502,17 +517,17 @@ pub(crate) async fn login_or_resume(
     authenticate(s, account, &mut conn, &mut framer, &features, rng, report).await?;
     let features = open_stream(s, &mut conn, &mut framer, report).await?;
     if let Some((previd, h)) = resume.filter(|_| offers_sm(&features)) {
-        let t = report.start(Phase::Bind);
+        let t = report.start(super::phase::BIND);
         let mut ask = String::from("<resume xmlns='urn:xmpp:sm:3' previd='");
         xmpp::escape(&previd, &mut ask);
         ask.push_str(&format!("' h='{h}'/>"));
-        send(&mut conn, Phase::Bind, &ask).await?;
-        let e = element_where(&mut conn, &mut framer, Phase::Bind, |e| {
+        send(&mut conn, super::phase::BIND, &ask).await?;
+        let e = element_where(&mut conn, &mut framer, super::phase::BIND, |e| {
             matches!(e.local_name(), "resumed" | "failed") && e.ns() == Some(super::sm::NS)
         })
         .await?;
         if e.local_name() == "resumed" {
-            report.timed(Phase::Bind, t);
+            report.timed(super::phase::BIND, t);
             let handled = super::sm::h_of(e.attr("h")).unwrap_or(0);
             return Ok(LoggedIn {
                 conn,
@@ -535,22 +550,22 @@ pub(crate) async fn login_or_resume(
     .await?;
     let mut missing = Vec::new();
     if s.roster != RosterMode::Off {
-        let t = report.start(Phase::Roster);
-        send(&mut conn, Phase::Roster, &xmpp::roster_get("r1")).await?;
-        let r = iq_result(&mut conn, &mut framer, Phase::Roster, "r1").await?;
-        report.timed(Phase::Roster, t);
+        let t = report.start(super::phase::ROSTER);
+        send(&mut conn, super::phase::ROSTER, &xmpp::roster_get("r1")).await?;
+        let r = iq_result(&mut conn, &mut framer, super::phase::ROSTER, "r1").await?;
+        report.timed(super::phase::ROSTER, t);
         if s.roster == RosterMode::All {
             missing = not_in_roster(s, id, &r);
         }
     }
     // Initial presence; the server sends it back to this resource too (RFC 6121 §4.2.2).
-    let t = report.start(Phase::Presence);
-    send(&mut conn, Phase::Presence, "<presence/>").await?;
-    element_where(&mut conn, &mut framer, Phase::Presence, |e| {
+    let t = report.start(super::phase::PRESENCE);
+    send(&mut conn, super::phase::PRESENCE, "<presence/>").await?;
+    element_where(&mut conn, &mut framer, super::phase::PRESENCE, |e| {
         e.local_name() == "presence" && e.attr("from") == Some(jid.as_str())
     })
     .await?;
-    report.timed(Phase::Presence, t);
+    report.timed(super::phase::PRESENCE, t);
     let (sm, sm_id) = match s.stream_management {
         true => enable_sm(&mut conn, &mut framer, &features).await?,
         false => (false, None),
@@ -585,8 +600,8 @@ async fn enable_sm(
     if !offers_sm(features) {
         return Ok((false, None));
     }
-    send(conn, Phase::Bind, super::sm::ENABLE).await?;
-    let e = element_where(conn, framer, Phase::Bind, |e| {
+    send(conn, super::phase::BIND, super::sm::ENABLE).await?;
+    let e = element_where(conn, framer, super::phase::BIND, |e| {
         matches!(e.local_name(), "enabled" | "failed") && e.ns() == Some(super::sm::NS)
     })
     .await?;

@@ -11,6 +11,7 @@
 mod kinds;
 pub mod ledger;
 pub(crate) mod login;
+pub mod phase;
 mod reader;
 mod sm;
 
@@ -439,21 +440,21 @@ impl Session {
     ) -> Outcome {
         match tokio::time::timeout(self.s.endpoint.timeout, rx).await {
             Ok(Ok(e)) if e.attr("type") == Some("result") => {
-                report.timed(Phase::Reply, t);
+                report.timed(phase::REPLY, t);
                 report.done();
                 Outcome::Accepted
             }
             Ok(Ok(e)) => {
-                report.timed(Phase::Reply, t);
+                report.timed(phase::REPLY, t);
                 let cond = e.child("error").map(login::condition).unwrap_or_default();
-                let mut f = login::stated(Phase::Reply, ErrorKind::Stanza, &cond, &e);
+                let mut f = login::stated(phase::REPLY, ErrorKind::Stanza, &cond, &e);
                 f.fatal = false;
                 f.record(report);
                 Outcome::Rejected
             }
             Ok(Err(_)) => {
                 failure(
-                    Phase::Reply,
+                    phase::REPLY,
                     ErrorKind::Closed,
                     "the stream ended before the reply",
                 )
@@ -465,7 +466,7 @@ impl Session {
                     r.remove(&raw_id(seq));
                 }
                 let text = format!("no reply within {:.0?}", self.s.endpoint.timeout);
-                let mut f = failure(Phase::Reply, ErrorKind::Timeout, &text);
+                let mut f = failure(phase::REPLY, ErrorKind::Timeout, &text);
                 f.fatal = false;
                 f.record(report);
                 Outcome::Failed
@@ -485,9 +486,9 @@ impl Session {
             xmpp::escape(j, &mut out);
             out.push_str("'/>");
         }
-        let t = report.start(Phase::Subscribe);
+        let t = report.start(phase::SUBSCRIBE);
         if let Err(e) = writer.lock().await.send(out.as_bytes()).await {
-            Failure::transport(Phase::Subscribe, e).record(report);
+            Failure::transport(phase::SUBSCRIBE, e).record(report);
             return;
         }
         report.counters.stanzas_out += jids.len() as u64;
@@ -497,14 +498,14 @@ impl Session {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         match left() {
-            0 => report.timed_now(Phase::Subscribe, t),
+            0 => report.timed_now(phase::SUBSCRIBE, t),
             n => {
                 let text = format!(
                     "{n} of {} subscription requests unanswered after {:.0?}",
                     jids.len(),
                     self.s.endpoint.timeout * 4
                 );
-                failure(Phase::Subscribe, ErrorKind::Timeout, &text).record(report);
+                failure(phase::SUBSCRIBE, ErrorKind::Timeout, &text).record(report);
             }
         }
     }
@@ -543,26 +544,36 @@ fn failure(phase: Phase, kind: ErrorKind, text: &str) -> Failure {
 }
 
 impl Driver for Session {
-    const WORDS: crate::results::UnitWords =
-        crate::results::UnitWords::new("messages", "msg/s", "sent");
+    const WORDS: crate::results::UnitWords = crate::results::UnitWords::new(
+        "messages",
+        "msg/s",
+        "sent",
+        &[
+            phase::MULTICAST_LAST,
+            phase::ARRIVAL,
+            phase::BROADCAST_LAST,
+            phase::REPLY,
+        ],
+        false,
+    );
     const PHASES: &'static [Phase] = &[
-        Phase::Connect,
-        Phase::Tls,
-        Phase::Stream,
-        Phase::Starttls,
-        Phase::Register,
-        Phase::Auth,
-        Phase::Bind,
-        Phase::Roster,
-        Phase::Presence,
-        Phase::Subscribe,
-        Phase::Send,
-        Phase::Reply,
-        Phase::Arrival,
-        Phase::Multicast,
-        Phase::MulticastLast,
-        Phase::Broadcast,
-        Phase::BroadcastLast,
+        Phase::CONNECT,
+        Phase::TLS,
+        phase::STREAM,
+        phase::STARTTLS,
+        phase::REGISTER,
+        phase::AUTH,
+        phase::BIND,
+        phase::ROSTER,
+        phase::PRESENCE,
+        phase::SUBSCRIBE,
+        phase::SEND,
+        phase::REPLY,
+        phase::ARRIVAL,
+        phase::MULTICAST,
+        phase::MULTICAST_LAST,
+        phase::BROADCAST,
+        phase::BROADCAST_LAST,
     ];
 
     async fn setup(&mut self, report: &mut UnitReport) {
@@ -636,7 +647,7 @@ impl Driver for Session {
                 None => "the session is not logged in",
                 Some(_) => "the server ended the stream",
             };
-            failure(Phase::Send, ErrorKind::Closed, text).record(report);
+            failure(phase::SEND, ErrorKind::Closed, text).record(report);
             return Outcome::Failed;
         };
         let kind = self.s.mix.next();
@@ -649,7 +660,7 @@ impl Driver for Session {
         }
         if recipients == 0 {
             failure(
-                Phase::Send,
+                phase::SEND,
                 ErrorKind::Protocol,
                 "no other session is logged in",
             )
@@ -666,7 +677,7 @@ impl Driver for Session {
             }
             rx
         });
-        let t = report.start(Phase::Send);
+        let t = report.start(phase::SEND);
         if kind != Traffic::Raw {
             self.s.ledger.sending(seq, kind, recipients);
         }
@@ -685,10 +696,10 @@ impl Driver for Session {
         };
         if let Err(e) = sent {
             self.s.ledger.not_sent(seq);
-            Failure::transport(Phase::Send, e).record(report);
+            Failure::transport(phase::SEND, e).record(report);
             return Outcome::Failed;
         }
-        report.timed_now(Phase::Send, t);
+        report.timed_now(phase::SEND, t);
         report.counters.bytes += self.stanza.len() as u64;
         report.counters.stanzas_out += 1;
         if let Some(rx) = reply {

@@ -37,13 +37,13 @@ impl Reader {
                     .await;
                 let bytes = match got {
                     Ok(b) => b,
-                    Err(e) => break Some(Failure::transport(Phase::Arrival, e)),
+                    Err(e) => break Some(Failure::transport(super::phase::ARRIVAL, e)),
                 };
                 match kind {
                     Some(Frame::Element) => {}
                     Some(Frame::Close) => {
                         break Some(failure(
-                            Phase::Arrival,
+                            super::phase::ARRIVAL,
                             ErrorKind::Closed,
                             "the server closed the stream",
                         ))
@@ -52,7 +52,7 @@ impl Reader {
                 }
                 let e = match Element::parse(bytes) {
                     Ok(e) => e,
-                    Err(x) => break Some(login::breach(Phase::Arrival, x.to_string())),
+                    Err(x) => break Some(login::breach(super::phase::ARRIVAL, x.to_string())),
                 };
                 if let Some(f) = self.stanza(&e).await {
                     break Some(f);
@@ -145,7 +145,7 @@ impl Reader {
             "iq" => self.tally(0),
             "error" if e.name.contains(':') => {
                 return Some(login::stated(
-                    Phase::Arrival,
+                    super::phase::ARRIVAL,
                     ErrorKind::Stream,
                     &login::condition(e),
                     e,
@@ -237,7 +237,7 @@ impl Reader {
             sh.counters.stanzas_in += 1;
             {
                 let key = ErrorKey {
-                    phase: Phase::Arrival,
+                    phase: super::phase::ARRIVAL,
                     kind,
                     code: 0,
                     detail: None,

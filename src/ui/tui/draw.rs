@@ -282,7 +282,11 @@ fn histogram(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
     let block = Block::new().borders(Borders::TOP).title(title);
     let inner = block.inner(area);
     f.render_widget(block, area);
-    let hist = crate::metrics::Phase::from_name(name).and_then(|p| m.hists.get(&p));
+    let hist = m
+        .hists
+        .iter()
+        .find(|(p, _)| p.name() == name)
+        .map(|(_, h)| h);
     let Some(h) = hist.filter(|h| !h.is_empty()) else {
         f.render_widget(Paragraph::new("no samples yet"), inner);
         return;

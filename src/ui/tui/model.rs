@@ -32,6 +32,9 @@ pub struct Units {
     pub retrieval: bool,
     /// An XMPP run, which also counts stanzas in and out and reconnections.
     pub chat: bool,
+    /// The phases that stand for a unit's latency, best first (the protocol's service
+    /// phases, then the response time where a unit has one): the histogram shown first.
+    pub main: Vec<String>,
 }
 
 impl Units {
@@ -44,6 +47,9 @@ impl Units {
         Units {
             retrieval: w.unit == "visits",
             chat: protocol == "xmpp",
+            main: (w.service.iter().map(|p| p.name().to_string()))
+                .chain(w.response.then(|| "response".to_string()))
+                .collect(),
             unit: w.unit,
             rate: w.rate,
             bytes: w.bytes,
@@ -169,12 +175,10 @@ impl Model {
         self.cpu_pct = cpu_pct;
         self.cpu_hist.push((cpu_pct * 10.0).round().max(0.0) as u64);
         self.phases.clone_from(&s.phases);
-        for &p in Phase::ALL {
-            if let Some(h) = snap.interval.hist(p) {
-                // Every histogram has the recorder's bounds, so adding cannot fail; were it
-                // to, the screen would only miss that interval.
-                let _ = self.hists.entry(p).or_insert_with(new_histogram).add(h);
-            }
+        for (p, h) in snap.interval.hists() {
+            // Every histogram has the recorder's bounds, so adding cannot fail; were it
+            // to, the screen would only miss that interval.
+            let _ = self.hists.entry(p).or_insert_with(new_histogram).add(h);
         }
         self.errors = s.errors.iter().take(ERROR_ROWS).cloned().collect();
         self.error_classes = s.errors.len();
@@ -200,10 +204,6 @@ pub struct Ui {
     pub stopping: bool,
 }
 
-/// The phases that stand for a unit's latency, in order of preference: a message's service
-/// time, its time from schedule, a whole mailbox visit.
-const MAIN_PHASES: [&str; 4] = ["transaction", "response", "session", "body"];
-
 impl Ui {
     /// The index in `m.phases` of the phase whose histogram is shown.
     pub fn selected_index(&self, m: &Model) -> Option<usize> {
@@ -211,7 +211,7 @@ impl Ui {
         self.selected
             .as_deref()
             .and_then(by_name)
-            .or_else(|| MAIN_PHASES.iter().find_map(|n| by_name(n)))
+            .or_else(|| m.units.main.iter().find_map(|n| by_name(n)))
             .or((!m.phases.is_empty()).then_some(0))
     }
 

@@ -13,18 +13,22 @@ use crate::metrics::{Detail, ErrorKey, ErrorKind, Phase, Shard};
 use crate::results::Summary;
 use crate::results::SummaryHeader;
 
+crate::metrics::phases! {
+    EHLO => "ehlo", "a test phase";
+    TRANSACTION => "transaction", "a test phase";
+    RETR => "retr", "a test phase";
+    SESSION => "session", "a test phase";
+    RCPT => "rcpt", "a test phase";
+    AUTH => "auth", "a test phase";
+}
+
 /// One second of a run: latencies for a few phases, counts, two error classes.
 fn shard(protocol: &str) -> Shard {
     let mut s = Shard::default();
     let phases: &[Phase] = if protocol == "smtp" {
-        &[
-            Phase::Connect,
-            Phase::Ehlo,
-            Phase::Transaction,
-            Phase::Response,
-        ]
+        &[Phase::CONNECT, EHLO, TRANSACTION, Phase::RESPONSE]
     } else {
-        &[Phase::Connect, Phase::Retr, Phase::Session]
+        &[Phase::CONNECT, RETR, SESSION]
     };
     for (k, &p) in phases.iter().enumerate() {
         for i in 0..1000u64 {
@@ -50,7 +54,7 @@ fn shard(protocol: &str) -> Shard {
         text: text.into(),
     };
     let transient = key(
-        Phase::Rcpt,
+        RCPT,
         ErrorKind::Transient,
         451,
         Some(Detail(4, 3, 0)),
@@ -61,7 +65,7 @@ fn shard(protocol: &str) -> Shard {
     }
     for _ in 0..14_567 {
         s.error(
-            key(Phase::Connect, ErrorKind::Refused, 0, None, ""),
+            key(Phase::CONNECT, ErrorKind::Refused, 0, None, ""),
             String::new,
         );
     }
@@ -304,7 +308,7 @@ fn chat_runs_show_stanzas_reconnections_and_sasl_failures() {
     c.reconnections = 17;
     c.delivered = 35_000;
     let sasl = |text: &str| ErrorKey {
-        phase: Phase::Auth,
+        phase: AUTH,
         kind: ErrorKind::Sasl,
         code: 0,
         detail: None,
