@@ -27,7 +27,7 @@ fn exposition() -> String {
     totals.error(
         ErrorKey {
             phase: spate::session::smtp::phase::RCPT,
-            kind: ErrorKind::Permanent,
+            kind: ErrorKind::PERMANENT,
             code: 550,
             detail: None,
             text: "no such user".into(),

@@ -64,7 +64,7 @@ fn interval(
             made.failed += 1;
             let key = ErrorKey {
                 phase: Phase::RESPONSE,
-                kind: ErrorKind::Timeout,
+                kind: ErrorKind::TIMEOUT,
                 code: 0,
                 detail: None,
                 text: "response timeout".into(),

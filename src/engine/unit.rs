@@ -352,7 +352,7 @@ impl UnitReport {
         let (phase, since) = self.current.unwrap_or((Phase::RESPONSE, self.started_us));
         let key = crate::metrics::ErrorKey {
             phase,
-            kind: crate::metrics::ErrorKind::Unfinished,
+            kind: crate::metrics::ErrorKind::UNFINISHED,
             code: 0,
             detail: None,
             text: "still running when the run ended".into(),

@@ -186,7 +186,7 @@ impl Scheduler {
         let now = shared.clock.now_us();
         let key = crate::metrics::ErrorKey {
             phase: Phase::LAG,
-            kind: crate::metrics::ErrorKind::Unfinished,
+            kind: crate::metrics::ErrorKind::UNFINISHED,
             code: 0,
             detail: None,
             text: "never started: waited for a free session (--max-in-flight) until the run ended"

@@ -4,10 +4,12 @@
 mod clock;
 mod phase;
 mod recorder;
+pub mod word;
 
 pub use clock::{note_arrival, Clock};
 pub(crate) use phase::phases;
-pub use phase::{Declared, Phase, PhaseDef};
+pub use phase::{Declared, Phase};
+pub(crate) use recorder::error_kinds;
 pub use recorder::{
     new_histogram, Counters, Detail, ErrorKey, ErrorKind, ErrorStat, Interval, Recorder,
     SentOutcome, SentRecord, Shard, HIST_MAX_US,

@@ -121,95 +121,42 @@ impl Counters {
     }
 }
 
-/// What kind of failure an error is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ErrorKind {
-    /// The server replied 4xx.
-    Transient,
-    /// The server replied 5xx.
-    Permanent,
-    /// TCP connection refused.
-    Refused,
-    /// Connection reset or closed by the server unexpectedly.
-    Closed,
-    /// A phase deadline passed.
-    Timeout,
-    /// TLS handshake or certificate failure.
-    Tls,
-    /// The server sent something that is not the protocol (garbage, overlong line).
-    Protocol,
-    /// Any other I/O error.
-    Io,
-    /// POP3 -ERR.
-    Err,
-    /// IMAP NO.
-    No,
-    /// IMAP BAD (or an unexpected BYE).
-    Bad,
-    /// The server refused the client certificate (or asked for one that was not given).
-    ClientCertificate,
-    /// The unit was still running when the run ended.
-    Unfinished,
-    /// XMPP: a SASL `<failure/>` (its condition is the error's text).
-    Sasl,
-    /// XMPP: a stream error (`<stream:error/>`), which ends the stream.
-    Stream,
-    /// The server does not offer what the run needs (AUTH, STARTTLS): nothing was asked
-    /// of it, so it refused nothing.
-    Unsupported,
-    /// XMPP: a stanza error (`<error type=...>` in an IQ reply or a bounce), its
-    /// condition the error's text.
-    Stanza,
+super::word::word!(
+    /// What kind of failure an error is. The kinds every protocol can have are this
+    /// type's constants; a protocol declares its own (POP3's `-ERR`, XMPP's stream
+    /// errors) with [`error_kinds!`](super::error_kinds) next to its driver.
+    ErrorKind
+);
+
+/// Declares error kinds as constants: `error_kinds! { pub NO => "NO", "IMAP NO"; }`.
+macro_rules! error_kinds {
+    ($($t:tt)*) => { $crate::metrics::word::declare! { ErrorKind: $($t)* } };
+}
+pub(crate) use error_kinds;
+
+macro_rules! common_kinds {
+    ($($id:ident => $name:literal, $doc:literal;)*) => {
+        impl ErrorKind {
+            $(
+                #[doc = $doc]
+                pub const $id: ErrorKind = ErrorKind::new(&super::word::Def { name: $name, what: $doc });
+            )*
+        }
+    };
 }
 
-impl ErrorKind {
-    pub const ALL: &'static [ErrorKind] = &[
-        ErrorKind::Transient,
-        ErrorKind::Permanent,
-        ErrorKind::Refused,
-        ErrorKind::Closed,
-        ErrorKind::Timeout,
-        ErrorKind::Tls,
-        ErrorKind::Protocol,
-        ErrorKind::Io,
-        ErrorKind::Err,
-        ErrorKind::No,
-        ErrorKind::Bad,
-        ErrorKind::ClientCertificate,
-        ErrorKind::Unfinished,
-        ErrorKind::Sasl,
-        ErrorKind::Stream,
-        ErrorKind::Unsupported,
-        ErrorKind::Stanza,
-    ];
-
-    /// The kind [`ErrorKind::name`] names.
-    pub fn from_name(name: &str) -> Option<ErrorKind> {
-        Self::ALL.iter().copied().find(|k| k.name() == name)
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            ErrorKind::Transient => "4xx",
-            ErrorKind::Permanent => "5xx",
-            ErrorKind::Refused => "refused",
-            ErrorKind::Closed => "closed",
-            ErrorKind::Timeout => "timeout",
-            ErrorKind::Tls => "tls",
-            ErrorKind::Protocol => "protocol",
-            ErrorKind::Io => "io",
-            ErrorKind::Err => "-ERR",
-            ErrorKind::No => "NO",
-            ErrorKind::Bad => "BAD",
-            ErrorKind::ClientCertificate => "tls-client-cert",
-            ErrorKind::Unfinished => "unfinished",
-            ErrorKind::Sasl => "sasl",
-            ErrorKind::Stream => "stream-error",
-            ErrorKind::Unsupported => "not-offered",
-            ErrorKind::Stanza => "stanza-error",
-        }
-    }
+common_kinds! {
+    TRANSIENT => "4xx", "the server refused for now (a 4xx reply)";
+    PERMANENT => "5xx", "the server refused for good (a 5xx reply)";
+    REFUSED => "refused", "TCP connection refused";
+    CLOSED => "closed", "connection reset or closed by the server unexpectedly";
+    TIMEOUT => "timeout", "a phase deadline passed";
+    TLS => "tls", "TLS handshake or certificate failure";
+    PROTOCOL => "protocol", "the server sent something that is not the protocol (garbage, an overlong line)";
+    IO => "io", "any other I/O error";
+    CLIENT_CERTIFICATE => "tls-client-cert", "the server refused the client certificate (or asked for one that was not given)";
+    UNFINISHED => "unfinished", "the unit was still running when the run ended";
+    UNSUPPORTED => "not-offered", "the server does not offer what the run needs (AUTH, STARTTLS): nothing was asked of it, so it refused nothing";
 }
 
 /// A three-part status detail that refines a reply code, written `a.b.c` (SMTP's RFC 3463
@@ -333,7 +280,6 @@ pub struct Shard {
     pub sent: Vec<SentRecord>,
     pub rcpts: Vec<u32>,
 }
-
 
 /// Distinct error classes kept per shard per interval; beyond this, errors are still
 /// counted but folded into one overflow class, so a server that puts a counter in every
@@ -607,7 +553,7 @@ mod tests {
             s.error(
                 ErrorKey {
                     phase: RCPT,
-                    kind: ErrorKind::Transient,
+                    kind: ErrorKind::TRANSIENT,
                     code: 451,
                     detail: Some(Detail(4, 3, 0)),
                     text: "Temporary lookup failure".into(),
@@ -640,7 +586,7 @@ mod tests {
             s.error(
                 ErrorKey {
                     phase: MAIL,
-                    kind: ErrorKind::Permanent,
+                    kind: ErrorKind::PERMANENT,
                     code: 550,
                     detail: None,
                     text: format!("reason {i}"),

@@ -361,8 +361,8 @@ impl Writer {
             c.stanzas_in,
             c.stanzas_out,
             c.reconnections,
-            of_kind(ErrorKind::Sasl),
-            of_kind(ErrorKind::Stream),
+            of_kind(ErrorKind::named("sasl")),
+            of_kind(ErrorKind::named("stream-error")),
         )?;
 
         for (phase, h) in iv.hists() {

@@ -275,16 +275,16 @@ impl crate::engine::Observer for Preflight {
 /// The error class of a transport failure.
 pub fn error_kind(e: &TransportError) -> ErrorKind {
     match e {
-        TransportError::Refused => ErrorKind::Refused,
-        TransportError::Closed => ErrorKind::Closed,
+        TransportError::Refused => ErrorKind::REFUSED,
+        TransportError::Closed => ErrorKind::CLOSED,
         TransportError::Timeout(_)
         | TransportError::SynUnanswered(_)
         | TransportError::Unaccepted(_)
-        | TransportError::UnacceptedLikely(_) => ErrorKind::Timeout,
-        TransportError::Tls(t) if client_certificate_refused(t) => ErrorKind::ClientCertificate,
-        TransportError::Tls(_) | TransportError::TlsIo(_) => ErrorKind::Tls,
-        TransportError::Protocol(_) => ErrorKind::Protocol,
-        TransportError::Io(_) => ErrorKind::Io,
+        | TransportError::UnacceptedLikely(_) => ErrorKind::TIMEOUT,
+        TransportError::Tls(t) if client_certificate_refused(t) => ErrorKind::CLIENT_CERTIFICATE,
+        TransportError::Tls(_) | TransportError::TlsIo(_) => ErrorKind::TLS,
+        TransportError::Protocol(_) => ErrorKind::PROTOCOL,
+        TransportError::Io(_) => ErrorKind::IO,
     }
 }
 

@@ -339,6 +339,7 @@ fn add_errors(i: &Input, tl: &mut Timeline) -> anyhow::Result<()> {
     let declared: Vec<&str> = (i.summary.errors.iter().map(|e| e.phase.as_str()))
         .chain(i.summary.phases.iter().map(|p| p.phase.as_str()))
         .collect();
+    let kinds: Vec<&str> = i.summary.errors.iter().map(|e| e.kind.as_str()).collect();
     for (k, line) in text.lines().enumerate() {
         let corrupt = || {
             UsageError(format!(
@@ -356,7 +357,8 @@ fn add_errors(i: &Input, tl: &mut Timeline) -> anyhow::Result<()> {
                 .ok_or_else(corrupt)?,
             kind: v["kind"]
                 .as_str()
-                .and_then(ErrorKind::from_name)
+                .filter(|name| kinds.contains(name))
+                .map(ErrorKind::named)
                 .ok_or_else(corrupt)?,
             code: v["code"].as_u64().unwrap_or(0) as u16,
             detail: v["enhanced"]

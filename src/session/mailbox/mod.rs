@@ -7,6 +7,7 @@
 //! failed = the transport broke (refused, reset, timeout, garbage).
 
 pub mod client;
+pub mod errors;
 pub mod fetch;
 pub mod mix;
 pub mod phase;
@@ -69,10 +70,10 @@ fn failure(phase: Phase, e: ClientError) -> Failure {
         ClientError::Server { status, text } => Failure {
             phase,
             kind: match status {
-                "-ERR" => ErrorKind::Err,
-                "NO" => ErrorKind::No,
-                "BYE" => ErrorKind::Closed,
-                _ => ErrorKind::Bad,
+                "-ERR" => errors::ERR,
+                "NO" => errors::NO,
+                "BYE" => ErrorKind::CLOSED,
+                _ => errors::BAD,
             },
             code: 0,
             detail: None,

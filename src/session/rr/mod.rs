@@ -318,7 +318,7 @@ impl Session {
             let text = "the server sent more than one response: bytes after the response";
             verdict = Some(Failure {
                 phase: Phase::RESPONSE,
-                kind: ErrorKind::Protocol,
+                kind: ErrorKind::PROTOCOL,
                 code: 0,
                 detail: None,
                 text: text.into(),
@@ -446,9 +446,9 @@ fn check(s: &Settings, m: &crate::proto::rr::Message<'_>, seq: u64, n: u64) -> O
     let first = String::from_utf8_lossy(&m.first_line[..m.first_line.len().min(200)]).into_owned();
     let status = m.status.unwrap_or(0);
     let kind = match status {
-        400..=499 => ErrorKind::Transient,
-        500..=599 => ErrorKind::Permanent,
-        _ => ErrorKind::Protocol,
+        400..=499 => ErrorKind::TRANSIENT,
+        500..=599 => ErrorKind::PERMANENT,
+        _ => ErrorKind::PROTOCOL,
     };
     let (text, sample) = match miss {
         // What the server said about a refusal (nginx names a client certificate

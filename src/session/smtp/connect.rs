@@ -187,7 +187,7 @@ fn not_offered() -> Failure {
         "the server does not offer AUTH here (many offer it only after STARTTLS: --starttls)";
     Failure {
         phase: super::phase::AUTH,
-        kind: crate::metrics::ErrorKind::Unsupported,
+        kind: crate::metrics::ErrorKind::UNSUPPORTED,
         code: 0,
         detail: None,
         text: text.into(),

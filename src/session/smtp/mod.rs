@@ -72,9 +72,9 @@ fn refusal(phase: Phase, r: &Reply<'_>) -> Failure {
     Failure {
         phase,
         kind: if r.is_transient() {
-            ErrorKind::Transient
+            ErrorKind::TRANSIENT
         } else {
-            ErrorKind::Permanent
+            ErrorKind::PERMANENT
         },
         code: r.code,
         detail: r.enhanced().map(|e| Detail(e.0, e.1, e.2)),
@@ -91,16 +91,17 @@ fn refusal(phase: Phase, r: &Reply<'_>) -> Failure {
 /// whatever happens to the connection afterwards; a broken transport or protocol is a
 /// failure.
 fn outcome_of(f: &Failure) -> Outcome {
-    match f.kind {
-        ErrorKind::Transient | ErrorKind::Permanent => Outcome::Rejected,
-        _ => Outcome::Failed,
+    if [ErrorKind::TRANSIENT, ErrorKind::PERMANENT].contains(&f.kind) {
+        Outcome::Rejected
+    } else {
+        Outcome::Failed
     }
 }
 
 /// A reply that is not what the protocol allows at this point (e.g. 354 to MAIL).
 fn unexpected(phase: Phase, r: &Reply<'_>) -> Failure {
     Failure {
-        kind: ErrorKind::Protocol,
+        kind: ErrorKind::PROTOCOL,
         fatal: true,
         ..refusal(phase, r)
     }
@@ -623,7 +624,7 @@ impl Session {
 /// A failure reading the replies to an envelope written behind the previous message's
 /// content: when the server said nothing or hung up, say what may be the cause.
 fn behind(mut f: Failure) -> Failure {
-    if matches!(f.kind, ErrorKind::Timeout | ErrorKind::Closed) {
+    if [ErrorKind::TIMEOUT, ErrorKind::CLOSED].contains(&f.kind) {
         f.phase = phase::DOT_ENVELOPE;
         f.text = format!(
             "{} waiting for the replies to MAIL/RCPT/DATA written behind the previous message's end (a server that discards commands pipelined after a message: use --pipelining conservative)",

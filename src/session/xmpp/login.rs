@@ -43,7 +43,7 @@ pub(super) fn breach(phase: Phase, what: impl Into<String>) -> Failure {
     let what = what.into();
     Failure {
         phase,
-        kind: ErrorKind::Protocol,
+        kind: ErrorKind::PROTOCOL,
         code: 0,
         detail: None,
         text: crate::proto::class_of(&what),
@@ -80,7 +80,7 @@ pub(super) async fn read(
         Some(Frame::Element) => {
             let e = Element::parse(bytes).map_err(|e| breach(phase, e.to_string()))?;
             if e.local_name() == "error" && e.name.contains(':') {
-                return Err(stated(phase, ErrorKind::Stream, &condition(&e), &e));
+                return Err(stated(phase, super::errors::STREAM, &condition(&e), &e));
             }
             Ok(Got::Element(e))
         }
@@ -112,7 +112,7 @@ pub(super) async fn element_where(
         let left = until.saturating_duration_since(tokio::time::Instant::now());
         if left.is_zero() {
             break Err(Failure {
-                kind: ErrorKind::Timeout,
+                kind: ErrorKind::TIMEOUT,
                 text: "no answer in time while the server kept sending other data".into(),
                 sample: format!(
                     "no answer within {} (--timeout) while the server kept sending other data",
@@ -127,13 +127,13 @@ pub(super) async fn element_where(
             Ok(Got::Element(_) | Got::Open | Got::Whitespace) => continue,
             Ok(Got::Close) => {
                 break Err(Failure {
-                    kind: ErrorKind::Closed,
+                    kind: ErrorKind::CLOSED,
                     ..breach(phase, "the server closed the stream")
                 })
             }
             // The wait's own deadline, stated as the whole timeout (one class, however
             // much of it the skipped stanzas used).
-            Err(f) if f.kind == ErrorKind::Timeout => {
+            Err(f) if f.kind == ErrorKind::TIMEOUT => {
                 break Err(Failure::transport(
                     phase,
                     crate::transport::TransportError::Timeout(timeout),
@@ -191,7 +191,7 @@ async fn starttls(
     }
     if features.child("starttls").is_none() {
         return Err(Failure {
-            kind: ErrorKind::Unsupported,
+            kind: ErrorKind::UNSUPPORTED,
             ..breach(super::phase::STARTTLS, "the server does not offer STARTTLS")
         });
     }
@@ -201,7 +201,7 @@ async fn starttls(
     if answer.local_name() != "proceed" {
         return Err(stated(
             super::phase::STARTTLS,
-            ErrorKind::Permanent,
+            ErrorKind::PERMANENT,
             answer.local_name(),
             &answer,
         ));
@@ -305,7 +305,7 @@ async fn authenticate(
             ("failure", _) => {
                 return Err(stated(
                     super::phase::AUTH,
-                    ErrorKind::Sasl,
+                    super::errors::SASL,
                     &condition(&e),
                     &e,
                 ))
@@ -371,7 +371,7 @@ pub(super) async fn iq_result(
         Some("result") => Ok(e),
         _ => {
             let cond = e.child("error").map(condition).unwrap_or_default();
-            Err(stated(phase, ErrorKind::Stanza, &cond, &e))
+            Err(stated(phase, super::errors::STANZA, &cond, &e))
         }
     }
 }
@@ -458,14 +458,14 @@ impl LoggedIn {
             self.conn.set_timeout(left);
             let e = match self.element(super::phase::ARRIVAL).await {
                 Ok(e) => e,
-                Err(f) if f.kind == ErrorKind::Timeout => break Ok(None),
+                Err(f) if f.kind == ErrorKind::TIMEOUT => break Ok(None),
                 Err(f) => break Err(f),
             };
             match (e.local_name(), e.attr("type")) {
                 ("message", _) if e.attr("id") != Some(id) => {}
                 ("message", Some("error")) => {
                     let cond = e.child("error").map(condition).unwrap_or_default();
-                    let f = stated(super::phase::ARRIVAL, ErrorKind::Stanza, &cond, &e);
+                    let f = stated(super::phase::ARRIVAL, super::errors::STANZA, &cond, &e);
                     break Err(Failure { fatal: false, ..f });
                 }
                 ("message", _) => break Ok(Some(start.elapsed().as_micros() as u64)),

@@ -8,6 +8,7 @@
 //! message; its arrival is what the arrival phase and the ledger measure); failed = the
 //! session is not logged in or its stream broke.
 
+pub mod errors;
 mod kinds;
 pub mod ledger;
 pub(crate) mod login;
@@ -447,7 +448,7 @@ impl Session {
             Ok(Ok(e)) => {
                 report.timed(phase::REPLY, t);
                 let cond = e.child("error").map(login::condition).unwrap_or_default();
-                let mut f = login::stated(phase::REPLY, ErrorKind::Stanza, &cond, &e);
+                let mut f = login::stated(phase::REPLY, errors::STANZA, &cond, &e);
                 f.fatal = false;
                 f.record(report);
                 Outcome::Rejected
@@ -455,7 +456,7 @@ impl Session {
             Ok(Err(_)) => {
                 failure(
                     phase::REPLY,
-                    ErrorKind::Closed,
+                    ErrorKind::CLOSED,
                     "the stream ended before the reply",
                 )
                 .record(report);
@@ -466,7 +467,7 @@ impl Session {
                     r.remove(&raw_id(seq));
                 }
                 let text = format!("no reply within {:.0?}", self.s.endpoint.timeout);
-                let mut f = failure(phase::REPLY, ErrorKind::Timeout, &text);
+                let mut f = failure(phase::REPLY, ErrorKind::TIMEOUT, &text);
                 f.fatal = false;
                 f.record(report);
                 Outcome::Failed
@@ -505,7 +506,7 @@ impl Session {
                     jids.len(),
                     self.s.endpoint.timeout * 4
                 );
-                failure(phase::SUBSCRIBE, ErrorKind::Timeout, &text).record(report);
+                failure(phase::SUBSCRIBE, ErrorKind::TIMEOUT, &text).record(report);
             }
         }
     }
@@ -647,7 +648,7 @@ impl Driver for Session {
                 None => "the session is not logged in",
                 Some(_) => "the server ended the stream",
             };
-            failure(phase::SEND, ErrorKind::Closed, text).record(report);
+            failure(phase::SEND, ErrorKind::CLOSED, text).record(report);
             return Outcome::Failed;
         };
         let kind = self.s.mix.next();
@@ -661,7 +662,7 @@ impl Driver for Session {
         if recipients == 0 {
             failure(
                 phase::SEND,
-                ErrorKind::Protocol,
+                ErrorKind::PROTOCOL,
                 "no other session is logged in",
             )
             .record(report);

@@ -44,7 +44,7 @@ impl Reader {
                     Some(Frame::Close) => {
                         break Some(failure(
                             super::phase::ARRIVAL,
-                            ErrorKind::Closed,
+                            ErrorKind::CLOSED,
                             "the server closed the stream",
                         ))
                     }
@@ -146,7 +146,7 @@ impl Reader {
             "error" if e.name.contains(':') => {
                 return Some(login::stated(
                     super::phase::ARRIVAL,
-                    ErrorKind::Stream,
+                    super::errors::STREAM,
                     &login::condition(e),
                     e,
                 ))
@@ -232,7 +232,7 @@ impl Reader {
         self.s.ledger.bounced(seq);
         let error = e.child("error");
         let cond = error.map(login::condition).unwrap_or_default();
-        let kind = ErrorKind::Stanza;
+        let kind = super::errors::STANZA;
         self.s.recorder.with(self.id, |sh| {
             sh.counters.stanzas_in += 1;
             {

@@ -263,7 +263,7 @@ mod tests {
         s.error(
             ErrorKey {
                 phase: RCPT,
-                kind: ErrorKind::Permanent,
+                kind: ErrorKind::PERMANENT,
                 code: 550,
                 detail: None,
                 text: "no such user".into(),

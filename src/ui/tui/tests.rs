@@ -55,7 +55,7 @@ fn shard(protocol: &str) -> Shard {
     };
     let transient = key(
         RCPT,
-        ErrorKind::Transient,
+        ErrorKind::TRANSIENT,
         451,
         Some(Detail(4, 3, 0)),
         "Try again later",
@@ -65,7 +65,7 @@ fn shard(protocol: &str) -> Shard {
     }
     for _ in 0..14_567 {
         s.error(
-            key(Phase::CONNECT, ErrorKind::Refused, 0, None, ""),
+            key(Phase::CONNECT, ErrorKind::REFUSED, 0, None, ""),
             String::new,
         );
     }
@@ -309,7 +309,7 @@ fn chat_runs_show_stanzas_reconnections_and_sasl_failures() {
     c.delivered = 35_000;
     let sasl = |text: &str| ErrorKey {
         phase: AUTH,
-        kind: ErrorKind::Sasl,
+        kind: crate::session::xmpp::errors::SASL,
         code: 0,
         detail: None,
         text: text.into(),

@@ -1,0 +1,7 @@
+//! XMPP's own failures.
+
+crate::metrics::error_kinds! {
+    pub SASL => "sasl", "XMPP: a SASL <failure/> (its condition is the error's text)";
+    pub STREAM => "stream-error", "XMPP: a stream error (<stream:error/>), which ends the stream";
+    pub STANZA => "stanza-error", "XMPP: a stanza error (<error type=...> in an IQ reply or a bounce), its condition the error's text";
+}
