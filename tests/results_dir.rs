@@ -69,7 +69,8 @@ async fn runs_never_share_a_directory_and_an_explicit_one_is_not_overwritten() {
             .unwrap();
     assert_eq!(
         s["words"],
-        serde_json::json!({"unit": "messages", "rate": "msg/s", "bytes": "sent"})
+        serde_json::json!({"unit": "messages", "rate": "msg/s", "bytes": "sent",
+            "service": ["transaction"], "response": true})
     );
     assert_eq!(ids.len(), 3, "three runs, three summaries");
     // `latest` is the last one's.

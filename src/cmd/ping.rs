@@ -434,20 +434,14 @@ async fn smtp(a: Args, wait: Duration, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     let protocol = if a.lmtp { "lmtp" } else { "smtp" };
     let plan = Plan {
         head: PlanHead::new::<Session>(ctx.command_line.clone(), protocol, &a.target),
-        workload: Workload {
-            model: Model::Closed {
+        workload: Workload::bounded(
+            Model::Closed {
                 users: 1,
                 think_ms: wait.as_secs_f64() * 1000.0,
             },
-            count: Some(u64::from(a.count.max(1))),
-            duration_s: None,
-            count_is_default: false,
-            after_setup: false,
-            connect_rate: None,
-            shard: None,
-            run_id: None,
-            start: None,
-        },
+            Some(u64::from(a.count.max(1))),
+            None,
+        ),
     };
     let factory = Arc::new(factory(&a, &plan.head.run_id)?);
     let (from, to) = (

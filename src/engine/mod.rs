@@ -51,6 +51,8 @@ pub struct PlanHead {
     pub target: String,
     /// The phases the run times (the driver's and the engine's) and their interval logs.
     pub phases: Vec<crate::metrics::Declared>,
+    /// The protocol's own counters (columns of intervals.csv, fields of the totals).
+    pub counters: Vec<crate::metrics::DeclaredCounter>,
 }
 
 impl PlanHead {
@@ -65,6 +67,7 @@ impl PlanHead {
             words: D::WORDS,
             target: target.to_string(),
             phases: crate::metrics::Phase::declare(&[D::PHASES, unit::ENGINE_PHASES].concat()),
+            counters: crate::metrics::Counter::declare(D::COUNTERS),
         }
     }
 
@@ -149,14 +152,10 @@ impl<'a> Setup<'a> {
             },
             grace: units::parse_duration(plan.grace())?,
             clock,
-            recorder: Arc::new(Recorder::with_phases(
+            recorder: Arc::new(Recorder::declared(
                 8,
-                &plan
-                    .head()
-                    .phases
-                    .iter()
-                    .map(|d| d.phase)
-                    .collect::<Vec<_>>(),
+                &(plan.head().phases.iter().map(|d| d.phase)).collect::<Vec<_>>(),
+                &(plan.head().counters.iter().map(|d| d.counter)).collect::<Vec<_>>(),
             )),
             header: SummaryHeader {
                 run_id: plan.head().run_id.clone(),

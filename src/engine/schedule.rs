@@ -57,6 +57,24 @@ pub struct Workload {
     pub start: Option<std::time::SystemTime>,
 }
 
+impl Workload {
+    /// A workload of `model` bounded by `count` units and/or `duration_s`, nothing else
+    /// set (no shard, no shared start, sessions started at once).
+    pub fn bounded(model: Model, count: Option<u64>, duration_s: Option<f64>) -> Workload {
+        Workload {
+            model,
+            count,
+            duration_s,
+            count_is_default: false,
+            after_setup: false,
+            connect_rate: None,
+            shard: None,
+            run_id: None,
+            start: None,
+        }
+    }
+}
+
 fn rfc3339<S: serde::Serializer>(
     t: &Option<std::time::SystemTime>,
     s: S,

@@ -32,6 +32,9 @@ pub enum Outcome {
 pub trait Driver: Send + 'static {
     /// The phases this protocol times (plan.json declares them with the engine's own).
     const PHASES: &'static [Phase];
+    /// The protocol's own counters (plan.json declares them; intervals.csv has a column
+    /// for each, summary.json's totals a field).
+    const COUNTERS: &'static [crate::metrics::Counter] = &[];
     /// What the protocol calls its unit of work, its rate and its bytes (the summary,
     /// report, dashboard and comparisons write them).
     const WORDS: crate::results::UnitWords;

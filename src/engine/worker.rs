@@ -509,17 +509,7 @@ mod tests {
 
     /// A workload of `model` bounded by `count` or `duration_s`, nothing else set.
     fn workload(model: Model, count: Option<u64>, duration_s: Option<f64>) -> Workload {
-        Workload {
-            model,
-            count,
-            duration_s,
-            count_is_default: false,
-            after_setup: false,
-            connect_rate: None,
-            shard: None,
-            run_id: None,
-            start: None,
-        }
+        Workload::bounded(model, count, duration_s)
     }
 
     /// What the workers of a test share: `shards` recorder shards, `sessions` sessions.

@@ -9,8 +9,8 @@ pub mod word;
 pub use clock::{note_arrival, Clock};
 pub(crate) use phase::phases;
 pub use phase::{Declared, Phase};
-pub(crate) use recorder::error_kinds;
+pub(crate) use recorder::{counters, error_kinds};
 pub use recorder::{
-    new_histogram, Counters, Detail, ErrorKey, ErrorKind, ErrorStat, Interval, Recorder,
-    SentOutcome, SentRecord, Shard, HIST_MAX_US,
+    new_histogram, Counter, Counters, DeclaredCounter, Detail, ErrorKey, ErrorKind, ErrorStat,
+    Interval, Own, Recorder, SentOutcome, SentRecord, Shard, HIST_MAX_US, OWN_COUNTERS,
 };

@@ -20,16 +20,18 @@ pub fn new_histogram() -> Histogram<u64> {
 }
 
 /// Message and connection counts. Invariant: attempted = accepted + rejected + failed +
-/// unfinished.
+/// unfinished. The fields are what every protocol counts; a protocol's own counts
+/// (recipients accepted, messages retrieved, stanzas in) are in `own`, by the counters it
+/// declares, and are written beside the others as if they were fields.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Counters {
-    /// Messages whose transaction was started (or whose connection was attempted for them).
+    /// Units whose work was started (or whose connection was attempted for them).
     pub attempted: u64,
-    /// Messages the server accepted for at least one recipient.
+    /// Units the server did (a message accepted for at least one recipient).
     pub accepted: u64,
-    /// Messages the server refused with a 4xx/5xx reply (no recipient accepted).
+    /// Units the server refused (a 4xx/5xx reply, no recipient accepted).
     pub rejected: u64,
-    /// Messages lost to transport or protocol failures (refused, reset, timeout, garbage).
+    /// Units lost to transport or protocol failures (refused, reset, timeout, garbage).
     pub failed: u64,
     /// Of `failed`: messages whose end of data went out and whose final reply never
     /// came (a timeout, a reset, a crash): the server may have them. The rest of `failed`
@@ -40,11 +42,8 @@ pub struct Counters {
     /// second interrupt): neither accepted nor refused.
     #[serde(default)]
     pub unfinished: u64,
-    /// Recipients accepted / refused across all messages.
-    pub rcpt_accepted: u64,
-    pub rcpt_rejected: u64,
     /// Message bytes written (as on the wire, dot-stuffed); for POP3/IMAP, message bytes
-    /// read (the same as `retrieved_bytes`), so KiB/s means the same thing in every report.
+    /// read, so KiB/s means the same thing in every report.
     pub bytes: u64,
     pub connections: u64,
     pub tls_connections: u64,
@@ -60,34 +59,25 @@ pub struct Counters {
     pub late: u64,
     /// Arrivals dropped because the in-flight cap and the backlog were full.
     pub dropped: u64,
-    /// POP3/IMAP: whole messages read (RETR, FETCH BODY[]) and their bytes.
-    #[serde(default)]
-    pub retrieved: u64,
-    #[serde(default)]
-    pub retrieved_bytes: u64,
-    /// POP3/IMAP: messages deleted (DELE before QUIT, \Deleted before EXPUNGE).
-    #[serde(default)]
-    pub deleted: u64,
-    /// IMAP: message numbers returned by SEARCH commands (all of a run's searches).
-    #[serde(default)]
-    pub search_hits: u64,
-    /// XMPP: stamped stanzas of this run received by a recipient (each recipient counts),
-    /// and those received more than once.
-    #[serde(default)]
-    pub delivered: u64,
-    #[serde(default)]
-    pub duplicates: u64,
-    /// XMPP: stanzas read and written once logged in (messages, presences, IQs; not the
-    /// login's negotiation), and logins made again after the server ended a live stream.
-    #[serde(default)]
-    pub stanzas_in: u64,
-    #[serde(default)]
-    pub stanzas_out: u64,
+    /// Sessions that logged in again after the server ended a live stream.
     #[serde(default)]
     pub reconnections: u64,
+    /// The protocol's own counters.
+    #[serde(flatten)]
+    pub own: Own,
 }
 
 impl Counters {
+    /// Counters that hold `own` (at 0) in this order: a run's declared counters, so that
+    /// what its shards add up to lists them the same way every time.
+    pub fn declared(own: &[Counter]) -> Counters {
+        let mut c = Counters::default();
+        for &k in own {
+            c.own.add(k, 0);
+        }
+        c
+    }
+
     pub fn add(&mut self, o: &Counters) {
         self.attempted += o.attempted;
         self.accepted += o.accepted;
@@ -95,8 +85,6 @@ impl Counters {
         self.failed += o.failed;
         self.indeterminate += o.indeterminate;
         self.unfinished += o.unfinished;
-        self.rcpt_accepted += o.rcpt_accepted;
-        self.rcpt_rejected += o.rcpt_rejected;
         self.bytes += o.bytes;
         self.connections += o.connections;
         self.tls_connections += o.tls_connections;
@@ -105,19 +93,163 @@ impl Counters {
         self.connect_retransmit_us += o.connect_retransmit_us;
         self.late += o.late;
         self.dropped += o.dropped;
-        self.retrieved += o.retrieved;
-        self.retrieved_bytes += o.retrieved_bytes;
-        self.deleted += o.deleted;
-        self.search_hits += o.search_hits;
-        self.delivered += o.delivered;
-        self.duplicates += o.duplicates;
-        self.stanzas_in += o.stanzas_in;
-        self.stanzas_out += o.stanzas_out;
         self.reconnections += o.reconnections;
+        for (k, v) in o.own.iter() {
+            self.own.add(k, v);
+        }
+    }
+
+    /// All at 0, the protocol's counters kept in their order.
+    pub fn zeroed(&self) -> Counters {
+        let mut z = Counters::default();
+        for (k, _) in self.own.iter() {
+            z.own.add(k, 0);
+        }
+        z
+    }
+
+    /// Adds `n` to the protocol's counter `k`.
+    #[inline]
+    pub fn count(&mut self, k: Counter, n: u64) {
+        self.own.add(k, n);
+    }
+
+    /// The protocol's counter `k` (0 when never counted).
+    pub fn get(&self, k: Counter) -> u64 {
+        self.own.get(k)
     }
 
     pub fn reconciles(&self) -> bool {
         self.attempted == self.accepted + self.rejected + self.failed + self.unfinished
+    }
+}
+
+super::word::word!(
+    /// A protocol's own counter (`rcpt_accepted`, `retrieved`, `stanzas_in`): declared
+    /// with [`counters!`](super::counters) next to its driver, summed like the others,
+    /// written into summary.json's totals and intervals.csv under its name.
+    Counter
+);
+
+/// Declares counters as constants: `counters! { pub RETRIEVED => "retrieved", "messages read"; }`.
+macro_rules! counters {
+    ($($t:tt)*) => { $crate::metrics::word::declare! { Counter: $($t)* } };
+}
+pub(crate) use counters;
+
+/// A counter as a plan declares it: its name and what it counts.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeclaredCounter {
+    pub counter: Counter,
+    pub what: &'static str,
+}
+
+impl Counter {
+    /// The table of `counters` for plan.json.
+    pub fn declare(counters: &[Counter]) -> Vec<DeclaredCounter> {
+        counters
+            .iter()
+            .map(|&c| DeclaredCounter {
+                counter: c,
+                what: c.describe(),
+            })
+            .collect()
+    }
+}
+
+/// How many counters of its own a protocol may have.
+pub const OWN_COUNTERS: usize = 12;
+
+/// A protocol's own counters and their values, in the order first counted (or declared).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Own([Option<(Counter, u64)>; OWN_COUNTERS]);
+
+impl Own {
+    #[inline]
+    fn add(&mut self, k: Counter, n: u64) {
+        for slot in self.0.iter_mut() {
+            match slot {
+                Some((c, v)) if *c == k => {
+                    *v += n;
+                    return;
+                }
+                Some(_) => {}
+                None => {
+                    *slot = Some((k, n));
+                    return;
+                }
+            }
+        }
+        // A protocol declares at most OWN_COUNTERS (a test holds every protocol to it);
+        // only a results file made by hand could bring more.
+        debug_assert!(false, "more than {OWN_COUNTERS} counters of one protocol");
+    }
+
+    fn get(&self, k: Counter) -> u64 {
+        self.iter().find(|(c, _)| *c == k).map_or(0, |(_, v)| v)
+    }
+
+    /// The counters and their values.
+    pub fn iter(&self) -> impl Iterator<Item = (Counter, u64)> + '_ {
+        self.0.iter().map_while(|s| *s)
+    }
+
+    /// Each counter said for a person: its name in words and its value (a byte count
+    /// as bytes), e.g. `rcpt accepted 400`, `retrieved bytes 1.2 MiB`.
+    pub fn said(&self) -> Vec<String> {
+        self.iter()
+            .map(|(k, v)| {
+                let name = k.name().replace('_', " ");
+                if k.name().ends_with("_bytes") {
+                    format!("{name} {}", crate::units::fmt_bytes(v))
+                } else {
+                    format!("{name} {v}")
+                }
+            })
+            .collect()
+    }
+
+    /// The value of the counter named `name`, if it was counted or declared.
+    pub fn named(&self, name: &str) -> Option<u64> {
+        self.iter().find(|(c, _)| c.name() == name).map(|(_, v)| v)
+    }
+}
+
+impl Serialize for Own {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        for (k, v) in self.iter() {
+            m.serialize_entry(k.name(), &v)?;
+        }
+        m.end()
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Own {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Own, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Own;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("counters by name")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Own, A::Error> {
+                let mut own = Own::default();
+                let mut n = 0;
+                while let Some((k, v)) = a.next_entry::<std::borrow::Cow<'de, str>, u64>()? {
+                    n += 1;
+                    if n > OWN_COUNTERS {
+                        return Err(serde::de::Error::custom(format!(
+                            "more than {OWN_COUNTERS} counters of a protocol"
+                        )));
+                    }
+                    own.add(Counter::named(&k), v);
+                }
+                Ok(own)
+            }
+        }
+        d.deserialize_map(Visit)
     }
 }
 
@@ -287,11 +419,12 @@ pub struct Shard {
 const MAX_ERROR_CLASSES: usize = 256;
 
 impl Shard {
-    /// A shard whose phases come in this order (every shard of a run is made with the
-    /// run's declared phases, so what they add up to keeps that order).
-    pub fn with_phases(phases: &[Phase]) -> Shard {
+    /// A shard whose phases and counters come in this order (every shard of a run is
+    /// made with the run's declared ones, so what they add up to keeps that order).
+    pub fn declared(phases: &[Phase], counters: &[Counter]) -> Shard {
         Shard {
             hists: phases.iter().map(|&p| (p, None)).collect(),
+            counters: Counters::declared(counters),
             ..Shard::default()
         }
     }
@@ -359,7 +492,7 @@ impl Shard {
 
     /// Empties the shard and keeps its allocations (histograms, buffers) for reuse.
     pub fn clear(&mut self) {
-        self.counters = Counters::default();
+        self.counters = self.counters.zeroed();
         for h in self.hists.iter_mut().filter_map(|(_, h)| h.as_mut()) {
             h.reset();
         }
@@ -393,7 +526,7 @@ impl Shard {
             r.rcpt_start += base;
             r
         }));
-        other.counters = Counters::default();
+        other.counters = other.counters.zeroed();
     }
 
     /// Adds another shard's counters, histograms and errors into this one, leaving it as
@@ -452,14 +585,15 @@ pub struct Recorder {
 
 impl Recorder {
     pub fn new(shards: usize) -> Self {
-        Recorder::with_phases(shards, &[])
+        Recorder::declared(shards, &[], &[])
     }
 
-    /// A recorder whose shards keep `phases` in this order (the run's declared phases).
-    pub fn with_phases(shards: usize, phases: &[Phase]) -> Self {
+    /// A recorder whose shards keep `phases` and `counters` in this order (the run's
+    /// declared ones).
+    pub fn declared(shards: usize, phases: &[Phase], counters: &[Counter]) -> Self {
         Recorder {
             shards: (0..shards.max(1))
-                .map(|_| Mutex::new(Shard::with_phases(phases)))
+                .map(|_| Mutex::new(Shard::declared(phases, counters)))
                 .collect(),
             active: AtomicI64::new(0),
             active_max: AtomicI64::new(0),
@@ -575,7 +709,8 @@ mod tests {
         // Drained: a second drain adds nothing.
         let mut again = Shard::default();
         rec.drain_into(&mut again);
-        assert_eq!(again.counters, Counters::default());
+        assert_eq!(again.counters, again.counters.zeroed());
+        assert_eq!(again.counters.attempted, 0);
         assert!(again.hist(BODY).is_none());
     }
 

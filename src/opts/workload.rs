@@ -191,15 +191,9 @@ impl WorkloadArgs {
             _ => None,
         };
         let mut w = Workload {
-            model,
-            count,
-            duration_s,
             count_is_default,
-            after_setup: false,
             connect_rate,
-            shard: None,
-            run_id: None,
-            start: None,
+            ..Workload::bounded(model, count, duration_s)
         };
         if let Some(text) = &self.start_at {
             w.start = Some(shard::start_time(text, self.start_file.as_deref())?);

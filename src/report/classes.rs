@@ -42,11 +42,10 @@ fn latency_cell(v: Option<&Value>) -> String {
 }
 
 pub fn section(b: &mut String, run: &Run) {
-    let Some(classes) = run
-        .summary
-        .extra
-        .get("rr")
-        .and_then(|x| x.get("classes"))
+    // A protocol that sorts its units into classes keeps them in its own section of the
+    // summary's extra (`extra.rr.classes`), each class with its latency histogram.
+    let Some(classes) = (run.summary.extra.values())
+        .find_map(|x| x.get("classes"))
         .and_then(|c| c.as_object())
         .filter(|c| !c.is_empty())
     else {

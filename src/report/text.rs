@@ -4,7 +4,7 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use crate::results::Summary;
-use crate::units::{fmt_bytes, fmt_duration};
+use crate::units::fmt_duration;
 
 fn d(us: u64) -> String {
     fmt_duration(Duration::from_micros(us))
@@ -12,9 +12,7 @@ fn d(us: u64) -> String {
 
 pub fn render(s: &Summary) -> String {
     let mut o = String::new();
-    // Mailbox access counts visits and what they read, not messages sent.
-    let retrieval = matches!(s.protocol.as_str(), "pop3" | "imap" | "pop3+imap");
-    headline(&mut o, s, retrieval);
+    headline(&mut o, s);
     phases(&mut o, s);
     errors(&mut o, s);
     footer(&mut o, s);
@@ -22,7 +20,7 @@ pub fn render(s: &Summary) -> String {
 }
 
 /// The run, its counts, and its rates.
-fn headline(o: &mut String, s: &Summary, retrieval: bool) {
+fn headline(o: &mut String, s: &Summary) {
     let c = &s.totals;
     let _ = writeln!(
         o,
@@ -66,66 +64,20 @@ fn headline(o: &mut String, s: &Summary, retrieval: bool) {
             "  (COUNTS DO NOT RECONCILE)"
         }
     );
-    if retrieval {
-        let _ = writeln!(
-            o,
-            "  {:.1} {}  {:.1} KiB/s  retrieved {} messages ({})  deleted {}  {}",
-            s.messages_per_s,
-            s.words().rate,
-            s.kbytes_per_s,
-            c.retrieved,
-            fmt_bytes(c.retrieved_bytes),
-            c.deleted,
-            connections(c)
-        );
-        client_mix(o, s);
-    } else if s.protocol == "rr" {
-        let _ = writeln!(
-            o,
-            "  {:.1} {}  {:.1} KiB/s  {} sent  {}",
-            s.messages_per_s,
-            s.words().rate,
-            s.kbytes_per_s,
-            fmt_bytes(c.bytes),
-            connections(c)
-        );
-    } else if s.protocol == "xmpp" {
-        // No recipient is accepted or refused in XMPP: what counts is what arrived.
-        let _ = writeln!(
-            o,
-            "  {:.1} {}  {:.1} KiB/s  {} sent  delivered {}  duplicates {}  {}",
-            s.messages_per_s,
-            s.words().rate,
-            s.kbytes_per_s,
-            fmt_bytes(c.bytes),
-            c.delivered,
-            c.duplicates,
-            connections(c)
-        );
-        let per_s = |n: u64| n as f64 / s.elapsed_s.max(1e-3);
-        let _ = writeln!(
-            o,
-            "  stanzas in {} ({:.1}/s)  out {} ({:.1}/s)  reconnections {}{}{}",
-            c.stanzas_in,
-            per_s(c.stanzas_in),
-            c.stanzas_out,
-            per_s(c.stanzas_out),
-            c.reconnections,
-            by_condition(s, "sasl", "SASL failures"),
-            by_condition(s, "stream-error", "stream errors"),
-        );
-    } else {
-        let _ = writeln!(
-            o,
-            "  {:.1} {}  {:.1} KiB/s  {} sent  recipients {} accepted / {} refused  {}",
-            s.messages_per_s,
-            s.words().rate,
-            s.kbytes_per_s,
-            fmt_bytes(c.bytes),
-            c.rcpt_accepted,
-            c.rcpt_rejected,
-            connections(c)
-        );
+    // The protocol's own counts in its words, and lines of its own (what it knows of
+    // its units that the other protocols do not).
+    let said = crate::session::said(s);
+    let _ = writeln!(
+        o,
+        "  {:.1} {}  {:.1} KiB/s  {}  {}",
+        s.messages_per_s,
+        s.words().rate,
+        s.kbytes_per_s,
+        said.counts,
+        connections(c)
+    );
+    for line in said.lines {
+        let _ = writeln!(o, "  {line}");
     }
 }
 
@@ -145,71 +97,6 @@ fn connections(c: &crate::metrics::Counters) -> String {
         );
     }
     t
-}
-
-/// What `spate imap`'s client mix did, from the counts of its phases (a phase counts the
-/// commands that succeeded, each on one message): nothing when it did nothing.
-fn client_mix(o: &mut String, s: &Summary) {
-    let n = |p: &str| {
-        s.phases
-            .iter()
-            .find(|x| x.phase == p)
-            .map_or(0, |x| x.count)
-    };
-    let (moved, emulated) = (n("move"), n("move_emulated"));
-    let searches = [n("search"), n("search_date"), n("search_header")];
-    let mut said = Vec::new();
-    for (count, what) in [(n("append"), "appended"), (n("copy"), "copied")] {
-        if count > 0 {
-            said.push(format!("{what} {count}"));
-        }
-    }
-    if moved + emulated > 0 {
-        let how = match (moved > 0, emulated > 0) {
-            (true, false) => "by MOVE",
-            (false, true) => "by COPY+STORE+EXPUNGE, no MOVE",
-            _ => "by MOVE and by COPY+STORE+EXPUNGE",
-        };
-        said.push(format!("moved {} ({how})", moved + emulated));
-    }
-    if n("create") > 0 {
-        said.push(format!("target mailbox created {} times", n("create")));
-    }
-    if searches.iter().sum::<u64>() > 0 {
-        said.push(format!(
-            "searches {} (date {}, header {}, --search {}) with {} hits",
-            searches.iter().sum::<u64>(),
-            searches[1],
-            searches[2],
-            searches[0],
-            s.totals.search_hits
-        ));
-    }
-    if n("structure") > 0 {
-        said.push(format!(
-            "structures {}, parts {}",
-            n("structure"),
-            n("part")
-        ));
-    }
-    if !said.is_empty() {
-        let _ = writeln!(o, "  client mix: {}", said.join("  "));
-    }
-}
-
-/// `  LABEL N (condition n, ...)` for the errors of one kind, or nothing when there are none.
-fn by_condition(s: &Summary, kind: &str, label: &str) -> String {
-    // The same condition can end streams in several phases: one count per condition.
-    let mut by = std::collections::BTreeMap::<&str, u64>::new();
-    for e in s.errors.iter().filter(|e| e.kind == kind) {
-        *by.entry(e.text.as_str()).or_default() += e.count;
-    }
-    if by.is_empty() {
-        return String::new();
-    }
-    let total: u64 = by.values().sum();
-    let each: Vec<String> = by.iter().map(|(t, n)| format!("{t} {n}")).collect();
-    format!("  {label} {total} ({})", each.join(", "))
 }
 
 /// The latency table, one row per protocol phase.

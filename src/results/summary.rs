@@ -166,9 +166,15 @@ impl Summary {
     /// The run's unit words: as its protocol declared them, or, for a run written before
     /// summaries carried them, as that version of spate named them.
     pub fn words(&self) -> UnitWords {
-        self.words
-            .clone()
-            .unwrap_or_else(|| UnitWords::before_declared(&self.protocol))
+        match &self.words {
+            // Words written before they named the service phases: as that spate had them.
+            Some(w) if w.service.is_empty() => UnitWords {
+                service: UnitWords::before_declared(&self.protocol).service,
+                ..w.clone()
+            },
+            Some(w) => w.clone(),
+            None => UnitWords::before_declared(&self.protocol),
+        }
     }
 
     /// The phase that times the server's work on a unit (the words' `service`, best

@@ -13,7 +13,7 @@ use hdrhistogram::serialization::{Serializer, V2DeflateSerializer};
 use hdrhistogram::Histogram;
 
 use super::summary::Summary;
-use crate::metrics::{Counters, ErrorKind, Phase, Shard};
+use crate::metrics::{Counters, Phase, Shard};
 
 /// What the sent log needs to name a message's addresses: the run's address pools.
 pub trait AddressBook: Send + Sync {
@@ -30,6 +30,10 @@ pub struct Writer {
     errors: BufWriter<File>,
     sent: Option<BufWriter<File>>,
     hlogs: HashMap<Phase, HlogFile>,
+    /// The columns of intervals.csv that are the protocol's: its service phases'
+    /// percentiles and its own counters, as plan.json declares them.
+    service: Vec<String>,
+    own: Vec<String>,
     minute: Option<(String, Counters)>,
     addresses: Option<Arc<dyn AddressBook>>,
     /// One-second rows (intervals.csv, *.hlog, errors.jsonl) for the detail period, then
@@ -239,15 +243,26 @@ impl Writer {
             &dir.join("plan.json"),
             serde_json::to_string_pretty(plan)?.as_bytes(),
         )?;
+        let names = |list: &serde_json::Value, key: &str| -> Vec<String> {
+            (list.as_array().into_iter().flatten())
+                .filter_map(|v| v.get(key).unwrap_or(v).as_str().map(str::to_string))
+                .collect()
+        };
+        let service = names(&plan["words"]["service"], "phase");
+        let own = names(&plan["counters"], "counter");
         let mut intervals = create(dir, "intervals.csv")?;
-        writeln!(
-            intervals,
-            "t_s,time,attempted,accepted,rejected,failed,rcpt_accepted,rcpt_rejected,bytes,\
+        let mut head = String::from(
+            "t_s,time,attempted,accepted,rejected,failed,bytes,\
              connections,tls_connections,connect_failures,late,dropped,active,errors,\
-             response_p50_us,response_p99_us,transaction_p50_us,transaction_p99_us,transaction_max_us,\
-             retrieved,retrieved_bytes,deleted,unfinished,delivered,duplicates,\
-             stanzas_in,stanzas_out,reconnections,sasl_failures,stream_errors"
-        )?;
+             response_p50_us,response_p99_us,unfinished,reconnections",
+        );
+        for p in &service {
+            head += &format!(",{p}_p50_us,{p}_p99_us,{p}_max_us");
+        }
+        for c in &own {
+            head += &format!(",{c}");
+        }
+        writeln!(intervals, "{head}")?;
         let mut postal = create(dir, "postal.csv")?;
         writeln!(
             postal,
@@ -270,6 +285,8 @@ impl Writer {
             errors: create(dir, "errors.jsonl")?,
             sent,
             hlogs: HashMap::new(),
+            service,
+            own,
             minute: None,
             addresses,
             coarse: Coarse::new(detail),
@@ -320,24 +337,14 @@ impl Writer {
                 .map_or(String::new(), |h| h.value_at_quantile(q).to_string())
         };
         let errors: u64 = iv.errors.values().map(|e| e.count).sum();
-        let of_kind = |kind: ErrorKind| -> u64 {
-            iv.errors
-                .iter()
-                .filter(|(k, _)| k.kind == kind)
-                .map(|(_, e)| e.count)
-                .sum()
-        };
-        writeln!(
-            self.intervals,
-            "{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+        let mut row = format!(
+            "{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             t0_s + len_s,
             rfc3339(wall),
             c.attempted,
             c.accepted,
             c.rejected,
             c.failed,
-            c.rcpt_accepted,
-            c.rcpt_rejected,
             c.bytes,
             c.connections,
             c.tls_connections,
@@ -348,22 +355,19 @@ impl Writer {
             errors,
             q(Phase::RESPONSE.name(), 0.5),
             q(Phase::RESPONSE.name(), 0.99),
-            q("transaction", 0.5),
-            q("transaction", 0.99),
-            iv.hist_named("transaction")
-                .map_or(String::new(), |h| h.max().to_string()),
-            c.retrieved,
-            c.retrieved_bytes,
-            c.deleted,
             c.unfinished,
-            c.delivered,
-            c.duplicates,
-            c.stanzas_in,
-            c.stanzas_out,
             c.reconnections,
-            of_kind(ErrorKind::named("sasl")),
-            of_kind(ErrorKind::named("stream-error")),
-        )?;
+        );
+        for p in &self.service {
+            let max = iv
+                .hist_named(p)
+                .map_or(String::new(), |h| h.max().to_string());
+            row += &format!(",{},{},{max}", q(p, 0.5), q(p, 0.99));
+        }
+        for name in &self.own {
+            row += &format!(",{}", c.own.named(name).unwrap_or(0));
+        }
+        writeln!(self.intervals, "{row}")?;
 
         for (phase, h) in iv.hists() {
             let log = match self.hlogs.entry(phase) {

@@ -507,11 +507,17 @@ fn abort_clause(text: &str) -> Result<(&str, Option<Duration>), String> {
     Ok((text[..at].trim_end(), Some(grace)))
 }
 
+/// The fields of a run's totals: the counters every protocol has and each protocol's own.
 fn counter_fields() -> Vec<String> {
-    match serde_json::to_value(Counters::default()) {
+    let common = match serde_json::to_value(Counters::default()) {
         Ok(Value::Object(m)) => m.keys().cloned().collect(),
         _ => Vec::new(),
-    }
+    };
+    let own = crate::session::all_counters();
+    common
+        .into_iter()
+        .chain(own.iter().map(|c| c.name().to_string()))
+        .collect()
 }
 
 fn read_json(path: &Path) -> Result<Value, String> {

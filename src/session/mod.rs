@@ -6,6 +6,8 @@
 
 pub mod mailbox;
 pub mod phase;
+mod said;
+pub use said::{said, Said};
 pub mod rr;
 pub mod smtp;
 pub mod xmpp;
@@ -40,6 +42,18 @@ pub fn all_phases() -> Vec<Phase> {
         }
     }
     all
+}
+
+/// Every counter a protocol of spate keeps of its own: the names a threshold may use.
+pub fn all_counters() -> Vec<crate::metrics::Counter> {
+    use crate::engine::Driver;
+    [
+        smtp::Session::COUNTERS,
+        mailbox::Visitor::COUNTERS,
+        xmpp::Session::COUNTERS,
+        rr::Session::COUNTERS,
+    ]
+    .concat()
 }
 
 /// How a connection gets its TLS.

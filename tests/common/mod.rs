@@ -117,6 +117,16 @@ pub fn column_sums(dir: &std::path::Path, cols: &[&str]) -> Vec<u64> {
     sums
 }
 
+/// Errors of `kind` over a results directory's errors.jsonl (its classes, per second).
+pub fn errors_of_kind(dir: &std::path::Path, kind: &str) -> u64 {
+    let text = std::fs::read_to_string(dir.join("errors.jsonl")).expect("errors.jsonl");
+    text.lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("a JSON line"))
+        .filter(|e| e["kind"] == kind)
+        .map(|e| e["count"].as_u64().expect("a count"))
+        .sum()
+}
+
 /// `spate xmpp --users 8 -n 16 --traffic presence` three times on fresh accounts
 /// (`spate(dir, extra options)` runs one and gives its exit code, stdout and summary):
 /// without a roster nothing is delivered; `--roster all` subscribes every pair once and

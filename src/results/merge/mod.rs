@@ -275,6 +275,10 @@ fn add_intervals(i: &Input, tl: &mut Timeline) -> anyhow::Result<(Counters, Vec<
     let (Some(t_col), Some(active_col)) = (col("t_s"), col("active")) else {
         return bad(format!("{}: not a spate intervals.csv", path.display()));
     };
+    let counters = match serde_json::to_value(i.summary.totals) {
+        Ok(Value::Object(m)) => m,
+        _ => serde_json::Map::new(),
+    };
     let mut total = Counters::default();
     let mut prev = 0.0;
     for (n, line) in lines.enumerate() {
@@ -290,11 +294,13 @@ fn add_intervals(i: &Input, tl: &mut Timeline) -> anyhow::Result<(Counters, Vec<
             return Err(truncated().into());
         }
         let t: f64 = f[t_col].parse().map_err(|_| truncated())?;
-        // The counters by their names; the other columns (percentiles, which may be
-        // empty) are not Counters' fields and are left out.
+        // The counters by their names (those the shard's totals have); the other columns
+        // (percentiles, which may be empty, the errors and sessions of the second) are
+        // not counters and are left out.
         let map: serde_json::Map<String, Value> = header
             .iter()
             .zip(&f)
+            .filter(|(h, _)| counters.contains_key(**h))
             .filter_map(|(h, v)| Some((h.to_string(), Value::from(v.parse::<u64>().ok()?))))
             .collect();
         let c: Counters = serde_json::from_value(Value::Object(map)).map_err(|_| truncated())?;
@@ -769,10 +775,10 @@ mod tests {
         };
         // A counter only the summary holds (no column) differs: not a difference.
         let mut total = Counters {
-            search_hits: 7,
             connect_retransmits: 2,
             ..counted
         };
+        total.count(crate::metrics::Counter::named("search_hits"), 7);
         assert_eq!(first_difference(&counted, &total, &columns), None);
         total.accepted = 4;
         assert_eq!(

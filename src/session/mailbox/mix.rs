@@ -158,7 +158,7 @@ pub async fn search(
             ),
         ));
     }
-    r.counters.search_hits += hits;
+    r.counters.count(super::phase::SEARCH_HITS, hits);
     Ok(hits)
 }
 
@@ -308,7 +308,10 @@ async fn move_message(
             m.command(imap_cmd::EXPUNGE, |u| pos.saw(u)).await
         };
         rest.await.map_err(|e| failure(phase, e))?;
-        r.counters.deleted += std::mem::take(&mut visit.pending_deletes);
+        r.counters.count(
+            super::phase::DELETED,
+            std::mem::take(&mut visit.pending_deletes),
+        );
     }
     r.timed(phase, t);
     if !pos.gone {

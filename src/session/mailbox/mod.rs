@@ -213,8 +213,8 @@ impl Visitor {
                 buf.clear();
                 if self.download.next(s.download) {
                     step(r, phase::RETR, p.multi(&pop3_cmd::retr(i), &mut buf)).await?;
-                    r.counters.retrieved += 1;
-                    r.counters.retrieved_bytes += buf.len() as u64;
+                    r.counters.count(phase::RETRIEVED, 1);
+                    r.counters.count(phase::RETRIEVED_BYTES, buf.len() as u64);
                 } else {
                     let cmd = pop3_cmd::top(i, s.top);
                     step(r, phase::TOP, p.multi(&cmd, &mut buf)).await?;
@@ -277,7 +277,8 @@ impl Visitor {
             }
             if visit.pending_deletes > 0 {
                 step(r, phase::EXPUNGE, m.command(imap_cmd::EXPUNGE, |_| {})).await?;
-                r.counters.deleted += std::mem::take(&mut visit.pending_deletes);
+                r.counters
+                    .count(phase::DELETED, std::mem::take(&mut visit.pending_deletes));
             }
             if mix::share(seq, s.mix.append) {
                 Box::pin(mix::append(&s.mix, &mut self.mix, seq, acct, &mut m, r)).await?;
@@ -314,8 +315,8 @@ impl Visitor {
         });
         step(r, phase::FETCH, fetch).await?;
         if whole {
-            r.counters.retrieved += 1;
-            r.counters.retrieved_bytes += got;
+            r.counters.count(phase::RETRIEVED, 1);
+            r.counters.count(phase::RETRIEVED_BYTES, got);
         }
         if s.flag {
             let cmd = imap_cmd::add_flag(i, "\\Seen");
@@ -365,7 +366,8 @@ async fn finish(
         }
     };
     if commits && logged_out {
-        r.counters.deleted += std::mem::take(&mut visit.pending_deletes);
+        r.counters
+            .count(phase::DELETED, std::mem::take(&mut visit.pending_deletes));
     }
     outcome
 }
@@ -373,6 +375,12 @@ async fn finish(
 impl Driver for Visitor {
     const WORDS: crate::results::UnitWords =
         crate::results::UnitWords::new("visits", "visits/s", "read", &[phase::SESSION], true);
+    const COUNTERS: &'static [crate::metrics::Counter] = &[
+        phase::RETRIEVED,
+        phase::RETRIEVED_BYTES,
+        phase::DELETED,
+        phase::SEARCH_HITS,
+    ];
     const PHASES: &'static [Phase] = &[
         Phase::CONNECT,
         Phase::TLS,
@@ -419,7 +427,7 @@ impl Driver for Visitor {
             (_, _, Some(ep)) => Box::pin(self.pop3(ep, acct, r)).await,
             (_, None, None) => unreachable!("the plan has at least one endpoint"),
         };
-        r.counters.bytes = r.counters.retrieved_bytes;
+        r.counters.bytes = r.counters.get(phase::RETRIEVED_BYTES);
         let outcome = match &result {
             Ok(()) => Outcome::Accepted,
             Err(f) if f.fatal => Outcome::Failed,

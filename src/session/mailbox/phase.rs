@@ -29,3 +29,10 @@ crate::metrics::phases! {
     pub LOGOUT => "logout", "POP3 QUIT (commits deletions) or IMAP LOGOUT to its reply";
     pub SESSION => "session", "POP3/IMAP: a whole mailbox visit, connect to logout";
 }
+
+crate::metrics::counters! {
+    pub RETRIEVED => "retrieved", "whole messages read (RETR, FETCH BODY[])";
+    pub RETRIEVED_BYTES => "retrieved_bytes", "bytes of the whole messages read";
+    pub DELETED => "deleted", "messages deleted (DELE before QUIT, \\Deleted before EXPUNGE)";
+    pub SEARCH_HITS => "search_hits", "message numbers returned by SEARCH commands";
+}

@@ -233,8 +233,12 @@ impl Session {
     /// message whose end of data went out ([`Session::end_of_data_sent`]) and that got no
     /// final reply stays in the sent log as indeterminate: the server may have it.
     fn report(&mut self, seq: u64, outcome: Outcome, report: &mut UnitReport) {
-        report.counters.rcpt_accepted += self.rcpts.ok.len() as u64;
-        report.counters.rcpt_rejected += self.rcpts.rejected;
+        report
+            .counters
+            .count(phase::RCPT_ACCEPTED, self.rcpts.ok.len() as u64);
+        report
+            .counters
+            .count(phase::RCPT_REJECTED, self.rcpts.rejected);
         for f in self.fails.drain(..) {
             f.record(report);
         }
@@ -649,13 +653,10 @@ async fn rset(conn: &mut Connection) {
 }
 
 impl Driver for Session {
-    const WORDS: crate::results::UnitWords = crate::results::UnitWords::new(
-        "messages",
-        "msg/s",
-        "sent",
-        &[phase::TRANSACTION, phase::BODY],
-        true,
-    );
+    const WORDS: crate::results::UnitWords =
+        crate::results::UnitWords::new("messages", "msg/s", "sent", &[phase::TRANSACTION], true);
+    const COUNTERS: &'static [crate::metrics::Counter] =
+        &[phase::RCPT_ACCEPTED, phase::RCPT_REJECTED];
     const PHASES: &'static [Phase] = &[
         Phase::CONNECT,
         Phase::TLS,

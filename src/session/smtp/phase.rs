@@ -16,3 +16,8 @@ crate::metrics::phases! {
     pub QUIT => "quit", "QUIT to its reply (pipelined behind a connection's last message: from that message's final reply to QUIT's)";
     pub TRANSACTION => "transaction", "first envelope command to final reply (service time)";
 }
+
+crate::metrics::counters! {
+    pub RCPT_ACCEPTED => "rcpt_accepted", "recipients accepted";
+    pub RCPT_REJECTED => "rcpt_rejected", "recipients refused";
+}

@@ -492,7 +492,7 @@ impl Session {
             Failure::transport(phase::SUBSCRIBE, e).record(report);
             return;
         }
-        report.counters.stanzas_out += jids.len() as u64;
+        report.counters.count(phase::STANZAS_OUT, jids.len() as u64);
         let until = tokio::time::Instant::now() + self.s.endpoint.timeout * 4;
         let left = || self.asked.lock().map_or(0, |a| a.len());
         while left() > 0 && tokio::time::Instant::now() < until {
@@ -557,6 +557,12 @@ impl Driver for Session {
         ],
         false,
     );
+    const COUNTERS: &'static [crate::metrics::Counter] = &[
+        phase::DELIVERED,
+        phase::DUPLICATES,
+        phase::STANZAS_IN,
+        phase::STANZAS_OUT,
+    ];
     const PHASES: &'static [Phase] = &[
         Phase::CONNECT,
         Phase::TLS,
@@ -702,7 +708,7 @@ impl Driver for Session {
         }
         report.timed_now(phase::SEND, t);
         report.counters.bytes += self.stanza.len() as u64;
-        report.counters.stanzas_out += 1;
+        report.counters.count(phase::STANZAS_OUT, 1);
         if let Some(rx) = reply {
             return Box::pin(self.reply(rx, seq, t, report)).await;
         }

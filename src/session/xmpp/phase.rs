@@ -17,3 +17,10 @@ crate::metrics::phases! {
     pub BROADCAST => "broadcast", "XMPP: a presence change's send to its arrival at each contact";
     pub BROADCAST_LAST => "broadcast_last", "XMPP: a presence change's send to its arrival at the last of its contacts";
 }
+
+crate::metrics::counters! {
+    pub DELIVERED => "delivered", "stamped stanzas of this run received by a recipient (each recipient counts)";
+    pub DUPLICATES => "duplicates", "stamped stanzas received more than once";
+    pub STANZAS_IN => "stanzas_in", "stanzas read once logged in (messages, presences, IQs)";
+    pub STANZAS_OUT => "stanzas_out", "stanzas written once logged in";
+}

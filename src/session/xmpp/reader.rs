@@ -200,16 +200,16 @@ impl Reader {
             (self.s.ledger.received(seq, kind), kind.phases(), took)
         });
         self.s.recorder.with(self.id, |sh| {
-            sh.counters.stanzas_in += 1;
+            sh.counters.count(super::phase::STANZAS_IN, 1);
             match arrival {
                 Some((a @ (Arrival::First | Arrival::Last), (each, last), took)) => {
                     sh.record(each, took);
-                    sh.counters.delivered += 1;
+                    sh.counters.count(super::phase::DELIVERED, 1);
                     if let Some(last) = last.filter(|_| a == Arrival::Last) {
                         sh.record(last, took);
                     }
                 }
-                Some((Arrival::Duplicate, ..)) => sh.counters.duplicates += 1,
+                Some((Arrival::Duplicate, ..)) => sh.counters.count(super::phase::DUPLICATES, 1),
                 Some((Arrival::Unknown, ..)) | None => {}
             }
         });
@@ -234,7 +234,7 @@ impl Reader {
         let cond = error.map(login::condition).unwrap_or_default();
         let kind = super::errors::STANZA;
         self.s.recorder.with(self.id, |sh| {
-            sh.counters.stanzas_in += 1;
+            sh.counters.count(super::phase::STANZAS_IN, 1);
             {
                 let key = ErrorKey {
                     phase: super::phase::ARRIVAL,
@@ -276,8 +276,8 @@ impl Reader {
     /// Counts a stanza that is not a delivery, and the replies it took.
     fn tally(&self, replies: u64) {
         self.s.recorder.with(self.id, |sh| {
-            sh.counters.stanzas_in += 1;
-            sh.counters.stanzas_out += replies;
+            sh.counters.count(super::phase::STANZAS_IN, 1);
+            sh.counters.count(super::phase::STANZAS_OUT, replies);
         });
     }
 }

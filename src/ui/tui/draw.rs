@@ -134,16 +134,10 @@ fn header(f: &mut Frame, area: Rect, m: &Model) {
         format!("throughput {:.0} {} now", m.rate_now, u.rate),
         format!("{:.1} avg", m.rate_avg),
     ];
-    if u.retrieval {
-        parts.push(format!("{} {}", fmt_bytes(c.retrieved_bytes), u.bytes));
-        parts.push(format!("retrieved {}  deleted {}", c.retrieved, c.deleted));
-    } else {
-        parts.push(format!("{} {}", fmt_bytes(c.bytes), u.bytes));
-    }
+    parts.push(format!("{} {}", fmt_bytes(c.bytes), u.bytes));
     parts.push(format!("{:.1} KiB/s", m.kbytes_per_s));
-    if u.chat {
-        let (i, o) = m.stanzas_now;
-        parts.push(format!("stanzas in {i:.0}/s out {o:.0}/s"));
+    for (name, per_s) in &m.own_now {
+        parts.push(format!("{name} {per_s:.0}/s"));
     }
     f.render_widget(Paragraph::new(fit(&parts, w)), rates);
     let mut parts = vec![
@@ -155,10 +149,10 @@ fn header(f: &mut Frame, area: Rect, m: &Model) {
     if c.unfinished > 0 {
         parts.push(format!("unfinished {}", c.unfinished));
     }
-    if u.chat {
-        parts.push(format!("delivered {}", c.delivered));
+    if c.reconnections > 0 {
         parts.push(format!("reconnections {}", c.reconnections));
     }
+    parts.extend(c.own.said());
     if !m.faults_now.is_empty() {
         parts.insert(0, format!("FAULT {}", m.faults_now.join(" + ")));
     }

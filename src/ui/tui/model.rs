@@ -28,10 +28,6 @@ pub struct Units {
     pub rate: std::borrow::Cow<'static, str>,
     /// What happened to the bytes: "sent" or "read".
     pub bytes: std::borrow::Cow<'static, str>,
-    /// A mailbox-access run, which also counts messages retrieved and deleted.
-    pub retrieval: bool,
-    /// An XMPP run, which also counts stanzas in and out and reconnections.
-    pub chat: bool,
     /// The phases that stand for a unit's latency, best first (the protocol's service
     /// phases, then the response time where a unit has one): the histogram shown first.
     pub main: Vec<String>,
@@ -40,13 +36,11 @@ pub struct Units {
 impl Units {
     /// The words of the run `s` is a summary of.
     pub fn of(s: &Summary) -> Units {
-        Units::from_words(s.words(), &s.protocol)
+        Units::from_words(s.words())
     }
 
-    fn from_words(w: UnitWords, protocol: &str) -> Units {
+    fn from_words(w: UnitWords) -> Units {
         Units {
-            retrieval: w.unit == "visits",
-            chat: protocol == "xmpp",
             main: (w.service.iter().map(|p| p.name().to_string()))
                 .chain(w.response.then(|| "response".to_string()))
                 .collect(),
@@ -94,8 +88,9 @@ pub struct Model {
     pub rate_now: f64,
     pub rate_avg: f64,
     pub kbytes_per_s: f64,
-    /// XMPP: stanzas read and written per second in the last interval.
-    pub stanzas_now: (f64, f64),
+    /// The protocol's own counters per second in the last interval (those that moved),
+    /// said in words.
+    pub own_now: Vec<(String, f64)>,
     /// Accepted units per second, times 100 (a sparkline scales to its maximum anyway).
     pub throughput: History,
     pub active: i64,
@@ -122,7 +117,8 @@ impl Model {
         Model {
             title,
             started: false,
-            units: Units::from_words(UnitWords::before_declared("smtp"), "smtp"),
+            // Until the first interval says the run's words.
+            units: Units::from_words(UnitWords::new("units", "units/s", "sent", &[], true)),
             t_s: 0.0,
             planned_s: None,
             planned_count: None,
@@ -130,7 +126,7 @@ impl Model {
             rate_now: 0.0,
             rate_avg: 0.0,
             kbytes_per_s: 0.0,
-            stanzas_now: (0.0, 0.0),
+            own_now: Vec::new(),
             throughput: History::default(),
             active: 0,
             active_hist: History::default(),
@@ -160,7 +156,12 @@ impl Model {
         self.kbytes_per_s = s.kbytes_per_s;
         let c = &snap.interval.counters;
         let len = snap.interval_s.max(1e-3);
-        self.stanzas_now = (c.stanzas_in as f64 / len, c.stanzas_out as f64 / len);
+        self.own_now = c
+            .own
+            .iter()
+            .filter(|&(k, n)| n > 0 && !k.name().ends_with("_bytes"))
+            .map(|(k, n)| (k.name().replace('_', " "), n as f64 / len))
+            .collect();
         self.throughput.push((self.rate_now * 100.0).round() as u64);
         let from = snap.t_s - snap.interval_s;
         self.faults_now = self
@@ -303,7 +304,7 @@ mod tests {
 
     #[test]
     fn units_follow_the_protocol() {
-        let of = |p: &str| Units::from_words(UnitWords::before_declared(p), p);
+        let of = |p: &str| Units::from_words(UnitWords::before_declared(p));
         assert_eq!(of("smtp").rate, "msg/s");
         assert_eq!(of("lmtp").bytes, "sent");
         let pop = of("pop3");
@@ -311,7 +312,8 @@ mod tests {
             (&*pop.unit, &*pop.rate, &*pop.bytes),
             ("visits", "visits/s", "read")
         );
-        assert!(of("imap").retrieval && !of("smtp").retrieval);
+        assert_eq!(of("imap").main, ["session", "response"]);
+        assert_eq!(of("xmpp").main[1], "arrival");
     }
 
     #[test]
