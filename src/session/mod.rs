@@ -359,3 +359,41 @@ impl Failure {
         report.error(key, self.sample);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Driver;
+    use crate::metrics::{Counters, OWN_COUNTERS};
+
+    /// What every protocol declares fits what shared code keeps: no more counters than
+    /// a run has room for, no counter under a name the common counters already use (it
+    /// would be written twice into summary.json's totals), no word declared twice.
+    #[test]
+    fn every_protocols_declared_words_fit_and_are_distinct() {
+        let common: Vec<String> = match serde_json::to_value(Counters::default()) {
+            Ok(serde_json::Value::Object(m)) => m.keys().cloned().collect(),
+            _ => unreachable!("Counters serializes as an object"),
+        };
+        let drivers: [(&str, &[crate::metrics::Counter], &[Phase]); 4] = [
+            ("smtp", smtp::Session::COUNTERS, smtp::Session::PHASES),
+            (
+                "mailbox",
+                mailbox::Visitor::COUNTERS,
+                mailbox::Visitor::PHASES,
+            ),
+            ("xmpp", xmpp::Session::COUNTERS, xmpp::Session::PHASES),
+            ("rr", rr::Session::COUNTERS, rr::Session::PHASES),
+        ];
+        for (name, counters, phases) in drivers {
+            assert!(counters.len() <= OWN_COUNTERS, "{name}: {counters:?}");
+            for (i, c) in counters.iter().enumerate() {
+                assert!(!common.iter().any(|n| n == c.name()), "{name}: {c}");
+                assert!(!counters[..i].contains(c), "{name}: {c} twice");
+            }
+            for (i, p) in phases.iter().enumerate() {
+                assert!(!phases[..i].contains(p), "{name}: {p} twice");
+            }
+        }
+    }
+}
