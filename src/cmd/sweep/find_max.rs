@@ -71,6 +71,16 @@ pub enum Outcome {
     Generator,
 }
 
+impl Outcome {
+    pub fn word(self) -> &'static str {
+        match self {
+            Outcome::Pass => "pass",
+            Outcome::Fail => "fail",
+            Outcome::Generator => "generator-bound",
+        }
+    }
+}
+
 /// The search, apart from running probes: which load to probe next.
 #[derive(Debug, Clone)]
 pub struct Search {
@@ -330,15 +340,9 @@ pub async fn run(
             ran_out = true;
             break;
         }
-        let (v, kind) = match search.next() {
-            Some(v) if retried.contains(&v) && probes.last().is_some_and(|p| p.value == v) => {
-                (v, "retry")
-            }
-            Some(v) => (v, "probe"),
-            None => match search.best() {
-                Some(b) if !hold.is_zero() => (b, "hold"),
-                _ => break,
-            },
+        let last = probes.last().map(|p| p.value);
+        let Some((v, kind)) = next_step(&search, &retried, last, hold) else {
+            break;
         };
         let n = probes.len() as u32 + 1;
         let step_name = match kind {
@@ -377,29 +381,10 @@ pub async fn run(
             .iter()
             .map(|c| c.evaluate(&step_dir, &c.path, &s.protocol))
             .collect();
-        let bound = s.extra.get("bound_by");
-        let (outcome, why) = if s.interrupted {
-            (Outcome::Fail, "interrupted".to_string())
-        } else if bound.is_some_and(|b| b["bound_by"] == "generator") {
-            let why = bound.and_then(|b| b["why"].as_str()).unwrap_or("");
-            (Outcome::Generator, format!("generator-bound: {why}"))
-        } else if verdicts.iter().all(|v| v.pass) {
-            (Outcome::Pass, String::new())
-        } else {
-            let broken: Vec<&str> = verdicts
-                .iter()
-                .filter(|v| !v.pass)
-                .map(|v| v.message.as_str())
-                .collect();
-            (Outcome::Fail, broken.join("; "))
-        };
+        let (outcome, why) = judge(&s, &verdicts);
         eprintln!(
             "spate sweep: {name}={v}{unit}: {} ({:.1}/s, p99 {:.2} ms){}",
-            match outcome {
-                Outcome::Pass => "pass",
-                Outcome::Fail => "fail",
-                Outcome::Generator => "generator-bound",
-            },
+            outcome.word(),
             row.throughput_per_s,
             row.latency_p99_ms,
             if why.is_empty() {
@@ -470,6 +455,45 @@ pub async fn run(
     })
 }
 
+/// The next load to run and why: a probe the search asks for (a generator-bound one once
+/// more, as a retry), then a hold at the best pass; `None` when the search is over.
+fn next_step(
+    search: &Search,
+    retried: &[u64],
+    last: Option<u64>,
+    hold: Duration,
+) -> Option<(u64, &'static str)> {
+    match search.next() {
+        Some(v) if retried.contains(&v) && last == Some(v) => Some((v, "retry")),
+        Some(v) => Some((v, "probe")),
+        None => search
+            .best()
+            .filter(|_| !hold.is_zero())
+            .map(|b| (b, "hold")),
+    }
+}
+
+/// A step's outcome and why: interrupted, the generator the limit, the objective met or
+/// the rules it broke.
+fn judge(s: &crate::results::Summary, verdicts: &[Verdict]) -> (Outcome, String) {
+    let bound = s.extra.get("bound_by");
+    if s.interrupted {
+        (Outcome::Fail, "interrupted".to_string())
+    } else if bound.is_some_and(|b| b["bound_by"] == "generator") {
+        let why = bound.and_then(|b| b["why"].as_str()).unwrap_or("");
+        (Outcome::Generator, format!("generator-bound: {why}"))
+    } else if verdicts.iter().all(|v| v.pass) {
+        (Outcome::Pass, String::new())
+    } else {
+        let broken: Vec<&str> = verdicts
+            .iter()
+            .filter(|v| !v.pass)
+            .map(|v| v.message.as_str())
+            .collect();
+        (Outcome::Fail, broken.join("; "))
+    }
+}
+
 /// The probe table and the answer, in words.
 fn render(name: &str, unit: &str, j: &Value, probes: &[Probe]) -> String {
     use std::fmt::Write as _;
@@ -493,11 +517,7 @@ fn render(name: &str, unit: &str, j: &Value, probes: &[Probe]) -> String {
             p.n,
             p.kind,
             format!("{}{unit}", p.value),
-            match p.outcome {
-                Outcome::Pass => "pass",
-                Outcome::Fail => "fail",
-                Outcome::Generator => "generator-bound",
-            },
+            p.outcome.word(),
             p.throughput_per_s,
             p.p99_ms,
             p.errors,
