@@ -11,8 +11,6 @@
 
 use serde::Serialize;
 
-use super::word::Def;
-
 super::word::word!(
     /// A phase, as a value: cheap to copy, equal when the names are (its histogram log is
     /// `NAME.hlog`; what it describes is what it times).
@@ -25,25 +23,12 @@ macro_rules! phases {
 }
 pub(crate) use phases;
 
-/// The phases every run can have, whatever its protocol: the transport's and the
-/// engine's.
-impl Phase {
-    pub const CONNECT: Phase = Phase::new(&Def {
-        name: "connect",
-        what: "TCP connect: the connect call to the server's SYN/ACK (the kernel's round-trip sample of the handshake; when a SYN had to be sent again, to when the connect was seen complete)",
-    });
-    pub const TLS: Phase = Phase::new(&Def {
-        name: "tls",
-        what: "TLS handshake (implicit TLS or after STARTTLS)",
-    });
-    pub const RESPONSE: Phase = Phase::new(&Def {
-        name: "response",
-        what: "scheduled start to final reply, incl. waiting and connecting",
-    });
-    pub const LAG: Phase = Phase::new(&Def {
-        name: "lag",
-        what: "how late a message started against its schedule (generator lag)",
-    });
+// The phases every run can have, whatever its protocol: the transport's and the engine's.
+super::word::common! { Phase:
+    CONNECT => "connect", "TCP connect: the connect call to the server's SYN/ACK (the kernel's round-trip sample of the handshake; when a SYN had to be sent again, to when the connect was seen complete)";
+    TLS => "tls", "TLS handshake (implicit TLS or after STARTTLS)";
+    RESPONSE => "response", "scheduled start to final reply, incl. waiting and connecting";
+    LAG => "lag", "how late a message started against its schedule (generator lag)";
 }
 
 /// A phase as a plan declares it: its name, what it times, and the interval log that
@@ -80,7 +65,7 @@ mod tests {
 
     #[test]
     fn phases_are_equal_by_name_and_read_their_own_words() {
-        const AGAIN: Phase = Phase::new(&Def {
+        const AGAIN: Phase = Phase::new(&crate::metrics::word::Def {
             name: "one",
             what: "declared twice",
         });

@@ -266,18 +266,7 @@ macro_rules! error_kinds {
 }
 pub(crate) use error_kinds;
 
-macro_rules! common_kinds {
-    ($($id:ident => $name:literal, $doc:literal;)*) => {
-        impl ErrorKind {
-            $(
-                #[doc = $doc]
-                pub const $id: ErrorKind = ErrorKind::new(&super::word::Def { name: $name, what: $doc });
-            )*
-        }
-    };
-}
-
-common_kinds! {
+super::word::common! { ErrorKind:
     TRANSIENT => "4xx", "the server refused for now (a 4xx reply)";
     PERMANENT => "5xx", "the server refused for good (a 5xx reply)";
     REFUSED => "refused", "TCP connection refused";

@@ -101,6 +101,20 @@ macro_rules! word {
 }
 pub(crate) use word;
 
+/// The words every protocol can have, as `$t`'s own constants:
+/// `common! { Phase: CONNECT => "connect", "TCP connect"; }`.
+macro_rules! common {
+    ($t:ident: $($id:ident => $name:literal, $doc:literal;)*) => {
+        impl $t {
+            $(
+                #[doc = $doc]
+                pub const $id: $t = $t::new(&$crate::metrics::word::Def { name: $name, what: $doc });
+            )*
+        }
+    };
+}
+pub(crate) use common;
+
 /// Declares words of type `$t` as constants:
 /// `declare! { Phase: pub EHLO => "ehlo", "EHLO to its reply"; }`.
 macro_rules! declare {

@@ -3,10 +3,6 @@
 
 pub use crate::metrics::Phase;
 
-pub const CONNECT: Phase = Phase::CONNECT;
-pub const TLS: Phase = Phase::TLS;
-pub const RESPONSE: Phase = Phase::RESPONSE;
-
 crate::metrics::phases! {
     pub STARTTLS => "starttls", "STARTTLS (STLS for POP3) to its reply";
     pub AUTH => "auth", "AUTH exchange, all round trips";
