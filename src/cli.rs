@@ -68,6 +68,9 @@ pub enum Command {
     Merge(cmd::merge::Args),
     /// Run a scenario file: steps in sequence, mixed workloads, hooks, thresholds.
     Run(cmd::run::Args),
+    /// Steer a running test started with --web: pause, resume, stop, its rate or its
+    /// number of sessions.
+    Ctl(cmd::ctl::Args),
     /// Print shell completions (bash, zsh, fish, elvish, powershell).
     Completions(cmd::completions::CompletionsArgs),
     /// Print the manual page (or write one per command into a directory).
@@ -75,7 +78,7 @@ pub enum Command {
 }
 
 /// Commands that are not load, checks or reports: no --dump-scenario, not scenario steps.
-pub const NOT_STEPS: &[&str] = &["run", "completions", "man", "help"];
+pub const NOT_STEPS: &[&str] = &["run", "ctl", "completions", "man", "help"];
 
 /// Every command's options, as clap defines them (scenario files are checked against it).
 /// Every command but `run` also lists `--dump-scenario`, which [`main`] handles before
@@ -132,6 +135,7 @@ pub async fn dispatch(cli: Cli, ctx: Ctx) -> anyhow::Result<ExitCode> {
         Command::Verify(args) => cmd::verify::run(args, &ctx).await,
         Command::Merge(args) => cmd::merge::run(args, &ctx),
         Command::Run(args) => cmd::run::run(args, &ctx).await,
+        Command::Ctl(args) => cmd::ctl::run(args, &ctx),
         Command::Completions(args) => cmd::completions::completions(args, &ctx),
         Command::Man(args) => cmd::completions::man(args, &ctx),
     }

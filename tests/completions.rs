@@ -82,9 +82,10 @@ fn man_pages_render_for_every_command() {
     let d = tempfile::tempdir().unwrap();
     let dir = d.path().to_str().unwrap();
     let said = stdout(&["man", "--dir", dir]);
-    assert!(said.starts_with("wrote 17 pages"), "{said}");
+    assert!(said.starts_with("wrote 18 pages"), "{said}");
     for cmd in [
         "smtp", "pop3", "imap", "rr", "ping", "serve", "sweep", "verify", "merge", "run", "report",
+        "ctl",
     ] {
         let path = d.path().join(format!("spate-{cmd}.1"));
         let text = std::fs::read_to_string(&path).unwrap();
@@ -93,7 +94,7 @@ fn man_pages_render_for_every_command() {
             "{cmd}"
         );
         assert!(
-            text.contains("\\fB\\-\\-dump\\-scenario\\fR") != (cmd == "run"),
+            text.contains("\\fB\\-\\-dump\\-scenario\\fR") != matches!(cmd, "run" | "ctl"),
             "{cmd}"
         );
         if !common::have("groff") {

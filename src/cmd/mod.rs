@@ -3,6 +3,7 @@
 
 pub mod compare;
 pub mod completions;
+pub mod ctl;
 pub mod demo;
 pub mod mailbox;
 pub mod merge;
@@ -65,6 +66,9 @@ pub fn observers(
         .into_iter()
         .map(|m| Box::new(m) as Box<dyn Observer>)
         .collect();
+    if let Some(w) = crate::ui::web::observer(output, plan, stop)? {
+        observers.push(Box::new(w));
+    }
     observers.extend(crate::monitor::observer(
         monitor,
         crate::units::parse_duration(&output.detail)?,

@@ -5,11 +5,13 @@
 //!
 //! - [`schedule`]: the validated workload and the arrival strategies.
 //! - [`unit`]: the driver trait, the unit report and its commit.
+//! - [`control`]: steering a run while it goes (pause, resume, rate, users, stop).
 //! - `worker`: the one worker body over a schedule strategy.
 //! - `aggregate`: intervals, totals and the results writer's thread.
 
 mod aggregate;
 pub mod bound;
+pub mod control;
 pub mod cpu;
 mod dispatch;
 mod observe;
@@ -32,6 +34,7 @@ use crate::metrics::{Clock, Recorder};
 use crate::results::{AddressBook, Summary, SummaryHeader, Writer};
 use crate::units;
 
+pub use control::{Action, Control};
 pub use cpu::cpu_time;
 pub use observe::{Observer, Snapshot};
 pub use schedule::{Model, Workload};
@@ -106,6 +109,7 @@ pub struct Setup<'a> {
     observers: Vec<Box<dyn Observer>>,
     stop: Arc<AtomicBool>,
     on_unit: Option<UnitHook>,
+    control: Arc<Control>,
 }
 
 impl<'a> Setup<'a> {
@@ -167,6 +171,11 @@ impl<'a> Setup<'a> {
             },
             dir: out.map(Path::to_path_buf),
             writer,
+            // An observer that steers the run (`--web`) brings the run's control.
+            control: observers
+                .iter()
+                .find_map(|o| o.control())
+                .unwrap_or_else(|| Control::new(plan.workload(), stop.clone())),
             observers,
             stop,
             on_unit: None,
@@ -250,7 +259,9 @@ pub async fn run<D: Driver>(
             Model::Closed { users, .. } => *users as usize,
             Model::Open { max_in_flight, .. } => *max_in_flight as usize,
         }),
+        control: r.control.clone(),
     });
+    r.control.begin(r.clock);
     // A shard that gets here after the shared start (a throttled batch system, a stale
     // start file) runs late: said in its summary, and flagged by the merge.
     let late_start = Instant::now().saturating_duration_since(r.clock.origin());
@@ -361,9 +372,15 @@ async fn follow(
             }
         }
         let now = Instant::now();
+        if r.control.stopped() && !st.interrupted {
+            // `stop` from the live view or `spate ctl`: as SIGTERM.
+            st.interrupted = true;
+            st.by.get_or_insert(Signal::Control);
+        }
         let due = deadline().is_some_and(|d| now >= d) || r.stop.load(Ordering::Relaxed);
         if (st.interrupted || due) && st.since.is_none() {
             r.stop.store(true, Ordering::Relaxed);
+            r.control.end();
             st.since = Some(now);
         }
         if st.since.is_some_and(|s| now.duration_since(s) >= r.grace) && !workers.is_empty() {

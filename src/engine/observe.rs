@@ -31,6 +31,11 @@ pub trait Observer: Send {
     fn start(&mut self, _dir: &Path, _start: SystemTime) -> anyhow::Result<()> {
         Ok(())
     }
+    /// The run's control, for an observer that steers it (the live view): the run takes
+    /// it from the first observer that has one.
+    fn control(&self) -> Option<std::sync::Arc<super::Control>> {
+        None
+    }
     /// Once per interval (about every second).
     fn interval(&mut self, snap: &Snapshot<'_>) -> anyhow::Result<()>;
     /// The run is over; the observer may add to the final summary (warnings, extra

@@ -171,6 +171,8 @@ impl Profile {
 /// Yields arrival offsets (seconds since start) for a profile.
 pub struct Arrivals<R> {
     profile: Profile,
+    /// The profile given, which a steer to another rate replaces until the next.
+    base: Profile,
     kind: Arrival,
     t: f64,
     rng: R,
@@ -182,6 +184,7 @@ pub struct Arrivals<R> {
 impl<R: Rng> Arrivals<R> {
     pub fn new(profile: Profile, kind: Arrival, rng: R) -> Self {
         Arrivals {
+            base: profile.clone(),
             profile,
             kind,
             t: 0.0,
@@ -244,7 +247,11 @@ impl<R: Rng> Iterator for Arrivals<R> {
 /// arrival keeps its own scheduled time: batching moves the wakes, not what is measured.
 /// Times are seconds since the schedule's start; pure, so it is tested without a clock.
 pub struct Batches<I> {
-    arrivals: std::iter::Enumerate<I>,
+    arrivals: I,
+    /// Arrivals handed out so far: the sequence number of the next.
+    handed: u64,
+    /// Steered to a pause: nothing is due until the next steer.
+    paused: bool,
     /// The next arrival within the bounds, taken but not handed out yet.
     next: Option<(u64, f64)>,
     count: Option<u64>,
@@ -267,7 +274,9 @@ impl<I: Iterator<Item = f64>> Batches<I> {
         max: usize,
     ) -> Self {
         let mut b = Batches {
-            arrivals: arrivals.enumerate(),
+            arrivals,
+            handed: 0,
+            paused: false,
             next: None,
             count,
             limit,
@@ -280,14 +289,15 @@ impl<I: Iterator<Item = f64>> Batches<I> {
     }
 
     fn advance(&mut self) {
-        self.next = self.arrivals.next().and_then(|(seq, at)| {
-            let seq = seq as u64;
+        let seq = self.handed;
+        self.next = self.arrivals.next().and_then(|at| {
             let over = self.count.is_some_and(|c| seq >= c) || self.limit.is_some_and(|l| at >= l);
             (!over).then_some((seq, at))
         });
     }
 
-    /// When to wake for the next batch; None once the schedule is over.
+    /// When to wake for the next batch; None once the schedule is over (or while
+    /// paused: see [`Batches::paused`]).
     pub fn wake_at(&self) -> Option<f64> {
         let (_, at) = self.next?;
         Some(match self.last_due {
@@ -307,9 +317,53 @@ impl<I: Iterator<Item = f64>> Batches<I> {
                 return;
             }
             out.push(a);
+            self.handed += 1;
             self.advance();
         }
         self.last_due = due.map(|d| d.min(now));
+    }
+}
+
+/// An arrival iterator that can be told, at time `at`, to go on from there at another
+/// rate (or at its own profile's again).
+pub trait Restart {
+    fn restart(&mut self, at: f64, rate: Option<f64>);
+}
+
+impl<R: Rng> Restart for Arrivals<R> {
+    fn restart(&mut self, at: f64, rate: Option<f64>) {
+        self.profile = match rate {
+            // The new rate holds to the end of the profile (the stages that were to
+            // follow are given up).
+            Some(r) => {
+                let end = self.base.total_duration();
+                Profile::constant(r, end.is_finite().then(|| Duration::from_secs_f64(end)))
+            }
+            None => self.base.clone(),
+        };
+        self.t = at;
+        self.first = false;
+    }
+}
+
+impl<I: Iterator<Item = f64> + Restart> Batches<I> {
+    /// Steered at `now`: paused (nothing is due until the next steer), or going on from
+    /// `now` at `rate` (None: the profile's). The arrival taken but not handed out is
+    /// given up (take what is due by `now` first): it would have been at the old rate, or
+    /// in the pause. Sequence numbers go on.
+    pub fn steer(&mut self, now: f64, paused: bool, rate: Option<f64>) {
+        self.paused = paused;
+        self.next = None;
+        self.last_due = None;
+        if !paused {
+            self.arrivals.restart(now, rate);
+            self.advance();
+        }
+    }
+
+    /// Whether a steer paused the schedule (then [`Batches::wake_at`] is None).
+    pub fn paused(&self) -> bool {
+        self.paused
     }
 }
 
@@ -318,6 +372,60 @@ mod tests {
     use super::*;
     use rand::rngs::SmallRng;
     use rand::SeedableRng;
+
+    #[test]
+    fn a_steered_schedule_pauses_changes_rate_and_keeps_counting() {
+        // 10/s constant, 100 arrivals.
+        let p = Profile::constant(10.0, None);
+        let a = Arrivals::new(p, Arrival::Constant, SmallRng::seed_from_u64(1));
+        let mut b = Batches::new(a, (Some(100), None), 0.0, 1000);
+        let mut out = Vec::new();
+        b.take_due(0.95, &mut out);
+        assert_eq!(out.len(), 10, "0.0 .. 0.9");
+        // Paused at 1.05, the thread late: the arrival due at 1.0, not handed out yet,
+        // is given up with the pause (its sequence number goes to the next).
+        b.steer(1.05, true, None);
+        assert!(b.paused() && b.wake_at().is_none());
+        b.take_due(3.0, &mut out);
+        assert!(out.is_empty(), "nothing is due while paused");
+        // Resumed at 3.0 at 100/s: the next at 3.01, sequence numbers go on from 10.
+        b.steer(3.0, false, Some(100.0));
+        assert!(!b.paused());
+        b.take_due(3.1, &mut out);
+        assert_eq!(out.len(), 10, "{out:?}");
+        assert_eq!(out[0].0, 10);
+        assert!((out[0].1 - 3.01).abs() < 1e-6, "{out:?}");
+        assert!((out[9].1 - 3.10).abs() < 1e-6, "{out:?}");
+        // Back to the profile's rate: 10/s from 3.1.
+        b.steer(3.1, false, None);
+        b.take_due(4.1, &mut out);
+        assert_eq!(out.len(), 10, "{out:?}");
+        assert_eq!(out[0].0, 20);
+        // The count bounds the steered schedule too: 100 in all.
+        b.take_due(20.0, &mut out);
+        assert_eq!(out.last().map(|a| a.0), Some(99));
+        assert!(b.wake_at().is_none() && !b.paused());
+    }
+
+    #[test]
+    fn a_steered_rate_ends_with_the_profile() {
+        // A ramp over 2 s, then nothing: a rate set at 1 s holds until 2 s.
+        let p = Profile {
+            start_rate: 0.0,
+            stages: vec![Stage {
+                duration_s: 2.0,
+                rate: 100.0,
+            }],
+        };
+        let a = Arrivals::new(p, Arrival::Constant, SmallRng::seed_from_u64(1));
+        let mut b = Batches::new(a, (None, None), 0.0, 1000);
+        let mut out = Vec::new();
+        b.take_due(1.0, &mut out);
+        b.steer(1.0, false, Some(10.0));
+        b.take_due(100.0, &mut out);
+        assert_eq!(out.len(), 9, "1.1 .. 1.9: {out:?}");
+        assert!(b.wake_at().is_none());
+    }
 
     #[test]
     fn constant_rate_count() {

@@ -7,6 +7,8 @@ pub enum Signal {
     Interrupt,
     /// SIGTERM.
     Terminate,
+    /// `stop` from the live view (`--web`) or `spate ctl`: as SIGTERM.
+    Control,
 }
 
 impl Signal {
@@ -14,7 +16,7 @@ impl Signal {
     pub fn exit_code(self) -> u8 {
         match self {
             Signal::Interrupt => 130,
-            Signal::Terminate => 143,
+            Signal::Terminate | Signal::Control => 143,
         }
     }
 
@@ -22,6 +24,7 @@ impl Signal {
         match self {
             Signal::Interrupt => "SIGINT",
             Signal::Terminate => "SIGTERM",
+            Signal::Control => "control",
         }
     }
 
@@ -30,6 +33,7 @@ impl Signal {
         match name {
             "SIGINT" | "q" => Some(Signal::Interrupt),
             "SIGTERM" => Some(Signal::Terminate),
+            "control" => Some(Signal::Control),
             _ => None,
         }
     }

@@ -77,6 +77,9 @@ pub(super) struct AheadOf {
     /// The claimed unit and when it was claimed (run clock): its scheduled start.
     pub claimed: Arc<Mutex<Option<(u64, u64)>>>,
     pub clock: Clock,
+    /// A session that is held (a pause, fewer sessions) claims nothing.
+    pub control: Arc<super::control::Control>,
+    pub id: usize,
 }
 
 impl Ahead {
@@ -88,7 +91,7 @@ impl Ahead {
     /// claim (no offer, the count reached, the run stopping, one already claimed).
     pub fn claim(&self) -> Option<u64> {
         let a = self.0.as_ref()?;
-        if a.stop.load(Ordering::Relaxed) {
+        if a.stop.load(Ordering::Relaxed) || a.control.held(a.id) {
             return None;
         }
         let mut c = a.claimed.lock().unwrap_or_else(|p| p.into_inner());

@@ -12,6 +12,9 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use tokio::task::JoinSet;
 
+use tokio::sync::watch;
+
+use super::control::{Control, Steer};
 use super::dispatch::Dispatch;
 use super::schedule::{Arrivals, Batches, Model, Workload};
 use super::unit::{commit_step, run_unit, Ahead, AheadOf, Driver, Slot, UnitHook, UnitReport};
@@ -27,6 +30,11 @@ enum Slots {
         stop: Arc<AtomicBool>,
         /// A unit the driver claimed early (see [`Ahead`]): it runs next, whatever else.
         claimed: Arc<std::sync::Mutex<Option<(u64, u64)>>>,
+        /// This session's place among the run's, and what the run is told (a pause, a
+        /// lower number of sessions): it waits rather than start a unit.
+        id: usize,
+        steer: watch::Receiver<Steer>,
+        control: Arc<Control>,
     },
     /// An open-model worker: arrivals the scheduler hands out.
     Open(usize, Arc<Dispatch>),
@@ -41,6 +49,9 @@ impl Slots {
                 think,
                 stop,
                 claimed,
+                id,
+                steer,
+                control,
             } => {
                 let early = claimed.lock().unwrap_or_else(|p| p.into_inner()).take();
                 if let Some((seq, at)) = early {
@@ -52,6 +63,9 @@ impl Slots {
                 }
                 if !first && !think.is_zero() && !stop.load(Ordering::Relaxed) {
                     tokio::time::sleep(*think).await;
+                }
+                if control.held(*id) && !parked(steer, *id, stop).await {
+                    return None;
                 }
                 if stop.load(Ordering::Relaxed) {
                     return None;
@@ -71,6 +85,23 @@ impl Slots {
                 scheduled_us: at,
                 open: true,
             }),
+        }
+    }
+}
+
+/// Waits while closed session `id` is told not to run (paused, or above the number of
+/// sessions set); false when the run ended meanwhile.
+async fn parked(steer: &mut watch::Receiver<Steer>, id: usize, stop: &AtomicBool) -> bool {
+    loop {
+        let now = *steer.borrow_and_update();
+        if now.ended || stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        if now.runs(id) {
+            return true;
+        }
+        if steer.changed().await.is_err() {
+            return false;
         }
     }
 }
@@ -127,6 +158,8 @@ pub(super) struct Shared {
     /// Fires when work in flight is to be given up (grace over, second interrupt).
     pub give_up: GiveUp,
     pub setup_done: SetupDone,
+    /// What the run is told while it goes (`--web`, `spate ctl`).
+    pub control: Arc<Control>,
 }
 
 /// The engine's word to give up work in flight: a oneshot per session, which a unit polls
@@ -265,6 +298,8 @@ pub(super) fn spawn<D: Driver>(
                         stop: shared.stop.clone(),
                         claimed: claimed.clone(),
                         clock: shared.clock,
+                        control: shared.control.clone(),
+                        id,
                     }));
                 }
                 Slots::Closed {
@@ -273,6 +308,9 @@ pub(super) fn spawn<D: Driver>(
                     think,
                     stop: shared.stop.clone(),
                     claimed,
+                    id,
+                    steer: shared.control.subscribe(),
+                    control: shared.control.clone(),
                 }
             }
             (None, Model::Open { .. }) => unreachable!("an open model has its channel"),
@@ -423,19 +461,12 @@ async fn schedule(
             Vec::with_capacity(BATCH_MAX),
             Vec::with_capacity(BATCH_MAX),
         );
+        let mut steer = shared.control.subscribe();
         let mut stopped_at = None;
-        while let Some(t) = batches.wake_at() {
-            if stopped_at.is_none() && !wait_until(start + Duration::from_secs_f64(t), &shared.stop)
-            {
-                // The run stopped (its duration is over, or an interrupt): what was due
-                // by now is still the run's, handed out or counted as dropped, even if
-                // this thread was behind; nothing later is.
-                stopped_at = Some(start.elapsed().as_secs_f64());
-            }
-            let now = stopped_at.unwrap_or_else(|| start.elapsed().as_secs_f64());
-            batches.take_due(now, &mut due);
+        // Hands out `due`; false when there was nothing.
+        let mut hand_out = |due: &[(u64, f64)]| {
             if due.is_empty() {
-                break;
+                return false;
             }
             batch.clear();
             batch.extend(
@@ -445,6 +476,45 @@ async fn schedule(
             let dropped = dispatch.offer(&batch, &mut woken);
             if dropped > 0 {
                 shared.recorder.with(0, |s| s.counters.dropped += dropped);
+            }
+            true
+        };
+        loop {
+            if steer.has_changed().unwrap_or(false) && stopped_at.is_none() {
+                // What was due before the steer is handed out (the thread may be
+                // behind); the schedule goes on from now as told.
+                let now = start.elapsed().as_secs_f64();
+                loop {
+                    batches.take_due(now, &mut due);
+                    if !hand_out(&due) {
+                        break;
+                    }
+                }
+                let s = *steer.borrow_and_update();
+                batches.steer(now, s.paused, s.rate);
+            }
+            if batches.paused() {
+                // Nothing is due until a resume (or another rate), or the end.
+                match wait_until(start + PAUSE_LOOK, &shared.stop, &mut steer) {
+                    Wait::Stopped => break,
+                    _ => continue,
+                }
+            }
+            let Some(t) = batches.wake_at() else { break };
+            if stopped_at.is_none() {
+                match wait_until(start + Duration::from_secs_f64(t), &shared.stop, &mut steer) {
+                    Wait::Due => {}
+                    Wait::Steered => continue,
+                    // The run stopped (its duration is over, or an interrupt): what
+                    // was due by now is still the run's, handed out or counted as
+                    // dropped, even if this thread was behind; nothing later is.
+                    Wait::Stopped => stopped_at = Some(start.elapsed().as_secs_f64()),
+                }
+            }
+            let now = stopped_at.unwrap_or_else(|| start.elapsed().as_secs_f64());
+            batches.take_due(now, &mut due);
+            if !hand_out(&due) {
+                break;
             }
         }
         dispatch.close();
@@ -466,15 +536,37 @@ async fn schedule(
     }
 }
 
-/// Sleeps until `t`, looking at `stop` at least every 50 ms; false when stopped first.
-fn wait_until(t: std::time::Instant, stop: &AtomicBool) -> bool {
+/// How a wait of the arrival thread ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Wait {
+    /// The time came.
+    Due,
+    /// The run stopped first.
+    Stopped,
+    /// The run was steered first (a pause, a resume, another rate).
+    Steered,
+}
+
+/// While paused, the arrival thread looks at the run this far into the future: it wakes
+/// on a steer or the stop, whichever comes first.
+const PAUSE_LOOK: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Sleeps until `t`, looking at `stop` and `steer` at least every 50 ms.
+fn wait_until(
+    t: std::time::Instant,
+    stop: &AtomicBool,
+    steer: &mut watch::Receiver<Steer>,
+) -> Wait {
     loop {
         if stop.load(Ordering::Relaxed) {
-            return false;
+            return Wait::Stopped;
+        }
+        if steer.has_changed().unwrap_or(false) {
+            return Wait::Steered;
         }
         let now = std::time::Instant::now();
         if now >= t {
-            return true;
+            return Wait::Due;
         }
         std::thread::sleep((t - now).min(Duration::from_millis(50)));
     }
@@ -514,10 +606,16 @@ mod tests {
 
     /// What the workers of a test share: `shards` recorder shards, `sessions` sessions.
     fn shared(shards: usize, sessions: usize) -> Arc<Shared> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let model = Model::Closed {
+            users: sessions as u32,
+            think_ms: 0.0,
+        };
         Arc::new(Shared {
             clock: Clock::new(),
             recorder: Arc::new(Recorder::new(shards)),
-            stop: Arc::new(AtomicBool::new(false)),
+            control: Control::new(&workload(model, None, None), stop.clone()),
+            stop,
             on_unit: None,
             give_up: GiveUp::default(),
             setup_done: SetupDone::new(sessions),
@@ -622,6 +720,81 @@ mod tests {
         assert_eq!(one_session(5.0, 3).await, (3, 3));
         // Back to back: the next unit is always ready, nothing is given back.
         assert_eq!(one_session(0.0, 50).await, (50, 0));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn held_sessions_start_no_unit_until_they_are_let_go() {
+        use crate::engine::control::Action;
+        let workload = workload(
+            Model::Closed {
+                users: 3,
+                think_ms: 1.0,
+            },
+            None,
+            None,
+        );
+        let shared = shared(3, 3);
+        let ran = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut workers = JoinSet::new();
+        let r = ran.clone();
+        spawn(&workload, 1, &shared, &mut workers, move |id, _| Sessions {
+            id,
+            ran: r.clone(),
+        });
+        let count = |ran: &std::sync::Mutex<Vec<usize>>| ran.lock().unwrap().len();
+        let grows = |n: usize| {
+            let ran = ran.clone();
+            async move {
+                for _ in 0..500 {
+                    if count(&ran) >= n {
+                        return true;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                false
+            }
+        };
+        assert!(grows(30).await, "the sessions run");
+        shared.control.apply(Action::Pause, "test").unwrap();
+        // A unit in flight may still end; after that, none starts.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let paused = count(&ran);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(count(&ran), paused, "no unit starts while paused");
+        // One session of three from now on.
+        shared.control.apply(Action::Users(1), "test").unwrap();
+        shared.control.apply(Action::Resume, "test").unwrap();
+        assert!(grows(paused + 5).await, "resumed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let from = count(&ran);
+        assert!(grows(from + 30).await);
+        let later: Vec<usize> = ran.lock().unwrap()[from..].to_vec();
+        assert!(later.iter().all(|&id| id == 0), "only session 0: {later:?}");
+        // The end wakes the held sessions: every one ends.
+        shared.stop.store(true, Ordering::Relaxed);
+        shared.control.end();
+        let ended = tokio::time::timeout(Duration::from_secs(10), async {
+            while workers.join_next().await.is_some() {}
+        })
+        .await;
+        assert!(ended.is_ok(), "a held session did not end");
+    }
+
+    /// Notes which session ran each unit.
+    struct Sessions {
+        id: usize,
+        ran: Arc<std::sync::Mutex<Vec<usize>>>,
+    }
+
+    impl Driver for Sessions {
+        const WORDS: crate::results::UnitWords =
+            crate::results::UnitWords::new("units", "units/s", "sent", &[], true);
+        const PHASES: &'static [Phase] = &[];
+        async fn run_one(&mut self, _seq: u64, _report: &mut UnitReport) -> Outcome {
+            self.ran.lock().unwrap().push(self.id);
+            Outcome::Accepted
+        }
+        async fn finish(&mut self, _report: &mut UnitReport) {}
     }
 
     /// Records when each unit started.

@@ -30,6 +30,26 @@ pub struct OutputArgs {
     /// (results are still written), p pauses drawing, Tab/arrows switch phase, ? help.
     #[arg(long, help_heading = "Output")]
     pub tui: bool,
+    /// Watch and steer the run from a browser at http://ADDR/ (127.0.0.1:5665 when ADDR
+    /// is left out; port 0 picks a free one, said on stderr and in web.json): the
+    /// report's charts, live, updated every second (less often on a run so long that
+    /// drawing them takes longer), with buttons to pause, resume and stop the run (as
+    /// SIGTERM: everything written) and set its rate (an open workload) or its number
+    /// of sessions (a closed one). The same actions are an HTTP API (`spate ctl`); each
+    /// is written to control.jsonl and marked on the report's charts. The page needs no
+    /// network. On an address other than loopback, steering needs the token in
+    /// SPATE_WEB_TOKEN (set it before the run; the page asks for it). Shard I of a run
+    /// listens on PORT + I.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        num_args = 0..=1,
+        require_equals = false,
+        default_missing_value = "127.0.0.1:5665",
+        value_parser = parse_listen,
+        help_heading = "Output"
+    )]
+    pub web: Option<SocketAddr>,
     /// After Ctrl-C or the end of the schedule, wait this long for work in flight.
     #[arg(long, default_value = "10s", help_heading = "Output")]
     pub grace: String,

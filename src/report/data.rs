@@ -20,8 +20,27 @@ pub enum ReadError {
 }
 
 fn read_text(path: &Path) -> Result<Option<String>, ReadError> {
+    read_lines(path, Lines::All)
+}
+
+/// How much of a line-oriented file to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lines {
+    /// Everything (a finished run's files).
+    All,
+    /// Up to the last newline: a file the run is still appending to, whose last line
+    /// may be half written (the live view reads a running run).
+    Complete,
+}
+
+fn read_lines(path: &Path, lines: Lines) -> Result<Option<String>, ReadError> {
     match std::fs::read_to_string(path) {
-        Ok(t) => Ok(Some(t)),
+        Ok(mut t) => {
+            if lines == Lines::Complete {
+                t.truncate(t.rfind('\n').map_or(0, |i| i + 1));
+            }
+            Ok(Some(t))
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(ReadError::Io(path.to_path_buf(), e)),
     }
@@ -54,7 +73,11 @@ impl Table {
     }
 
     pub fn read(path: &Path) -> Result<Option<Table>, ReadError> {
-        Ok(read_text(path)?.map(|t| Table::parse(&t)))
+        Table::read_lines(path, Lines::All)
+    }
+
+    pub fn read_lines(path: &Path, lines: Lines) -> Result<Option<Table>, ReadError> {
+        Ok(read_lines(path, lines)?.map(|t| Table::parse(&t)))
     }
 
     /// A per-second rate of an intervals.csv counter column: (end time, count / length).
@@ -150,7 +173,15 @@ impl PhaseLog {
     /// Parses an HdrHistogram V2 interval log as the results writer makes it:
     /// `#` comments, a quoted legend line, then `start,length,max_ms,base64` rows.
     pub fn read(path: &Path, phase: &str) -> Result<Option<PhaseLog>, ReadError> {
-        let Some(logs) = PhaseLog::read_tagged(path)? else {
+        PhaseLog::read_lines(path, phase, Lines::All)
+    }
+
+    pub fn read_lines(
+        path: &Path,
+        phase: &str,
+        lines: Lines,
+    ) -> Result<Option<PhaseLog>, ReadError> {
+        let Some(logs) = PhaseLog::read_tagged_lines(path, lines)? else {
             return Ok(None);
         };
         let untagged = logs.into_iter().find(|l| l.0.is_none()).map(|l| l.1);
@@ -162,6 +193,10 @@ impl PhaseLog {
     /// Every log in one file, by tag (`Tag=x,` lines, x as [`crate::results::encode_tag`]
     /// writes it; None for untagged lines), in the order the tags first appear.
     pub fn read_tagged(path: &Path) -> Result<Option<TaggedLogs>, ReadError> {
+        PhaseLog::read_tagged_lines(path, Lines::All)
+    }
+
+    fn read_tagged_lines(path: &Path, lines: Lines) -> Result<Option<TaggedLogs>, ReadError> {
         // Streamed line by line: a soak's hlog is tens of megabytes per phase.
         let file = match std::fs::File::open(path) {
             Ok(f) => std::io::BufReader::with_capacity(256 * 1024, f),
@@ -171,9 +206,16 @@ impl PhaseLog {
         let mut logs = TaggedLogs::new();
         let mut de = Deserializer::new();
         let bad = |n: usize, m: String| ReadError::Bad(path.to_path_buf(), n + 1, m);
-        for (n, line) in std::io::BufRead::lines(file).enumerate() {
-            let line = line.map_err(|e| ReadError::Io(path.to_path_buf(), e))?;
-            let line = line.trim();
+        let mut file = file;
+        let mut buf = String::new();
+        for n in 0.. {
+            buf.clear();
+            let got = std::io::BufRead::read_line(&mut file, &mut buf)
+                .map_err(|e| ReadError::Io(path.to_path_buf(), e))?;
+            if got == 0 || (lines == Lines::Complete && !buf.ends_with('\n')) {
+                break;
+            }
+            let line = buf.trim();
             if line.is_empty() || line.starts_with('#') || line.starts_with('"') {
                 continue;
             }
@@ -318,6 +360,8 @@ pub struct Run {
     pub delivery: Option<PhaseLog>,
     /// `spate rr`'s response time per request class (classes.hlog), named by class.
     pub classes: Vec<PhaseLog>,
+    /// The run is still going (the live view): its summary is not final.
+    pub running: bool,
 }
 
 fn read_json(path: &Path) -> Result<Option<serde_json::Value>, ReadError> {
@@ -331,6 +375,11 @@ fn read_json(path: &Path) -> Result<Option<serde_json::Value>, ReadError> {
 
 impl Run {
     pub fn read(dir: &Path) -> anyhow::Result<Run> {
+        Run::read_lines(dir, Lines::All)
+    }
+
+    /// A run's files as they are now: `Lines::Complete` while the run still writes them.
+    pub fn read_lines(dir: &Path, lines: Lines) -> anyhow::Result<Run> {
         if !dir.join("summary.json").exists() {
             let subs = result_subdirs(dir);
             if subs.is_empty() {
@@ -350,7 +399,7 @@ impl Run {
             );
         }
         let summary = Summary::read(dir)?;
-        let intervals = Table::read(&dir.join("intervals.csv"))?.unwrap_or_default();
+        let intervals = Table::read_lines(&dir.join("intervals.csv"), lines)?.unwrap_or_default();
         // Decoding every interval's histogram is the bulk of the work on a long run:
         // one thread per phase log.
         let logs: Vec<Result<Option<PhaseLog>, ReadError>> = std::thread::scope(|s| {
@@ -359,7 +408,7 @@ impl Run {
                 .iter()
                 .map(|p| {
                     let path = dir.join(format!("{}.hlog", p.phase));
-                    s.spawn(move || PhaseLog::read(&path, &p.phase))
+                    s.spawn(move || PhaseLog::read_lines(&path, &p.phase, lines))
                 })
                 .collect();
             handles
@@ -377,7 +426,7 @@ impl Run {
         }
         let mut errors = Vec::new();
         let epath = dir.join("errors.jsonl");
-        if let Some(text) = read_text(&epath)? {
+        if let Some(text) = read_lines(&epath, lines)? {
             for (n, line) in text.lines().enumerate() {
                 if line.trim().is_empty() {
                     continue;
@@ -394,16 +443,17 @@ impl Run {
             intervals,
             phases,
             errors,
-            monitor: Table::read(&dir.join("monitor.csv"))?,
+            monitor: Table::read_lines(&dir.join("monitor.csv"), lines)?,
             verify: read_json(&dir.join("verify.json"))?,
-            deliveries: Table::read(&dir.join("deliveries.csv"))?,
-            delivery: PhaseLog::read(&dir.join("delivery.hlog"), "delivery")?
+            deliveries: Table::read_lines(&dir.join("deliveries.csv"), lines)?,
+            delivery: PhaseLog::read_lines(&dir.join("delivery.hlog"), "delivery", lines)?
                 .filter(|l| !l.points.is_empty()),
-            classes: PhaseLog::read_tagged(&dir.join("classes.hlog"))?
+            classes: PhaseLog::read_tagged_lines(&dir.join("classes.hlog"), lines)?
                 .unwrap_or_default()
                 .into_iter()
                 .filter_map(|(tag, log)| tag.map(|_| log))
                 .collect(),
+            running: false,
         })
     }
 

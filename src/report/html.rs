@@ -9,7 +9,7 @@ use super::chart::{self, escape as esc, Chart, Series, Style, XKind};
 use super::data::{class_label, PhaseLog, Run, Table};
 use crate::units::fmt_bytes;
 
-const PAGE_CSS: &str = "body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1800px;padding:16px 24px;color:#222;background:#fafafa}\
+pub const PAGE_CSS: &str = "body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1800px;padding:16px 24px;color:#222;background:#fafafa}\
 h1{font-size:22px;margin:4px 0}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}\
 h3{font-size:15px;margin:16px 0 6px}.sub{color:#666}\
 table{border-collapse:collapse;margin:6px 0;background:#fff}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}\
@@ -34,27 +34,81 @@ pub fn page(title: &str, body: &str) -> String {
     )
 }
 
-/// The faults of a run (summary.json's `extra.faults`) as bands: from when each was
-/// applied (or due) to its end.
+/// What was done to a run over its time, as bands across its charts: its faults
+/// (summary.json's `extra.faults`), from when each was applied (or due) to its end, and
+/// what it was told while it ran (`extra.control`): a pause as a band to its resume, a
+/// rate or a number of sessions as a mark where it was set.
 pub fn fault_bands(s: &crate::results::Summary) -> Vec<chart::Band> {
+    let mut bands = control_bands(s);
     let Some(occs) = s
         .extra
         .get("faults")
         .and_then(|f| f["occurrences"].as_array())
     else {
+        return bands;
+    };
+    bands.extend(occs.iter().filter_map(|o| {
+        let start = o["events"][0]["t_s"].as_f64().or(o["start_s"].as_f64())?;
+        let end = o["end_s"].as_f64()?.max(start);
+        Some(chart::Band {
+            x0: start,
+            x1: end,
+            label: format!("fault {}", o["fault"]),
+        })
+    }));
+    bands
+}
+
+/// `extra.control`'s actions as bands: a pause to its resume (or the end of the run),
+/// a rate or a number of sessions as a mark.
+fn control_bands(s: &crate::results::Summary) -> Vec<chart::Band> {
+    let Some(actions) = s.extra.get("control").and_then(|c| c["actions"].as_array()) else {
         return Vec::new();
     };
-    occs.iter()
-        .filter_map(|o| {
-            let start = o["events"][0]["t_s"].as_f64().or(o["start_s"].as_f64())?;
-            let end = o["end_s"].as_f64()?.max(start);
-            Some(chart::Band {
-                x0: start,
-                x1: end,
-                label: format!("fault {}", o["fault"]),
-            })
-        })
-        .collect()
+    let mut bands = Vec::new();
+    let mut paused: Option<f64> = None;
+    for a in actions {
+        let Some(t) = a["t_s"].as_f64() else { continue };
+        let value = a["value"].as_f64();
+        match (a["action"].as_str().unwrap_or_default(), value) {
+            ("pause", _) => {
+                paused.get_or_insert(t);
+            }
+            ("resume", _) => {
+                if let Some(p) = paused.take() {
+                    bands.push(chart::Band {
+                        x0: p,
+                        x1: t,
+                        label: "paused".into(),
+                    });
+                }
+            }
+            ("rate", Some(v)) => bands.push(chart::Band {
+                x0: t,
+                x1: t,
+                label: format!("rate {}/s", num(v)),
+            }),
+            ("users", Some(v)) => bands.push(chart::Band {
+                x0: t,
+                x1: t,
+                label: format!("users {v}"),
+            }),
+            ("stop", _) => bands.push(chart::Band {
+                x0: t,
+                x1: t,
+                label: "stop".into(),
+            }),
+            _ => {}
+        }
+    }
+    if let Some(p) = paused {
+        bands.push(chart::Band {
+            x0: p,
+            x1: s.elapsed_s.max(p),
+            label: "paused".into(),
+        });
+    }
+    bands
 }
 
 /// A run's charts, its faults as bands over those with time on the x axis.
@@ -139,13 +193,23 @@ fn total_errors(run: &Run) -> u64 {
 }
 
 pub fn render_run(run: &Run) -> String {
+    let (title, body) = render_body(run);
+    page(&title, &body)
+}
+
+/// The report's title and body (the live view puts the body in its own page).
+pub fn render_body(run: &Run) -> (String, String) {
     let s = &run.summary;
     let title = format!("spate: {} load on {}", s.protocol.to_uppercase(), s.target);
     let mut b = String::new();
-    let status = if !s.complete {
+    let status = if run.running {
+        "<span class=\"ok\">running</span>"
+    } else if !s.complete {
         "<span class=\"warn\">incomplete (killed before it could finish)</span>"
     } else if s.interrupted && s.interrupted_by.as_deref() == Some("threshold") {
         "<span class=\"warn\">stopped early by a threshold (see the warnings)</span>"
+    } else if s.interrupted && s.interrupted_by.as_deref() == Some("control") {
+        "<span class=\"warn\">stopped from its live view or spate ctl</span>"
     } else if s.interrupted {
         "<span class=\"warn\">interrupted (stopped early)</span>"
     } else {
@@ -210,7 +274,7 @@ pub fn render_run(run: &Run) -> String {
     if let Some(m) = &run.monitor {
         monitor(&mut b, m, &fault_bands(&run.summary));
     }
-    page(&title, &b)
+    (title, b)
 }
 
 /// Each fault of the run (`--fault`): what was done when, and the load before, during

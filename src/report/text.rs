@@ -33,6 +33,8 @@ fn headline(o: &mut String, s: &Summary) {
                 " (INCOMPLETE: stopped before it could finish; figures up to its last second)",
             (true, true) if s.interrupted_by.as_deref() == Some("threshold") =>
                 " (stopped early by a threshold)",
+            (true, true) if s.interrupted_by.as_deref() == Some("control") =>
+                " (stopped from its live view or spate ctl)",
             (true, true) => " (interrupted)",
             (true, false) => "",
         }
@@ -224,8 +226,36 @@ fn footer(o: &mut String, s: &Summary) {
     if let Some(f) = s.extra.get("faults") {
         faults(o, f);
     }
+    if let Some(c) = s.extra.get("control") {
+        told(o, c);
+    }
     for w in &s.warnings {
         let _ = writeln!(o, "  warning: {w}");
+    }
+}
+
+/// What the run was told while it ran (`--web`, `spate ctl`), in order.
+fn told(o: &mut String, c: &serde_json::Value) {
+    let empty = Vec::new();
+    let said: Vec<String> = c["actions"]
+        .as_array()
+        .unwrap_or(&empty)
+        .iter()
+        .map(|a| {
+            let what = match (a["action"].as_str().unwrap_or("?"), a["value"].as_f64()) {
+                ("rate", Some(v)) => format!("rate {}/s", super::html::num(v)),
+                (name, Some(v)) => format!("{name} {v}"),
+                (name, None) => name.to_string(),
+            };
+            format!(
+                "{what} at {:.1}s ({})",
+                a["t_s"].as_f64().unwrap_or(0.0),
+                a["by"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    if !said.is_empty() {
+        let _ = writeln!(o, "  told while running: {}", said.join(", "));
     }
 }
 

@@ -15,7 +15,7 @@ use crate::UsageError;
 /// log is one when its phase is among `phases` (the run's), so a user's `backup.hlog`
 /// is not.
 pub fn is_results_file(name: &str, phases: &[String]) -> bool {
-    const NAMES: [&str; 14] = [
+    const NAMES: [&str; 16] = [
         "plan.json",
         "summary.json",
         "intervals.csv",
@@ -26,6 +26,8 @@ pub fn is_results_file(name: &str, phases: &[String]) -> bool {
         "monitor.csv",
         "faults.jsonl",
         "metrics.json",
+        "web.json",
+        "control.jsonl",
         "verify.json",
         "deliveries.csv",
         "missing.tsv",

@@ -193,7 +193,7 @@ fn answer(mut stream: TcpStream, page: &Page, limits: Limits) -> std::io::Result
     stream.flush()
 }
 
-fn response_head(status: &str, content_type: &str, len: usize) -> Vec<u8> {
+pub(crate) fn response_head(status: &str, content_type: &str, len: usize) -> Vec<u8> {
     format!(
         "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len}\r\n\
          Connection: close\r\nCache-Control: no-store\r\n\r\n"
@@ -204,10 +204,22 @@ fn response_head(status: &str, content_type: &str, len: usize) -> Vec<u8> {
 /// The request's head (request line and headers) within the limits: `Ok(None)` when the
 /// client closed or ran out of time first, `Some(Err(()))` when it sent more than the
 /// byte budget or not text.
-fn read_head(
+pub(crate) fn read_head(
     stream: &mut TcpStream,
     limits: Limits,
 ) -> std::io::Result<Option<Result<String, ()>>> {
+    Ok(read_head_and_more(stream, limits)?.map(|r| r.map(|(head, _)| head)))
+}
+
+/// A request's head and the bytes read past it (the start of a body); `Err` when it was
+/// more than the budget or not text.
+pub(crate) type Head = Result<(String, Vec<u8>), ()>;
+
+/// [`read_head`], and the bytes read past the head.
+pub(crate) fn read_head_and_more(
+    stream: &mut TcpStream,
+    limits: Limits,
+) -> std::io::Result<Option<Head>> {
     let deadline = Instant::now() + limits.request_time;
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
@@ -233,8 +245,16 @@ fn read_head(
         };
         buf.extend_from_slice(&chunk[..n]);
         if let Some(end) = head_end(&buf) {
+            let skip = if buf[end..].starts_with(b"\r\n\r\n") {
+                4
+            } else {
+                2
+            };
+            let more = buf[(end + skip).min(buf.len())..].to_vec();
             buf.truncate(end);
-            return Ok(Some(String::from_utf8(buf).map_err(|_| ())));
+            return Ok(Some(
+                String::from_utf8(buf).map(|h| (h, more)).map_err(|_| ()),
+            ));
         }
         if buf.len() >= limits.request_bytes {
             return Ok(Some(Err(())));

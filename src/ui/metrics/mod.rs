@@ -35,21 +35,7 @@ pub fn observer(
         return Ok(None);
     };
     let linger = crate::units::parse_duration(&output.metrics_linger)?;
-    // Shards on one host each need a port: shard I listens on PORT + I (port 0 picks a
-    // free one each); metrics.json in each results directory says where.
-    let addr = match shard {
-        Some(s) if addr.port() != 0 => {
-            let port = u32::from(addr.port()) + s.index;
-            let port = u16::try_from(port).map_err(|_| {
-                crate::UsageError(format!(
-                    "--metrics-listen {addr}: shard {} would listen on port {port}, beyond 65535",
-                    s.index
-                ))
-            })?;
-            SocketAddr::new(addr.ip(), port)
-        }
-        _ => addr,
-    };
+    let addr = super::shard_addr(addr, shard, "--metrics-listen")?;
     let shard = shard.map_or((0, 1), |s| (s.index, s.count));
     let mut m = Metrics::listen(
         addr,

@@ -1,0 +1,408 @@
+//! Steering a run while it goes: pause and resume, the rate of an open workload, the
+//! number of sessions of a closed one, and stop. What a live view (`--web`) or
+//! `spate ctl` asks for goes through [`Control::apply`], which checks it against the
+//! workload, says what it did and keeps it (with the time on the run's clock) for the
+//! results; the schedule follows within 50 ms.
+//!
+//! A pause holds the schedule: a closed session starts no unit (the one in flight
+//! finishes), an open workload's arrivals stop. The clock goes on: --duration counts the
+//! paused time, and no arrival is owed for it. A rate or a number of sessions applies
+//! from the moment it is set until the end of the run (the stages that were to follow
+//! are given up).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use serde::Serialize;
+use tokio::sync::watch;
+
+use super::schedule::{Model, Workload};
+use crate::metrics::Clock;
+use crate::results::ShardOf;
+
+/// What the schedule is told to do now.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Steer {
+    pub paused: bool,
+    /// This shard's arrival rate from now on (per second), instead of the profile's.
+    pub rate: Option<f64>,
+    /// How many of this shard's closed sessions run (the first N); None: all.
+    pub users: Option<u32>,
+    /// The run is over: sessions parked by a pause or a lower number end.
+    pub ended: bool,
+}
+
+impl Steer {
+    /// Whether closed session `id` may start a unit.
+    pub fn runs(&self, id: usize) -> bool {
+        !self.paused && self.users.is_none_or(|n| (id as u64) < u64::from(n))
+    }
+}
+
+/// One thing asked of a running test.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Action {
+    Pause,
+    Resume,
+    /// Stop as SIGTERM would: work in flight finishes, everything is written.
+    Stop,
+    /// The whole run's arrival rate, per second (an open workload).
+    Rate(f64),
+    /// The whole run's number of sessions (a closed workload).
+    Users(u32),
+}
+
+impl Action {
+    /// Parses `pause`, `resume`, `stop`, `rate 200/s`, `users 50` (the name and its value
+    /// as separate words, or in one with a space or `=`).
+    pub fn parse(name: &str, value: Option<&str>) -> Result<Action, String> {
+        let (name, inline) = match name.trim().split_once([' ', '=']) {
+            Some((n, v)) => (n, Some(v.trim())),
+            None => (name.trim(), None),
+        };
+        let value = inline.or(value.map(str::trim)).filter(|v| !v.is_empty());
+        let needs = |what: &str| format!("{name}: give {what}");
+        match (name, value) {
+            ("pause", None) => Ok(Action::Pause),
+            ("resume", None) => Ok(Action::Resume),
+            ("stop", None) => Ok(Action::Stop),
+            ("pause" | "resume" | "stop", Some(v)) => Err(format!("{name} takes no value ({v})")),
+            ("rate", None) => Err(needs("a rate, such as 200/s")),
+            ("rate", Some(v)) => {
+                let r = crate::units::parse_rate(v).map_err(|e| format!("rate: {e}"))?;
+                if r <= 0.0 {
+                    return Err("rate: give a rate above 0 (pause stops the arrivals)".into());
+                }
+                Ok(Action::Rate(r))
+            }
+            ("users", None) => Err(needs("a number of sessions, such as 50")),
+            ("users", Some(v)) => match v.parse::<u32>() {
+                Ok(0) => Err("users: give at least 1 (pause stops every session)".into()),
+                Ok(n) => Ok(Action::Users(n)),
+                Err(_) => Err(format!("users: {v} is not a number of sessions")),
+            },
+            _ => Err(format!(
+                "unknown action {name}: expected pause, resume, stop, rate RATE or users N"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Action::Pause => f.write_str("pause"),
+            Action::Resume => f.write_str("resume"),
+            Action::Stop => f.write_str("stop"),
+            Action::Rate(r) => {
+                let r = format!("{r:.3}");
+                write!(
+                    f,
+                    "rate {}/s",
+                    r.trim_end_matches('0').trim_end_matches('.')
+                )
+            }
+            Action::Users(n) => write!(f, "users {n}"),
+        }
+    }
+}
+
+/// An action as the results keep it (control.jsonl, summary.json's `extra.control`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Record {
+    /// Seconds since the start of the run.
+    pub t_s: f64,
+    /// Wall-clock time, RFC 3339.
+    pub time: String,
+    /// `pause`, `resume`, `stop`, `rate`, `users`.
+    pub action: &'static str,
+    /// The rate (per second) or the number of sessions set, for the whole run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<f64>,
+    /// Who asked (the peer's address, or `ctl`).
+    pub by: String,
+}
+
+/// How a run can be steered, and what it was told.
+pub struct Control {
+    tx: watch::Sender<Steer>,
+    /// Set once anything has been asked: until then a session's check is one load.
+    steered: AtomicBool,
+    open: bool,
+    /// Sessions this shard started (a closed workload's users).
+    sessions: u32,
+    shard: Option<ShardOf>,
+    stop: Arc<AtomicBool>,
+    clock: OnceLock<Clock>,
+    records: Mutex<Vec<Record>>,
+    /// Records handed out by [`Control::take_new`] so far.
+    taken: Mutex<usize>,
+}
+
+/// An action that cannot apply to this run (the HTTP API answers 409 with it).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Refused(pub String);
+
+impl Control {
+    /// The control of a run of `workload`; `stop` is the run's stop flag.
+    pub fn new(workload: &Workload, stop: Arc<AtomicBool>) -> Arc<Control> {
+        let (open, sessions) = match &workload.model {
+            Model::Closed { users, .. } => (false, *users),
+            Model::Open { max_in_flight, .. } => (true, *max_in_flight),
+        };
+        Arc::new(Control {
+            tx: watch::Sender::new(Steer::default()),
+            steered: AtomicBool::new(false),
+            open,
+            sessions,
+            shard: workload.shard.clone(),
+            stop,
+            clock: OnceLock::new(),
+            records: Mutex::new(Vec::new()),
+            taken: Mutex::new(0),
+        })
+    }
+
+    /// The run's clock starts: actions are timed on it from now on.
+    pub(super) fn begin(&self, clock: Clock) {
+        let _ = self.clock.set(clock);
+    }
+
+    /// What the schedule is told now, and changes to it.
+    pub fn subscribe(&self) -> watch::Receiver<Steer> {
+        self.tx.subscribe()
+    }
+
+    pub fn now(&self) -> Steer {
+        *self.tx.borrow()
+    }
+
+    /// Whether the run is an open workload (its rate can be set; a closed one's users).
+    pub fn open(&self) -> bool {
+        self.open
+    }
+
+    /// Whether closed session `id` is held back (a pause, a lower number of sessions).
+    pub fn held(&self, id: usize) -> bool {
+        self.steered.load(Ordering::Acquire) && !self.tx.borrow().runs(id)
+    }
+
+    /// The run is over: whatever waits on a pause ends.
+    pub(super) fn end(&self) {
+        self.tx.send_modify(|s| s.ended = true);
+    }
+
+    /// Applies `action` asked by `by`; says what was done, in words.
+    pub fn apply(&self, action: Action, by: &str) -> Result<String, Refused> {
+        let now = self.now();
+        if now.ended || self.stop.load(Ordering::Relaxed) {
+            return Err(Refused("the run is ending".into()));
+        }
+        let said = match action {
+            Action::Pause if now.paused => return Ok("already paused".into()),
+            Action::Resume if !now.paused => return Ok("not paused".into()),
+            Action::Pause => {
+                self.tx.send_modify(|s| s.paused = true);
+                "paused: no unit starts until resume (the clock and --duration go on)".into()
+            }
+            Action::Resume => {
+                self.tx.send_modify(|s| s.paused = false);
+                "resumed".into()
+            }
+            Action::Stop => {
+                self.stop.store(true, Ordering::Relaxed);
+                self.tx.send_modify(|s| s.paused = false);
+                "stopping: work in flight finishes, then everything is written".into()
+            }
+            Action::Rate(r) => {
+                if !self.open {
+                    return Err(Refused(format!(
+                        "{action}: this run is a closed workload (--users): set users instead"
+                    )));
+                }
+                let share = self.shard.as_ref().map_or(r, |s| r / f64::from(s.count));
+                self.tx.send_modify(|s| s.rate = Some(share));
+                format!("{action} from now on")
+            }
+            Action::Users(n) => {
+                if self.open {
+                    return Err(Refused(format!(
+                        "{action}: this run is an open workload (--rate): set its rate instead"
+                    )));
+                }
+                let share = self
+                    .shard
+                    .as_ref()
+                    .map_or(u64::from(n), |s| s.share(u64::from(n)));
+                if share > u64::from(self.sessions) {
+                    let whole = match &self.shard {
+                        Some(s) => {
+                            format!("this shard started {} of the run's", self.sessions)
+                                + &format!(" (shard {} of {})", s.index + 1, s.count)
+                        }
+                        None => format!("this run started {}", self.sessions),
+                    };
+                    return Err(Refused(format!(
+                        "{action}: {whole} sessions and can run at most those (start it with more --users and lower them)"
+                    )));
+                }
+                self.tx.send_modify(|s| s.users = Some(share as u32));
+                format!("{action}: sessions above that finish their unit and wait")
+            }
+        };
+        self.steered.store(true, Ordering::Release);
+        self.record(action, by);
+        Ok(said)
+    }
+
+    fn record(&self, action: Action, by: &str) {
+        let t_s = self.clock.get().map_or(0.0, |c| c.now_us() as f64 / 1e6);
+        let (name, value) = match action {
+            Action::Pause => ("pause", None),
+            Action::Resume => ("resume", None),
+            Action::Stop => ("stop", None),
+            Action::Rate(r) => ("rate", Some(r)),
+            Action::Users(n) => ("users", Some(f64::from(n))),
+        };
+        let rec = Record {
+            t_s: (t_s * 1000.0).round() / 1000.0,
+            time: crate::results::rfc3339(std::time::SystemTime::now()),
+            action: name,
+            value,
+            by: by.to_string(),
+        };
+        self.records
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(rec);
+    }
+
+    /// Every action so far.
+    pub fn records(&self) -> Vec<Record> {
+        self.records
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The actions since the last call.
+    pub fn take_new(&self) -> Vec<Record> {
+        let all = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        let mut taken = self.taken.lock().unwrap_or_else(|p| p.into_inner());
+        let new = all[*taken..].to_vec();
+        *taken = all.len();
+        new
+    }
+
+    /// Whether `stop` was asked for (the run stops as after SIGTERM).
+    pub fn stopped(&self) -> bool {
+        self.records
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|r| r.action == "stop")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::schedule::{Arrival, Profile};
+
+    fn closed(users: u32) -> Workload {
+        Workload::bounded(
+            Model::Closed {
+                users,
+                think_ms: 0.0,
+            },
+            Some(10),
+            None,
+        )
+    }
+
+    fn open() -> Workload {
+        Workload::bounded(
+            Model::Open {
+                profile: Profile::constant(100.0, None),
+                arrival: Arrival::Constant,
+                max_in_flight: 10,
+            },
+            Some(10),
+            None,
+        )
+    }
+
+    #[test]
+    fn actions_parse_as_words_or_with_their_value() {
+        assert_eq!(Action::parse("pause", None), Ok(Action::Pause));
+        assert_eq!(
+            Action::parse("rate", Some("200/s")),
+            Ok(Action::Rate(200.0))
+        );
+        assert_eq!(Action::parse("rate 60/min", None), Ok(Action::Rate(1.0)));
+        assert_eq!(Action::parse("users=5", None), Ok(Action::Users(5)));
+        assert!(Action::parse("rate", None).unwrap_err().contains("200/s"));
+        assert!(Action::parse("rate 0/s", None)
+            .unwrap_err()
+            .contains("pause"));
+        assert!(Action::parse("users 0", None).is_err());
+        assert!(Action::parse("users many", None).is_err());
+        assert!(Action::parse("pause 3", None).is_err());
+        assert!(Action::parse("faster", None)
+            .unwrap_err()
+            .contains("unknown action faster"));
+        assert_eq!(Action::Rate(2.5).to_string(), "rate 2.5/s");
+    }
+
+    #[test]
+    fn an_action_that_does_not_fit_the_workload_is_refused_and_not_recorded() {
+        let c = Control::new(&closed(4), Arc::new(AtomicBool::new(false)));
+        assert!(c.apply(Action::Rate(10.0), "t").is_err());
+        let e = c.apply(Action::Users(5), "t").unwrap_err();
+        assert!(e.0.contains("started 4"), "{e}");
+        assert!(c.records().is_empty());
+        c.apply(Action::Users(2), "t").unwrap();
+        assert_eq!(c.now().users, Some(2));
+        assert!(c.now().runs(1) && !c.now().runs(2));
+        let o = Control::new(&open(), Arc::new(AtomicBool::new(false)));
+        assert!(o.apply(Action::Users(2), "t").is_err());
+        o.apply(Action::Rate(50.0), "t").unwrap();
+        assert_eq!(o.now().rate, Some(50.0));
+        assert_eq!(o.records().len(), 1);
+    }
+
+    #[test]
+    fn a_shard_takes_its_share_of_a_rate_and_of_users() {
+        let mut w = closed(3);
+        w.shard = Some(ShardOf { index: 0, count: 2 });
+        let c = Control::new(&w, Arc::new(AtomicBool::new(false)));
+        c.apply(Action::Users(5), "t").unwrap();
+        assert_eq!(c.now().users, Some(3), "shard 0 of 5 over 2");
+        assert!(c.apply(Action::Users(7), "t").is_err(), "4 > 3 started");
+        let mut w = open();
+        w.shard = Some(ShardOf { index: 1, count: 4 });
+        let c = Control::new(&w, Arc::new(AtomicBool::new(false)));
+        c.apply(Action::Rate(200.0), "t").unwrap();
+        assert_eq!(c.now().rate, Some(50.0));
+    }
+
+    #[test]
+    fn pause_resume_and_stop_are_kept_in_order_and_stop_sets_the_flag() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let c = Control::new(&closed(2), stop.clone());
+        c.apply(Action::Pause, "a").unwrap();
+        assert!(!c.now().runs(0));
+        assert_eq!(c.apply(Action::Pause, "a").unwrap(), "already paused");
+        c.apply(Action::Resume, "b").unwrap();
+        assert_eq!(c.take_new().len(), 2);
+        c.apply(Action::Stop, "c").unwrap();
+        assert!(stop.load(Ordering::Relaxed) && c.stopped());
+        let new = c.take_new();
+        assert_eq!(
+            (new.len(), new[0].action, new[0].by.as_str()),
+            (1, "stop", "c")
+        );
+        assert!(c.apply(Action::Resume, "d").is_err(), "the run is ending");
+    }
+}

@@ -1,0 +1,222 @@
+//! What the live view shows, and the thread that draws it: the run's report, read from
+//! its results directory as the run writes it (complete lines only) and drawn by the
+//! report's own code, so the page is the report, live, and ends as the report.
+//!
+//! Drawing is done only while a page watches, at most once per interval, and never more
+//! than a tenth of the time: a run so long that its report takes 300 ms to draw is drawn
+//! every 3 s.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::report::data::{Lines, Run};
+
+/// One drawing of the run, as the page gets it.
+#[derive(Debug, Clone, Default)]
+pub struct Frame {
+    /// Counts the drawings: a page waits for a newer one.
+    pub generation: u64,
+    /// The report's body (HTML).
+    pub body: Arc<String>,
+    /// The run is over: this is its report, and nothing follows.
+    pub ended: bool,
+    /// Seconds into the run it shows.
+    pub t_s: f64,
+}
+
+/// The frames, the pages that watch them, and a wake-up for each new one.
+#[derive(Default)]
+pub struct Live {
+    frame: Mutex<Frame>,
+    changed: Condvar,
+    /// Pages connected to the event stream.
+    watchers: AtomicUsize,
+    /// Pages that were sent the last frame (the run waits for them, a little, at its end).
+    got_last: AtomicUsize,
+}
+
+impl Live {
+    fn lock(&self) -> MutexGuard<'_, Frame> {
+        self.frame.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn current(&self) -> Frame {
+        self.lock().clone()
+    }
+
+    fn publish(&self, body: String, t_s: f64, ended: bool) {
+        let mut f = self.lock();
+        f.generation += 1;
+        f.body = Arc::new(body);
+        f.t_s = t_s;
+        f.ended |= ended;
+        drop(f);
+        self.changed.notify_all();
+    }
+
+    /// A frame newer than `seen`, waiting at most `limit`; None when none came.
+    pub fn next_after(&self, seen: u64, limit: Duration) -> Option<Frame> {
+        let f = self.lock();
+        let (f, _) = self
+            .changed
+            .wait_timeout_while(f, limit, |f| f.generation <= seen)
+            .unwrap_or_else(|p| p.into_inner());
+        (f.generation > seen).then(|| f.clone())
+    }
+
+    /// A page starts or stops watching.
+    pub fn watch(&self) -> Watching<'_> {
+        self.watchers.fetch_add(1, Ordering::SeqCst);
+        Watching(self)
+    }
+
+    pub fn watchers(&self) -> usize {
+        self.watchers.load(Ordering::SeqCst)
+    }
+
+    /// A page was sent the last frame.
+    pub fn got_last(&self) {
+        self.got_last.fetch_add(1, Ordering::SeqCst);
+        self.changed.notify_all();
+    }
+
+    /// Waits (at most `limit`) until every watching page was sent the last frame.
+    pub fn wait_delivered(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        let mut f = self.lock();
+        while self.got_last.load(Ordering::SeqCst) < self.watchers() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            f = self
+                .changed
+                .wait_timeout(f, left.min(Duration::from_millis(50)))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+/// A page watching; it stops when this drops.
+pub struct Watching<'a>(&'a Live);
+
+impl Drop for Watching<'_> {
+    fn drop(&mut self) {
+        self.0.watchers.fetch_sub(1, Ordering::SeqCst);
+        self.0.changed.notify_all();
+    }
+}
+
+/// What the drawing thread is asked to draw.
+pub struct Ask {
+    pub dir: PathBuf,
+    pub t_s: f64,
+    /// What the run was told so far (summary.json's `extra.control` to be).
+    pub control: serde_json::Value,
+    /// The run is over and its files complete: the last frame.
+    pub last: bool,
+}
+
+/// The drawing thread: it ends when the sender drops.
+pub fn drawer(live: Arc<Live>) -> std::io::Result<mpsc::Sender<Ask>> {
+    let (tx, rx) = mpsc::channel::<Ask>();
+    std::thread::Builder::new()
+        .name("spate-web-draw".into())
+        .spawn(move || {
+            let mut not_before = Instant::now();
+            while let Ok(mut ask) = rx.recv() {
+                // Only the latest ask counts (the last one always does).
+                while let Ok(newer) = rx.try_recv() {
+                    let last = ask.last;
+                    ask = newer;
+                    ask.last |= last;
+                }
+                if !ask.last && (live.watchers() == 0 || Instant::now() < not_before) {
+                    continue;
+                }
+                let started = Instant::now();
+                let body = draw(&ask);
+                live.publish(body, ask.t_s, ask.last);
+                if ask.last {
+                    return;
+                }
+                // At most a tenth of the time drawing.
+                not_before = Instant::now() + started.elapsed() * 9;
+            }
+        })?;
+    Ok(tx)
+}
+
+/// The report's body for the run as far as it is written (a page, never an error: what
+/// cannot be read yet is said).
+fn draw(ask: &Ask) -> String {
+    let lines = if ask.last {
+        Lines::All
+    } else {
+        Lines::Complete
+    };
+    match Run::read_lines(&ask.dir, lines) {
+        Ok(mut run) => {
+            run.running = !ask.last;
+            if ask.control["actions"]
+                .as_array()
+                .is_some_and(|a| !a.is_empty())
+            {
+                run.summary
+                    .extra
+                    .insert("control".into(), ask.control.clone());
+            }
+            crate::report::html::render_body(&run).1
+        }
+        Err(e) => format!(
+            "<p class=\"sub\">waiting for the run's first figures ({})</p>",
+            crate::report::chart::escape(&format!("{e:#}"))
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_waits_for_a_newer_frame_and_is_counted_while_it_watches() {
+        let live = Arc::new(Live::default());
+        assert!(live.next_after(0, Duration::from_millis(10)).is_none());
+        let w = live.watch();
+        assert_eq!(live.watchers(), 1);
+        let other = live.clone();
+        let t = std::thread::spawn(move || other.next_after(0, Duration::from_secs(30)));
+        live.publish("<p>1</p>".into(), 1.0, false);
+        let f = t.join().unwrap().expect("woken by the frame");
+        assert_eq!(
+            (f.generation, f.body.as_str(), f.ended),
+            (1, "<p>1</p>", false)
+        );
+        live.publish("<p>2</p>".into(), 2.0, true);
+        live.got_last();
+        live.wait_delivered(Duration::from_secs(30));
+        drop(w);
+        assert_eq!(live.watchers(), 0);
+        assert!(live.current().ended);
+    }
+
+    #[test]
+    fn a_directory_without_figures_yet_is_said_not_drawn() {
+        let dir = tempfile::tempdir().unwrap();
+        let body = draw(&Ask {
+            dir: dir.path().to_path_buf(),
+            t_s: 0.0,
+            control: serde_json::Value::Null,
+            last: false,
+        });
+        assert!(
+            body.contains("waiting for the run's first figures"),
+            "{body}"
+        );
+    }
+}

@@ -1,0 +1,386 @@
+//! The live view (`--web`) and `spate ctl`, end to end against `spate serve`: the page,
+//! its event stream of the report, pause, resume, rate, users and stop as the API and
+//! `spate ctl` give them, what the results say of them, and the guards (token, another
+//! site's page, bad input).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{run_blocking, serve_process, wait_bounded, Kill, SPATE};
+
+/// `spate smtp TARGET ARGS... --web 127.0.0.1:0 -o DIR` in the background, its output in
+/// files of `dir`; the child and where its live view listens (from web.json).
+fn start_run(target: &str, args: &[&str], dir: &Path, env: &[(&str, &str)]) -> (Kill, String) {
+    let out = dir.join("r");
+    let child = Command::new(SPATE)
+        .args(["smtp", target])
+        .args(args)
+        .args(["--web", "127.0.0.1:0", "-o", out.to_str().unwrap()])
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(dir.join("stdout")).unwrap())
+        .stderr(std::fs::File::create(dir.join("stderr")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut child = Kill(child);
+    let web = out.join("web.json");
+    let t0 = Instant::now();
+    let addr = loop {
+        if let Some(a) = std::fs::read_to_string(&web)
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| v["address"].as_str().map(str::to_string))
+        {
+            break a;
+        }
+        let ended = child.0.try_wait().unwrap();
+        assert!(
+            ended.is_none() && t0.elapsed() < Duration::from_secs(60),
+            "no web.json: {ended:?}\n{}",
+            std::fs::read_to_string(dir.join("stderr")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    (child, addr)
+}
+
+/// One HTTP request to the live view; the status code and the body.
+fn http(addr: &str, method: &str, path: &str, headers: &[&str], body: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\n");
+    for h in headers {
+        req.push_str(h);
+        req.push_str("\r\n");
+    }
+    req.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+    s.write_all(req.as_bytes()).unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    (head[9..12].parse().unwrap(), body.to_string())
+}
+
+/// `spate ctl RUN ACTION [VALUE]` with these environment variables.
+fn ctl(run: &str, action: &[&str], env: &[(String, String)]) -> common::Output {
+    let mut args = vec!["ctl", run];
+    args.extend_from_slice(action);
+    run_blocking(SPATE, &args, env, Duration::from_secs(60))
+}
+
+/// The rows of intervals.csv so far: (t_s, attempted).
+fn intervals(dir: &Path) -> Vec<(f64, u64)> {
+    let text = std::fs::read_to_string(dir.join("intervals.csv")).unwrap_or_default();
+    text.lines()
+        .skip(1)
+        .filter(|l| l.ends_with(|c: char| c.is_ascii_digit()))
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            Some((f.first()?.parse().ok()?, f.get(2)?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Waits (at most 60 s) until intervals.csv has a row ending at or after `t_s`.
+fn wait_interval(dir: &Path, t_s: f64) -> Vec<(f64, u64)> {
+    let t0 = Instant::now();
+    loop {
+        let rows = intervals(dir);
+        if rows.last().is_some_and(|r| r.0 >= t_s) {
+            return rows;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no interval to {t_s}: {rows:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The run's clock when its last action was taken (the status's actions).
+fn last_action_t(addr: &str) -> f64 {
+    let (_, status) = http(addr, "GET", "/api/status", &[], "");
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let actions = status["actions"].as_array().unwrap();
+    actions.last().unwrap()["t_s"].as_f64().unwrap()
+}
+
+/// Reads the event stream until a `report` event whose data holds `needle`.
+fn report_event_with(addr: &str, needle: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(s, "GET /events HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let t0 = Instant::now();
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 65536];
+    loop {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no report event with {needle}: {}",
+            String::from_utf8_lossy(&got)
+        );
+        match s.read(&mut chunk) {
+            Ok(0) => panic!("the stream ended: {}", String::from_utf8_lossy(&got)),
+            Ok(n) => got.extend_from_slice(&chunk[..n]),
+            Err(_) => continue,
+        }
+        let text = String::from_utf8_lossy(&got);
+        for ev in text.split("\n\n") {
+            if ev.starts_with("event: report\n") && ev.contains(needle) {
+                return text.into_owned();
+            }
+        }
+    }
+}
+
+fn wait_exit(child: &mut Kill) -> Option<i32> {
+    wait_bounded(&mut child.0, Duration::from_secs(90)).and_then(|s| s.code())
+}
+
+fn summary(dir: &Path) -> serde_json::Value {
+    common::summary(dir)
+}
+
+#[test]
+fn a_run_is_watched_paused_given_a_rate_and_stopped_from_its_live_view() {
+    let (_server, target) = serve_process("--smtp", &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir: PathBuf = tmp.path().join("r");
+    let (mut run, addr) = start_run(
+        &target,
+        &["--rate", "40/s", "--duration", "120s"],
+        tmp.path(),
+        &[],
+    );
+
+    // The page: the report's styles and a script, nothing fetched from elsewhere.
+    let (code, page) = http(&addr, "GET", "/", &[], "");
+    assert_eq!(code, 200);
+    assert!(page.contains("<title>spate: SMTP load on") && page.contains("EventSource"));
+    for external in ["src=\"http", "href=\"http", "url(http", "@import"] {
+        assert!(!page.contains(external), "the page fetches {external}");
+    }
+    // The event stream carries the report, drawn from the run's files, running.
+    let events = report_event_with(&addr, "<h2>Throughput");
+    assert!(events.contains("running"), "{events}");
+    assert!(events.contains("event: status\ndata: {"), "{events}");
+
+    // Pause from the API: no unit starts in an interval that lies within the pause.
+    let (code, said) = http(&addr, "POST", "/api/pause", &[], "");
+    assert_eq!(code, 200, "{said}");
+    let paused_at = last_action_t(&addr);
+    // (A unit started before the pause may end in the next second, counted there.)
+    let rows = wait_interval(&dir, paused_at.ceil() + 3.0);
+    let within: Vec<_> = rows
+        .iter()
+        .filter(|r| r.0 - 1.0 >= paused_at + 1.0 && r.0 <= paused_at.ceil() + 3.0)
+        .collect();
+    assert!(!within.is_empty(), "{rows:?}");
+    assert!(
+        within.iter().all(|r| r.1 == 0),
+        "units while paused: {rows:?} (pause at {paused_at})"
+    );
+    let (_, status) = http(&addr, "GET", "/api/status", &[], "");
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(status["paused"], true, "{status}");
+
+    // Resume and a rate from a shell, through the results directory's web.json.
+    let run_dir = dir.to_str().unwrap();
+    let o = ctl(run_dir, &["resume"], &[]);
+    assert!(o.ok && o.stdout.contains("resumed"), "{o:?}");
+    let o = ctl(&format!("http://{addr}/"), &["rate", "100/s"], &[]);
+    assert!(o.ok && o.stdout.contains("rate 100/s from now on"), "{o:?}");
+    let rate_at = last_action_t(&addr);
+    // Three seconds at the new rate: some 300 units, where 40/s would make 120.
+    let rows = wait_interval(&dir, rate_at.ceil() + 4.0);
+    let after: u64 = rows
+        .iter()
+        .filter(|r| r.0 - 1.0 >= rate_at + 0.5)
+        .take(3)
+        .map(|r| r.1)
+        .sum();
+    assert!(after >= 200, "{rows:?} (rate set at {rate_at})");
+    // Not for this run: users (an open workload), and a bad value.
+    let o = ctl(run_dir, &["users", "5"], &[]);
+    assert_eq!(o.code, Some(1), "{o:?}");
+    assert!(
+        o.stdout.contains("refused (409)") && o.stdout.contains("open workload"),
+        "{o:?}"
+    );
+    let o = ctl(run_dir, &["rate", "fast"], &[]);
+    assert_eq!(o.code, Some(2), "{o:?}");
+    assert!(o.stderr.contains("bad rate"), "{o:?}");
+
+    // Stop, as SIGTERM: exit 143, everything written and counted.
+    let o = ctl(run_dir, &["stop"], &[]);
+    assert!(o.ok, "{o:?}");
+    assert_eq!(wait_exit(&mut run), Some(143));
+    let s = summary(&dir);
+    common::assert_every_unit_counted(&dir, &s);
+    assert_eq!(s["interrupted_by"], "control", "{s}");
+    let actions: Vec<(String, String)> = s["extra"]["control"]["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["action"].as_str().unwrap().into(),
+                a["by"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    let names: Vec<&str> = actions.iter().map(|a| a.0.as_str()).collect();
+    assert_eq!(names, ["pause", "resume", "rate", "stop"]);
+    assert!(
+        actions[0].1.ends_with("web") && actions[1].1.ends_with("spate ctl"),
+        "{actions:?}"
+    );
+    let log = std::fs::read_to_string(dir.join("control.jsonl")).unwrap();
+    assert_eq!(log.lines().count(), 4, "{log}");
+    let stdout = std::fs::read_to_string(tmp.path().join("stdout")).unwrap();
+    assert!(
+        stdout.contains("stopped from its live view or spate ctl"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("told while running: pause at"), "{stdout}");
+    // The report marks the pause and the rate on its charts.
+    let o = run_blocking(SPATE, &["report", run_dir], &[], Duration::from_secs(60));
+    assert!(o.ok, "{o:?}");
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(html.contains(">paused</text>") && html.contains(">rate 100/s</text>"));
+}
+
+#[test]
+fn a_closed_run_is_given_fewer_sessions_and_refuses_more_than_it_started() {
+    let (_server, target) = serve_process("--smtp", &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r");
+    let args = ["--users", "3", "--think", "50ms", "--duration", "120s"];
+    let (mut run, addr) = start_run(&target, &args, tmp.path(), &[]);
+    let (code, said) = http(&addr, "POST", "/api/users", &[], "4");
+    assert_eq!(code, 409, "{said}");
+    assert!(said.contains("started 3"), "{said}");
+    let (code, said) = http(&addr, "POST", "/api/rate", &[], "10/s");
+    assert_eq!(code, 409, "{said}");
+    let (code, said) = http(&addr, "POST", "/api/users", &[], "none");
+    assert_eq!(code, 400, "{said}");
+    let (code, said) = http(&addr, "POST", "/api/users", &[], "1");
+    assert_eq!(code, 200, "{said}");
+    let at = last_action_t(&addr);
+    // One session thinking 50 ms: at most 20 units a second, where three made up to 60.
+    let rows = wait_interval(&dir, at.ceil() + 3.0);
+    let after: Vec<_> = rows.iter().filter(|r| r.0 - 1.0 >= at + 0.5).collect();
+    assert!(
+        !after.is_empty() && after.iter().all(|r| r.1 <= 21),
+        "{rows:?} (users 1 at {at})"
+    );
+    let (code, _) = http(&addr, "POST", "/api/stop", &[], "");
+    assert_eq!(code, 200);
+    assert_eq!(wait_exit(&mut run), Some(143));
+    common::assert_every_unit_counted(&dir, &summary(&dir));
+}
+
+#[test]
+fn steering_needs_the_token_when_one_is_set_and_never_comes_from_another_site() {
+    let (_server, target) = serve_process("--smtp", &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let env = [("SPATE_WEB_TOKEN", "s3cret-token")];
+    let args = ["--rate", "10/s", "--duration", "120s"];
+    let (mut run, addr) = start_run(&target, &args, tmp.path(), &env);
+    let dir = tmp.path().join("r");
+    let run_dir = dir.to_str().unwrap();
+    // No token, a wrong one: 401, and said on the run's stderr.
+    let (code, _) = http(&addr, "POST", "/api/pause", &[], "");
+    assert_eq!(code, 401);
+    let wrong = [("SPATE_WEB_TOKEN".to_string(), "guess".to_string())];
+    let o = ctl(run_dir, &["pause"], &wrong);
+    assert_eq!(o.code, Some(1), "{o:?}");
+    assert!(o.stdout.contains("refused (401)"), "{o:?}");
+    // The right token, but sent by another site's page, or to a rebound name: 403.
+    let auth = "Authorization: Bearer s3cret-token";
+    let (code, _) = http(
+        &addr,
+        "POST",
+        "/api/pause",
+        &[auth, "Origin: http://evil.example"],
+        "",
+    );
+    assert_eq!(code, 403);
+    let mut s = TcpStream::connect(&addr).unwrap();
+    write!(
+        s,
+        "GET /api/status HTTP/1.1\r\nHost: evil.example:5665\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 403 "), "{answer}");
+    // Nothing was done so far; the right token stops the run.
+    let (_, status) = http(&addr, "GET", "/api/status", &[], "");
+    assert!(status.contains("\"actions\":[]"), "{status}");
+    let right = [("SPATE_WEB_TOKEN".to_string(), "s3cret-token".to_string())];
+    let o = ctl(run_dir, &["stop"], &right);
+    assert!(o.ok, "{o:?}");
+    assert_eq!(wait_exit(&mut run), Some(143));
+    let stderr = std::fs::read_to_string(tmp.path().join("stderr")).unwrap();
+    assert!(
+        stderr.contains("no token") && stderr.contains("wrong token"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("sent by the page of http://evil.example"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_live_view_that_cannot_be_made_is_refused_before_the_run() {
+    let (_server, target) = serve_process("--smtp", &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("r");
+    let o = |web: &str, env: &[(String, String)]| {
+        let args = [
+            "smtp",
+            &target,
+            "--count",
+            "5",
+            "--web",
+            web,
+            "-o",
+            out.to_str().unwrap(),
+        ];
+        run_blocking(SPATE, &args, env, Duration::from_secs(60))
+    };
+    // Not loopback, no token.
+    let r = o("0.0.0.0:0", &[]);
+    assert_eq!(r.code, Some(2), "{r:?}");
+    assert!(
+        r.stderr.contains("needs a token: set SPATE_WEB_TOKEN"),
+        "{r:?}"
+    );
+    assert_eq!(r.stderr.trim().lines().count(), 1, "{r:?}");
+    // A port that is taken.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let r = o(&taken.local_addr().unwrap().to_string(), &[]);
+    assert_eq!(r.code, Some(2), "{r:?}");
+    assert!(r.stderr.contains("cannot listen there"), "{r:?}");
+    // Not an address.
+    let r = o("somewhere", &[]);
+    assert_eq!(r.code, Some(2), "{r:?}");
+    assert!(!out.exists(), "a run that cannot start writes nothing");
+    // spate ctl: a run that is not there, an unknown action.
+    let port = common::free_port();
+    let r = ctl(&format!("127.0.0.1:{port}"), &["pause"], &[]);
+    assert_eq!(r.code, Some(1), "{r:?}");
+    assert!(r.stdout.contains("no answer"), "{r:?}");
+    let r = ctl(&format!("127.0.0.1:{port}"), &["faster"], &[]);
+    assert_eq!(r.code, Some(2), "{r:?}");
+    let r = ctl(tmp.path().to_str().unwrap(), &["pause"], &[]);
+    assert_eq!(r.code, Some(2), "{r:?}");
+    assert!(r.stderr.contains("no web.json"), "{r:?}");
+}
