@@ -233,7 +233,13 @@ pub fn render_body(run: &Run) -> (String, String) {
         ("protocol", esc(&s.protocol)),
         ("spate version", esc(&s.spate_version)),
         ("started", esc(&s.started_at)),
-        ("ended", esc(&s.ended_at)),
+        (
+            "ended",
+            match run.running {
+                true => "still running".to_string(),
+                false => esc(&s.ended_at),
+            },
+        ),
         ("elapsed", format!("{:.1} s", s.elapsed_s)),
         (
             "generator",
