@@ -121,23 +121,41 @@ pub struct Ask {
     pub last: bool,
 }
 
-/// The drawing thread: it ends when the sender drops.
+/// How often the drawing thread looks for a page that came to watch.
+const POLL: Duration = Duration::from_millis(200);
+
+/// The drawing thread: it ends when the sender drops, or after the last drawing.
 pub fn drawer(live: Arc<Live>) -> std::io::Result<mpsc::Sender<Ask>> {
     let (tx, rx) = mpsc::channel::<Ask>();
     std::thread::Builder::new()
         .name("spate-web-draw".into())
         .spawn(move || {
             let mut not_before = Instant::now();
-            while let Ok(mut ask) = rx.recv() {
-                // Only the latest ask counts (the last one always does).
+            // The latest ask not drawn yet (nobody watched, or too soon): a page that
+            // connects gets it within a poll, not at the next interval.
+            let mut pending: Option<Ask> = None;
+            loop {
+                let mut take = |ask: Ask| {
+                    let last = pending.as_ref().is_some_and(|p| p.last);
+                    pending = Some(Ask {
+                        last: ask.last || last,
+                        ..ask
+                    });
+                };
+                match rx.recv_timeout(POLL) {
+                    Ok(ask) => take(ask),
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                }
                 while let Ok(newer) = rx.try_recv() {
-                    let last = ask.last;
-                    ask = newer;
-                    ask.last |= last;
+                    take(newer);
                 }
-                if !ask.last && (live.watchers() == 0 || Instant::now() < not_before) {
+                let due = pending.as_ref().is_some_and(|a| {
+                    a.last || (live.watchers() > 0 && Instant::now() >= not_before)
+                });
+                let Some(ask) = pending.take_if(|_| due) else {
                     continue;
-                }
+                };
                 let started = Instant::now();
                 let body = draw(&ask);
                 live.publish(body, ask.t_s, ask.last);
