@@ -274,10 +274,10 @@ pub(crate) fn workload(args: &Args) -> anyhow::Result<(Workload, usize)> {
                 "{opt}: a traffic mix (--message-rate, --presence-every, ...) sets the rates of its kinds itself"
             ));
         }
-        let total: f64 = kinds.iter().map(|k| k.1).sum();
-        w.rate = Some(format!("{total}/s"));
     }
-    if w.rate.is_some() || w.stages.is_some() {
+    // A mix's rates add up to the open workload's.
+    let mix_rate = (!kinds.is_empty()).then(|| kinds.iter().map(|k| k.1).sum::<f64>());
+    if w.rate.is_some() || w.stages.is_some() || mix_rate.is_some() {
         // In XMPP the sessions stay logged in: they carry the open workload's messages.
         if w.max_in_flight != 1000 {
             return usage("--max-in-flight: in spate xmpp the logged-in sessions (--users) carry the messages");
@@ -287,7 +287,7 @@ pub(crate) fn workload(args: &Args) -> anyhow::Result<(Workload, usize)> {
     } else {
         w.users = Some(sessions as u32);
     }
-    let mut resolved = w.resolve()?;
+    let mut resolved = w.resolve_at(mix_rate)?;
     // Traffic (open arrivals, --duration) starts once every session has logged in.
     resolved.after_setup = true;
     let sessions = match &resolved.shard {

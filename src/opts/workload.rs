@@ -103,6 +103,12 @@ const DEFAULT_CONNECT_RATE: f64 = 1000.0;
 impl WorkloadArgs {
     /// Validates the options. `unit` names a unit of work in error messages.
     pub fn resolve(&self) -> anyhow::Result<Workload> {
+        self.resolve_at(None)
+    }
+
+    /// [`WorkloadArgs::resolve`], open at `mix_rate` per second (a traffic mix's rates
+    /// added up) when given, as --rate would be.
+    pub fn resolve_at(&self, mix_rate: Option<f64>) -> anyhow::Result<Workload> {
         let duration = self
             .duration
             .as_deref()
@@ -131,42 +137,7 @@ impl WorkloadArgs {
                 "--users is for closed workloads; an open workload (--rate, --stages) starts work on its schedule, with at most --max-in-flight at once",
             );
         }
-        let model = match (&self.rate, &self.stages) {
-            (Some(rate), _) => {
-                let r = named("--rate", units::parse_rate(rate))?;
-                if r <= 0.0 {
-                    return usage("--rate must be more than 0");
-                }
-                Model::Open {
-                    profile: Profile::constant(r, duration),
-                    arrival: self.arrival,
-                    max_in_flight: self.max_in_flight,
-                }
-            }
-            (None, Some(stages)) => Model::Open {
-                profile: Profile {
-                    start_rate: 0.0,
-                    stages: named("--stages", schedule::parse_stages(stages))?,
-                },
-                arrival: self.arrival,
-                max_in_flight: self.max_in_flight.max(1),
-            },
-            (None, None) => {
-                let users = self.users.unwrap_or(1);
-                if users == 0 {
-                    return usage("--users must be at least 1");
-                }
-                let think = self
-                    .think
-                    .as_deref()
-                    .map(|t| named("--think", units::parse_duration(t)))
-                    .transpose()?;
-                Model::Closed {
-                    users,
-                    think_ms: think.map_or(0.0, |d| d.as_secs_f64() * 1000.0),
-                }
-            }
-        };
+        let model = self.model(duration, mix_rate)?;
         let connect_rate = match (&self.connect_rate, &model) {
             (Some(_), Model::Open { .. }) => {
                 return usage(
@@ -221,6 +192,54 @@ impl WorkloadArgs {
             w.shard = Some(of);
         }
         Ok(w)
+    }
+
+    /// The workload's model: open at `mix_rate`, --rate or --stages, else closed users.
+    fn model(
+        &self,
+        duration: Option<std::time::Duration>,
+        mix_rate: Option<f64>,
+    ) -> anyhow::Result<Model> {
+        let rate = match (mix_rate, &self.rate) {
+            (Some(r), _) => Some(r),
+            (None, Some(text)) => Some(named("--rate", units::parse_rate(text))?),
+            (None, None) => None,
+        };
+        Ok(match (rate, &self.stages) {
+            (Some(r), _) => {
+                if r <= 0.0 {
+                    return usage("--rate must be more than 0");
+                }
+                Model::Open {
+                    profile: Profile::constant(r, duration),
+                    arrival: self.arrival,
+                    max_in_flight: self.max_in_flight,
+                }
+            }
+            (None, Some(stages)) => Model::Open {
+                profile: Profile {
+                    start_rate: 0.0,
+                    stages: named("--stages", schedule::parse_stages(stages))?,
+                },
+                arrival: self.arrival,
+                max_in_flight: self.max_in_flight.max(1),
+            },
+            (None, None) => {
+                let users = self.users.unwrap_or(1);
+                if users == 0 {
+                    return usage("--users must be at least 1");
+                }
+                let think = self
+                    .think
+                    .as_deref()
+                    .map(|t| named("--think", units::parse_duration(t)))
+                    .transpose()?;
+                Model::Closed {
+                    users,
+                    think_ms: think.map_or(0.0, |d| d.as_secs_f64() * 1000.0),
+                }
+            }
+        })
     }
 }
 
