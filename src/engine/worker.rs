@@ -453,70 +453,13 @@ async fn schedule(
     let closer = dispatch.clone();
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     let run = move || {
-        // SAFETY: prctl(PR_SET_TIMERSLACK) changes only this thread's timer slack.
-        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
-        let mut batches = Batches::new(arrivals, (count, limit), BATCH_WINDOW_S, BATCH_MAX);
-        let (mut due, mut batch, mut woken) = (
-            Vec::with_capacity(BATCH_MAX),
-            Vec::with_capacity(BATCH_MAX),
-            Vec::with_capacity(BATCH_MAX),
+        arrivals_at_their_times(
+            arrivals,
+            &dispatch,
+            (count, limit),
+            (start, offset_s),
+            &shared,
         );
-        let mut steer = shared.control.subscribe();
-        let mut stopped_at = None;
-        // Hands out `due`; false when there was nothing.
-        let mut hand_out = |due: &[(u64, f64)]| {
-            if due.is_empty() {
-                return false;
-            }
-            batch.clear();
-            batch.extend(
-                due.iter()
-                    .map(|&(seq, at)| (seq, ((offset_s + at) * 1e6) as u64)),
-            );
-            let dropped = dispatch.offer(&batch, &mut woken);
-            if dropped > 0 {
-                shared.recorder.with(0, |s| s.counters.dropped += dropped);
-            }
-            true
-        };
-        loop {
-            if steer.has_changed().unwrap_or(false) && stopped_at.is_none() {
-                // What was due before the steer is handed out (the thread may be
-                // behind); the schedule goes on from now as told.
-                let now = start.elapsed().as_secs_f64();
-                loop {
-                    batches.take_due(now, &mut due);
-                    if !hand_out(&due) {
-                        break;
-                    }
-                }
-                let s = *steer.borrow_and_update();
-                batches.steer(now, s.paused, s.rate);
-            }
-            if batches.paused() {
-                // Nothing is due until a resume (or another rate), or the end.
-                match wait_until(start + PAUSE_LOOK, &shared.stop, &mut steer) {
-                    Wait::Stopped => break,
-                    _ => continue,
-                }
-            }
-            let Some(t) = batches.wake_at() else { break };
-            if stopped_at.is_none() {
-                match wait_until(start + Duration::from_secs_f64(t), &shared.stop, &mut steer) {
-                    Wait::Due => {}
-                    Wait::Steered => continue,
-                    // The run stopped (its duration is over, or an interrupt): what
-                    // was due by now is still the run's, handed out or counted as
-                    // dropped, even if this thread was behind; nothing later is.
-                    Wait::Stopped => stopped_at = Some(start.elapsed().as_secs_f64()),
-                }
-            }
-            let now = stopped_at.unwrap_or_else(|| start.elapsed().as_secs_f64());
-            batches.take_due(now, &mut due);
-            if !hand_out(&due) {
-                break;
-            }
-        }
         dispatch.close();
         let _ = done_tx.send(());
     };
@@ -532,6 +475,83 @@ async fn schedule(
         Err(e) => {
             eprintln!("spate: cannot start the arrival scheduler: {e}");
             closer.close();
+        }
+    }
+}
+
+/// The arrival thread's work: hands out each arrival at its time (in batches, see
+/// [`Batches`]) until the schedule, the count or the duration ends or the run stops,
+/// following what the run is told (a pause, another rate) as it goes. Times count from
+/// `start`, `offset_s` seconds into the run.
+fn arrivals_at_their_times(
+    arrivals: Arrivals<SmallRng>,
+    dispatch: &Dispatch,
+    (count, limit): (Option<u64>, Option<f64>),
+    (start, offset_s): (std::time::Instant, f64),
+    shared: &Shared,
+) {
+    // SAFETY: prctl(PR_SET_TIMERSLACK) changes only this thread's timer slack.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
+    let mut batches = Batches::new(arrivals, (count, limit), BATCH_WINDOW_S, BATCH_MAX);
+    let (mut due, mut batch, mut woken) = (
+        Vec::with_capacity(BATCH_MAX),
+        Vec::with_capacity(BATCH_MAX),
+        Vec::with_capacity(BATCH_MAX),
+    );
+    let mut steer = shared.control.subscribe();
+    let mut stopped_at = None;
+    // Hands out `due`; false when there was nothing.
+    let mut hand_out = |due: &[(u64, f64)]| {
+        if due.is_empty() {
+            return false;
+        }
+        batch.clear();
+        batch.extend(
+            due.iter()
+                .map(|&(seq, at)| (seq, ((offset_s + at) * 1e6) as u64)),
+        );
+        let dropped = dispatch.offer(&batch, &mut woken);
+        if dropped > 0 {
+            shared.recorder.with(0, |s| s.counters.dropped += dropped);
+        }
+        true
+    };
+    loop {
+        if steer.has_changed().unwrap_or(false) && stopped_at.is_none() {
+            // What was due before the steer is handed out (the thread may be
+            // behind); the schedule goes on from now as told.
+            let now = start.elapsed().as_secs_f64();
+            loop {
+                batches.take_due(now, &mut due);
+                if !hand_out(&due) {
+                    break;
+                }
+            }
+            let s = *steer.borrow_and_update();
+            batches.steer(now, s.paused, s.rate);
+        }
+        if batches.paused() {
+            // Nothing is due until a resume (or another rate), or the end.
+            match wait_until(start + PAUSE_LOOK, &shared.stop, &mut steer) {
+                Wait::Stopped => break,
+                _ => continue,
+            }
+        }
+        let Some(t) = batches.wake_at() else { break };
+        if stopped_at.is_none() {
+            match wait_until(start + Duration::from_secs_f64(t), &shared.stop, &mut steer) {
+                Wait::Due => {}
+                Wait::Steered => continue,
+                // The run stopped (its duration is over, or an interrupt): what
+                // was due by now is still the run's, handed out or counted as
+                // dropped, even if this thread was behind; nothing later is.
+                Wait::Stopped => stopped_at = Some(start.elapsed().as_secs_f64()),
+            }
+        }
+        let now = stopped_at.unwrap_or_else(|| start.elapsed().as_secs_f64());
+        batches.take_due(now, &mut due);
+        if !hand_out(&due) {
+            break;
         }
     }
 }
