@@ -318,38 +318,7 @@ impl Args {
     /// Turns the options into a server configuration (user errors are `UsageError`s).
     pub fn config(&self) -> Result<Config, UsageError> {
         let mut c = Config::loopback();
-        c.listen = Addrs {
-            smtp: self.smtp,
-            submission: self.submission,
-            smtps: self.smtps,
-            lmtp: self.lmtp,
-            pop3: self.pop3,
-            pop3s: self.pop3s,
-            imap: self.imap,
-            imaps: self.imaps,
-            xmpp: self.xmpp,
-            xmpps: self.xmpps,
-            rr: self.rr,
-            rrs: self.rrs,
-        };
-        if c.listen.is_empty() {
-            c.listen.smtp = Some(SocketAddr::from(([127, 0, 0, 1], 2525)));
-        }
-        // Two listeners cannot share an address (port 0 picks a free port for each).
-        let given: Vec<(Listener, SocketAddr)> = Listener::ALL
-            .iter()
-            .filter_map(|&l| c.listen.get(l).map(|a| (l, a)))
-            .filter(|(_, a)| a.port() != 0)
-            .collect();
-        for (i, (l, a)) in given.iter().enumerate() {
-            if let Some((other, _)) = given[i + 1..].iter().find(|(_, b)| b == a) {
-                return Err(UsageError(format!(
-                    "--{} and --{} both ask for {a}: give each listener an address of its own",
-                    l.name(),
-                    other.name()
-                )));
-            }
-        }
+        c.listen = self.listeners()?;
         if !self.domains.is_empty() {
             c.domains = self
                 .domains
@@ -424,6 +393,50 @@ impl Args {
                     .map_err(usage_err)?;
             c.identity = Some(Arc::new(id));
         }
+        c.faults = self.faults()?;
+        Ok(c)
+    }
+
+    /// The listeners asked for (SMTP on 127.0.0.1:2525 when none is), each on an address
+    /// of its own.
+    fn listeners(&self) -> Result<Addrs, UsageError> {
+        let mut listen = Addrs {
+            smtp: self.smtp,
+            submission: self.submission,
+            smtps: self.smtps,
+            lmtp: self.lmtp,
+            pop3: self.pop3,
+            pop3s: self.pop3s,
+            imap: self.imap,
+            imaps: self.imaps,
+            xmpp: self.xmpp,
+            xmpps: self.xmpps,
+            rr: self.rr,
+            rrs: self.rrs,
+        };
+        if listen.is_empty() {
+            listen.smtp = Some(SocketAddr::from(([127, 0, 0, 1], 2525)));
+        }
+        // Two listeners cannot share an address (port 0 picks a free port for each).
+        let given: Vec<(Listener, SocketAddr)> = Listener::ALL
+            .iter()
+            .filter_map(|&l| listen.get(l).map(|a| (l, a)))
+            .filter(|(_, a)| a.port() != 0)
+            .collect();
+        for (i, (l, a)) in given.iter().enumerate() {
+            if let Some((other, _)) = given[i + 1..].iter().find(|(_, b)| b == a) {
+                return Err(UsageError(format!(
+                    "--{} and --{} both ask for {a}: give each listener an address of its own",
+                    l.name(),
+                    other.name()
+                )));
+            }
+        }
+        Ok(listen)
+    }
+
+    /// The faults to inject (`--fail`, `--delay`, `--drop`, `--lose`, ...).
+    fn faults(&self) -> Result<Faults, UsageError> {
         let mut f = Faults {
             seed: self.seed,
             ..Faults::default()
@@ -463,8 +476,7 @@ impl Args {
             }
             f.close_after = Some(n);
         }
-        c.faults = f;
-        Ok(c)
+        Ok(f)
     }
 }
 
