@@ -597,7 +597,6 @@ fn write_merged(
     dir: &Path,
     partial: Option<Value>,
 ) -> anyhow::Result<Summary> {
-    let first = &inputs[0];
     let plan = merged_plan(inputs);
     let detail = plan["args"]["output"]["detail"]
         .as_str()
@@ -625,12 +624,31 @@ fn write_merged(
     for i in inputs {
         totals.counters.add(&i.summary.totals);
     }
+    let s = merged_summary(inputs, &totals, tl.t0, partial);
+    w.finish()?;
+    w.write_summary(&s, true)?;
+    drop(w);
+    merge_sent(inputs, dir, &s.run_id)?;
+    copy_shard_files(inputs, dir)?;
+    Ok(s)
+}
+
+/// The merged run's summary: the shards' totals (`totals`, their counters already the
+/// shards' own), time from the first start to the last end, the sum of their CPU, their
+/// warnings, each shard's own figures in `extra.shards`, and what a partial merge lacks.
+fn merged_summary(
+    inputs: &[Input],
+    totals: &Shard,
+    t0: SystemTime,
+    partial: Option<Value>,
+) -> Summary {
+    let first = &inputs[0];
     let end = inputs
         .iter()
         .map(|i| i.started + Duration::from_secs_f64(i.summary.elapsed_s))
         .max()
-        .unwrap_or(tl.t0);
-    let elapsed = end.duration_since(tl.t0).unwrap_or_default().as_secs_f64();
+        .unwrap_or(t0);
+    let elapsed = end.duration_since(t0).unwrap_or_default().as_secs_f64();
     let cpu_s: f64 = inputs.iter().map(|i| i.summary.generator_cpu_s).sum();
     let cores: usize = inputs.iter().map(|i| i.summary.cores).sum();
     let header = crate::results::SummaryHeader {
@@ -639,10 +657,10 @@ fn write_merged(
         protocol: first.summary.protocol.clone(),
         words: first.summary.words(),
         target: first.summary.target.clone(),
-        started: tl.t0,
+        started: t0,
     };
     let mut s = header.summary(
-        &totals,
+        totals,
         elapsed,
         true,
         false,
@@ -714,10 +732,12 @@ fn write_merged(
         );
         s.extra.insert("partial".into(), p);
     }
-    w.finish()?;
-    w.write_summary(&s, true)?;
-    drop(w);
-    merge_sent(inputs, dir, &s.run_id)?;
+    s
+}
+
+/// What stays per shard (monitor series, per host) or comes from the first shard (its
+/// record of the faults, which it applied), copied into the merge.
+fn copy_shard_files(inputs: &[Input], dir: &Path) -> anyhow::Result<()> {
     // Monitor series stay per shard (per host).
     for i in inputs {
         let m = i.dir.join("monitor.csv");
@@ -734,7 +754,7 @@ fn write_merged(
     {
         std::fs::copy(&f, dir.join("faults.jsonl"))?;
     }
-    Ok(s)
+    Ok(())
 }
 
 #[cfg(test)]
