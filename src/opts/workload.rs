@@ -106,6 +106,12 @@ impl WorkloadArgs {
         self.resolve_at(None)
     }
 
+    /// Runs for `d` and no count (a sweep's warm-up, or its hold at the answer).
+    pub fn bounded_to(&mut self, d: std::time::Duration) {
+        self.duration = Some(format!("{}ms", d.as_millis()));
+        self.count = None;
+    }
+
     /// [`WorkloadArgs::resolve`], open at `mix_rate` per second (a traffic mix's rates
     /// added up) when given, as --rate would be.
     pub fn resolve_at(&self, mix_rate: Option<f64>) -> anyhow::Result<Workload> {

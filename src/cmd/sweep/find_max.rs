@@ -345,10 +345,7 @@ pub async fn run(
             break;
         };
         let n = probes.len() as u32 + 1;
-        let step_name = match kind {
-            "hold" => format!("hold-{}-{v}", name.replace('_', "-")),
-            _ => format!("probe-{n:02}-{}-{v}", name.replace('_', "-")),
-        };
+        let step_name = step_name(kind, n, name, v);
         let step_dir = dir.join(&step_name);
         if let Some(cmd) = &args.before_step {
             super::hook(cmd, v, &step_dir, stop)?;
@@ -359,52 +356,23 @@ pub async fn run(
         }
         let mut a = step_args(&sw.base, param, v, args.count_per_user)?;
         if kind == "hold" {
-            let (w, ..) = a.common();
-            w.duration = Some(format!("{}ms", hold.as_millis()));
-            w.count = None;
+            a.common().0.bounded_to(hold);
         }
         eprintln!("spate sweep: find-max {kind} {n}: {name}={v}{unit}");
-        if let Some(w) = sw.warm.filter(|w| !w.is_zero()) {
-            let mut wa = a.clone();
-            let (workload, ..) = wa.common();
-            workload.duration = Some(format!("{}ms", w.as_millis()));
-            workload.count = None;
-            let (s, _) = run_step(wa, dir.join("warmup").join(&step_name), false, ctx).await?;
-            if s.interrupted || stop.load(Ordering::Relaxed) {
-                interrupted = true;
-                break;
-            }
+        if !warm_up(sw, &a, &dir.join("warmup").join(&step_name), ctx, stop).await? {
+            interrupted = true;
+            break;
         }
         let (s, port) = run_step(a, step_dir.clone(), sw.progress, ctx).await?;
-        let row = Row::from_summary(n as usize, name, v, 1, &s, &step_dir);
-        let verdicts: Vec<Verdict> = checks
-            .iter()
-            .map(|c| c.evaluate(&step_dir, &c.path, &s.protocol))
-            .collect();
-        let (outcome, why) = judge(&s, &verdicts);
-        eprintln!(
-            "spate sweep: {name}={v}{unit}: {} ({:.1}/s, p99 {:.2} ms){}",
-            outcome.word(),
-            row.throughput_per_s,
-            row.latency_p99_ms,
-            if why.is_empty() {
-                String::new()
-            } else {
-                format!(": {why}")
-            }
+        let (probe, row) = judged(
+            &s,
+            &checks,
+            (n, v, kind),
+            (name, unit),
+            (&step_dir, step_name),
         );
-        probes.push(Probe {
-            n,
-            value: v,
-            kind,
-            outcome,
-            why,
-            throughput_per_s: row.throughput_per_s,
-            p99_ms: row.latency_p99_ms,
-            errors: row.errors,
-            dir: step_name,
-            objective: verdicts,
-        });
+        let outcome = probe.outcome;
+        probes.push(probe);
         sheet.add(row)?;
         if s.interrupted || stop.load(Ordering::Relaxed) {
             interrupted = true;
@@ -428,6 +396,89 @@ pub async fn run(
             break;
         }
     }
+    let ended = Ended {
+        held,
+        interrupted,
+        ran_out,
+    };
+    Ok(found(
+        name,
+        unit,
+        (&search, &checks),
+        (precision_pct, hold),
+        ended,
+        probes,
+    ))
+}
+
+/// A probe's run judged by the objective: its record and its row of the sweep's table;
+/// said on stderr.
+fn judged(
+    s: &crate::results::Summary,
+    checks: &[Check],
+    (n, v, kind): (u32, u64, &'static str),
+    (name, unit): (&str, &str),
+    (step_dir, step_name): (&Path, String),
+) -> (Probe, Row) {
+    let row = Row::from_summary(n as usize, name, v, 1, s, step_dir);
+    let verdicts: Vec<Verdict> = checks
+        .iter()
+        .map(|c| c.evaluate(step_dir, &c.path, &s.protocol))
+        .collect();
+    let (outcome, why) = judge(s, &verdicts);
+    eprintln!(
+        "spate sweep: {name}={v}{unit}: {} ({:.1}/s, p99 {:.2} ms){}",
+        outcome.word(),
+        row.throughput_per_s,
+        row.latency_p99_ms,
+        Some(&why)
+            .filter(|w| !w.is_empty())
+            .map_or(String::new(), |w| format!(": {w}"))
+    );
+    let probe = Probe {
+        n,
+        value: v,
+        kind,
+        outcome,
+        why,
+        throughput_per_s: row.throughput_per_s,
+        p99_ms: row.latency_p99_ms,
+        errors: row.errors,
+        dir: step_name,
+        objective: verdicts,
+    };
+    (probe, row)
+}
+
+/// A probe's results directory: `probe-03-users-40`, `hold-users-40`.
+fn step_name(kind: &str, n: u32, name: &str, v: u64) -> String {
+    let name = name.replace('_', "-");
+    match kind {
+        "hold" => format!("hold-{name}-{v}"),
+        _ => format!("probe-{n:02}-{name}-{v}"),
+    }
+}
+
+/// How a search ended.
+struct Ended {
+    held: Option<u64>,
+    interrupted: bool,
+    ran_out: bool,
+}
+
+/// The search's answer, as text and JSON.
+fn found(
+    name: &str,
+    unit: &str,
+    (search, checks): (&Search, &[Check]),
+    (precision_pct, hold): (f64, Duration),
+    Ended {
+        held,
+        interrupted,
+        ran_out,
+    }: Ended,
+    probes: Vec<Probe>,
+) -> Found {
     let best = search.best();
     let answer = if hold.is_zero() { best } else { held };
     let json = json!({
@@ -447,12 +498,29 @@ pub async fn run(
         "probes": probes,
     });
     let text = render(name, unit, &json, &probes);
-    Ok(Found {
+    Found {
         ok: answer.is_some() && !interrupted,
         interrupted,
         text,
         json,
-    })
+    }
+}
+
+/// The warm-up before a probe (--warm-up): false when it was interrupted.
+async fn warm_up(
+    sw: &Sweep,
+    a: &super::Base,
+    dir: &Path,
+    ctx: &Ctx,
+    stop: &AtomicBool,
+) -> anyhow::Result<bool> {
+    let Some(w) = sw.warm.filter(|w| !w.is_zero()) else {
+        return Ok(true);
+    };
+    let mut wa = a.clone();
+    wa.common().0.bounded_to(w);
+    let (s, _) = run_step(wa, dir.to_path_buf(), false, ctx).await?;
+    Ok(!s.interrupted && !stop.load(Ordering::Relaxed))
 }
 
 /// The next load to run and why: a probe the search asks for (a generator-bound one once

@@ -682,9 +682,7 @@ async fn steps(
             );
             if let Some(w) = sw.warm {
                 let mut wa = a.clone();
-                let (workload, ..) = wa.common();
-                workload.duration = Some(format!("{}ms", w.as_millis()));
-                workload.count = None;
+                wa.common().0.bounded_to(w);
                 let warm_dir = dir.join("warmup").join(&step_name);
                 let (s, _) = run_step(wa, warm_dir, false, ctx).await?;
                 if s.interrupted || stopped() {
