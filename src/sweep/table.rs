@@ -284,6 +284,33 @@ pub fn render(a: &Analysis, _rows: &[Row]) -> String {
                 .collect(),
         );
     }
+    let mut out = aligned(&grid);
+    if a.cpu_basis != "host" {
+        out.push_str(&format!("CPU: {} (% of one core)\n", a.cpu_basis));
+    } else {
+        out.push_str("CPU: host user+system (% of all cores)\n");
+    }
+    models(&mut out, a);
+    match a.knee_value {
+        Some(v) => out.push_str(&format!(
+            "knee: from {} = {v}, latency grows faster than throughput\n",
+            a.param
+        )),
+        None => out.push_str("knee: none (latency never grew faster than throughput)\n"),
+    }
+    if !a.generator_bound.is_empty() {
+        let v: Vec<String> = a.generator_bound.iter().map(u64::to_string).collect();
+        out.push_str(&format!(
+            "generator-bound: {} = {} (spate itself was the limit there: see bound_by in their summaries); not used for the knee or the scalability model: give spate more CPU, fewer sessions per process, or --shard\n",
+            a.param,
+            v.join(", ")
+        ));
+    }
+    out
+}
+
+/// The grid as text: the labels left-aligned, the cells right-aligned in equal columns.
+fn aligned(grid: &[Vec<String>]) -> String {
     let w0 = grid.iter().map(|r| r[0].chars().count()).max().unwrap_or(0);
     let w = grid
         .iter()
@@ -293,34 +320,30 @@ pub fn render(a: &Analysis, _rows: &[Row]) -> String {
         .unwrap_or(0)
         .max(6);
     let mut out = String::new();
-    for row in &grid {
+    for row in grid {
         out.push_str(&format!("{:<w0$}", row[0]));
         for c in &row[1..] {
             out.push_str(&format!("  {c:>w$}"));
         }
         out.push('\n');
     }
-    if a.cpu_basis != "host" {
-        out.push_str(&format!("CPU: {} (% of one core)\n", a.cpu_basis));
-    } else {
-        out.push_str("CPU: host user+system (% of all cores)\n");
-    }
+    out
+}
+
+/// What the models say: the USL fit and the slopes per unit of the value.
+fn models(out: &mut String, a: &Analysis) {
     if let Some(u) = &a.usl {
-        {
-            out.push_str(&format!(
-                "USL fit: sigma {:.4}, kappa {:.6}, lambda {:.2}/s, r² {:.3}; ",
-                u.sigma, u.kappa, u.lambda, u.r2
-            ));
-            match (u.peak_x, u.peak_throughput) {
-                (Some(n), Some(x)) => out.push_str(&format!(
-                    "predicted peak {x:.1}/s at {} = {n:.1}\n",
-                    a.param
-                )),
-                (None, Some(x)) => {
-                    out.push_str(&format!("no peak; throughput approaches {x:.1}/s\n"))
-                }
-                _ => out.push_str("linear scaling, no peak in sight\n"),
-            }
+        out.push_str(&format!(
+            "USL fit: sigma {:.4}, kappa {:.6}, lambda {:.2}/s, r² {:.3}; ",
+            u.sigma, u.kappa, u.lambda, u.r2
+        ));
+        match (u.peak_x, u.peak_throughput) {
+            (Some(n), Some(x)) => out.push_str(&format!(
+                "predicted peak {x:.1}/s at {} = {n:.1}\n",
+                a.param
+            )),
+            (None, Some(x)) => out.push_str(&format!("no peak; throughput approaches {x:.1}/s\n")),
+            _ => out.push_str("linear scaling, no peak in sight\n"),
         }
     }
     if let Some(sl) = &a.slopes {
@@ -339,22 +362,6 @@ pub fn render(a: &Analysis, _rows: &[Row]) -> String {
             f(sl.throughput_per_s, sl.throughput_per_s_se, "/s"),
         ));
     }
-    match a.knee_value {
-        Some(v) => out.push_str(&format!(
-            "knee: from {} = {v}, latency grows faster than throughput\n",
-            a.param
-        )),
-        None => out.push_str("knee: none (latency never grew faster than throughput)\n"),
-    }
-    if !a.generator_bound.is_empty() {
-        let v: Vec<String> = a.generator_bound.iter().map(u64::to_string).collect();
-        out.push_str(&format!(
-            "generator-bound: {} = {} (spate itself was the limit there: see bound_by in their summaries); not used for the knee or the scalability model: give spate more CPU, fewer sessions per process, or --shard\n",
-            a.param,
-            v.join(", ")
-        ));
-    }
-    out
 }
 
 #[cfg(test)]
