@@ -227,23 +227,14 @@ impl Monitor {
             .min(end / 2.0);
         warm.max(self.setup_done_s.unwrap_or(0.0).min(end))
     }
-
-    /// The `monitor` section of summary.json, and warnings.
-    fn report(&self, elapsed: f64) -> (Value, Vec<String>) {
+    /// Memory per process group: first and last sample, the slope after the warm-up
+    /// (`warm` seconds), a warning for a group that grows like a leak, and spate's own.
+    fn memory(
+        &self,
+        warm: f64,
+        warnings: &mut Vec<String>,
+    ) -> (Map<String, Value>, Map<String, Value>, Value) {
         let r3 = |v: f64| (v * 1000.0).round() / 1000.0;
-        let mut mean = Map::new();
-        let mut max = Map::new();
-        for (i, c) in self.columns.iter().enumerate() {
-            let m = if self.n > 0 {
-                self.sum[i] / self.n as f64
-            } else {
-                0.0
-            };
-            mean.insert(c.clone(), json!(r3(m)));
-            max.insert(c.clone(), json!(r3(self.max[i])));
-        }
-        let mut warnings = Vec::new();
-        let warm = self.warm_s(elapsed);
         let mut slopes = Map::new();
         let mut self_rss = Value::Null;
         let mut memory = Map::new();
@@ -282,6 +273,26 @@ impl Monitor {
                 ));
             }
         }
+        (slopes, memory, self_rss)
+    }
+
+    /// The `monitor` section of summary.json, and warnings.
+    fn report(&self, elapsed: f64) -> (Value, Vec<String>) {
+        let r3 = |v: f64| (v * 1000.0).round() / 1000.0;
+        let mut mean = Map::new();
+        let mut max = Map::new();
+        for (i, c) in self.columns.iter().enumerate() {
+            let m = if self.n > 0 {
+                self.sum[i] / self.n as f64
+            } else {
+                0.0
+            };
+            mean.insert(c.clone(), json!(r3(m)));
+            max.insert(c.clone(), json!(r3(self.max[i])));
+        }
+        let mut warnings = Vec::new();
+        let warm = self.warm_s(elapsed);
+        let (slopes, memory, self_rss) = self.memory(warm, &mut warnings);
         // Drift compares load with load: the drain after a planned duration is left out.
         let in_plan: Vec<(f64, f64, u64)> = match self.planned_s {
             Some(p) => self
