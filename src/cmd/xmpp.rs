@@ -469,6 +469,36 @@ fn server_cpu(summary: &Summary) -> Option<(f64, &'static str)> {
         .collect();
     (!pct.is_empty()).then(|| (pct.iter().sum::<f64>() * secs / 100.0, basis))
 }
+/// The traffic of `sessions` sessions: the mix (or the one kind), and the raw stanzas it
+/// sends, checked against what it needs (a multicast addresses at most `addresses_hi`).
+fn traffic(args: &Args, sessions: usize, addresses_hi: u32) -> anyhow::Result<(Mix, Vec<String>)> {
+    let kinds = mix(args, sessions)?;
+    let alone = match (args.traffic, &args.raw) {
+        (Some(t), _) => t,
+        (None, Some(_)) => Traffic::Raw,
+        (None, None) => Traffic::Message,
+    };
+    let mix = if kinds.is_empty() {
+        Mix::only(alone)
+    } else {
+        Mix::new(kinds)
+    };
+    let raw = match &args.raw {
+        Some(path) if mix.has(Traffic::Raw) => raw_templates(path)?,
+        Some(_) => return usage("--raw FILE: the traffic has no raw stanzas (--traffic raw, or --raw-rate/--raw-every in a mix)"),
+        None if mix.has(Traffic::Raw) => return usage("raw traffic needs its stanzas: --raw FILE"),
+        None => Vec::new(),
+    };
+    if mix.has(Traffic::Multicast) && addresses_hi as usize >= sessions {
+        return usage(format!(
+            "--addresses {}: a session can address at most the {} other sessions (--users {})",
+            args.addresses,
+            sessions - 1,
+            sessions
+        ));
+    }
+    Ok((mix, raw))
+}
 
 /// The stanza templates of --raw FILE, each checked: one element (message, presence or
 /// iq) once its placeholders are filled in, and an IQ's id is '{id}'.
@@ -557,31 +587,7 @@ pub async fn load(args: Args, command: Vec<String>, progress: bool) -> anyhow::R
         args.output.grace = format!("{}s", wait.as_secs() + 5);
     }
     let (plan, accounts) = prepare(&args, command)?;
-    let kinds = mix(&args, plan.sessions)?;
-    let alone = match (args.traffic, &args.raw) {
-        (Some(t), _) => t,
-        (None, Some(_)) => Traffic::Raw,
-        (None, None) => Traffic::Message,
-    };
-    let mix = if kinds.is_empty() {
-        Mix::only(alone)
-    } else {
-        Mix::new(kinds)
-    };
-    let raw = match &args.raw {
-        Some(path) if mix.has(Traffic::Raw) => raw_templates(path)?,
-        Some(_) => return usage("--raw FILE: the traffic has no raw stanzas (--traffic raw, or --raw-rate/--raw-every in a mix)"),
-        None if mix.has(Traffic::Raw) => return usage("raw traffic needs its stanzas: --raw FILE"),
-        None => Vec::new(),
-    };
-    if mix.has(Traffic::Multicast) && addresses.hi as usize >= plan.sessions {
-        return usage(format!(
-            "--addresses {}: a session can address at most the {} other sessions (--users {})",
-            args.addresses,
-            plan.sessions - 1,
-            plan.sessions
-        ));
-    }
+    let (mix, raw) = traffic(&args, plan.sessions, addresses.hi)?;
     let mut endpoint =
         args.transport
             .endpoint(strip_scheme(&args.target), plan.address.port(), false)?;
