@@ -588,25 +588,8 @@ impl Builder {
             push(out, ">");
         }
         push(out, "\r\n");
-        // Written straight into the output, without formatting machinery or allocation.
         let mut num = [0u8; 20];
-        push(out, "Message-ID: <");
-        push(out, itoa(seq, &mut num));
-        push(out, ".");
-        push(out, &f.run_id);
-        push(out, "@spate.invalid>\r\n");
-        push(out, TRACE_HEADER);
-        push(out, ": run=");
-        push(out, &f.run_id);
-        push(out, "; seq=");
-        push(out, itoa(seq, &mut num));
-        push(out, "; sent=");
-        push(out, itoa(now_unix_us, &mut num));
-        push(out, "; digest=");
-        hex_into(&digest, out);
-        push(out, "; size=");
-        push(out, itoa(body_size as u64, &mut num));
-        push(out, "\r\n");
+        trace_headers(out, f, (seq, now_unix_us), &digest, body_size as u64);
         push(out, &f.extra_headers);
         match corpus {
             Some(eml) => {
@@ -652,6 +635,37 @@ impl Builder {
             }
         };
     }
+}
+
+/// The Message-ID and the trace header (run, sequence number, time sent, the body's
+/// digest and size) that `spate verify` finds the message by, written straight into the
+/// output, without formatting machinery or allocation.
+#[inline]
+fn trace_headers(
+    out: &mut Vec<u8>,
+    f: &Factory,
+    (seq, now_unix_us): (u64, u64),
+    digest: &[u8; 16],
+    body_size: u64,
+) {
+    let mut num = [0u8; 20];
+    push(out, "Message-ID: <");
+    push(out, itoa(seq, &mut num));
+    push(out, ".");
+    push(out, &f.run_id);
+    push(out, "@spate.invalid>\r\n");
+    push(out, TRACE_HEADER);
+    push(out, ": run=");
+    push(out, &f.run_id);
+    push(out, "; seq=");
+    push(out, itoa(seq, &mut num));
+    push(out, "; sent=");
+    push(out, itoa(now_unix_us, &mut num));
+    push(out, "; digest=");
+    hex_into(digest, out);
+    push(out, "; size=");
+    push(out, itoa(body_size, &mut num));
+    push(out, "\r\n");
 }
 
 /// Appends the generated body of this size to `body`.
