@@ -138,41 +138,7 @@ pub fn verdict(e: &Evidence) -> Value {
     // Every session busy with the server: arrivals late or dropped for want of one are
     // the server's doing (or the cap's), not a starved generator's.
     let capped = e.open && e.in_flight_cap.is_some_and(|cap| e.in_flight_max >= cap);
-    let mut generator = Vec::new();
-    if e.open && !capped && c.dropped > 0 {
-        generator.push(format!(
-            "{} arrivals were dropped (every session busy, the backlog full)",
-            c.dropped
-        ));
-    }
-    if e.open && !capped && late_share > LATE_GENERATOR && c.late >= LATE_GENERATOR_MIN {
-        generator.push(format!(
-            "{:.1}% of the units started more than 10 ms behind schedule",
-            late_share * 100.0
-        ));
-    }
-    if samples > 0 && lag99 > LOOP_LAG_GENERATOR_US {
-        generator.push(format!(
-            "its event loop ran late: p99 {}, max {} (tasks waited that long for a thread)",
-            ms(lag99),
-            ms(lagmax)
-        ));
-    }
-    if e.cpu_pct > CPU_GENERATOR_PCT {
-        generator.push(format!(
-            "it used {:.0}% of its {} cores",
-            e.cpu_pct, e.cores
-        ));
-    }
-    if let Some(t) = e
-        .throttled_s
-        .filter(|t| *t > THROTTLED_GENERATOR * e.elapsed_s)
-    {
-        generator.push(format!(
-            "its cgroup's CPU quota held it back: throttled {t:.1} s (summed over CPUs) in a {:.1} s run",
-            e.elapsed_s
-        ));
-    }
+    let generator = starved(e, late_share, capped);
     let calm = samples > 0
         && lag99 <= LOOP_LAG_SERVER_US
         && e.cpu_pct <= CPU_SERVER_PCT
@@ -239,6 +205,50 @@ pub fn verdict(e: &Evidence) -> Value {
             "in_flight_cap": e.in_flight_cap,
         },
     })
+}
+
+/// Each sign that the generator was starved, in words (none: it kept up). `capped`: every
+/// session of an open workload was busy with the server, so late and dropped arrivals
+/// are the server's doing.
+fn starved(e: &Evidence, late_share: f64, capped: bool) -> Vec<String> {
+    let c = &e.counters;
+    let (_, lag99, lagmax, samples) = e.loop_lag;
+    let mut generator = Vec::new();
+    if e.open && !capped && c.dropped > 0 {
+        generator.push(format!(
+            "{} arrivals were dropped (every session busy, the backlog full)",
+            c.dropped
+        ));
+    }
+    if e.open && !capped && late_share > LATE_GENERATOR && c.late >= LATE_GENERATOR_MIN {
+        generator.push(format!(
+            "{:.1}% of the units started more than 10 ms behind schedule",
+            late_share * 100.0
+        ));
+    }
+    if samples > 0 && lag99 > LOOP_LAG_GENERATOR_US {
+        generator.push(format!(
+            "its event loop ran late: p99 {}, max {} (tasks waited that long for a thread)",
+            ms(lag99),
+            ms(lagmax)
+        ));
+    }
+    if e.cpu_pct > CPU_GENERATOR_PCT {
+        generator.push(format!(
+            "it used {:.0}% of its {} cores",
+            e.cpu_pct, e.cores
+        ));
+    }
+    if let Some(t) = e
+        .throttled_s
+        .filter(|t| *t > THROTTLED_GENERATOR * e.elapsed_s)
+    {
+        generator.push(format!(
+            "its cgroup's CPU quota held it back: throttled {t:.1} s (summed over CPUs) in a {:.1} s run",
+            e.elapsed_s
+        ));
+    }
+    generator
 }
 
 fn ms(us: u64) -> String {
