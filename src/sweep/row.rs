@@ -92,6 +92,67 @@ impl Row {
         // stanza), the time to its recipients.
         let lat = s.latency_phase();
         let ms = |us: f64| (us / 1000.0 * 1000.0).round() / 1000.0;
+        let Server {
+            window_s,
+            net,
+            disk,
+            disk_ms,
+            cpu,
+            mem,
+            basis,
+        } = Server::of(s);
+        let cpu_us_per_unit = cpu
+            .filter(|_| basis != "host" && s.totals.accepted > 0)
+            .map(|pct| (pct / 100.0 * window_s * 1e6 / s.totals.accepted as f64).round());
+        let bound_by = s
+            .extra
+            .get("bound_by")
+            .and_then(|b| b["bound_by"].as_str())
+            .unwrap_or("undetermined")
+            .to_string();
+        Row {
+            bound_by,
+            step,
+            param: param.to_string(),
+            value,
+            repeat,
+            test_time_s: s.elapsed_s,
+            latency_mean_ms: lat.map_or(0.0, |p| ms(p.mean_us)),
+            latency_p50_ms: lat.map_or(0.0, |p| ms(p.p50_us as f64)),
+            latency_p99_ms: lat.map_or(0.0, |p| ms(p.p99_us as f64)),
+            throughput_per_s: (s.messages_per_s * 1000.0).round() / 1000.0,
+            errors: s.totals.rejected + s.totals.failed,
+            net_kbps: net,
+            disk_kbps: disk,
+            disk_ms,
+            cpu_pct: cpu,
+            cpu_us_per_unit,
+            latency_phase: lat.map_or(String::new(), |p| p.phase.clone()),
+            mem_mb: mem,
+            ping_ms: ping_ms(dir),
+            cpu_basis: basis,
+            dir: dir
+                .file_name()
+                .map_or(String::new(), |n| n.to_string_lossy().into_owned()),
+        }
+    }
+}
+
+/// What the monitor saw of the server during a step (summary.json's `extra.monitor`).
+struct Server {
+    /// The window the means are over: the load's own (after the logins), or the run.
+    window_s: f64,
+    net: Option<f64>,
+    disk: Option<f64>,
+    disk_ms: Option<f64>,
+    cpu: Option<f64>,
+    mem: Option<f64>,
+    /// `host`, or the process groups the CPU and memory are of.
+    basis: String,
+}
+
+impl Server {
+    fn of(s: &Summary) -> Server {
         let mon = s.extra.get("monitor");
         // The load's own window when the logins were a phase of their own (XMPP): the
         // server's figures without the login storm; else the whole run.
@@ -153,39 +214,14 @@ impl Row {
                 sum_of(&|k| r.iter().any(|g| g == k)),
             )
         };
-        let cpu_us_per_unit = cpu
-            .filter(|_| basis != "host" && s.totals.accepted > 0)
-            .map(|pct| (pct / 100.0 * window_s * 1e6 / s.totals.accepted as f64).round());
-        let bound_by = s
-            .extra
-            .get("bound_by")
-            .and_then(|b| b["bound_by"].as_str())
-            .unwrap_or("undetermined")
-            .to_string();
-        Row {
-            bound_by,
-            step,
-            param: param.to_string(),
-            value,
-            repeat,
-            test_time_s: s.elapsed_s,
-            latency_mean_ms: lat.map_or(0.0, |p| ms(p.mean_us)),
-            latency_p50_ms: lat.map_or(0.0, |p| ms(p.p50_us as f64)),
-            latency_p99_ms: lat.map_or(0.0, |p| ms(p.p99_us as f64)),
-            throughput_per_s: (s.messages_per_s * 1000.0).round() / 1000.0,
-            errors: s.totals.rejected + s.totals.failed,
-            net_kbps: net,
-            disk_kbps: disk,
+        Server {
+            window_s,
+            net,
+            disk,
             disk_ms,
-            cpu_pct: cpu,
-            cpu_us_per_unit,
-            latency_phase: lat.map_or(String::new(), |p| p.phase.clone()),
-            mem_mb: mem,
-            ping_ms: ping_ms(dir),
-            cpu_basis: basis,
-            dir: dir
-                .file_name()
-                .map_or(String::new(), |n| n.to_string_lossy().into_owned()),
+            cpu,
+            mem,
+            basis,
         }
     }
 }
