@@ -349,37 +349,7 @@ fn prepare(
     if max_response < 16 {
         return usage("--max-response must be at least 16 bytes");
     }
-    let until = regex("--until", &args.until)?;
-    if until.is_some() && args.frame != Frame::Line {
-        return usage("--until is for --frame line");
-    }
-    if args.expect_status.is_some() && args.frame != Frame::Http {
-        return usage("--expect-status is for --frame http");
-    }
-    if let Some(c) = args.expect_status.filter(|c| !(100..=599).contains(c)) {
-        return usage(format!("--expect-status {c}: an HTTP status is 100..599"));
-    }
-    let http_only = [
-        ("--method", args.method.is_some()),
-        ("--path", args.path.is_some()),
-        ("--header", !args.headers.is_empty()),
-    ];
-    if let Some((flag, _)) = http_only.iter().find(|(_, given)| *given) {
-        if args.frame != Frame::Http {
-            return usage(format!(
-                "{flag} is for --frame http (this run frames requests as {})",
-                args.frame.name()
-            ));
-        }
-    }
-    let expect = args
-        .expect
-        .as_deref()
-        .map(|r| {
-            crate::session::rr::Expect::new(r)
-                .map_err(|e| UsageError(format!("--expect {r:?}: {}", one_line(&e.to_string()))))
-        })
-        .transpose()?;
+    let (until, expect) = checks(args)?;
     let reqs = requests(args)?;
     let n = args.variants.unwrap_or(reqs.templates.len() as u64);
     if n == 0 || n > MAX_VARIANTS {
@@ -430,6 +400,48 @@ fn prepare(
         stats,
     };
     Ok((plan, settings))
+}
+
+/// What a response is checked with (--until, --expect, --expect-status), and the options
+/// that only one framing has, checked against the run's.
+fn checks(
+    args: &Args,
+) -> anyhow::Result<(
+    Option<regex::bytes::Regex>,
+    Option<crate::session::rr::Expect>,
+)> {
+    let until = regex("--until", &args.until)?;
+    if until.is_some() && args.frame != Frame::Line {
+        return usage("--until is for --frame line");
+    }
+    if args.expect_status.is_some() && args.frame != Frame::Http {
+        return usage("--expect-status is for --frame http");
+    }
+    if let Some(c) = args.expect_status.filter(|c| !(100..=599).contains(c)) {
+        return usage(format!("--expect-status {c}: an HTTP status is 100..599"));
+    }
+    let http_only = [
+        ("--method", args.method.is_some()),
+        ("--path", args.path.is_some()),
+        ("--header", !args.headers.is_empty()),
+    ];
+    if let Some((flag, _)) = http_only.iter().find(|(_, given)| *given) {
+        if args.frame != Frame::Http {
+            return usage(format!(
+                "{flag} is for --frame http (this run frames requests as {})",
+                args.frame.name()
+            ));
+        }
+    }
+    let expect = args
+        .expect
+        .as_deref()
+        .map(|r| {
+            crate::session::rr::Expect::new(r)
+                .map_err(|e| UsageError(format!("--expect {r:?}: {}", one_line(&e.to_string()))))
+        })
+        .transpose()?;
+    Ok((until, expect))
 }
 
 /// Puts the rr accounts into summary.json's `extra.rr`, and each class's response time
