@@ -195,6 +195,41 @@ pub fn basis(r: &Report, source: &str) -> &'static str {
         (false, false) => "the messages' file times in the mailbox",
     }
 }
+/// The delivery latency line: its percentiles and what they are based on, or why there
+/// are none.
+fn latency(s: &mut String, r: &Report, source: &str) {
+    let us = |v: u64| fmt_duration(Duration::from_micros(v));
+    let l = &r.latency;
+    if let Some(why) = r.not_measurable {
+        let hint = if why == super::ledger::TO_THE_SECOND {
+            "; exact arrival times: a Maildir (--maildir), or inline --verify over IMAP IDLE"
+        } else {
+            "; for real delivery latency verify inline over IMAP IDLE: spate smtp ... --verify imap://HOST:PORT"
+        };
+        let _ = writeln!(
+            s,
+            "  latency    not measurable from this source ({why}){hint}"
+        );
+    } else if l.is_empty() {
+        let _ = writeln!(s, "  latency    no arrival times");
+    } else {
+        let _ = writeln!(
+            s,
+            "  latency    p50 {}  p90 {}  p99 {}  max {}  (accept to arrival, {} deliveries{})\n             arrival: {}",
+            us(l.value_at_quantile(0.5)),
+            us(l.value_at_quantile(0.9)),
+            us(l.value_at_quantile(0.99)),
+            us(l.max()),
+            l.len(),
+            if r.to_the_second {
+                "; to the second: the source's arrival times have whole seconds"
+            } else {
+                ""
+            },
+            basis(r, source)
+        );
+    }
+}
 
 pub fn render(r: &Report, source: &str, dir: &Path, show: usize) -> String {
     let mut s = String::new();
@@ -204,7 +239,6 @@ pub fn render(r: &Report, source: &str, dir: &Path, show: usize) -> String {
         r.run_id,
         dir.display()
     );
-    let us = |v: u64| fmt_duration(Duration::from_micros(v));
     let mut rows: Vec<(&str, u64, String)> = vec![
         (
             "expected",
@@ -252,36 +286,7 @@ pub fn render(r: &Report, source: &str, dir: &Path, show: usize) -> String {
         }
         s.push('\n');
     }
-    let l = &r.latency;
-    if let Some(why) = r.not_measurable {
-        let hint = if why == super::ledger::TO_THE_SECOND {
-            "; exact arrival times: a Maildir (--maildir), or inline --verify over IMAP IDLE"
-        } else {
-            "; for real delivery latency verify inline over IMAP IDLE: spate smtp ... --verify imap://HOST:PORT"
-        };
-        let _ = writeln!(
-            s,
-            "  latency    not measurable from this source ({why}){hint}"
-        );
-    } else if l.is_empty() {
-        let _ = writeln!(s, "  latency    no arrival times");
-    } else {
-        let _ = writeln!(
-            s,
-            "  latency    p50 {}  p90 {}  p99 {}  max {}  (accept to arrival, {} deliveries{})\n             arrival: {}",
-            us(l.value_at_quantile(0.5)),
-            us(l.value_at_quantile(0.9)),
-            us(l.value_at_quantile(0.99)),
-            us(l.max()),
-            l.len(),
-            if r.to_the_second {
-                "; to the second: the source's arrival times have whole seconds"
-            } else {
-                ""
-            },
-            basis(r, source)
-        );
-    }
+    latency(&mut s, r, source);
     for rule in &r.rules {
         let _ = writeln!(
             s,
