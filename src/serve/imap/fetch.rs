@@ -248,22 +248,10 @@ impl Session<'_> {
                 // Said now (or, with .SILENT, known to the client): not again at sync.
                 told.push((u, mb.messages[p].modseq));
                 if !silent {
-                    let m = &mb.messages[p];
-                    let text = message_flags(mb, m);
-                    let r = if recent.binary_search(&u).is_ok() {
-                        recent_flag(&text)
-                    } else {
-                        String::new()
-                    };
-                    let mut extra = if uid {
-                        format!(" UID {u}")
-                    } else {
-                        String::new()
-                    };
-                    if condstore {
-                        extra.push_str(&format!(" MODSEQ ({})", m.modseq));
-                    }
-                    lines.push_str(&format!("* {seq} FETCH (FLAGS ({text}{r}){extra})\r\n"));
+                    let recent = recent.binary_search(&u).is_ok();
+                    let said =
+                        stored_flags(mb, &mb.messages[p], (seq, u), (uid, condstore), recent);
+                    lines.push_str(&said);
                 }
             }
             if mb.highest_modseq != before {
@@ -482,4 +470,30 @@ fn top_section(data: &[u8], text: &Option<SectionText>) -> Vec<u8> {
         Some(SectionText::Text) => data[end..].to_vec(),
         Some(SectionText::HeaderFields { not, fields }) => super::header_fields(data, fields, *not),
     }
+}
+
+/// The untagged FETCH a STORE answers with for message `seq` (UID `u`): its flags (and
+/// \\Recent), its UID for UID STORE, its MODSEQ under CONDSTORE.
+fn stored_flags(
+    mb: &crate::serve::store::Mailbox,
+    m: &StoredMessage,
+    (seq, u): (u32, u32),
+    (uid, condstore): (bool, bool),
+    recent: bool,
+) -> String {
+    let text = message_flags(mb, m);
+    let r = if recent {
+        recent_flag(&text)
+    } else {
+        String::new()
+    };
+    let mut extra = if uid {
+        format!(" UID {u}")
+    } else {
+        String::new()
+    };
+    if condstore {
+        extra.push_str(&format!(" MODSEQ ({})", m.modseq));
+    }
+    format!("* {seq} FETCH (FLAGS ({text}{r}){extra})\r\n")
 }
