@@ -97,12 +97,13 @@ pub async fn start_apart(config: Config) -> anyhow::Result<Running> {
     }
 }
 
-/// Binds every configured listener and starts serving.
-pub async fn start(config: Config) -> anyhow::Result<Running> {
+/// The server's identity (given, or self-signed for its names), its TLS acceptor, and
+/// the rr listener's, which asks for client certificates when --rr-client-ca is given.
+fn acceptors(config: &Config) -> anyhow::Result<(Arc<ServerIdentity>, TlsAcceptor, TlsAcceptor)> {
     let identity = match &config.identity {
         Some(i) => i.clone(),
         None => Arc::new(
-            ServerIdentity::self_signed(&certificate_names(&config))
+            ServerIdentity::self_signed(&certificate_names(config))
                 .context("generating the server certificate")?,
         ),
     };
@@ -115,6 +116,12 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         ),
         None => tls.clone(),
     };
+    Ok((identity, tls, rr_tls))
+}
+
+/// Binds every configured listener and starts serving.
+pub async fn start(config: Config) -> anyhow::Result<Running> {
+    let (identity, tls, rr_tls) = acceptors(&config)?;
     let store = Store::new(config.store.clone());
     let stats = Arc::new(Stats::default());
     let (tx, rx) = watch::channel(false);
