@@ -108,29 +108,31 @@ const SYNTAX: &str = "expected 'at=DURATION [for=DURATION] [every=DURATION]' and
     'kernel=loss:P|partition|reject|rate:RATE netns=NAME' (root, in the server's namespace) \
     (quote a command with spaces: restart='scripts/testbed restart postfix')";
 
-impl Spec {
-    /// Parses one `--fault` text and checks that it can be applied now (its processes
-    /// exist, its PID file is readable).
-    pub fn parse(text: &str) -> Result<Spec, UsageError> {
-        Spec::read(text, true)
-    }
+/// A fault's KEY=VALUE words, each read and checked on its own, at= given, every=
+/// longer than for=.
+struct Keys {
+    at: Duration,
+    lasts: Option<Duration>,
+    every: Option<Duration>,
+    signal: Option<Signal>,
+    target: Option<Target>,
+    restart: Option<String>,
+    run: Option<String>,
+    undo: Option<String>,
+    net: Option<super::proxy::Toxic>,
+    kernel: Option<super::kernel::Kernel>,
+    netns: Option<String>,
+}
 
-    /// Parses one `--fault` text without looking for its processes: a scenario's, checked
-    /// before the steps that start the server have run.
-    pub fn syntax(text: &str) -> Result<Spec, UsageError> {
-        Spec::read(text, false)
-    }
-
-    fn read(text: &str, check: bool) -> Result<Spec, UsageError> {
-        let bad = |what: String| UsageError(format!("--fault '{text}': {what}"));
-        let words = shlex::split(text).ok_or_else(|| bad("unbalanced quotes".into()))?;
+impl Keys {
+    fn read(words: &[String], bad: &dyn Fn(String) -> UsageError) -> Result<Keys, UsageError> {
         let mut at = None;
         let (mut lasts, mut every) = (None, None);
         let (mut signal, mut target, mut restart, mut run, mut undo) =
             (None, None, None, None, None);
         let mut net = None;
         let (mut kernel, mut netns) = (None, None);
-        for w in &words {
+        for w in words {
             let Some((k, v)) = w.split_once('=') else {
                 return Err(bad(format!("'{w}' is not KEY=VALUE; {SYNTAX}")));
             };
@@ -148,8 +150,8 @@ impl Spec {
                 "signal" => {
                     signal = Some(Signal::parse(v).ok_or_else(|| {
                         bad(format!(
-                        "unknown signal '{v}' (KILL, TERM, INT, HUP, QUIT, STOP, CONT, USR1, USR2)"
-                    ))
+                    "unknown signal '{v}' (KILL, TERM, INT, HUP, QUIT, STOP, CONT, USR1, USR2)"
+                ))
                     })?)
                 }
                 "pid" => {
@@ -185,14 +187,68 @@ impl Spec {
                 )));
             }
         }
+        Ok(Keys {
+            at,
+            lasts,
+            every,
+            signal,
+            target,
+            restart,
+            run,
+            undo,
+            net,
+            kernel,
+            netns,
+        })
+    }
+}
+
+impl Spec {
+    /// Parses one `--fault` text and checks that it can be applied now (its processes
+    /// exist, its PID file is readable).
+    pub fn parse(text: &str) -> Result<Spec, UsageError> {
+        Spec::read(text, true)
+    }
+
+    /// Parses one `--fault` text without looking for its processes: a scenario's, checked
+    /// before the steps that start the server have run.
+    pub fn syntax(text: &str) -> Result<Spec, UsageError> {
+        Spec::read(text, false)
+    }
+
+    fn read(text: &str, check: bool) -> Result<Spec, UsageError> {
+        let bad = |what: String| UsageError(format!("--fault '{text}': {what}"));
+        let words = shlex::split(text).ok_or_else(|| bad("unbalanced quotes".into()))?;
+        let Keys {
+            at,
+            lasts,
+            every,
+            signal,
+            target,
+            restart,
+            run,
+            undo,
+            net,
+            kernel,
+            netns,
+        } = Keys::read(&words, &bad)?;
+        let spec = |action| {
+            Ok(Spec {
+                text: text.to_string(),
+                at,
+                lasts,
+                every,
+                action,
+            })
+        };
+        // Keys of a process fault, which neither kernel= nor net= takes.
+        let process = signal.is_some()
+            || target.is_some()
+            || run.is_some()
+            || restart.is_some()
+            || undo.is_some();
         if let Some(k) = kernel {
-            let others = signal.is_some()
-                || target.is_some()
-                || run.is_some()
-                || restart.is_some()
-                || undo.is_some()
-                || net.is_some();
-            if others {
+            if process || net.is_some() {
                 return Err(bad(
                     "kernel= is a fault of its own: give it with netns= only".into(),
                 ));
@@ -209,39 +265,22 @@ impl Spec {
                 k.check(&ns).map_err(bad)?;
             }
             let (run, undo) = k.commands(&ns);
-            return Ok(Spec {
-                text: text.to_string(),
-                at,
-                lasts,
-                every,
-                action: Action::Command {
-                    run,
-                    undo: Some(undo),
-                },
+            return spec(Action::Command {
+                run,
+                undo: Some(undo),
             });
         }
         if netns.is_some() {
             return Err(bad("netns= goes with kernel=".into()));
         }
         if let Some(toxic) = net {
-            if signal.is_some()
-                || target.is_some()
-                || run.is_some()
-                || restart.is_some()
-                || undo.is_some()
-            {
+            if process {
                 return Err(bad(
                     "net= is a fault of its own: give it without signal=, pid=, run=, restart= or undo="
                         .into(),
                 ));
             }
-            return Ok(Spec {
-                text: text.to_string(),
-                at,
-                lasts,
-                every,
-                action: Action::Net(toxic),
-            });
+            return spec(Action::Net(toxic));
         }
         if run.is_some() && (signal.is_some() || restart.is_some()) {
             return Err(bad(
@@ -270,13 +309,7 @@ impl Spec {
             }
             (None, None) => return Err(bad(format!("nothing to do; {SYNTAX}"))),
         };
-        Ok(Spec {
-            text: text.to_string(),
-            at,
-            lasts,
-            every,
-            action,
-        })
+        spec(action)
     }
 
     /// Whether an occurrence is in force during (`from`, `to`] (seconds from the run's
