@@ -260,8 +260,20 @@ fn a_closed_run_is_given_fewer_sessions_and_refuses_more_than_it_started() {
     let (_server, target) = serve_process("--smtp", &[]);
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("r");
-    let args = ["--users", "3", "--think", "50ms", "--duration", "120s"];
+    let args = [
+        "--users",
+        "3",
+        "--think",
+        "50ms",
+        "--duration",
+        "120s",
+        "--fault",
+        "at=1s run=true",
+    ];
     let (mut run, addr) = start_run(&target, &args, tmp.path(), &[]);
+    // A fault applied during the run is on the live report before the run ends.
+    let events = report_event_with(&addr, "<h2>Faults");
+    assert!(events.contains("run true"), "{events}");
     let (code, said) = http(&addr, "POST", "/api/users", &[], "4");
     assert_eq!(code, 409, "{said}");
     assert!(said.contains("started 3"), "{said}");

@@ -271,7 +271,7 @@ pub fn render_body(run: &Run) -> (String, String) {
     }
 
     headline(&mut b, run);
-    faults(&mut b, s);
+    faults(&mut b, s, run.running);
     throughput(&mut b, run);
     latency(&mut b, run);
     super::classes::section(&mut b, run);
@@ -285,7 +285,7 @@ pub fn render_body(run: &Run) -> (String, String) {
 
 /// Each fault of the run (`--fault`): what was done when, and the load before, during
 /// and after it; the charts below shade it.
-fn faults(b: &mut String, s: &crate::results::Summary) {
+fn faults(b: &mut String, s: &crate::results::Summary, running: bool) {
     let Some(occs) = s
         .extra
         .get("faults")
@@ -338,6 +338,7 @@ fn faults(b: &mut String, s: &crate::results::Summary) {
         }
         let back = |k: &str| match o[k].as_f64() {
             Some(t) => format!("within {t:.1} s of its end"),
+            None if running => "not yet (said when the run ends)".to_string(),
             None => "not by the run's end".to_string(),
         };
         let _ = writeln!(

@@ -180,6 +180,13 @@ fn draw(ask: &Ask) -> String {
     match Run::read_lines(&ask.dir, lines) {
         Ok(mut run) => {
             run.running = !ask.last;
+            if run.running && !run.summary.extra.contains_key("faults") {
+                // The run's faults so far: the fault observer puts them in the summary
+                // only at the end; until then its events are in faults.jsonl.
+                if let Some(f) = faults_so_far(&ask.dir) {
+                    run.summary.extra.insert("faults".into(), f);
+                }
+            }
             if ask.control["actions"]
                 .as_array()
                 .is_some_and(|a| !a.is_empty())
@@ -195,6 +202,40 @@ fn draw(ask: &Ask) -> String {
             crate::report::chart::escape(&format!("{e:#}"))
         ),
     }
+}
+
+/// The faults applied so far, from faults.jsonl's complete lines, as summary.json's
+/// `extra.faults` has them at the end: each occurrence from its first event to its last
+/// (a mark at its start while it has one, a lasting fault under way or a moment's).
+fn faults_so_far(dir: &std::path::Path) -> Option<serde_json::Value> {
+    let text = std::fs::read_to_string(dir.join("faults.jsonl")).ok()?;
+    let complete = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+    let mut occs: Vec<serde_json::Value> = Vec::new();
+    for line in complete.lines() {
+        let Ok(e) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let (fault, n) = (e["fault"].as_u64()?, e["occurrence"].as_u64()?);
+        let t = e["t_s"].as_f64()?;
+        match occs
+            .iter_mut()
+            .find(|o| o["fault"] == fault + 1 && o["occurrence"] == n)
+        {
+            Some(o) => {
+                o["end_s"] = serde_json::json!(t);
+                o["events"].as_array_mut()?.push(e);
+            }
+            None => occs.push(serde_json::json!({
+                "fault": fault + 1,
+                "spec": "",
+                "occurrence": n,
+                "start_s": t,
+                "end_s": t,
+                "events": [e],
+            })),
+        }
+    }
+    (!occs.is_empty()).then(|| serde_json::json!({ "occurrences": occs }))
 }
 
 #[cfg(test)]
@@ -221,6 +262,33 @@ mod tests {
         drop(w);
         assert_eq!(live.watchers(), 0);
         assert!(live.current().ended);
+    }
+
+    #[test]
+    fn faults_under_way_are_drawn_from_their_events() {
+        let dir = tempfile::tempdir().unwrap();
+        let ev = |fault: u32, n: u32, t: f64, what: &str| {
+            format!(
+                "{{\"t_s\":{t},\"time\":\"x\",\"fault\":{fault},\"occurrence\":{n},\"event\":\"{what}\",\"what\":\"\",\"ok\":true}}\n"
+            )
+        };
+        let text = ev(0, 0, 2.0, "signal") + &ev(0, 0, 2.5, "restart-done") + &ev(1, 0, 4.0, "run");
+        // A half-written line is not read.
+        std::fs::write(dir.path().join("faults.jsonl"), text + "{\"t_s\":5").unwrap();
+        let f = faults_so_far(dir.path()).unwrap();
+        let occs = f["occurrences"].as_array().unwrap();
+        assert_eq!(occs.len(), 2, "{f}");
+        assert_eq!(
+            (occs[0]["start_s"].as_f64(), occs[0]["end_s"].as_f64()),
+            (Some(2.0), Some(2.5))
+        );
+        assert_eq!(occs[0]["events"].as_array().unwrap().len(), 2);
+        // One event so far: a mark where it was applied.
+        assert_eq!(
+            (occs[1]["start_s"].as_f64(), occs[1]["end_s"].as_f64()),
+            (Some(4.0), Some(4.0))
+        );
+        assert!(faults_so_far(&dir.path().join("none")).is_none());
     }
 
     #[test]
