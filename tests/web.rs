@@ -396,3 +396,70 @@ fn a_live_view_that_cannot_be_made_is_refused_before_the_run() {
     assert_eq!(r.code, Some(2), "{r:?}");
     assert!(r.stderr.contains("no web.json"), "{r:?}");
 }
+
+#[test]
+fn the_shards_of_a_run_are_told_the_same_and_their_merge_keeps_what_they_were_told() {
+    let (_server, target) = serve_process("--smtp", &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut runs = Vec::new();
+    for i in 0..2 {
+        let mut args = common::shard_args(&target, i, 2, tmp.path());
+        args.extend(
+            ["--rate", "20/s", "--duration", "6s", "--web", "127.0.0.1:0"].map(String::from),
+        );
+        let child = Command::new(SPATE)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(tmp.path().join(format!("stderr-{i}"))).unwrap())
+            .spawn()
+            .unwrap();
+        runs.push(Kill(child));
+    }
+    let dirs: Vec<PathBuf> = (0..2)
+        .map(|i| tmp.path().join(format!("shard-{i}")))
+        .collect();
+    let t0 = Instant::now();
+    while !dirs.iter().all(|d| d.join("web.json").exists()) {
+        assert!(t0.elapsed() < Duration::from_secs(60), "no web.json");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let both = format!("{},{}", dirs[0].display(), dirs[1].display());
+    for action in ["pause", "resume"] {
+        let o = ctl(&both, &[action], &[]);
+        assert!(o.ok, "{o:?}");
+        assert_eq!(o.stdout.lines().count(), 2, "each shard answers: {o:?}");
+    }
+    for r in &mut runs {
+        assert_eq!(wait_exit(r), Some(0));
+    }
+    let merged = tmp.path().join("merged");
+    let o = common::merge(&dirs, &merged);
+    assert!(o.ok, "{o:?}");
+    let s = summary(&merged);
+    let told: Vec<(String, u64)> = s["extra"]["control"]["actions"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no extra.control: {s}"))
+        .iter()
+        .map(|a| {
+            (
+                a["action"].as_str().unwrap().into(),
+                a["shard"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let mut shards: Vec<u64> = told.iter().map(|t| t.1).collect();
+    shards.sort_unstable();
+    assert_eq!(shards, [0, 0, 1, 1], "{told:?}");
+    let names: Vec<&str> = told.iter().map(|t| t.0.as_str()).collect();
+    assert_eq!(
+        names.iter().filter(|n| **n == "pause").count(),
+        2,
+        "{told:?}"
+    );
+    let first_resume = names.iter().position(|n| *n == "resume").unwrap();
+    assert!(
+        names[..first_resume].iter().all(|n| *n == "pause"),
+        "in time order: {told:?}"
+    );
+}

@@ -696,6 +696,9 @@ fn merged_summary(
     if let Some(b) = merged_bound(inputs) {
         s.extra.insert("bound_by".into(), b);
     }
+    if let Some(c) = merged_control(inputs, t0) {
+        s.extra.insert("control".into(), c);
+    }
     s.extra.insert(
         "shards".into(),
         Value::Array(
@@ -733,6 +736,38 @@ fn merged_summary(
         s.extra.insert("partial".into(), p);
     }
     s
+}
+
+/// What the shards were told while they ran (`--web`, `spate ctl`): every shard's actions,
+/// each marked with its shard and timed on the merged run's clock (from `t0`), in order.
+fn merged_control(inputs: &[Input], t0: SystemTime) -> Option<Value> {
+    let mut actions: Vec<Value> = Vec::new();
+    for i in inputs {
+        let shift = i
+            .started
+            .duration_since(t0)
+            .unwrap_or_default()
+            .as_secs_f64();
+        let told = i
+            .summary
+            .extra
+            .get("control")
+            .and_then(|c| c["actions"].as_array());
+        for a in told.into_iter().flatten() {
+            let mut a = a.clone();
+            let t = a["t_s"].as_f64().unwrap_or(0.0) + shift;
+            a["t_s"] = serde_json::json!((t * 1000.0).round() / 1000.0);
+            a["shard"] = serde_json::json!(i.shard.index);
+            actions.push(a);
+        }
+    }
+    actions.sort_by(|a, b| {
+        a["t_s"]
+            .as_f64()
+            .partial_cmp(&b["t_s"].as_f64())
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
+    (!actions.is_empty()).then(|| serde_json::json!({ "actions": actions }))
 }
 
 /// What stays per shard (monitor series, per host) or comes from the first shard (its
