@@ -398,14 +398,22 @@ fn a_live_view_that_cannot_be_made_is_refused_before_the_run() {
 }
 
 #[test]
-fn the_shards_of_a_run_are_told_the_same_and_their_merge_keeps_what_they_were_told() {
+fn the_shards_of_a_run_are_told_the_same_and_merge_as_one_run_stopped_by_hand() {
     let (_server, target) = serve_process("--smtp", &[]);
     let tmp = tempfile::tempdir().unwrap();
     let mut runs = Vec::new();
     for i in 0..2 {
         let mut args = common::shard_args(&target, i, 2, tmp.path());
         args.extend(
-            ["--rate", "20/s", "--duration", "6s", "--web", "127.0.0.1:0"].map(String::from),
+            [
+                "--rate",
+                "20/s",
+                "--duration",
+                "120s",
+                "--web",
+                "127.0.0.1:0",
+            ]
+            .map(String::from),
         );
         let child = Command::new(SPATE)
             .args(&args)
@@ -430,8 +438,13 @@ fn the_shards_of_a_run_are_told_the_same_and_their_merge_keeps_what_they_were_to
         assert!(o.ok, "{o:?}");
         assert_eq!(o.stdout.lines().count(), 2, "each shard answers: {o:?}");
     }
+    // Once both have run a while: stopped together, by hand.
+    for d in &dirs {
+        wait_interval(d, 2.0);
+    }
+    assert!(ctl(&both, &["stop"], &[]).ok);
     for r in &mut runs {
-        assert_eq!(wait_exit(r), Some(0));
+        assert_eq!(wait_exit(r), Some(143));
     }
     let merged = tmp.path().join("merged");
     let o = common::merge(&dirs, &merged);
@@ -448,9 +461,12 @@ fn the_shards_of_a_run_are_told_the_same_and_their_merge_keeps_what_they_were_to
             )
         })
         .collect();
+    // Shards stopped together by hand merge as one run stopped so.
+    assert_eq!(s["interrupted_by"], "control", "{s}");
+    common::assert_every_unit_counted(&merged, &s);
     let mut shards: Vec<u64> = told.iter().map(|t| t.1).collect();
     shards.sort_unstable();
-    assert_eq!(shards, [0, 0, 1, 1], "{told:?}");
+    assert_eq!(shards, [0, 0, 0, 1, 1, 1], "{told:?}");
     let names: Vec<&str> = told.iter().map(|t| t.0.as_str()).collect();
     assert_eq!(
         names.iter().filter(|n| **n == "pause").count(),

@@ -16,7 +16,9 @@ thresholds read unchanged:
   every shard with its own totals.
 A missing, duplicated, unfinished or truncated shard, or one of another run or command
 line, is named, exit status 2, and nothing is written to -o (the merge is built beside it
-and renamed into place at the end).
+and renamed into place at the end). Shards that were all stopped by `spate ctl ... stop`
+(or their live views) merge as one run stopped so; what every shard was told is in the
+merge's extra.control.
 -o must be new, empty, or an earlier merge (with --overwrite). A merge never deletes what
 it did not write: an -o that is a file, that contains or lies inside a shard, that holds
 anything but a results directory's files, is refused before anything is built.

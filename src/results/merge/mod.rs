@@ -119,6 +119,15 @@ fn unfinished(i: &Input) -> Option<String> {
     None
 }
 
+/// Whether every shard finished its writing after a `stop` from its live view or
+/// `spate ctl`: stopped together, by hand, not cut short one by one.
+fn stopped_together(inputs: &[Input]) -> bool {
+    !inputs.is_empty()
+        && inputs
+            .iter()
+            .all(|i| i.summary.complete && i.summary.interrupted_by.as_deref() == Some("control"))
+}
+
 /// A plan's workload fields: flattened into the plan, or under "workload".
 fn workload(plan: &Value) -> &Value {
     plan.get("workload").unwrap_or(plan)
@@ -530,7 +539,10 @@ pub fn merge(
         .map(|d| read_input(d))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let mut left_out = Vec::new();
-    for i in &inputs {
+    // Every shard stopped by `spate ctl … stop` (or their live views): one run stopped
+    // early on purpose, merged as such.
+    let stopped = stopped_together(&inputs);
+    for i in inputs.iter().filter(|_| !stopped) {
         if let Some(why) = unfinished(i) {
             if !partial {
                 return bad(format!(
@@ -540,7 +552,7 @@ pub fn merge(
             left_out.push((format!("{}/{}", i.shard.index, i.shard.count), why));
         }
     }
-    inputs.retain(|i| unfinished(i).is_none());
+    inputs.retain(|i| stopped || unfinished(i).is_none());
     if inputs.is_empty() {
         return bad("no shard finished: nothing to merge".into());
     }
@@ -659,11 +671,12 @@ fn merged_summary(
         target: first.summary.target.clone(),
         started: t0,
     };
+    let stopped = stopped_together(inputs);
     let mut s = header.summary(
         totals,
         elapsed,
         true,
-        false,
+        stopped,
         (
             Duration::from_secs_f64(cpu_s),
             "sum of the shards' processes",
@@ -698,6 +711,9 @@ fn merged_summary(
     }
     if let Some(c) = merged_control(inputs, t0) {
         s.extra.insert("control".into(), c);
+    }
+    if stopped {
+        s.interrupted_by = Some("control".into());
     }
     s.extra.insert(
         "shards".into(),
