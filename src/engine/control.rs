@@ -20,6 +20,10 @@ use super::schedule::{Model, Workload};
 use crate::metrics::Clock;
 use crate::results::ShardOf;
 
+/// The most actions a run takes (a script that pauses and resumes in a loop for days
+/// must not grow the run's memory and summary without end).
+pub const MAX_ACTIONS: usize = 10_000;
+
 /// What the schedule is told to do now.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Steer {
@@ -198,6 +202,12 @@ impl Control {
         let now = self.now();
         if now.ended || self.stop.load(Ordering::Relaxed) {
             return Err(Refused("the run is ending".into()));
+        }
+        if self.records.lock().unwrap_or_else(|p| p.into_inner()).len() >= MAX_ACTIONS {
+            // What a run keeps of them (memory, summary.json) stays bounded.
+            return Err(Refused(format!(
+                "this run has been told {MAX_ACTIONS} things already: it takes no more (stop it, or let it run)"
+            )));
         }
         let said = match action {
             Action::Pause if now.paused => return Ok("already paused".into()),
@@ -404,5 +414,21 @@ mod tests {
             (1, "stop", "c")
         );
         assert!(c.apply(Action::Resume, "d").is_err(), "the run is ending");
+    }
+
+    #[test]
+    fn a_run_takes_a_bounded_number_of_actions() {
+        let c = Control::new(&closed(2), Arc::new(AtomicBool::new(false)));
+        for i in 0..MAX_ACTIONS {
+            let a = if i % 2 == 0 {
+                Action::Pause
+            } else {
+                Action::Resume
+            };
+            c.apply(a, "loop").unwrap();
+        }
+        let e = c.apply(Action::Pause, "loop").unwrap_err();
+        assert!(e.0.contains("takes no more"), "{e}");
+        assert_eq!(c.records().len(), MAX_ACTIONS);
     }
 }

@@ -31,6 +31,8 @@ const MAX_CONNECTIONS: usize = 32;
 const MAX_BODY: usize = 1024;
 /// An event stream with nothing new says so this often, so proxies keep it open.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// The status shows this many of the latest actions.
+const STATUS_ACTIONS: usize = 100;
 /// How often the accept loop looks at its stop flag when nobody connects.
 const POLL: Duration = Duration::from_millis(25);
 
@@ -92,7 +94,9 @@ impl Ctx {
             "users": last("users"),
             "ended": frame.ended || steer.ended,
             "token_required": self.token.is_some(),
-            "actions": actions,
+            // The latest (control.jsonl has every one).
+            "actions_total": actions.len(),
+            "actions": &actions[actions.len().saturating_sub(STATUS_ACTIONS)..],
         })
     }
 }
