@@ -479,3 +479,25 @@ fn the_shards_of_a_run_are_told_the_same_and_merge_as_one_run_stopped_by_hand() 
         "in time order: {told:?}"
     );
 }
+
+#[test]
+fn a_pause_before_the_schedule_begins_holds_it_from_its_start() {
+    let (_server, target) = serve_process("--smtp", &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r");
+    let args = ["--rate", "20/s", "--duration", "120s", "--start-at", "+3s"];
+    let (mut run, addr) = start_run(&target, &args, tmp.path(), &[]);
+    // Told while the run waits for its start.
+    let (code, said) = http(&addr, "POST", "/api/pause", &[], "");
+    assert_eq!(code, 200, "{said}");
+    let rows = wait_interval(&dir, 3.0);
+    assert!(
+        rows.iter().all(|r| r.1 == 0),
+        "units while paused: {rows:?}"
+    );
+    let (code, _) = http(&addr, "POST", "/api/stop", &[], "");
+    assert_eq!(code, 200);
+    assert_eq!(wait_exit(&mut run), Some(143));
+    let s = summary(&dir);
+    assert_eq!(s["totals"]["attempted"], 0, "{s}");
+}

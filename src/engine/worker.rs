@@ -499,6 +499,12 @@ fn arrivals_at_their_times(
         Vec::with_capacity(BATCH_MAX),
     );
     let mut steer = shared.control.subscribe();
+    let told = *steer.borrow_and_update();
+    if told != Steer::default() {
+        // Told before the schedule began (a pause while XMPP's sessions logged in, or
+        // before --start-at): the schedule starts so, nothing handed out before.
+        batches.steer(0.0, told.paused, told.rate);
+    }
     let mut stopped_at = None;
     // Hands out `due`; false when there was nothing.
     let mut hand_out = |due: &[(u64, f64)]| {
