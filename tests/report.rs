@@ -8,7 +8,7 @@ mod common;
 use common::{chromium, spate};
 mod report_fixture;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use spate::report::{chart, compare, data, html, sweep};
@@ -347,15 +347,6 @@ async fn load_run(addr: &str, out: &Path, users: &str) {
     );
 }
 
-fn artifacts() -> PathBuf {
-    let p = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .unwrap()
-        .join("test-artifacts");
-    std::fs::create_dir_all(&p).unwrap();
-    p
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_runs_report_compare_and_render_in_chromium() {
     let server = serve::start(serve::Config::loopback()).await.unwrap();
@@ -435,7 +426,7 @@ async fn real_runs_report_compare_and_render_in_chromium() {
     let n = check_charts(&dom);
     assert!(n >= 6, "{n} charts in the DOM");
     assert!(dom.contains("elapsed time") && dom.contains("latency (ms)"));
-    let png = artifacts().join("report.png");
+    let png = common::artifacts().join("report.png");
     let _ = std::fs::remove_file(&png);
     let (_, log) = chromium(
         &[
@@ -449,14 +440,17 @@ async fn real_runs_report_compare_and_render_in_chromium() {
     assert!(meta.len() > 20_000, "screenshot too small: {}", meta.len());
     let (_, log) = chromium(
         &[
-            &format!("--screenshot={}", artifacts().join("compare.png").display()),
+            &format!(
+                "--screenshot={}",
+                common::artifacts().join("compare.png").display()
+            ),
             "--window-size=1280,2400",
         ],
         &cmp_html,
         profile.path(),
     );
     assert!(!log.contains("CONSOLE"), "{log}");
-    eprintln!("screenshots in {}", artifacts().display());
+    eprintln!("screenshots in {}", common::artifacts().display());
 }
 
 /// `spate smtp --verify`: the report written at the end includes the delivery section drawn

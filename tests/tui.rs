@@ -5,21 +5,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use common::SPATE;
 use spate::serve;
-
-fn artifacts() -> PathBuf {
-    let p = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .unwrap()
-        .join("test-artifacts");
-    std::fs::create_dir_all(&p).unwrap();
-    p
-}
 
 /// `spate ARGS` on a pseudo-terminal of 80×24 (stdin, stdout and stderr): the child, the
 /// master side to type into, and everything the child writes, as it comes.
@@ -234,7 +224,7 @@ async fn tui_draws_quits_on_q_and_restores_the_terminal() {
     // Three seconds drawn, with the errors of the 451s.
     let rows = pty.wait_for(&["transaction", "451 4.3.0", "elapsed 0:00:03 of 0:01:00"]);
     let screen = rows.join("\n");
-    std::fs::write(artifacts().join("tui-screen.txt"), &screen).unwrap();
+    std::fs::write(common::artifacts().join("tui-screen.txt"), &screen).unwrap();
     assert!(pty.text().contains("\x1b[?1049h"), "alternate screen");
     for want in [
         "spate — SMTP load on",
@@ -260,7 +250,7 @@ async fn tui_draws_quits_on_q_and_restores_the_terminal() {
     pty.wait_for(&["q stop  p pause"]);
     pty.type_keys(b"q");
     let status = pty.wait("q");
-    std::fs::write(artifacts().join("tui.txt"), pty.text()).unwrap();
+    std::fs::write(common::artifacts().join("tui.txt"), pty.text()).unwrap();
     // q stops the run as Ctrl-C does: interrupted, exit 130, everything written.
     assert_eq!(status.code(), Some(130), "{}", pty.text());
     pty.assert_restored();

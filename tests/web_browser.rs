@@ -10,7 +10,7 @@ mod common;
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -19,15 +19,6 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 
 use common::{serve_process, wait_bounded, Kill, SPATE};
-
-fn artifacts() -> PathBuf {
-    let p = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .unwrap()
-        .join("test-artifacts");
-    std::fs::create_dir_all(&p).unwrap();
-    p
-}
 
 /// A pipe whose ends are closed on exec (the child gets its end by dup2).
 fn pipe() -> (OwnedFd, OwnedFd) {
@@ -258,7 +249,10 @@ fn the_live_view_draws_updates_and_steers_the_run_in_chromium() {
     b.call("Runtime.enable", json!({}));
     b.call("Page.navigate", json!({"url": format!("http://{addr}/")}));
 
-    let (first, second) = (artifacts().join("web-1.png"), artifacts().join("web-2.png"));
+    let (first, second) = (
+        common::artifacts().join("web-1.png"),
+        common::artifacts().join("web-2.png"),
+    );
     let evidence = format!("screenshots: {} {}", first.display(), second.display());
     // The charts draw, from the report's own code.
     b.wait_for(

@@ -22,7 +22,7 @@ use crate::engine::Action;
                   EXAMPLES:\n  spate ctl http://127.0.0.1:5665 pause\n  \
                   spate ctl 127.0.0.1:5665 rate 200/s\n  \
                   spate ctl spate-results/ users 50\n  \
-                  spate ctl http://10.0.0.1:5665,http://10.0.0.2:5666 stop"
+                  spate ctl http://127.0.0.1:5665,http://127.0.0.1:5666 stop"
 )]
 pub struct Args {
     /// The run's live view: http://HOST:PORT/, HOST:PORT, or its results directory (its

@@ -749,3 +749,14 @@ print(len(cases), sorted(fails), skips)
     assert!(py.ok, "{}{}", py.stdout, py.stderr);
     py.stdout
 }
+
+/// Where tests keep what a person looks at after a failure (screenshots):
+/// target/test-artifacts.
+pub fn artifacts() -> std::path::PathBuf {
+    let p = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .unwrap()
+        .join("test-artifacts");
+    std::fs::create_dir_all(&p).unwrap();
+    p
+}

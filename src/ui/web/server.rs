@@ -447,7 +447,7 @@ mod tests {
             "localhost:80",
             "LOCALHOST",
             "[::1]:5665",
-            "10.0.0.1",
+            "127.0.0.2",
         ] {
             assert!(host_is_ours(h), "{h}");
         }
