@@ -71,6 +71,9 @@ pub enum Command {
     /// Steer a running test started with --web: pause, resume, stop, its rate or its
     /// number of sessions.
     Ctl(cmd::ctl::Args),
+    /// Watch the shards of a run (--shard, --web) as one live view, merged exactly as
+    /// they run; pause or stop them all.
+    Watch(cmd::watch::Args),
     /// Print shell completions (bash, zsh, fish, elvish, powershell).
     Completions(cmd::completions::CompletionsArgs),
     /// Print the manual page (or write one per command into a directory).
@@ -78,7 +81,7 @@ pub enum Command {
 }
 
 /// Commands that are not load, checks or reports: no --dump-scenario, not scenario steps.
-pub const NOT_STEPS: &[&str] = &["run", "ctl", "completions", "man", "help"];
+pub const NOT_STEPS: &[&str] = &["run", "ctl", "watch", "completions", "man", "help"];
 
 /// Every command's options, as clap defines them (scenario files are checked against it).
 /// Every command but `run` also lists `--dump-scenario`, which [`main`] handles before
@@ -136,6 +139,7 @@ pub async fn dispatch(cli: Cli, ctx: Ctx) -> anyhow::Result<ExitCode> {
         Command::Merge(args) => cmd::merge::run(args, &ctx),
         Command::Run(args) => cmd::run::run(args, &ctx).await,
         Command::Ctl(args) => cmd::ctl::run(args, &ctx),
+        Command::Watch(args) => cmd::watch::run(args, &ctx).await,
         Command::Completions(args) => cmd::completions::completions(args, &ctx),
         Command::Man(args) => cmd::completions::man(args, &ctx),
     }

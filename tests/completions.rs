@@ -82,10 +82,10 @@ fn man_pages_render_for_every_command() {
     let d = tempfile::tempdir().unwrap();
     let dir = d.path().to_str().unwrap();
     let said = stdout(&["man", "--dir", dir]);
-    assert!(said.starts_with("wrote 18 pages"), "{said}");
+    assert!(said.starts_with("wrote 19 pages"), "{said}");
     for cmd in [
         "smtp", "pop3", "imap", "rr", "ping", "serve", "sweep", "verify", "merge", "run", "report",
-        "ctl",
+        "ctl", "watch",
     ] {
         let path = d.path().join(format!("spate-{cmd}.1"));
         let text = std::fs::read_to_string(&path).unwrap();
@@ -94,7 +94,7 @@ fn man_pages_render_for_every_command() {
             "{cmd}"
         );
         assert!(
-            text.contains("\\fB\\-\\-dump\\-scenario\\fR") != matches!(cmd, "run" | "ctl"),
+            text.contains("\\fB\\-\\-dump\\-scenario\\fR") != matches!(cmd, "run" | "ctl" | "watch"),
             "{cmd}"
         );
         if !common::have("groff") {

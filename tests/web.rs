@@ -153,7 +153,16 @@ fn a_run_is_watched_paused_given_a_rate_and_stopped_from_its_live_view() {
     let dir: PathBuf = tmp.path().join("r");
     let (mut run, addr) = start_run(
         &target,
-        &["--rate", "40/s", "--duration", "120s"],
+        &[
+            "--rate",
+            "40/s",
+            "--duration",
+            "120s",
+            "--threshold",
+            "p99(response) < 1h",
+            "--threshold",
+            "errors.rate > 50%",
+        ],
         tmp.path(),
         &[],
     );
@@ -169,6 +178,17 @@ fn a_run_is_watched_paused_given_a_rate_and_stopped_from_its_live_view() {
     let events = report_event_with(&addr, "<h2>Throughput");
     assert!(events.contains("running"), "{events}");
     assert!(events.contains("event: status\ndata: {"), "{events}");
+    // The thresholds, judged on the figures so far: one holds, one fails.
+    let events = report_event_with(&addr, "<h2>Thresholds");
+    let report = events.rsplit("event: report\n").next().unwrap();
+    assert!(
+        report.contains("p99(response) &lt; 1h</code></td><td>holds"),
+        "{report}"
+    );
+    assert!(
+        report.contains("errors.rate &gt; 50%</code></td><td><span class=\"warn\">FAILS"),
+        "{report}"
+    );
 
     // Pause from the API: no unit starts in an interval that lies within the pause.
     let (code, said) = http(&addr, "POST", "/api/pause", &[], "");
@@ -478,6 +498,245 @@ fn the_shards_of_a_run_are_told_the_same_and_merge_as_one_run_stopped_by_hand() 
         names[..first_resume].iter().all(|n| *n == "pause"),
         "in time order: {told:?}"
     );
+}
+
+/// The shards of a run, with their live views; their results directories.
+fn start_shards(target: &str, n: usize, root: &Path, extra: &[&str]) -> (Vec<Kill>, Vec<PathBuf>) {
+    let mut runs = Vec::new();
+    for i in 0..n {
+        let mut args = common::shard_args(target, i, n, root);
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args.extend(["--web", "127.0.0.1:0"].map(String::from));
+        let child = Command::new(SPATE)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(root.join(format!("stderr-{i}"))).unwrap())
+            .spawn()
+            .unwrap();
+        runs.push(Kill(child));
+    }
+    let dirs: Vec<PathBuf> = (0..n).map(|i| root.join(format!("shard-{i}"))).collect();
+    let t0 = Instant::now();
+    while !dirs.iter().all(|d| d.join("web.json").exists()) {
+        assert!(t0.elapsed() < Duration::from_secs(60), "no web.json");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (runs, dirs)
+}
+
+/// Where a results directory's live view listens (its web.json).
+fn address(dir: &Path) -> String {
+    let t0 = Instant::now();
+    loop {
+        if let Some(a) = std::fs::read_to_string(dir.join("web.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| v["address"].as_str().map(str::to_string))
+        {
+            return a;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no web.json in {dir:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn status(addr: &str) -> serde_json::Value {
+    let (code, body) = http(addr, "GET", "/api/status", &[], "");
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+#[test]
+fn two_shards_are_watched_as_one_run_merged_exactly_and_steered_together() {
+    let (_server, target) = serve_process("--smtp", &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut runs, dirs) = start_shards(
+        &target,
+        2,
+        tmp.path(),
+        &["--rate", "20/s", "--duration", "120s"],
+    );
+    // One shard of two is not the run (without --partial); nothing answering is no run.
+    let alone = tmp.path().join("alone");
+    let o = run_blocking(
+        SPATE,
+        &[
+            "watch",
+            dirs[0].to_str().unwrap(),
+            "-o",
+            alone.to_str().unwrap(),
+            "--web",
+            "127.0.0.1:0",
+        ],
+        &[],
+        Duration::from_secs(60),
+    );
+    assert_eq!(o.code, Some(2), "{o:?}");
+    assert!(o.stderr.contains("shard 1/2 missing"), "{o:?}");
+    assert!(!alone.exists(), "nothing left behind");
+    let none = tmp.path().join("none");
+    let o = run_blocking(
+        SPATE,
+        &[
+            "watch",
+            "127.0.0.1:1",
+            "--give-up",
+            "1s",
+            "-q",
+            "-o",
+            none.to_str().unwrap(),
+            "--web",
+            "127.0.0.1:0",
+        ],
+        &[],
+        Duration::from_secs(60),
+    );
+    assert_eq!(o.code, Some(1), "{o:?}");
+    assert!(o.stderr.contains("no shard answered"), "{o:?}");
+    assert_eq!(o.stderr.lines().count(), 1, "{o:?}");
+
+    let watched = tmp.path().join("watched");
+    let watch = Command::new(SPATE)
+        .args([
+            "watch",
+            dirs[0].to_str().unwrap(),
+            dirs[1].to_str().unwrap(),
+        ])
+        .args(["-o", watched.to_str().unwrap(), "--web", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(tmp.path().join("watch.out")).unwrap())
+        .stderr(std::fs::File::create(tmp.path().join("watch.err")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut watch = Kill(watch);
+    // A second watch, stopped by Ctrl-C while the shards go on.
+    let early = tmp.path().join("early");
+    let mut early_watch = Kill(
+        Command::new(SPATE)
+            .args([
+                "watch",
+                dirs[0].to_str().unwrap(),
+                dirs[1].to_str().unwrap(),
+                "-q",
+            ])
+            .args(["-o", early.to_str().unwrap(), "--web", "127.0.0.1:0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(tmp.path().join("early.err")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let at = address(&watched);
+    // The merged run grows while the shards run: both shards' units in its seconds.
+    let rows = wait_interval(&watched, 3.0);
+    assert!(rows.iter().map(|r| r.1).sum::<u64>() > 0, "{rows:?}");
+    wait_interval(&early, 2.0);
+    unsafe { libc::kill(early_watch.0.id() as libc::pid_t, libc::SIGINT) };
+    assert_eq!(wait_exit(&mut early_watch), Some(130));
+    let e = summary(&early);
+    assert_eq!(
+        (&e["complete"], &e["interrupted_by"]),
+        (&true.into(), &"SIGINT".into()),
+        "{e}"
+    );
+    common::assert_every_unit_counted(&early, &e);
+    assert_eq!(
+        e["warnings"].as_array().unwrap().len(),
+        1,
+        "only that the watch was stopped: {e}"
+    );
+    let live = status(&at);
+    assert_eq!(live["shards"], 2, "{live}");
+    assert_eq!(live["ended"], false, "{live}");
+
+    // A pause on the watch is told to both shards.
+    let (code, body) = http(&at, "POST", "/api/pause", &[], "");
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("told 2 shards"), "{body}");
+    for d in &dirs {
+        assert_eq!(status(&address(d))["paused"], true);
+    }
+    let o = ctl(&at, &["resume"], &[]);
+    assert!(o.ok, "{o:?}");
+    for d in &dirs {
+        assert_eq!(status(&address(d))["paused"], false);
+    }
+    // Refused by the shards (an open workload has no users): refused by the watch.
+    let (code, body) = http(&at, "POST", "/api/users", &[], "3");
+    assert_eq!(code, 409, "{body}");
+    assert!(body.contains("refused"), "{body}");
+
+    wait_interval(&watched, 5.0);
+    let (code, body) = http(&at, "POST", "/api/stop", &[], "");
+    assert_eq!(code, 200, "{body}");
+    for r in &mut runs {
+        assert_eq!(wait_exit(r), Some(143));
+    }
+    let out = |name: &str| std::fs::read_to_string(tmp.path().join(name)).unwrap_or_default();
+    assert_eq!(
+        wait_exit(&mut watch),
+        Some(0),
+        "{}\n{}",
+        out("watch.out"),
+        out("watch.err")
+    );
+    assert!(
+        out("watch.out").contains("merged 2 shards"),
+        "{}",
+        out("watch.out")
+    );
+    assert!(watched.join("report.html").exists());
+
+    // What the watch merged as they ran is what spate merge makes of them after.
+    let merged = tmp.path().join("merged");
+    let o = common::merge(&dirs, &merged);
+    assert!(o.ok, "{o:?}");
+    let (w, m) = (summary(&watched), summary(&merged));
+    assert_eq!(w["complete"], true, "{w}");
+    assert_eq!(w["interrupted_by"], "control", "{w}");
+    assert_eq!(w["totals"], m["totals"], "watched {w}\nmerged {m}");
+    assert!(w["totals"]["attempted"].as_u64().unwrap() > 0);
+    common::assert_every_unit_counted(&watched, &w);
+    let phases = |s: &serde_json::Value| -> Vec<(String, u64, u64, u64, u64)> {
+        s["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let n = |k: &str| p[k].as_u64().unwrap();
+                (
+                    p["phase"].as_str().unwrap().into(),
+                    n("count"),
+                    n("p50_us"),
+                    n("p99_us"),
+                    n("max_us"),
+                )
+            })
+            .collect()
+    };
+    assert!(!phases(&w).is_empty());
+    assert_eq!(
+        phases(&w),
+        phases(&m),
+        "exact percentiles, as after the run"
+    );
+    let attempted = |dir: &Path| intervals(dir).iter().map(|r| r.1).sum::<u64>();
+    assert_eq!(
+        attempted(&watched),
+        attempted(&merged),
+        "every second of both shards"
+    );
+    // What both shards were told, through the watch: pause, resume, stop each.
+    let told = w["extra"]["control"]["actions"].as_array().unwrap();
+    assert_eq!(told.len(), 6, "{told:?}");
+    assert!(told
+        .iter()
+        .all(|a| a["by"].as_str().unwrap().ends_with("spate watch")));
+    assert!(w["warnings"].as_array().unwrap().is_empty(), "{w}");
 }
 
 #[test]

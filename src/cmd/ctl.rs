@@ -84,7 +84,7 @@ pub fn run(args: Args, _ctx: &Ctx) -> anyhow::Result<ExitCode> {
 }
 
 /// The address of a run given as a URL, HOST:PORT, or its results directory.
-fn where_is(run: &str) -> anyhow::Result<SocketAddr> {
+pub(crate) fn where_is(run: &str) -> anyhow::Result<SocketAddr> {
     let dir = std::path::Path::new(run);
     let text = if dir.is_dir() {
         let file = dir.join("web.json");
@@ -125,18 +125,30 @@ fn ask(
     body: &str,
     token: Option<&str>,
 ) -> std::io::Result<(u16, String)> {
+    request(addr, (method, path, body), token, "spate-ctl", 1 << 20)
+}
+
+/// One request (`method`, `path`, `body`) as `agent`, its answer read up to `limit`
+/// bytes; the status code and the body.
+pub(crate) fn request(
+    addr: SocketAddr,
+    (method, path, body): (&str, &str, &str),
+    token: Option<&str>,
+    agent: &str,
+    limit: u64,
+) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     s.set_write_timeout(Some(Duration::from_secs(10)))?;
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: spate-ctl\r\n{auth}\
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: {agent}\r\n{auth}\
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )?;
     let mut answer = Vec::new();
-    s.take(1 << 20).read_to_end(&mut answer)?;
+    s.take(limit).read_to_end(&mut answer)?;
     let answer = String::from_utf8_lossy(&answer);
     let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
     let code = head

@@ -55,11 +55,21 @@ pub struct Args {
 /// `spate merge`.
 pub fn run(args: Args, _ctx: &Ctx) -> anyhow::Result<ExitCode> {
     let m = crate::results::merge::merge(&args.dirs, &args.out, args.overwrite, args.partial)?;
-    let s = &m.summary;
+    match crate::report::write_report(&m.dir) {
+        Ok(_) => {}
+        Err(e) => eprintln!("spate: warning: no HTML report: {e:#}"),
+    }
+    print(&m.summary, m.shards, &m.dir);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What a merge made, in a few lines: its counts, its first latency phase, its warnings,
+/// where its report and results are.
+pub fn print(s: &crate::results::Summary, shards: usize, dir: &std::path::Path) {
     let t = &s.totals;
     println!(
-        "merged {} shards of run {}: {:.1}s, attempted {}  accepted {}  rejected {}  failed {}",
-        m.shards, s.run_id, s.elapsed_s, t.attempted, t.accepted, t.rejected, t.failed
+        "merged {shards} shards of run {}: {:.1}s, attempted {}  accepted {}  rejected {}  failed {}",
+        s.run_id, s.elapsed_s, t.attempted, t.accepted, t.rejected, t.failed
     );
     if let Some(p) = s.latency_phase() {
         println!(
@@ -70,10 +80,9 @@ pub fn run(args: Args, _ctx: &Ctx) -> anyhow::Result<ExitCode> {
     for w in &s.warnings {
         println!("warning: {w}");
     }
-    match crate::report::write_report(&m.dir) {
-        Ok(page) => println!("report: {}", page.display()),
-        Err(e) => eprintln!("spate: warning: no HTML report: {e:#}"),
+    let page = dir.join("report.html");
+    if page.exists() {
+        println!("report: {}", page.display());
     }
-    println!("results: {}", m.dir.display());
-    Ok(ExitCode::SUCCESS)
+    println!("results: {}", dir.display());
 }

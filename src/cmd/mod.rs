@@ -16,6 +16,7 @@ pub mod smtp;
 pub mod sweep;
 pub mod thresholds;
 pub mod verify;
+pub mod watch;
 pub mod xmpp;
 
 use std::path::PathBuf;
@@ -66,7 +67,8 @@ pub fn observers(
         .into_iter()
         .map(|m| Box::new(m) as Box<dyn Observer>)
         .collect();
-    if let Some(w) = crate::ui::web::observer(output, plan, stop)? {
+    let checks = thresholds::checks(output, plan.head().protocol)?;
+    if let Some(w) = crate::ui::web::observer(output, plan, stop, &checks)? {
         observers.push(Box::new(w));
     }
     observers.extend(crate::monitor::observer(
@@ -75,7 +77,6 @@ pub fn observers(
     )?);
     // A sharded run's faults come from its first shard; every shard measures them.
     let first_shard = plan.workload().shard.as_ref().is_none_or(|s| s.index == 0);
-    let checks = thresholds::checks(output, plan.head().protocol)?;
     if let Some(w) = thresholds::Watch::new(checks, plan.head().protocol, stop) {
         observers.push(Box::new(w));
     }

@@ -34,7 +34,7 @@ use crate::metrics::{Clock, Recorder};
 use crate::results::{AddressBook, Summary, SummaryHeader, Writer};
 use crate::units;
 
-pub use control::{Action, Control};
+pub use control::{Action, Control, Refused};
 pub use cpu::cpu_time;
 pub use observe::{Observer, Snapshot};
 pub use schedule::{Model, Workload};

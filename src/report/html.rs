@@ -279,6 +279,7 @@ pub fn render_body(run: &Run) -> (String, String) {
     }
 
     headline(&mut b, run);
+    thresholds(&mut b, run);
     faults(&mut b, s, run.running);
     throughput(&mut b, run);
     latency(&mut b, run);
@@ -289,6 +290,50 @@ pub fn render_body(run: &Run) -> (String, String) {
         monitor(&mut b, m, &fault_bands(&run.summary));
     }
     (title, b)
+}
+
+/// The `--threshold` rules and how each held: while the run goes, on its figures so far
+/// (the live view); after it, as thresholds.json judged them on the whole run.
+fn thresholds(b: &mut String, run: &Run) {
+    let from_file = || {
+        let text = std::fs::read_to_string(run.dir.join("thresholds.json")).ok()?;
+        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+        v["thresholds"].as_array().cloned()
+    };
+    let (list, live) = match run
+        .summary
+        .extra
+        .get("thresholds")
+        .and_then(|t| t.as_array())
+    {
+        Some(l) if run.running => (l.clone(), true),
+        _ => match from_file() {
+            Some(l) => (l, false),
+            None => return,
+        },
+    };
+    if list.is_empty() {
+        return;
+    }
+    b.push_str("<h2>Thresholds</h2>\n");
+    if live {
+        b.push_str("<p class=\"sub\">On the figures so far; the run's verdict is given on all of them at its end.</p>\n");
+    }
+    b.push_str("<table><tr><th>threshold</th><th>state</th><th>measured</th></tr>");
+    for v in &list {
+        let state = match (v["pass"].as_bool(), v["measured"].as_bool()) {
+            (_, Some(false)) => "<span class=\"sub\">not measurable yet</span>",
+            (Some(true), _) => "holds",
+            _ => "<span class=\"warn\">FAILS</span>",
+        };
+        let _ = write!(
+            b,
+            "<tr><td><code>{}</code></td><td>{state}</td><td>{}</td></tr>",
+            esc(v["threshold"].as_str().unwrap_or("")),
+            esc(v["message"].as_str().unwrap_or(""))
+        );
+    }
+    b.push_str("</table>\n");
 }
 
 /// Each fault of the run (`--fault`): what was done when, and the load before, during

@@ -15,6 +15,7 @@
 //!
 //! [`merge`] makes one such directory of a sharded run's shards.
 
+pub mod feed;
 mod header;
 pub mod merge;
 pub mod outdir;

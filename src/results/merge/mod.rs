@@ -19,7 +19,9 @@ use crate::results::ShardOf;
 use crate::UsageError;
 
 mod hlog;
+mod live;
 use hlog::{check_values, hlog_buckets, HlogCursor};
+pub use live::LiveMerge;
 
 /// One shard's directory, read and checked.
 struct Input {
@@ -603,6 +605,16 @@ pub fn merge(
     })
 }
 
+/// How long the run keeps rows of a second (--detail), from its plan.
+fn detail_of(plan: &Value) -> anyhow::Result<Duration> {
+    Ok(plan["args"]["output"]["detail"]
+        .as_str()
+        .or_else(|| plan["args"]["common"]["output"]["detail"].as_str())
+        .map(crate::units::parse_duration)
+        .transpose()?
+        .unwrap_or(Duration::from_secs(3600)))
+}
+
 fn write_merged(
     inputs: &[Input],
     mut tl: Timeline,
@@ -610,13 +622,7 @@ fn write_merged(
     partial: Option<Value>,
 ) -> anyhow::Result<Summary> {
     let plan = merged_plan(inputs);
-    let detail = plan["args"]["output"]["detail"]
-        .as_str()
-        .or_else(|| plan["args"]["common"]["output"]["detail"].as_str())
-        .map(crate::units::parse_duration)
-        .transpose()?
-        .unwrap_or(Duration::from_secs(3600));
-    let mut w = Writer::create(dir, &plan, tl.t0, None, detail)?;
+    let mut w = Writer::create(dir, &plan, tl.t0, None, detail_of(&plan)?)?;
     let mut totals = Shard::default();
     let mut cursors = HlogCursor::open_all(inputs, &tl)?;
     let mut de = Deserializer::new();
@@ -636,7 +642,7 @@ fn write_merged(
     for i in inputs {
         totals.counters.add(&i.summary.totals);
     }
-    let s = merged_summary(inputs, &totals, tl.t0, partial);
+    let s = merged_summary(inputs, &totals, tl.t0, partial, true);
     w.finish()?;
     w.write_summary(&s, true)?;
     drop(w);
@@ -647,12 +653,14 @@ fn write_merged(
 
 /// The merged run's summary: the shards' totals (`totals`, their counters already the
 /// shards' own), time from the first start to the last end, the sum of their CPU, their
-/// warnings, each shard's own figures in `extra.shards`, and what a partial merge lacks.
+/// warnings, each shard's own figures in `extra.shards`, and what a partial merge lacks;
+/// not `complete` while the shards still run (`spate watch`).
 fn merged_summary(
     inputs: &[Input],
     totals: &Shard,
     t0: SystemTime,
     partial: Option<Value>,
+    complete: bool,
 ) -> Summary {
     let first = &inputs[0];
     let end = inputs
@@ -675,7 +683,7 @@ fn merged_summary(
     let mut s = header.summary(
         totals,
         elapsed,
-        true,
+        complete,
         stopped,
         (
             Duration::from_secs_f64(cpu_s),

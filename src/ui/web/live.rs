@@ -117,6 +117,8 @@ pub struct Ask {
     pub t_s: f64,
     /// What the run was told so far (summary.json's `extra.control` to be).
     pub control: serde_json::Value,
+    /// The `--threshold` rules judged on the figures so far (none: null).
+    pub thresholds: serde_json::Value,
     /// The run is over and its files complete: the last frame.
     pub last: bool,
 }
@@ -194,6 +196,11 @@ fn draw(ask: &Ask) -> String {
                 run.summary
                     .extra
                     .insert("control".into(), ask.control.clone());
+            }
+            if ask.thresholds.is_array() {
+                run.summary
+                    .extra
+                    .insert("thresholds".into(), ask.thresholds.clone());
             }
             crate::report::html::render_body(&run).1
         }
@@ -298,6 +305,7 @@ mod tests {
             dir: dir.path().to_path_buf(),
             t_s: 0.0,
             control: serde_json::Value::Null,
+            thresholds: serde_json::Value::Null,
             last: false,
         });
         assert!(

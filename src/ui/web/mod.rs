@@ -5,6 +5,7 @@
 //! into summary.json's `extra.control` at the end, and, the run over, sends the watching
 //! pages the final report before it closes.
 
+pub mod feed;
 pub mod live;
 pub mod server;
 
@@ -17,11 +18,15 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
+use serde_json::Value;
+
 use crate::engine::{Control, Observer, PlanInfo, Snapshot};
 use crate::opts::OutputArgs;
 use crate::results::Summary;
+use crate::scenario::threshold::{Check, Source};
+use feed::Feed;
 use live::{Ask, Live};
-use server::{Ctx, Server};
+use server::{Ctx, Server, Steering};
 
 /// The environment variable that holds the token steering needs.
 pub const TOKEN_VAR: &str = "SPATE_WEB_TOKEN";
@@ -30,91 +35,224 @@ pub const TOKEN_VAR: &str = "SPATE_WEB_TOKEN";
 const PAGE: &str = include_str!("page.html");
 
 /// The live view for these options, or None without `--web`; `stop` is the run's stop
-/// flag (the page's stop sets it).
+/// flag (the page's stop sets it), `checks` its `--threshold` rules (shown as they hold).
 pub fn observer(
     output: &OutputArgs,
     plan: &impl PlanInfo,
     stop: &Arc<AtomicBool>,
+    checks: &[Check],
 ) -> anyhow::Result<Option<Web>> {
     let Some(addr) = output.web else {
         return Ok(None);
     };
     let addr = super::shard_addr(addr, plan.workload().shard.as_ref(), "--web")?;
-    let token = std::env::var(TOKEN_VAR).ok().filter(|t| !t.is_empty());
-    let loopback = addr.ip().is_loopback();
-    if !loopback && token.is_none() {
-        return Err(crate::UsageError(format!(
-            "--web {addr}: not a loopback address, so steering the run needs a token: set {TOKEN_VAR} (the page asks for it)"
-        ))
-        .into());
-    }
-    let listener = TcpListener::bind(addr).map_err(|e| {
-        crate::UsageError(format!(
-            "--web {addr}: cannot listen there ({e}): give another address, or port 0 for a free one"
-        ))
-    })?;
+    let listening = Listening::bind(addr, "--web")?;
     let head = plan.head();
     let title = format!(
         "spate: {} load on {} (live)",
         head.protocol.to_uppercase(),
         head.target
     );
-    let page = PAGE
-        .replace(
-            "{{CSS}}",
-            &format!(
-                "{}{}",
-                crate::report::html::PAGE_CSS,
-                crate::report::chart::CSS
-            ),
-        )
-        .replace("{{TITLE}}", &crate::report::chart::escape(&title));
     let about = serde_json::json!({
         "run_id": head.run_id,
         "protocol": head.protocol,
         "target": head.target,
     });
     let control = Control::new(plan.workload(), stop.clone());
-    let live = Arc::new(Live::default());
-    let ctx = Arc::new(Ctx::new(
-        live.clone(),
-        control.clone(),
-        token,
-        page,
-        about,
-        loopback,
-    ));
-    let server = Server::start(listener, ctx).context("cannot start the live view's server")?;
-    let draw = live::drawer(live.clone()).context("cannot start the live view's drawing")?;
+    let feed = Arc::new(Feed::default());
+    let view = listening.serve(&title, about, control.clone(), Some(feed.clone()))?;
     if !output.quiet {
-        eprintln!("spate: live view at http://{}/", server.local_addr());
+        eprintln!("spate: live view at http://{}/", view.server.local_addr());
     }
     Ok(Some(Web {
         control,
-        live,
-        draw,
+        feed,
+        view,
         dir: None,
         log: None,
         finished: false,
-        server,
+        checks: checks.to_vec(),
+        command: head.protocol.to_string(),
+        thresholds: Value::Null,
     }))
+}
+
+/// A listener for a live view, checked: loopback, or a token to steer with.
+pub struct Listening {
+    listener: TcpListener,
+    token: Option<String>,
+    loopback: bool,
+}
+
+impl Listening {
+    /// Listens on `addr` (given as `option`): a usage error (exit 2) when it is not
+    /// loopback and no token is set, or when it cannot listen there.
+    pub fn bind(addr: SocketAddr, option: &str) -> anyhow::Result<Listening> {
+        let token = std::env::var(TOKEN_VAR).ok().filter(|t| !t.is_empty());
+        let loopback = addr.ip().is_loopback();
+        if !loopback && token.is_none() {
+            return Err(crate::UsageError(format!(
+                "{option} {addr}: not a loopback address, so steering the run needs a token: set {TOKEN_VAR} (the page asks for it)"
+            ))
+            .into());
+        }
+        let listener = TcpListener::bind(addr).map_err(|e| {
+            crate::UsageError(format!(
+                "{option} {addr}: cannot listen there ({e}): give another address, or port 0 for a free one"
+            ))
+        })?;
+        Ok(Listening {
+            listener,
+            token,
+            loopback,
+        })
+    }
+
+    /// Serves the page titled `title` for what `control` steers (and `feed` gives to
+    /// watchers), with its drawing thread.
+    pub fn serve(
+        self,
+        title: &str,
+        about: serde_json::Value,
+        control: Arc<dyn Steering>,
+        feed: Option<Arc<Feed>>,
+    ) -> anyhow::Result<View> {
+        let page = PAGE
+            .replace(
+                "{{CSS}}",
+                &format!(
+                    "{}{}",
+                    crate::report::html::PAGE_CSS,
+                    crate::report::chart::CSS
+                ),
+            )
+            .replace("{{TITLE}}", &crate::report::chart::escape(title));
+        let live = Arc::new(Live::default());
+        let ctx = Arc::new(Ctx::new(
+            live.clone(),
+            control,
+            feed,
+            self.token,
+            page,
+            about,
+            self.loopback,
+        ));
+        let server =
+            Server::start(self.listener, ctx).context("cannot start the live view's server")?;
+        let draw = live::drawer(live.clone()).context("cannot start the live view's drawing")?;
+        Ok(View { live, draw, server })
+    }
+}
+
+/// A page served and drawn: the server, the drawing thread and what they share.
+pub struct View {
+    live: Arc<Live>,
+    draw: mpsc::Sender<Ask>,
+    server: Server,
+}
+
+impl View {
+    pub fn local_addr(&self) -> SocketAddr {
+        self.server.local_addr()
+    }
+
+    /// Writes where the page is into `dir`'s web.json.
+    pub fn write_address(&self, dir: &Path) -> anyhow::Result<()> {
+        let at = serde_json::json!({
+            "address": self.local_addr().to_string(),
+            "url": format!("http://{}/", self.local_addr()),
+        });
+        crate::results::write_atomic(&dir.join("web.json"), format!("{at:#}\n").as_bytes())
+            .context("cannot write web.json")
+    }
+
+    /// Asks for a drawing of `dir` at `t_s` seconds, with what the run was told and its
+    /// thresholds so far.
+    pub fn draw(&self, dir: &Path, t_s: f64, control: Value, thresholds: Value) {
+        let _ = self.draw.send(Ask {
+            dir: dir.to_path_buf(),
+            t_s,
+            control,
+            thresholds,
+            last: false,
+        });
+    }
+
+    /// The run is over and `dir`'s files are complete: the pages that watch get the
+    /// final report (waited for, at most a few seconds).
+    pub fn last(&self, dir: &Path, control: Value, thresholds: Value) {
+        if self.live.watchers() == 0 {
+            return;
+        }
+        let t_s = crate::results::Summary::read(dir).map_or(0.0, |s| s.elapsed_s);
+        let _ = self.draw.send(Ask {
+            dir: dir.to_path_buf(),
+            t_s,
+            control,
+            thresholds,
+            last: true,
+        });
+        let live = self.live.clone();
+        outside_the_runtime(move || {
+            // Drawing a long run's report, then sending it.
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while !live.current().ended && std::time::Instant::now() < deadline {
+                live.next_after(live.current().generation, Duration::from_millis(100));
+            }
+            live.wait_delivered(Duration::from_secs(3));
+        });
+    }
+}
+
+/// Runs `wait` (which blocks) so that the tokio runtime, if this thread is one of its
+/// workers, hands its other tasks to another thread meanwhile.
+fn outside_the_runtime(wait: impl FnOnce()) {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(wait),
+        _ => wait(),
+    }
 }
 
 /// The live view of one run.
 pub struct Web {
     control: Arc<Control>,
-    live: Arc<Live>,
-    draw: mpsc::Sender<Ask>,
+    feed: Arc<Feed>,
+    view: View,
     dir: Option<PathBuf>,
     /// control.jsonl, made at the first action.
     log: Option<std::fs::File>,
     finished: bool,
-    server: Server,
+    /// The `--threshold` rules, judged every interval for the page.
+    checks: Vec<Check>,
+    command: String,
+    /// Their latest verdicts (null without rules).
+    thresholds: Value,
 }
 
 impl Web {
+    /// Judges the `--threshold` rules on the summary so far: each one's verdict, and
+    /// `measured: false` while its figure does not exist yet.
+    fn judge(&mut self, summary: &Summary) {
+        if self.checks.is_empty() {
+            return;
+        }
+        let Ok(figures) = serde_json::to_value(summary) else {
+            return;
+        };
+        let verdicts: Vec<Value> = (self.checks.iter())
+            .map(|c| {
+                let v = c.judge(Source::Summary(&figures), &c.path, &self.command);
+                let mut j = serde_json::to_value(&v).unwrap_or_default();
+                j["measured"] = v.value.is_some().into();
+                j
+            })
+            .collect();
+        self.thresholds = Value::Array(verdicts);
+    }
+
     pub fn local_addr(&self) -> SocketAddr {
-        self.server.local_addr()
+        self.view.local_addr()
     }
 
     /// What the run was told, as summary.json's `extra.control`.
@@ -157,27 +295,21 @@ impl Observer for Web {
     }
 
     /// Says where the page is (port 0 picks one).
-    fn start(&mut self, dir: &Path, _start: std::time::SystemTime) -> anyhow::Result<()> {
+    fn start(&mut self, dir: &Path, start: std::time::SystemTime) -> anyhow::Result<()> {
         self.dir = Some(dir.to_path_buf());
-        let at = serde_json::json!({
-            "address": self.local_addr().to_string(),
-            "url": format!("http://{}/", self.local_addr()),
-        });
-        crate::results::write_atomic(&dir.join("web.json"), format!("{at:#}\n").as_bytes())
-            .context("cannot write web.json")
+        self.feed.start(dir.to_path_buf(), start);
+        self.view.write_address(dir)
     }
 
     fn interval(&mut self, snap: &Snapshot<'_>) -> anyhow::Result<()> {
         let Some(dir) = self.dir.clone() else {
             return Ok(());
         };
+        self.feed.interval(snap);
         self.write_actions(&dir)?;
-        let _ = self.draw.send(Ask {
-            dir,
-            t_s: snap.t_s,
-            control: self.told(),
-            last: false,
-        });
+        self.judge(snap.summary);
+        self.view
+            .draw(&dir, snap.t_s, self.told(), self.thresholds.clone());
         Ok(())
     }
 
@@ -190,40 +322,23 @@ impl Observer for Web {
         if !self.control.records().is_empty() {
             summary.extra.insert("control".into(), self.told());
         }
+        self.judge(summary);
+        self.feed.end(summary);
         self.finished = true;
     }
 }
 
 impl Drop for Web {
     /// The run is over and its files are complete: the pages that watch get the final
-    /// report (waited for, at most a few seconds), then the server stops.
+    /// report, and a `spate watch` that follows the run its last intervals and final
+    /// summary (each waited for, at most a few seconds); then the server stops.
     fn drop(&mut self) {
         let Some(dir) = self.dir.clone() else { return };
-        if !self.finished || self.live.watchers() == 0 {
+        if !self.finished {
             return;
         }
-        let t_s = crate::results::Summary::read(&dir).map_or(0.0, |s| s.elapsed_s);
-        let _ = self.draw.send(Ask {
-            dir,
-            t_s,
-            control: self.told(),
-            last: true,
-        });
-        let live = self.live.clone();
-        let wait = move || {
-            // Drawing a long run's report, then sending it.
-            let deadline = std::time::Instant::now() + Duration::from_secs(30);
-            while !live.current().ended && std::time::Instant::now() < deadline {
-                live.next_after(live.current().generation, Duration::from_millis(100));
-            }
-            live.wait_delivered(Duration::from_secs(3));
-        };
-        // The engine drops its observers on a runtime thread: a multi-threaded runtime
-        // hands that thread's other tasks to another meanwhile.
-        use tokio::runtime::{Handle, RuntimeFlavor};
-        match Handle::try_current().map(|h| h.runtime_flavor()) {
-            Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(wait),
-            _ => wait(),
-        }
+        self.view.last(&dir, self.told(), self.thresholds.clone());
+        let feed = self.feed.clone();
+        outside_the_runtime(move || feed.wait_given(Duration::from_secs(5)));
     }
 }

@@ -21,8 +21,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::feed::Feed;
 use super::live::Live;
-use crate::engine::{Action, Control};
+use crate::engine::{Action, Control, Refused};
 use crate::ui::metrics::http::{read_head_and_more, response_head, Limits};
 
 /// Connections served at once; more are answered 503.
@@ -36,10 +37,53 @@ const STATUS_ACTIONS: usize = 100;
 /// How often the accept loop looks at its stop flag when nobody connects.
 const POLL: Duration = Duration::from_millis(25);
 
+/// What a live view steers: one run ([`Control`]), or every shard of one (`spate watch`).
+pub trait Steering: Send + Sync {
+    /// Applies `action` asked by `by`; what was done, in words, or why not.
+    fn apply(&self, action: Action, by: &str) -> Result<String, Refused>;
+    /// The status's part on steering: `open`, `paused`, `rate`, `users`, `ended`,
+    /// `actions_total` and the latest `actions`.
+    fn status(&self) -> serde_json::Map<String, serde_json::Value>;
+}
+
+impl Steering for Control {
+    fn apply(&self, action: Action, by: &str) -> Result<String, Refused> {
+        Control::apply(self, action, by)
+    }
+
+    fn status(&self) -> serde_json::Map<String, serde_json::Value> {
+        let steer = self.now();
+        let actions = self.records();
+        let last = |name: &str| {
+            actions
+                .iter()
+                .rev()
+                .find(|r| r.action == name)
+                .and_then(|r| r.value)
+        };
+        let v = serde_json::json!({
+            "open": self.open(),
+            "paused": steer.paused,
+            "rate": last("rate"),
+            "users": last("users"),
+            "ended": steer.ended,
+            // The latest (control.jsonl has every one).
+            "actions_total": actions.len(),
+            "actions": &actions[actions.len().saturating_sub(STATUS_ACTIONS)..],
+        });
+        match v {
+            serde_json::Value::Object(m) => m,
+            _ => serde_json::Map::new(),
+        }
+    }
+}
+
 /// What every connection's thread shares.
 pub struct Ctx {
     pub live: Arc<Live>,
-    pub control: Arc<Control>,
+    pub control: Arc<dyn Steering>,
+    /// The run's intervals for `spate watch` (none in `spate watch`'s own view).
+    pub feed: Option<Arc<Feed>>,
     /// Steering needs it when set (SPATE_WEB_TOKEN).
     pub token: Option<String>,
     /// The page, made once.
@@ -55,7 +99,8 @@ pub struct Ctx {
 impl Ctx {
     pub fn new(
         live: Arc<Live>,
-        control: Arc<Control>,
+        control: Arc<dyn Steering>,
+        feed: Option<Arc<Feed>>,
         token: Option<String>,
         page: String,
         about: serde_json::Value,
@@ -64,6 +109,7 @@ impl Ctx {
         Ctx {
             live,
             control,
+            feed,
             token,
             page,
             about,
@@ -73,31 +119,16 @@ impl Ctx {
         }
     }
 
-    /// The status JSON: the run, what it is told now, and every action so far.
+    /// The status JSON: the run, what it is told now, and the latest actions.
     pub fn status(&self) -> serde_json::Value {
-        let steer = self.control.now();
-        let actions = self.control.records();
-        let last = |name: &str| {
-            actions
-                .iter()
-                .rev()
-                .find(|r| r.action == name)
-                .and_then(|r| r.value)
-        };
         let frame = self.live.current();
-        serde_json::json!({
-            "run": self.about,
-            "open": self.control.open(),
-            "t_s": frame.t_s,
-            "paused": steer.paused,
-            "rate": last("rate"),
-            "users": last("users"),
-            "ended": frame.ended || steer.ended,
-            "token_required": self.token.is_some(),
-            // The latest (control.jsonl has every one).
-            "actions_total": actions.len(),
-            "actions": &actions[actions.len().saturating_sub(STATUS_ACTIONS)..],
-        })
+        let mut s = self.control.status();
+        let ended = frame.ended || s.get("ended").is_some_and(|e| e == true);
+        s.insert("run".into(), self.about.clone());
+        s.insert("t_s".into(), frame.t_s.into());
+        s.insert("ended".into(), ended.into());
+        s.insert("token_required".into(), self.token.is_some().into());
+        serde_json::Value::Object(s)
     }
 }
 
@@ -178,6 +209,8 @@ fn busy(mut stream: TcpStream) -> std::io::Result<()> {
 pub struct Request {
     pub method: String,
     pub path: String,
+    /// What follows `?` in the target.
+    pub query: String,
     pub content_length: Option<usize>,
     pub token: Option<String>,
     pub origin: Option<String>,
@@ -200,6 +233,7 @@ pub fn parse(head: &str) -> Option<Request> {
     let mut r = Request {
         method: method.to_string(),
         path: target.split('?').next().unwrap_or("").to_string(),
+        query: target.split_once('?').map_or("", |(_, q)| q).to_string(),
         ..Request::default()
     };
     for line in lines {
@@ -262,6 +296,21 @@ fn serve(mut stream: TcpStream, peer: SocketAddr, ctx: &Ctx) -> std::io::Result<
         ),
         ("GET", "/events") => events(stream, ctx),
         ("GET", "/api/status") => json(&mut stream, "200 OK", &ctx.status()),
+        ("GET", "/api/intervals") => match &ctx.feed {
+            Some(feed) => {
+                let after = query_value(&req.query, "after")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                let mut body = feed.after(after);
+                body.push('\n');
+                reply(&mut stream, "200 OK", "application/json", body.as_bytes())
+            }
+            None => text(&mut stream, "404 Not Found", "not found\n"),
+        },
+        ("GET", "/api/plan") => match ctx.feed.as_ref().and_then(|f| f.plan()) {
+            Some(plan) => reply(&mut stream, "200 OK", "application/json", plan.as_bytes()),
+            None => text(&mut stream, "404 Not Found", "no plan yet\n"),
+        },
         ("POST", path) if path.starts_with("/api/") => {
             let (status, body) = steer(&mut stream, &req, more, peer, ctx)?;
             json(&mut stream, status, &body)
@@ -328,12 +377,22 @@ fn steer(
     };
     let by = match req.user_agent.as_deref() {
         Some(ua) if ua.starts_with("spate-ctl") => format!("{} spate ctl", peer.ip()),
+        Some(ua) if ua.starts_with("spate-watch") => format!("{} spate watch", peer.ip()),
         _ => format!("{} web", peer.ip()),
     };
     match ctx.control.apply(action, &by) {
         Ok(said) => Ok(("200 OK", serde_json::json!({"ok": true, "said": said}))),
         Err(e) => Ok(("409 Conflict", fail(&e.0))),
     }
+}
+
+/// The value of `name` in a query string (`after=12&x=1`).
+fn query_value<'q>(query: &'q str, name: &str) -> Option<&'q str> {
+    query.split('&').find_map(|kv| {
+        kv.split_once('=')
+            .filter(|(k, _)| *k == name)
+            .map(|(_, v)| v)
+    })
 }
 
 /// Compares a token without stopping at the first difference.
