@@ -651,6 +651,9 @@ fn two_shards_are_watched_as_one_run_merged_exactly_and_steered_together() {
     );
     let live = status(&at);
     assert_eq!(live["shards"], 2, "{live}");
+    // Its page is the merged run's report, live.
+    let events = report_event_with(&at, "<h2>Throughput");
+    assert!(events.contains("running"), "{events}");
     assert_eq!(live["ended"], false, "{live}");
 
     // A pause on the watch is told to both shards.
