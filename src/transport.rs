@@ -23,6 +23,7 @@ mod handshake;
 mod stamped;
 mod timer;
 mod tls_words;
+pub mod websocket;
 
 pub use stamped::keep_on as keep_receive_stamps_on;
 pub use timer::WaitTimer;
@@ -88,6 +89,8 @@ impl TransportError {
 enum Stream {
     Plain(Tcp),
     Tls(Box<TlsStream<Tcp>>),
+    /// After the WebSocket handshake, over either of the above.
+    Ws(Box<websocket::Ws<Stream>>),
     /// Only during an upgrade, or after a failed one.
     Gone,
 }
@@ -105,6 +108,7 @@ impl AsyncRead for Stream {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            Stream::Ws(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
             Stream::Gone => Poll::Ready(Err(gone())),
         }
     }
@@ -119,6 +123,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            Stream::Ws(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
             Stream::Gone => Poll::Ready(Err(gone())),
         }
     }
@@ -131,6 +136,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+            Stream::Ws(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
             Stream::Gone => Poll::Ready(Err(gone())),
         }
     }
@@ -139,7 +145,7 @@ impl AsyncWrite for Stream {
         match self {
             Stream::Plain(s) => s.is_write_vectored(),
             Stream::Tls(s) => s.is_write_vectored(),
-            Stream::Gone => false,
+            Stream::Ws(_) | Stream::Gone => false,
         }
     }
 
@@ -147,6 +153,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_flush(cx),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            Stream::Ws(s) => Pin::new(s.as_mut()).poll_flush(cx),
             Stream::Gone => Poll::Ready(Err(gone())),
         }
     }
@@ -155,6 +162,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            Stream::Ws(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
             Stream::Gone => Poll::Ready(Ok(())),
         }
     }
@@ -604,12 +612,24 @@ impl Connection {
     }
 
     pub fn is_tls(&self) -> bool {
-        matches!(self.stream, Stream::Tls(_))
+        match &self.stream {
+            Stream::Ws(w) => matches!(w.inner, Stream::Tls(_)),
+            s => matches!(s, Stream::Tls(_)),
+        }
+    }
+
+    /// Whether the connection speaks WebSocket (after [`Connection::websocket`]).
+    pub fn is_websocket(&self) -> bool {
+        matches!(self.stream, Stream::Ws(_))
     }
 
     /// Whether the TLS handshake resumed an earlier session (None: not TLS).
     pub fn tls_resumed(&self) -> Option<bool> {
-        match &self.stream {
+        let stream = match &self.stream {
+            Stream::Ws(w) => &w.inner,
+            s => s,
+        };
+        match stream {
             Stream::Tls(s) => {
                 Some(s.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed))
             }
@@ -648,14 +668,66 @@ impl Connection {
         Ok(())
     }
 
-    /// Writes all of `bytes`; returns when they are handed to the kernel.
+    /// Writes all of `bytes` (over WebSocket: as one message); returns when they are
+    /// handed to the kernel.
     pub async fn send(&mut self, bytes: &[u8]) -> Result<(), TransportError> {
-        send(&mut self.stream, &[bytes], self.timeout).await
+        self.send_parts(&[bytes]).await
     }
 
-    /// Writes every part in order, in one vectored write where it can.
+    /// Writes every part in order, in one vectored write where it can (over WebSocket:
+    /// as one message).
     pub async fn send_parts(&mut self, parts: &[&[u8]]) -> Result<(), TransportError> {
+        if self.is_websocket() {
+            return send(&mut self.stream, &[&ws_message(parts)], self.timeout).await;
+        }
         send(&mut self.stream, parts, self.timeout).await
+    }
+
+    /// Writes several WebSocket messages (each the concatenation of its parts) in one
+    /// write; without WebSocket, every part in order.
+    pub async fn send_messages(&mut self, messages: &[[&[u8]; 3]]) -> Result<(), TransportError> {
+        let bytes = messages_bytes(messages, self.is_websocket());
+        send(&mut self.stream, &[&bytes], self.timeout).await
+    }
+
+    /// The WebSocket opening handshake (RFC 6455) for `path` on `host`, asking for
+    /// `protocol` (`xmpp`): from here on, each send is one message and reads give the
+    /// server's messages' payloads as one stream. A refusal is the server's status line.
+    pub async fn websocket(
+        &mut self,
+        host: &str,
+        path: &str,
+        protocol: &str,
+    ) -> Result<(), TransportError> {
+        let key = websocket::new_key();
+        let ask = format!(
+            "GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n\
+             Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n\
+             Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: {protocol}\r\n\r\n"
+        );
+        send(&mut self.stream, &[ask.as_bytes()], self.timeout).await?;
+        let head = self
+            .read_frame(16 * 1024, |b: &[u8]| {
+                Ok::<_, std::convert::Infallible>(
+                    b.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4),
+                )
+            })
+            .await?;
+        let head = String::from_utf8_lossy(head).into_owned();
+        websocket::check_answer(&head, &key, protocol).map_err(TransportError::Protocol)?;
+        self.inbox.release();
+        let inner = std::mem::replace(&mut self.stream, Stream::Gone);
+        let mut ws = websocket::Ws::client(inner);
+        // Frames that came right behind the answer: taken apart where they lie.
+        let (start, end) = (self.inbox.start, self.inbox.end);
+        if end > start {
+            let n = ws
+                .decode_buffered(&mut self.inbox.buf[start..end])
+                .map_err(TransportError::from_io)?;
+            self.inbox.end = start + n;
+        }
+        self.stream = Stream::Ws(Box::new(ws));
+        Ok(())
     }
 
     /// Reads one protocol unit whose extent a codec's framer decides (an SMTP reply, a
@@ -702,6 +774,7 @@ impl Connection {
     /// chat session's incoming stanzas, pipelined commands). Bytes already buffered stay
     /// with the read half.
     pub fn split(self) -> (ReadHalf, WriteHalf) {
+        let ws = self.is_websocket();
         let (r, w) = tokio::io::split(self.stream);
         (
             ReadHalf {
@@ -710,6 +783,7 @@ impl Connection {
                 timeout: self.timeout,
             },
             WriteHalf {
+                ws,
                 io: w,
                 timeout: self.timeout,
             },
@@ -720,6 +794,26 @@ impl Connection {
     pub async fn shutdown(mut self) {
         shutdown(&mut self.stream).await;
     }
+}
+
+/// `messages` framed (over WebSocket) or their parts in order.
+fn messages_bytes(messages: &[[&[u8]; 3]], ws: bool) -> Vec<u8> {
+    let mut out = Vec::new();
+    for m in messages {
+        if ws {
+            websocket::frame_into(&mut out, websocket::OP_TEXT, m, Some(rand::random()));
+        } else {
+            m.iter().for_each(|p| out.extend_from_slice(p));
+        }
+    }
+    out
+}
+
+/// `parts` as one masked WebSocket text message.
+fn ws_message(parts: &[&[u8]]) -> Vec<u8> {
+    let mut framed = Vec::new();
+    websocket::frame_into(&mut framed, websocket::OP_TEXT, parts, Some(rand::random()));
+    framed
 }
 
 /// The receiving half of a split [`Connection`].
@@ -755,12 +849,33 @@ impl ReadHalf {
 pub struct WriteHalf {
     io: tokio::io::WriteHalf<Stream>,
     timeout: Duration,
+    /// Each send is one WebSocket message.
+    ws: bool,
 }
 
 impl WriteHalf {
+    /// Whether each send is a WebSocket message.
+    pub fn is_websocket(&self) -> bool {
+        self.ws
+    }
+
     /// As [`Connection::send`].
     pub async fn send(&mut self, bytes: &[u8]) -> Result<(), TransportError> {
-        send(&mut self.io, &[bytes], self.timeout).await
+        self.send_parts(&[bytes]).await
+    }
+
+    /// As [`Connection::send_messages`].
+    pub async fn send_messages(&mut self, messages: &[[&[u8]; 3]]) -> Result<(), TransportError> {
+        let bytes = messages_bytes(messages, self.ws);
+        send(&mut self.io, &[&bytes], self.timeout).await
+    }
+
+    /// As [`Connection::send_parts`].
+    pub async fn send_parts(&mut self, parts: &[&[u8]]) -> Result<(), TransportError> {
+        if self.ws {
+            return send(&mut self.io, &[&ws_message(parts)], self.timeout).await;
+        }
+        send(&mut self.io, parts, self.timeout).await
     }
 
     /// Closes the write side politely.

@@ -94,7 +94,8 @@ fn man_pages_render_for_every_command() {
             "{cmd}"
         );
         assert!(
-            text.contains("\\fB\\-\\-dump\\-scenario\\fR") != matches!(cmd, "run" | "ctl" | "watch"),
+            text.contains("\\fB\\-\\-dump\\-scenario\\fR")
+                != matches!(cmd, "run" | "ctl" | "watch"),
             "{cmd}"
         );
         if !common::have("groff") {

@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{run_tool_env, SPATE};
 use spate::proto::sasl;
@@ -41,18 +41,6 @@ async fn start_with(
     }
     tweak(&mut c);
     serve::start(c).await.unwrap()
-}
-
-/// The counters once no session is bound any more (every session's end is counted).
-async fn settled(r: &Running) -> XmppCounts {
-    let t = Instant::now();
-    loop {
-        let x = r.stats.xmpp();
-        if x.sessions == 0 || t.elapsed() > Duration::from_secs(10) {
-            return x;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 fn write_ca(r: &Running, dir: &Path) -> String {
@@ -130,7 +118,7 @@ async fn spate_xmpp_logs_in_with_each_mechanism_and_reconciles_exactly() {
         for p in ["starttls", "auth", "bind", "roster", "presence"] {
             assert_eq!(common::phase_count(&s, p), 10, "{sasl}: phase {p}");
         }
-        let after = settled(&running).await;
+        let after = common::xmpp_settled(&running).await;
         // 200 messages, one copy each. Presence: each initial presence reaches the
         // sessions available before it and the sender itself (10 + 45), each session's
         // end reaches those still there (45). Routed: 200 messages, 10 initial and 10
@@ -219,7 +207,7 @@ async fn a_traffic_mix_sends_each_kind_at_its_share_and_reconciles_per_kind() {
     ] {
         assert_eq!(common::phase_count(&s, phase), n, "{phase}");
     }
-    let after = settled(&running).await;
+    let after = common::xmpp_settled(&running).await;
     // The server's own count: 200 + 120 message copies; 40 changes to all 10 available
     // resources (the sender's own included), 55 initial and 45 final presences.
     let d = delta(&after, &before);
@@ -272,7 +260,7 @@ async fn raw_stanzas_are_filled_in_and_iqs_timed_to_their_reply() {
     assert_eq!(common::phase_count(&s, "reply"), 30);
     let errors = s["errors"].to_string();
     assert!(errors.contains("service-unavailable"), "{errors}");
-    let after = settled(&running).await;
+    let after = common::xmpp_settled(&running).await;
     // The server routed each of the 10 raw messages to its one recipient, or bounced it
     // when that session had already closed its stream (raw stanzas are done when written,
     // so the run's end does not wait for them); and refused the 10 unknown IQs.
@@ -314,7 +302,7 @@ async fn open_server_over_direct_tls_logs_anyone_in_with_plain() {
     )
     .await;
     assert_eq!(s["totals"]["delivered"], 50, "{}", s["totals"]);
-    let x = settled(&running).await;
+    let x = common::xmpp_settled(&running).await;
     // Presence: 5 echoes + 10 + 10.
     assert_eq!(
         delta(&x, &XmppCounts::default()),
@@ -679,11 +667,11 @@ async fn raw_client_sees_features_errors_registration_multicast_and_caps() {
     tokio::task::spawn_blocking(move || negotiation_and_routing(addr))
         .await
         .unwrap();
-    let before = settled(&running).await;
+    let before = common::xmpp_settled(&running).await;
     tokio::task::spawn_blocking(move || multicast(addr))
         .await
         .unwrap();
-    let after = settled(&running).await;
+    let after = common::xmpp_settled(&running).await;
     assert_eq!(after.multicasts - before.multicasts, 1);
     assert_eq!(after.message_deliveries - before.message_deliveries, 3);
     assert_eq!(after.registrations, 1);
@@ -691,7 +679,7 @@ async fn raw_client_sees_features_errors_registration_multicast_and_caps() {
     tokio::task::spawn_blocking(move || hostile(addr))
         .await
         .unwrap();
-    let x = settled(&running).await;
+    let x = common::xmpp_settled(&running).await;
     assert!(x.stream_errors >= 5, "{x:?}");
     assert_eq!(x.sessions, 0);
     running.shutdown().await;
@@ -737,7 +725,7 @@ async fn a_session_that_stops_reading_is_cut_off_not_buffered() {
     .await
     .unwrap();
     assert_eq!(condition, "service-unavailable");
-    let x = settled(&running).await;
+    let x = common::xmpp_settled(&running).await;
     assert_eq!(x.queue_overflows, 1, "{x:?}");
     assert!(x.message_deliveries < 300, "{x:?}");
     running.shutdown().await;
@@ -930,7 +918,7 @@ async fn ended_streams_are_logged_in_again_and_every_stream_error_is_counted() {
     let o = xmpp(&args, "pw", &out).await;
     // Messages on their way to a session the server just ended are missing: exit 1.
     assert!(matches!(o.code, Some(0 | 1)), "{o:?}");
-    let x = settled(&running).await;
+    let x = common::xmpp_settled(&running).await;
     let s = common::summary(&out);
     let t = &s["totals"];
     let ended = running

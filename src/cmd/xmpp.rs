@@ -17,8 +17,10 @@ use crate::opts::accounts::AccountsArgs;
 use crate::opts::{MonitorArgs, OutputArgs, PickArg, TransportArgs, WorkloadArgs};
 use crate::results::Summary;
 use crate::session::xmpp::ledger::Ledger;
-use crate::session::xmpp::{Account, Gate, Mix, RosterMode, Sasl, Session, Settings, Traffic};
-use crate::session::TlsMode;
+use crate::session::xmpp::{
+    Account, Gate, Mix, RosterMode, Sasl, Session, Settings, Traffic, WebSocket,
+};
+use crate::session::{Endpoint, TlsMode};
 use crate::{usage, UsageError};
 
 const EXAMPLES: &str = "A unit of work is one message from a session to another session of the \
@@ -39,8 +41,19 @@ EXAMPLES:
 #[command(allow_negative_numbers = true, after_long_help = EXAMPLES)]
 pub struct Args {
     /// Server to load, HOST[:PORT] (5222; 5223 with --tls). The certificate is checked
-    /// against the JIDs' domain, as XMPP requires.
+    /// against the JIDs' domain, as XMPP requires. Or a WebSocket URL (RFC 7395),
+    /// ws://HOST[:PORT]/PATH or wss://… (path /xmpp-websocket by default; a wss
+    /// certificate is checked against the URL's host): every session goes there.
     pub target: String,
+
+    /// A WebSocket URL (ws:// or wss://) that --websocket-percent of the sessions go to,
+    /// the others to the TCP target: one run, both transports (the websocket phase times
+    /// the upgrade; the summary counts the sessions of each).
+    #[arg(long, value_name = "URL", help_heading = "Transport")]
+    pub websocket: Option<String>,
+    /// The share of the sessions that go over --websocket, spread evenly [default: 100].
+    #[arg(long, value_name = "PERCENT", requires = "websocket", value_parser = clap::value_parser!(u32).range(0..=100), help_heading = "Transport")]
+    pub websocket_percent: Option<u32>,
 
     #[command(flatten)]
     pub workload: WorkloadArgs,
@@ -194,6 +207,9 @@ pub struct Plan {
     #[serde(flatten)]
     pub workload: Workload,
     pub tls: TlsMode,
+    /// Sessions over WebSocket: the URL and their share (percent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub websocket: Option<(String, u32)>,
     pub seed: u64,
     pub args: Args,
 }
@@ -336,10 +352,7 @@ fn prepare(args: &Args, command: Vec<String>) -> anyhow::Result<(Plan, Vec<Accou
             accounts.len()
         ));
     }
-    let port = if args.transport.tls { 5223 } else { 5222 };
-    let ep = args
-        .transport
-        .endpoint(strip_scheme(&args.target), port, false)?;
+    let (ep, ws) = endpoints(args, &domain)?;
     let plan = Plan {
         head: PlanHead::new::<Session>(command, "xmpp", &args.target).of(&workload),
         address: ep.addr,
@@ -348,6 +361,7 @@ fn prepare(args: &Args, command: Vec<String>) -> anyhow::Result<(Plan, Vec<Accou
         accounts: accounts.len(),
         workload,
         tls: ep.tls,
+        websocket: ws.map(|w| (w.url, w.percent)),
         seed: args.output.seed.unwrap_or_else(rand::random),
         args: args.clone(),
     };
@@ -356,6 +370,65 @@ fn prepare(args: &Args, command: Vec<String>) -> anyhow::Result<(Plan, Vec<Accou
 
 fn strip_scheme(t: &str) -> &str {
     t.split_once("://").map_or(t, |(_, rest)| rest)
+}
+
+/// Where the sessions over WebSocket go.
+pub struct WsTarget {
+    pub url: String,
+    pub percent: u32,
+    pub endpoint: Endpoint,
+    pub host: String,
+    pub path: String,
+}
+
+/// The TCP endpoint (the WebSocket one when the target is a URL), and where the
+/// sessions over WebSocket go. A TCP endpoint's certificate names the XMPP `domain`
+/// (RFC 6120 §13.7.2), a wss one its URL's host, unless --server-name says otherwise.
+pub fn endpoints(args: &Args, domain: &str) -> anyhow::Result<(Endpoint, Option<WsTarget>)> {
+    let ws_of = |url: &str, percent: u32| -> anyhow::Result<WsTarget> {
+        let u = crate::transport::websocket::parse_url(url, "/xmpp-websocket")
+            .unwrap_or_else(|| Err(format!("{url}: expected a ws:// or wss:// URL")))
+            .map_err(UsageError)?;
+        let mut t = args.transport.clone();
+        t.tls = u.tls;
+        // STARTTLS is TCP's (over WebSocket TLS is wss://): the TCP sessions' alone.
+        t.starttls = false;
+        let endpoint = t.endpoint(&u.authority, u.port, false)?;
+        Ok(WsTarget {
+            url: url.to_string(),
+            percent,
+            endpoint,
+            host: u.authority,
+            path: u.path,
+        })
+    };
+    let by_name = |mut e: Endpoint| -> anyhow::Result<Endpoint> {
+        if args.transport.server_name.is_none() {
+            e.server_name =
+                crate::tls::server_name(domain).map_err(|e| UsageError(e.to_string()))?;
+        }
+        Ok(e)
+    };
+    if crate::transport::websocket::parse_url(&args.target, "/").is_some() {
+        if args.websocket.is_some() {
+            return usage("--websocket: the target is a WebSocket URL already (give a TCP target to mix the two)");
+        }
+        if args.transport.starttls || args.transport.tls {
+            return usage("--starttls/--tls: over WebSocket, TLS is wss:// (the connection's own)");
+        }
+        let ws = ws_of(&args.target, 100)?;
+        return Ok((ws.endpoint.clone(), Some(ws)));
+    }
+    let port = if args.transport.tls { 5223 } else { 5222 };
+    let tcp = by_name(
+        args.transport
+            .endpoint(strip_scheme(&args.target), port, false)?,
+    )?;
+    let ws = match &args.websocket {
+        Some(url) => Some(ws_of(url, args.websocket_percent.unwrap_or(100))?),
+        None => None,
+    };
+    Ok((tcp, ws))
 }
 
 /// Puts the ledger's account into the summary (and a warning when deliveries are missing).
@@ -588,15 +661,7 @@ pub async fn load(args: Args, command: Vec<String>, progress: bool) -> anyhow::R
     }
     let (plan, accounts) = prepare(&args, command)?;
     let (mix, raw) = traffic(&args, plan.sessions, addresses.hi)?;
-    let mut endpoint =
-        args.transport
-            .endpoint(strip_scheme(&args.target), plan.address.port(), false)?;
-    // RFC 6120 §13.7.2: the certificate names the XMPP domain, not the host connected to
-    // (unless --server-name says otherwise).
-    if args.transport.server_name.is_none() {
-        endpoint.server_name =
-            crate::tls::server_name(&plan.domain).map_err(|e| UsageError(e.to_string()))?;
-    }
+    let (endpoint, ws) = endpoints(&args, &plan.domain)?;
     let stop = Arc::new(AtomicBool::new(false));
     let title = format!("spate — XMPP load on {}", args.target);
     let mut obs = observers(
@@ -621,6 +686,12 @@ pub async fn load(args: Args, command: Vec<String>, progress: bool) -> anyhow::R
     let run = engine::Setup::new(&plan, Some(&out), None, obs, stop)?;
     let settings = Arc::new(Settings {
         endpoint,
+        websocket: ws.map(|w| WebSocket {
+            endpoint: w.endpoint,
+            host: w.host,
+            path: w.path,
+            percent: w.percent,
+        }),
         domain: plan.domain.clone(),
         sessions: plan.sessions,
         online: (0..plan.sessions).map(|_| AtomicBool::new(false)).collect(),

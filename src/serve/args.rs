@@ -114,6 +114,12 @@ pub struct Args {
     /// XMPP with direct TLS (like port 5223)
     #[arg(long, value_name = "ADDR", value_parser = parse_addr, help_heading = "Listeners")]
     pub xmpps: Option<SocketAddr>,
+    /// XMPP over WebSocket (RFC 7395): ws://ADDR/xmpp-websocket (any path is served)
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr, help_heading = "Listeners")]
+    pub xmpp_ws: Option<SocketAddr>,
+    /// XMPP over WebSocket over TLS: wss://ADDR/xmpp-websocket
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr, help_heading = "Listeners")]
+    pub xmpp_wss: Option<SocketAddr>,
     /// Request/response decision service (spate rr's target), e.g. 127.0.0.1:7000
     #[arg(long, value_name = "ADDR", value_parser = parse_addr, help_heading = "Listeners")]
     pub rr: Option<SocketAddr>,
@@ -411,6 +417,8 @@ impl Args {
             imaps: self.imaps,
             xmpp: self.xmpp,
             xmpps: self.xmpps,
+            xmpp_ws: self.xmpp_ws,
+            xmpp_wss: self.xmpp_wss,
             rr: self.rr,
             rrs: self.rrs,
         };

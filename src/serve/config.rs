@@ -28,6 +28,9 @@ pub struct Addrs {
     pub xmpp: Option<SocketAddr>,
     /// XMPP with direct TLS.
     pub xmpps: Option<SocketAddr>,
+    /// XMPP over WebSocket, plain and over TLS.
+    pub xmpp_ws: Option<SocketAddr>,
+    pub xmpp_wss: Option<SocketAddr>,
     /// The request/response decision service.
     pub rr: Option<SocketAddr>,
     /// The decision service over TLS.
@@ -47,6 +50,8 @@ impl Addrs {
             Listener::Imaps => self.imaps,
             Listener::Xmpp => self.xmpp,
             Listener::Xmpps => self.xmpps,
+            Listener::XmppWs => self.xmpp_ws,
+            Listener::XmppWss => self.xmpp_wss,
             Listener::Rr => self.rr,
             Listener::Rrs => self.rrs,
         }
@@ -64,6 +69,8 @@ impl Addrs {
             Listener::Imaps => &mut self.imaps,
             Listener::Xmpp => &mut self.xmpp,
             Listener::Xmpps => &mut self.xmpps,
+            Listener::XmppWs => &mut self.xmpp_ws,
+            Listener::XmppWss => &mut self.xmpp_wss,
             Listener::Rr => &mut self.rr,
             Listener::Rrs => &mut self.rrs,
         };

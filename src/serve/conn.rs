@@ -16,6 +16,7 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
 use crate::proto::smtp::data::DataDecoder;
+use crate::transport::websocket::{self, Control, Decoder};
 use crate::transport::WaitTimer;
 
 const READ_CHUNK: usize = 16 * 1024;
@@ -136,6 +137,9 @@ pub struct Conn {
     timer: WaitTimer,
     /// `--slow-read`: bytes per second this connection is read at most.
     pace: Option<u64>,
+    /// After a WebSocket handshake: the client's frames taken apart as they are read;
+    /// each [`Conn::queue_message`] is one frame.
+    ws: Option<Box<Decoder>>,
 }
 
 impl Conn {
@@ -155,6 +159,7 @@ impl Conn {
             overlong_head: Vec::new(),
             timer: WaitTimer::default(),
             pace: None,
+            ws: None,
         }
     }
 
@@ -190,6 +195,48 @@ impl Conn {
     /// Queues bytes to send; they go out at the next flush.
     pub fn queue(&mut self, bytes: &[u8]) {
         self.wbuf.extend_from_slice(bytes);
+    }
+
+    /// Queues one message: over WebSocket one frame of `parts` in order, else the parts.
+    pub fn queue_message(&mut self, parts: &[&[u8]]) {
+        if self.ws.is_some() {
+            websocket::frame_into(&mut self.wbuf, websocket::OP_TEXT, parts, None);
+        } else {
+            parts.iter().for_each(|p| self.wbuf.extend_from_slice(p));
+        }
+    }
+
+    /// The connection speaks WebSocket from here on (the 101 answer is queued): what
+    /// is already buffered past the request and every read after are frames.
+    pub fn websocket(&mut self) -> Result<(), ConnError> {
+        self.ws = Some(Box::new(Decoder::new(true)));
+        let start = self.rpos;
+        self.ws_decode(start)
+    }
+
+    pub fn is_websocket(&self) -> bool {
+        self.ws.is_some()
+    }
+
+    /// Takes the frames in `rbuf[from..]` apart in place; a ping is answered, a close
+    /// ends the input (answered with ours at [`Conn::close`]).
+    fn ws_decode(&mut self, from: usize) -> Result<(), ConnError> {
+        let Some(dec) = self.ws.as_mut() else {
+            return Ok(());
+        };
+        let (end, controls) = dec.decode(&mut self.rbuf[from..], 0)?;
+        self.rbuf.truncate(from + end);
+        for c in controls {
+            if let Control::Ping(payload) = c {
+                websocket::frame_into(&mut self.wbuf, websocket::OP_PONG, &[&payload], None);
+            }
+        }
+        Ok(())
+    }
+
+    /// The client sent its WebSocket close: nothing more comes.
+    fn ws_closed(&self) -> bool {
+        self.ws.as_ref().is_some_and(|d| d.closed)
     }
 
     /// Queues formatted text, written straight into the output buffer.
@@ -268,6 +315,9 @@ impl Conn {
         watch_shutdown: bool,
     ) -> Result<(), ConnError> {
         self.compact();
+        if self.ws_closed() {
+            return Err(ConnError::Closed);
+        }
         let Conn {
             stream,
             rbuf,
@@ -298,6 +348,8 @@ impl Conn {
         match result {
             Some(Ok(0)) => Err(ConnError::Closed),
             Some(Ok(n)) => {
+                let from = self.rbuf.len() - n;
+                self.ws_decode(from)?;
                 if let Some(rate) = self.pace {
                     tokio::time::sleep(Duration::from_secs_f64(n as f64 / rate as f64)).await;
                 }
@@ -310,6 +362,9 @@ impl Conn {
 
     /// Reads more input without a deadline of its own (the caller bounds it); cancel-safe.
     pub async fn fill_unbounded(&mut self) -> Result<(), ConnError> {
+        if self.ws_closed() {
+            return Err(ConnError::Closed);
+        }
         self.flush().await?;
         self.compact();
         wait_bare(&self.stream, &mut self.rbuf).await?;
@@ -322,7 +377,8 @@ impl Conn {
         if n == 0 {
             return Err(ConnError::Closed);
         }
-        Ok(())
+        let from = self.rbuf.len() - n;
+        self.ws_decode(from)
     }
 
     /// The next frame already in the read buffer, as `frame` delimits it (a sans-I/O
@@ -476,6 +532,14 @@ impl Conn {
 
     /// Flushes what is queued and closes (bounded in time; errors do not matter here).
     pub async fn close(&mut self) {
+        if self.ws.is_some() {
+            websocket::frame_into(
+                &mut self.wbuf,
+                websocket::OP_CLOSE,
+                &[&1000u16.to_be_bytes()],
+                None,
+            );
+        }
         let _ = self.flush().await;
         let fut = async {
             match &mut self.stream {

@@ -15,6 +15,10 @@ pub enum Listener {
     Xmpp,
     /// XMPP with direct TLS (XEP-0368, "port 5223" style).
     Xmpps,
+    /// XMPP over WebSocket (RFC 7395), plain HTTP upgrade.
+    XmppWs,
+    /// XMPP over WebSocket over TLS (wss://).
+    XmppWss,
     /// The request/response decision service (`spate rr`'s target).
     Rr,
     /// The decision service over TLS (optionally requiring client certificates).
@@ -22,7 +26,7 @@ pub enum Listener {
 }
 
 impl Listener {
-    pub const ALL: [Listener; 12] = [
+    pub const ALL: [Listener; 14] = [
         Listener::Smtp,
         Listener::Submission,
         Listener::Smtps,
@@ -33,6 +37,8 @@ impl Listener {
         Listener::Imaps,
         Listener::Xmpp,
         Listener::Xmpps,
+        Listener::XmppWs,
+        Listener::XmppWss,
         Listener::Rr,
         Listener::Rrs,
     ];
@@ -49,6 +55,8 @@ impl Listener {
             Listener::Imaps => "imaps",
             Listener::Xmpp => "xmpp",
             Listener::Xmpps => "xmpps",
+            Listener::XmppWs => "xmpp-ws",
+            Listener::XmppWss => "xmpp-wss",
             Listener::Rr => "rr",
             Listener::Rrs => "rrs",
         }
@@ -57,7 +65,11 @@ impl Listener {
     pub(super) fn implicit_tls(self) -> bool {
         matches!(
             self,
-            Listener::Smtps | Listener::Pop3s | Listener::Imaps | Listener::Xmpps
+            Listener::Smtps
+                | Listener::Pop3s
+                | Listener::Imaps
+                | Listener::Xmpps
+                | Listener::XmppWss
         )
     }
 }

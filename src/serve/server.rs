@@ -282,6 +282,11 @@ async fn refuse(tcp: TcpStream, kind: Listener, shared: &Shared) {
             b"* BYE [UNAVAILABLE] too many connections\r\n".to_vec()
         }
         Listener::Xmpp | Listener::Xmpps => xmpp::refusal().into_bytes(),
+        // Before the upgrade: an HTTP answer.
+        Listener::XmppWs | Listener::XmppWss => {
+            b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 21\r\nConnection: close\r\n\r\ntoo many connections\n"
+                .to_vec()
+        }
         _ => {
             shared.stats.reply(421);
             b"421 4.7.0 Too many connections, try again later\r\n".to_vec()
@@ -351,6 +356,10 @@ async fn handle(tcp: TcpStream, kind: Listener, shared: &Shared) {
         Listener::Imap | Listener::Imaps => Box::pin(imap::run(&mut conn, shared, conn_no)).await,
         Listener::Xmpp | Listener::Xmpps => {
             Box::pin(xmpp::run(&mut conn, shared, conn_no)).await;
+            Ok(())
+        }
+        Listener::XmppWs | Listener::XmppWss => {
+            Box::pin(xmpp::run_websocket(&mut conn, shared, conn_no)).await;
             Ok(())
         }
         Listener::Rr | Listener::Rrs => Ok(()),

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod bed;
+pub mod browser;
 pub mod counting;
 
 /// The spate binary of this build.
@@ -759,4 +760,17 @@ pub fn artifacts() -> std::path::PathBuf {
         .join("test-artifacts");
     std::fs::create_dir_all(&p).unwrap();
     p
+}
+
+/// The embedded server's XMPP counters once no session is bound any more (every
+/// session's end counted), or after 10 s.
+pub async fn xmpp_settled(r: &spate::serve::Running) -> spate::serve::XmppCounts {
+    let t = std::time::Instant::now();
+    loop {
+        let x = r.stats.xmpp();
+        if x.sessions == 0 || t.elapsed() > Duration::from_secs(10) {
+            return x;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

@@ -18,6 +18,101 @@ pub const NS_ROSTER: &str = "jabber:iq:roster";
 
 /// The end of a stream.
 pub const STREAM_CLOSE: &str = "</stream:stream>";
+/// RFC 7395's framing namespace (XMPP over WebSocket).
+pub const NS_FRAMING: &str = "urn:ietf:params:xml:ns:xmpp-framing";
+/// The end of a stream over WebSocket.
+pub const WS_CLOSE: &str = "<close xmlns='urn:ietf:params:xml:ns:xmpp-framing'/>";
+
+/// The end of a stream, over WebSocket (`ws`) or not.
+pub fn stream_close(ws: bool) -> &'static str {
+    if ws {
+        WS_CLOSE
+    } else {
+        STREAM_CLOSE
+    }
+}
+
+/// The server's `<open/>` over WebSocket (RFC 7395), from its domain `from`, stream `id`.
+pub fn ws_open_server(from: &str, id: &str) -> String {
+    let mut s = format!("<open xmlns='{NS_FRAMING}' version='1.0' from='");
+    escape(from, &mut s);
+    s.push_str("' id='");
+    escape(id, &mut s);
+    s.push_str("'/>");
+    s
+}
+
+/// A top-level element written for a TCP stream, as one WebSocket message: over
+/// WebSocket every message declares its namespaces (RFC 7395 §3.3.3), so a stanza gets
+/// `xmlns='jabber:client'` and a `stream:` element `xmlns:stream` after its name when
+/// its first tag lacks them. The parts to write in order (the middle one maybe empty).
+pub fn ws_parts(element: &str) -> [&str; 3] {
+    let text = element.trim_start();
+    let name_end = text
+        .find(|c: char| c.is_whitespace() || c == '/' || c == '>')
+        .unwrap_or(text.len());
+    let name = text.get(1..name_end).unwrap_or("");
+    let (declare, wanted) = match name {
+        "message" | "presence" | "iq" => ("xmlns=", " xmlns='jabber:client'"),
+        n if n.starts_with("stream:") => (
+            "xmlns:stream=",
+            " xmlns:stream='http://etherx.jabber.org/streams'",
+        ),
+        _ => return [element, "", ""],
+    };
+    // The first tag's end, outside attribute values.
+    let mut quote = None;
+    let mut tag_end = text.len();
+    for (i, c) in text.char_indices() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(c),
+            (None, '>') => {
+                tag_end = i;
+                break;
+            }
+            _ => {}
+        }
+    }
+    if text[..tag_end].contains(declare) {
+        return [element, "", ""];
+    }
+    let at = element.len() - text.len() + name_end;
+    [&element[..at], wanted, &element[at..]]
+}
+
+/// `text` (top-level elements written for a TCP stream, one or more) as WebSocket
+/// messages: one per element, each with its namespaces declared ([`ws_parts`]).
+/// Whitespace between elements is dropped.
+pub fn ws_messages(text: &str) -> Vec<[&str; 3]> {
+    let mut framer = super::Framer::new(text.len().max(1), usize::MAX).websocket(true);
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Ok(Some((kind, n))) = framer.frame(rest.as_bytes()) {
+        let (one, after) = rest.split_at(n);
+        if kind != super::Frame::Whitespace {
+            out.push(ws_parts(one.trim_start()));
+        }
+        rest = after;
+    }
+    if !rest.trim().is_empty() {
+        // Not whole elements (never from spate's own builders): as they are.
+        out.push([rest, "", ""]);
+    }
+    out
+}
+
+/// A client's stream header to `to`: over WebSocket, RFC 7395's `<open/>`.
+pub fn stream_open(to: &str, ws: bool) -> String {
+    if !ws {
+        return stream_open_client(to);
+    }
+    let mut s = format!("<open xmlns='{NS_FRAMING}' version='1.0' to='");
+    escape(to, &mut s);
+    s.push_str("'/>");
+    s
+}
 
 /// A client's stream header to the server `to` (with the XML declaration).
 pub fn stream_open_client(to: &str) -> String {

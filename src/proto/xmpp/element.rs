@@ -197,9 +197,16 @@ pub fn parse_header(bytes: &[u8]) -> Result<StreamHeader, ParseError> {
         match reader.read_event()? {
             Event::Decl(_) if !decl => decl = true,
             Event::Text(t) if t.bytes().all(is_space) => {}
-            Event::Start(s) => {
+            // The stream's open tag, or RFC 7395's <open/> (XMPP over WebSocket).
+            ev @ (Event::Start(_) | Event::Empty(_)) => {
+                let (s, empty) = match ev {
+                    Event::Start(s) => (s, false),
+                    Event::Empty(s) => (s, true),
+                    _ => unreachable!("matched above"),
+                };
                 let e = start(&s)?;
-                if e.local_name() != "stream" {
+                let name = e.local_name();
+                if !(name == "stream" && !empty || name == "open" && empty) {
                     return Err(ParseError::Malformed("not a stream header"));
                 }
                 let get = |k: &str| e.attr(k).map(str::to_string);

@@ -108,6 +108,9 @@ pub struct Framer {
     /// The header's element name, as written, to match the stream's end tag.
     stream_name: Vec<u8>,
     failed: Option<FrameError>,
+    /// XMPP over WebSocket (RFC 7395): no stream header; `<open/>` and `<close/>` are
+    /// top-level elements that say [`Frame::Open`] and [`Frame::Close`].
+    ws: bool,
 }
 
 impl Framer {
@@ -128,7 +131,16 @@ impl Framer {
             decl: false,
             stream_name: Vec::new(),
             failed: None,
+            ws: false,
         }
+    }
+
+    /// The framer of a stream over WebSocket (RFC 7395) when `on`: each message is one
+    /// element, `<open/>` and `<close/>` stand for the stream's header and end.
+    pub fn websocket(mut self, on: bool) -> Framer {
+        self.ws = on;
+        self.restart();
+        self
     }
 
     /// The next frame at the start of `buf` (see the contract on [`Framer`]).
@@ -153,7 +165,11 @@ impl Framer {
     /// Expects a new stream header, as after STARTTLS or SASL success: the stream
     /// restarts. Any partly scanned frame is forgotten, and a failure is cleared.
     pub fn restart(&mut self) {
-        self.phase = Phase::Prolog;
+        self.phase = if self.ws {
+            Phase::Stream
+        } else {
+            Phase::Prolog
+        };
         self.stream_name.clear();
         self.failed = None;
         self.reset_frame();
@@ -339,6 +355,16 @@ impl Framer {
             match self.phase {
                 Phase::Prolog => return self.header_done(name, empty).map(Some),
                 Phase::Closed => return Err(FrameError::Malformed("data after the stream's end")),
+                Phase::Stream if empty && self.ws => {
+                    return Ok(Some(match local_name(name) {
+                        b"open" => Frame::Open,
+                        b"close" => {
+                            self.phase = Phase::Closed;
+                            Frame::Close
+                        }
+                        _ => Frame::Element,
+                    }))
+                }
                 Phase::Stream if empty => return Ok(Some(Frame::Element)),
                 Phase::Stream => {}
             }

@@ -119,6 +119,58 @@ pub(super) async fn run(conn: &mut Conn, sh: &Shared, conn_no: u64) {
     }
 }
 
+/// Serves one XMPP connection over WebSocket (RFC 7395): the HTTP upgrade (the xmpp
+/// subprotocol required; any path), then the stream as on TCP with each element a
+/// message. A request that is not an upgrade is answered with its HTTP status.
+pub(super) async fn run_websocket(conn: &mut Conn, sh: &Shared, conn_no: u64) {
+    let deadline = tokio::time::Instant::now() + conn.idle();
+    let head = loop {
+        let found = conn.take_frame(|b| {
+            let end = b.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4);
+            match end {
+                None if b.len() > 16 * 1024 => Err(()),
+                end => Ok(end),
+            }
+        });
+        match found {
+            Ok(Some(h)) => break String::from_utf8_lossy(h).into_owned(),
+            Ok(None) => {}
+            Err(()) => return refuse(conn, 431, "request head too long").await,
+        }
+        if conn.read_more(deadline).await.is_err() {
+            return;
+        }
+    };
+    match crate::transport::websocket::server_answer(&head, "xmpp") {
+        Ok(answer) => conn.queue(answer.as_bytes()),
+        Err((code, why)) => return refuse(conn, code, &why).await,
+    }
+    if conn.websocket().is_err() {
+        return;
+    }
+    run(conn, sh, conn_no).await;
+}
+
+/// Answers a request that is no WebSocket upgrade with `code` and why, then closes.
+async fn refuse(conn: &mut Conn, code: u16, why: &str) {
+    let reason = match code {
+        400 => "Bad Request",
+        405 => "Method Not Allowed",
+        426 => "Upgrade Required",
+        431 => "Request Header Fields Too Large",
+        _ => "Error",
+    };
+    conn.queue(
+        format!(
+            "HTTP/1.1 {code} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n{why}\n",
+            why.len() + 1
+        )
+        .as_bytes(),
+    );
+    let _ = conn.flush().await;
+}
+
 /// The stream error and close sent to a connection refused for the connection cap.
 pub(super) fn refusal() -> String {
     let mut s = crate::proto::xmpp::stream_open_server("localhost", "refused");

@@ -106,9 +106,7 @@ pub(super) async fn run(st: &mut Stream<'_>, b: Binding) -> End {
 
 /// Queues one routed copy for writing; its size.
 fn write(st: &mut Stream<'_>, me: &Bound<'_>, out: Outbound) -> usize {
-    st.send(out.stanza.head());
-    st.send(&out.to);
-    st.send(out.stanza.tail());
+    st.send_parts(&[out.stanza.head(), &out.to, out.stanza.tail()]);
     let n = out.len();
     me.b.queued.fetch_sub(n, Ordering::Relaxed);
     n

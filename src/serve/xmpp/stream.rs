@@ -56,11 +56,12 @@ pub(super) struct Stream<'a> {
 impl<'a> Stream<'a> {
     pub fn new(conn: &'a mut Conn, sh: &'a Shared, conn_no: u64) -> Stream<'a> {
         let deadline = Instant::now() + conn.idle();
+        let ws = conn.is_websocket();
         Stream {
             conn,
             sh,
             hub: super::hub(sh),
-            framer: Framer::new(MAX_STANZA, MAX_DEPTH),
+            framer: Framer::new(MAX_STANZA, MAX_DEPTH).websocket(ws),
             domain: String::new(),
             header_sent: false,
             deadline,
@@ -154,7 +155,11 @@ impl<'a> Stream<'a> {
             _ => hub.default_domain(&self.sh.hostname).to_string(),
         };
         self.send_header();
-        if header.ns.as_deref() != Some(xmpp::NS_CLIENT) {
+        let ns = match self.conn.is_websocket() {
+            true => xmpp::NS_FRAMING,
+            false => xmpp::NS_CLIENT,
+        };
+        if header.ns.as_deref() != Some(ns) {
             return Err(End::Error("invalid-namespace"));
         }
         if !served {
@@ -170,14 +175,36 @@ impl<'a> Stream<'a> {
         } else {
             self.domain.as_str()
         };
-        self.conn
-            .queue(xmpp::stream_open_server(from, &id).as_bytes());
+        let header = match self.conn.is_websocket() {
+            true => xmpp::ws_open_server(from, &id),
+            false => xmpp::stream_open_server(from, &id),
+        };
+        self.send(&header);
         self.header_sent = true;
     }
 
-    /// Queues text to send.
+    /// Queues one element (over WebSocket: one message, its namespaces declared).
     pub fn send(&mut self, text: &str) {
-        self.conn.queue(text.as_bytes());
+        self.send_parts(&[text]);
+    }
+
+    /// Queues one element written in parts.
+    pub fn send_parts(&mut self, parts: &[&str]) {
+        if !self.conn.is_websocket() {
+            parts.iter().for_each(|p| self.conn.queue(p.as_bytes()));
+            return;
+        }
+        let whole;
+        let text = match parts {
+            [one] => *one,
+            _ => {
+                whole = parts.concat();
+                &whole
+            }
+        };
+        let [a, b, c] = xmpp::ws_parts(text);
+        self.conn
+            .queue_message(&[a.as_bytes(), b.as_bytes(), c.as_bytes()]);
     }
 
     /// Draws the faults of `point`: the delay is waited here; a drop ends the stream
@@ -209,6 +236,6 @@ impl<'a> Stream<'a> {
                 }
             }
         }
-        self.send(xmpp::STREAM_CLOSE);
+        self.send(xmpp::stream_close(self.conn.is_websocket()));
     }
 }

@@ -147,7 +147,7 @@ pub(super) async fn element_where(
 }
 
 async fn send(conn: &mut Connection, phase: Phase, text: &str) -> Result<(), Failure> {
-    conn.send(text.as_bytes())
+    super::send_elements(conn, text)
         .await
         .map_err(|e| Failure::transport(phase, e))
 }
@@ -161,10 +161,11 @@ async fn open_stream(
 ) -> Result<Element, Failure> {
     let t = report.start(super::phase::STREAM);
     framer.restart();
+    let ws = conn.is_websocket();
     send(
         conn,
         super::phase::STREAM,
-        &xmpp::stream_open_client(&s.domain),
+        &xmpp::stream_open(&s.domain, ws),
     )
     .await?;
     let features = element(conn, framer, super::phase::STREAM).await?;
@@ -178,15 +179,16 @@ async fn open_stream(
     Ok(features)
 }
 
-/// STARTTLS when the plan says so; the features of the stream after it.
+/// STARTTLS when the plan says so (over `endpoint`); the features of the stream after it.
 async fn starttls(
     s: &Settings,
+    endpoint: &crate::session::Endpoint,
     conn: &mut Connection,
     framer: &mut Framer,
     features: Element,
     report: &mut UnitReport,
 ) -> Result<Element, Failure> {
-    if s.endpoint.tls != TlsMode::Starttls {
+    if endpoint.tls != TlsMode::Starttls {
         return Ok(features);
     }
     if features.child("starttls").is_none() {
@@ -207,7 +209,7 @@ async fn starttls(
         ));
     }
     report.timed(super::phase::STARTTLS, t);
-    s.endpoint.handshake(conn, report).await?;
+    endpoint.handshake(conn, report).await?;
     open_stream(s, conn, framer, report).await
 }
 
@@ -507,10 +509,19 @@ pub(crate) async fn login_or_resume(
     resume: Option<(String, u64)>,
 ) -> Result<LoggedIn, Failure> {
     let account = &s.accounts[id % s.accounts.len()];
-    let mut conn = s.endpoint.open(id, 0, report).await?;
-    let mut framer = Framer::new(MAX_STANZA, MAX_DEPTH);
+    let ws = s.websocket.as_ref().filter(|w| w.carries(id));
+    let endpoint = ws.map_or(&s.endpoint, |w| &w.endpoint);
+    let mut conn = endpoint.open(id, 0, report).await?;
+    if let Some(w) = ws {
+        let t = report.start(super::phase::WEBSOCKET);
+        conn.websocket(&w.host, &w.path, "xmpp")
+            .await
+            .map_err(|e| Failure::transport(super::phase::WEBSOCKET, e))?;
+        report.timed(super::phase::WEBSOCKET, t);
+    }
+    let mut framer = Framer::new(MAX_STANZA, MAX_DEPTH).websocket(ws.is_some());
     let features = open_stream(s, &mut conn, &mut framer, report).await?;
-    let features = starttls(s, &mut conn, &mut framer, features, report).await?;
+    let features = starttls(s, endpoint, &mut conn, &mut framer, features, report).await?;
     if s.register {
         register(s, account, &mut conn, &mut framer, report).await?;
     }

@@ -40,9 +40,31 @@ pub const MAX_DEPTH: usize = 64;
 /// The namespace of spate's stamp on every stanza it sends.
 pub const STAMP_NS: &str = "urn:x-spate:stamp:0";
 
+/// XMPP over WebSocket (RFC 7395): where, and which of the sessions go there.
+#[derive(Debug, Clone)]
+pub struct WebSocket {
+    pub endpoint: Endpoint,
+    /// The upgrade request's Host header and path.
+    pub host: String,
+    pub path: String,
+    /// The share of the sessions (percent), spread evenly over them.
+    pub percent: u32,
+}
+
+impl WebSocket {
+    /// Whether session `id` goes over WebSocket: of every 100 sessions in a row,
+    /// `percent` do, evenly spread.
+    pub fn carries(&self, id: usize) -> bool {
+        let (p, i) = (u64::from(self.percent.min(100)), id as u64);
+        (i + 1) * p / 100 > i * p / 100
+    }
+}
+
 /// What every session of a run shares.
 pub struct Settings {
     pub endpoint: Endpoint,
+    /// Sessions over WebSocket, and where (none: every session over TCP).
+    pub websocket: Option<WebSocket>,
     /// The server's domain (the `to` of the stream header).
     pub domain: String,
     pub accounts: Vec<Account>,
@@ -90,6 +112,7 @@ impl Settings {
     pub fn single(endpoint: Endpoint, domain: String, account: Account, sasl: Sasl) -> Settings {
         Settings {
             endpoint,
+            websocket: None,
             domain,
             accounts: vec![account],
             sessions: 1,
@@ -224,7 +247,8 @@ impl Session {
                     if !again.is_empty() {
                         let mut bytes = again.concat();
                         bytes.extend_from_slice(sm::REQUEST.as_bytes());
-                        let _ = l.conn.send(&bytes).await;
+                        let text = String::from_utf8_lossy(&bytes);
+                        let _ = send_elements(&mut l.conn, &text).await;
                     }
                 }
                 // The roster lives on the server: a --roster all run subscribed already.
@@ -488,7 +512,7 @@ impl Session {
             out.push_str("'/>");
         }
         let t = report.start(phase::SUBSCRIBE);
-        if let Err(e) = writer.lock().await.send(out.as_bytes()).await {
+        if let Err(e) = send_elements_half(&mut *writer.lock().await, &out).await {
             Failure::transport(phase::SUBSCRIBE, e).record(report);
             return;
         }
@@ -510,6 +534,34 @@ impl Session {
             }
         }
     }
+}
+
+/// Writes `text` (top-level elements): as it is over TCP; over WebSocket one message per
+/// element, each declaring its namespaces (RFC 7395).
+pub(crate) async fn send_elements(
+    conn: &mut crate::transport::Connection,
+    text: &str,
+) -> Result<(), crate::transport::TransportError> {
+    if !conn.is_websocket() {
+        return conn.send(text.as_bytes()).await;
+    }
+    conn.send_messages(&as_bytes(&xmpp::ws_messages(text)))
+        .await
+}
+
+/// [`send_elements`] on a write half.
+pub(crate) async fn send_elements_half(
+    w: &mut WriteHalf,
+    text: &str,
+) -> Result<(), crate::transport::TransportError> {
+    if !w.is_websocket() {
+        return w.send(text.as_bytes()).await;
+    }
+    w.send_messages(&as_bytes(&xmpp::ws_messages(text))).await
+}
+
+fn as_bytes<'a>(messages: &[[&'a str; 3]]) -> Vec<[&'a [u8]; 3]> {
+    messages.iter().map(|m| m.map(str::as_bytes)).collect()
 }
 
 /// The transport's frame callback over an XMPP framer: the frame's length, with its kind
@@ -566,6 +618,7 @@ impl Driver for Session {
     const PHASES: &'static [Phase] = &[
         Phase::CONNECT,
         Phase::TLS,
+        phase::WEBSOCKET,
         phase::STREAM,
         phase::STARTTLS,
         phase::REGISTER,
@@ -699,7 +752,7 @@ impl Driver for Session {
                 );
                 self.stanza.push_str(sm::REQUEST);
             }
-            w.send(self.stanza.as_bytes()).await
+            send_elements_half(&mut w, &self.stanza).await
         };
         if let Err(e) = sent {
             self.s.ledger.not_sent(seq);
@@ -749,7 +802,8 @@ impl Driver for Session {
         self.s.online[self.id].store(false, Ordering::SeqCst);
         if let Some(w) = self.writer.take() {
             let mut w = w.lock().await;
-            let _ = w.send(xmpp::STREAM_CLOSE.as_bytes()).await;
+            let close = xmpp::stream_close(w.is_websocket());
+            let _ = w.send(close.as_bytes()).await;
         }
         if let Some(r) = self.reader.take() {
             // The server answers our close with its own; then the reader ends.

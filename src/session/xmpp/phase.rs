@@ -3,6 +3,7 @@
 pub use crate::session::phase::*;
 
 crate::metrics::phases! {
+    pub WEBSOCKET => "websocket", "XMPP over WebSocket: the HTTP upgrade request sent to the server's 101 answer (RFC 6455, subprotocol xmpp)";
     pub STREAM => "stream", "XMPP: stream header sent to the server's stream features (each (re)start)";
     pub REGISTER => "register", "XMPP: in-band registration (XEP-0077) to its result";
     pub BIND => "bind", "XMPP: resource binding (and a legacy session IQ) to its result, or a XEP-0198 stream resumption to <resumed/>";

@@ -91,7 +91,7 @@ impl Reader {
             if let Some(sm) = sm.as_ref().filter(|_| stanza) {
                 sm.sent(None, text.as_bytes());
             }
-            w.send(text.as_bytes()).await
+            super::send_elements_half(&mut w, text).await
         })
         .await;
     }
