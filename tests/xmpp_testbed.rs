@@ -158,6 +158,75 @@ fn run_against(server: &str) {
         let fanout = common::phase_count(&s, last);
         assert_eq!(fanout, 300, "{traffic}");
     }
+    over_websocket(&bed, tmp.path());
+}
+
+/// XMPP over WebSocket (RFC 7395) on the bed's server: every session over ws://, then
+/// half over ws:// and half over TCP with STARTTLS; every message accounted for.
+fn over_websocket(bed: &Bed, dir: &Path) {
+    let url = bed.var("SPATE_XMPP_WS");
+    for (name, extra, over_ws) in [
+        ("ws", vec![url], 10),
+        (
+            "mixed",
+            vec![
+                bed.var("SPATE_XMPP"),
+                "--starttls",
+                "--websocket",
+                url,
+                "--websocket-percent",
+                "50",
+            ],
+            5,
+        ),
+    ] {
+        let out = dir.join(name);
+        let o = Command::new(SPATE)
+            .args(["xmpp"])
+            .args(&extra)
+            .args([
+                "--users-file",
+                bed.var("SPATE_USERS_FILE"),
+                "--ca",
+                bed.var("SPATE_CA"),
+            ])
+            .args([
+                "--users",
+                "10",
+                "-n",
+                "300",
+                "--roster",
+                "-q",
+                "-o",
+                out.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "{name}: {stdout}\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(stdout.contains("missing 0"), "{name}: {stdout}");
+        let s = common::summary(&out);
+        let t = &s["totals"];
+        assert_eq!(
+            (t["accepted"].as_u64(), t["delivered"].as_u64()),
+            (Some(300), Some(300)),
+            "{name}: {t}"
+        );
+        assert_eq!(t["duplicates"], 0, "{name}: {t}");
+        let count = |p: &str| common::phase_count(&s, p);
+        assert_eq!(count("websocket"), over_ws, "{name}");
+        assert_eq!(count("starttls"), 10 - over_ws, "{name}");
+        for p in ["connect", "auth", "bind", "roster", "presence"] {
+            assert_eq!(count(p), 10, "{name}: {p}");
+        }
+        // Two streams a WebSocket session (before and after SASL), three a STARTTLS one.
+        assert_eq!(count("stream"), 2 * over_ws + 3 * (10 - over_ws), "{name}");
+        assert_eq!(count("arrival"), 300, "{name}");
+    }
 }
 
 #[test]

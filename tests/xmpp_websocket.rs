@@ -296,3 +296,70 @@ fn a_browsers_websocket_logs_in_and_every_message_is_a_document_of_its_own() {
     );
     assert_eq!(r["close"], "urn:ietf:params:xml:ns:xmpp-framing", "{r}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spate_ping_over_wss_times_the_upgrade_and_its_round_trips() {
+    let running = start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, &running.cert_pem).unwrap();
+    let target = format!(
+        "xmpp+wss://{}/xmpp-websocket",
+        running.addrs.xmpp_wss.unwrap()
+    );
+    let args = [
+        "ping",
+        &target,
+        "--user",
+        "user3@example.test",
+        "-c",
+        "3",
+        "-w",
+        "10ms",
+        "--ca",
+        ca.to_str().unwrap(),
+    ];
+    let env = vec![("SPATE_PASSWORD".to_string(), "s3cret".to_string())];
+    let o = run_tool_env(
+        SPATE,
+        args.map(String::from).to_vec(),
+        env.clone(),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(o.ok, "exit {:?}\n{}\n{}", o.code, o.stdout, o.stderr);
+    let login = o
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("login "))
+        .unwrap_or_default();
+    for phase in [
+        "connect",
+        "tls",
+        "websocket",
+        "stream",
+        "auth",
+        "bind",
+        "presence",
+    ] {
+        assert!(
+            login.contains(&format!(" {phase}=")),
+            "{phase}: {}",
+            o.stdout
+        );
+    }
+    // Over WebSocket there is no STARTTLS: two streams (before and after SASL).
+    assert_eq!(login.matches(" stream=").count(), 2, "{login}");
+    assert!(
+        o.stdout.contains("3 sent, 3 received, 0 lost, 0 failed"),
+        "{}",
+        o.stdout
+    );
+    // --tls means nothing over WebSocket: refused, as bad input.
+    let mut bad = args.map(String::from).to_vec();
+    bad.push("--tls".into());
+    let o = run_tool_env(SPATE, bad, env, Duration::from_secs(60)).await;
+    assert_eq!(o.code, Some(2), "{o:?}");
+    assert!(o.stderr.contains("xmpp+wss://"), "{o:?}");
+    running.shutdown().await;
+}

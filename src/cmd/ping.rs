@@ -41,7 +41,9 @@ EXAMPLES:
   spate ping 127.0.0.1:587 --starttls --ca ca.pem --to me@example.test
   SPATE_PASSWORD=pw spate ping xmpp://127.0.0.1:5222 --user alice@example.test \\
       --starttls --ca ca.pem -n 5
-  spate ping xmpp://127.0.0.1:5223 --tls --ca ca.pem --users-file users.txt -w 0";
+  spate ping xmpp://127.0.0.1:5223 --tls --ca ca.pem --users-file users.txt -w 0
+  SPATE_PASSWORD=pw spate ping xmpp+wss://chat.example.test/xmpp-websocket \
+      --user alice@example.test";
 
 /// The SMTP ping's recipient and sender when none is given.
 const DEFAULT_TO: &str = "postmaster@example.test";
@@ -52,7 +54,8 @@ const DEFAULT_FROM: &str = "spate-ping@example.test";
 #[command(after_long_help = EXAMPLES)]
 pub struct Args {
     /// Server: smtp://HOST[:PORT] or HOST[:PORT] (port 25; 24 with --lmtp), or
-    /// xmpp://HOST[:PORT] (port 5222; 5223 with --tls).
+    /// xmpp://HOST[:PORT] (port 5222; 5223 with --tls); XMPP over WebSocket:
+    /// xmpp+ws://HOST[:PORT]/PATH or xmpp+wss://… (path /xmpp-websocket by default).
     pub target: String,
     /// SMTP: recipient of the probe messages [default: postmaster@example.test].
     #[arg(long, short = 't')]
@@ -374,9 +377,9 @@ fn scheme(target: &str) -> anyhow::Result<Scheme> {
     match target.trim().split_once("://") {
         None => Ok(Scheme::Smtp),
         Some(("smtp" | "lmtp", _)) => Ok(Scheme::Smtp),
-        Some(("xmpp", _)) => Ok(Scheme::Xmpp),
+        Some(("xmpp" | "xmpp+ws" | "xmpp+wss", _)) => Ok(Scheme::Xmpp),
         Some((other, _)) => crate::usage(format!(
-            "unsupported scheme '{other}://' in '{target}': spate ping takes smtp://, lmtp://, xmpp:// or HOST[:PORT] (SMTP)"
+            "unsupported scheme '{other}://' in '{target}': spate ping takes smtp://, lmtp://, xmpp://, xmpp+ws://, xmpp+wss:// or HOST[:PORT] (SMTP)"
         )),
     }
 }

@@ -22,6 +22,7 @@ use crate::{usage, UsageError};
 const COLUMNS: &[(Phase, &str)] = &[
     (Phase::CONNECT, "connect"),
     (Phase::TLS, "tls"),
+    (crate::session::xmpp::phase::WEBSOCKET, "websocket"),
     (crate::session::xmpp::phase::STREAM, "stream"),
     (crate::session::xmpp::phase::STARTTLS, "starttls"),
     (crate::session::xmpp::phase::AUTH, "auth"),
@@ -64,6 +65,31 @@ fn settings(a: &Args, account: Account) -> anyhow::Result<Settings> {
         .map_or("", |(_, d)| d)
         .to_string();
     let target = a.target.trim();
+    // XMPP over WebSocket: the URL as ws:// or wss:// (its certificate names its host).
+    if let Some(url) = target.strip_prefix("xmpp+") {
+        let u = crate::transport::websocket::parse_url(url, "/xmpp-websocket")
+            .unwrap_or_else(|| Err(format!("{target}: expected xmpp+ws:// or xmpp+wss://")))
+            .map_err(UsageError)?;
+        if a.tls || a.starttls {
+            return usage("--tls/--starttls: over WebSocket, TLS is xmpp+wss://");
+        }
+        let mut t = transport(a);
+        t.tls = u.tls;
+        let endpoint = t.endpoint(&u.authority, u.port, false)?;
+        let mut s = Settings::single(
+            endpoint.clone(),
+            domain,
+            account,
+            a.sasl.unwrap_or(Sasl::Auto),
+        );
+        s.websocket = Some(crate::session::xmpp::WebSocket {
+            endpoint,
+            host: u.authority,
+            path: u.path,
+            percent: 100,
+        });
+        return Ok(s);
+    }
     let target = target.strip_prefix("xmpp://").unwrap_or(target);
     let mut endpoint = transport(a).endpoint(target, if a.tls { 5223 } else { 5222 }, false)?;
     // RFC 6120 §13.7.2: the certificate names the XMPP domain, not the host connected to.
@@ -211,7 +237,8 @@ pub(super) async fn run(a: &Args, wait: Duration) -> anyhow::Result<ExitCode> {
     }
     if !broken {
         // Politely: our stream's end, the server's (bounded), then the connection's.
-        let _ = l.conn.send(xmpp::STREAM_CLOSE.as_bytes()).await;
+        let close = xmpp::stream_close(l.conn.is_websocket());
+        let _ = l.conn.send(close.as_bytes()).await;
         l.conn.set_timeout(within.min(Duration::from_secs(2)));
         for _ in 0..100 {
             if l.element(crate::session::xmpp::phase::ARRIVAL)
