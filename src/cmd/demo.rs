@@ -88,6 +88,7 @@ async fn start_server(users: &str) -> anyhow::Result<serve::Running> {
         pop3s: Some(lo),
         imaps: Some(lo),
         xmpp: Some(lo),
+        xmpp_wss: Some(lo),
         ..Addrs::default()
     };
     config.users = Users::parse(users).map_err(anyhow::Error::msg)?;
@@ -121,9 +122,9 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         a.submission.expect("configured"),
     );
     let (pop3s, imaps) = (a.pop3s.expect("configured"), a.imaps.expect("configured"));
-    let xmpp = a.xmpp.expect("configured");
+    let (xmpp, wss) = (a.xmpp.expect("configured"), a.xmpp_wss.expect("configured"));
     println!("spate demo — embedded server on {smtp} (SMTP), {submission} (submission, STARTTLS + AUTH),");
-    println!("             {pop3s} (POP3S), {imaps} (IMAPS), {xmpp} (XMPP, STARTTLS)");
+    println!("             {pop3s} (POP3S), {imaps} (IMAPS), {xmpp} (XMPP, STARTTLS), wss://{wss}/ (XMPP over WebSocket)");
     println!("             faults injected: 1% of RCPTs get 451, DATA replies delayed 0–2 ms\n");
     let tour = Tour {
         ctx,
@@ -290,17 +291,23 @@ impl Tour<'_> {
 }
 
 impl Tour<'_> {
-    /// Part 5: chat. 50 sessions log in over STARTTLS with SCRAM and stay; one-to-one
+    /// Part 5: chat. 50 sessions log in with SCRAM and stay, half over TCP with
+    /// STARTTLS, half over WebSocket with TLS (wss://, RFC 7395); one-to-one
     /// messages, multicasts and presence changes go at once, every copy timed at its
     /// recipient. Whether nothing was missing, and the message copies spate received.
     async fn chat(&self, length: Duration) -> anyhow::Result<(bool, u64)> {
         let length = length.max(Duration::from_secs(2));
-        println!("5/5 chat: 50 XMPP sessions (STARTTLS, SCRAM-SHA-256, roster), at once: messages 100/s, multicasts to 10 sessions 5/s, a presence change from each session every 10s; {}s", length.as_secs());
+        println!("5/5 chat: 50 XMPP sessions (SCRAM-SHA-256, roster; half over STARTTLS, half over WebSocket wss://), at once: messages 100/s, multicasts to 10 sessions 5/s, a presence change from each session every 10s; {}s", length.as_secs());
         let dir = self.out.join("5-chat");
         let argv = [
             "xmpp".to_string(),
             self.server.addrs.xmpp.expect("configured").to_string(),
             "--starttls".into(),
+            format!(
+                "--websocket=wss://{}/xmpp-websocket",
+                self.server.addrs.xmpp_wss.expect("configured")
+            ),
+            "--websocket-percent=50".into(),
             "--ca".into(),
             self.ca_path.display().to_string(),
             "--users-file".into(),
