@@ -8,7 +8,8 @@ This is a benchmark, never a test: it asserts nothing about speed, it measures a
                 [--tls starttls|plain] [--server ejabberd|prosody] [--tools spate,tsung]
                 [--mem-ks 1000,5000,10000] [--mem-k0 10] [--mem-modes plain,starttls]
                 [--mem-roster shared|subscriptions]
-                [--skip-compare] [--skip-memory] [--bed DIR]
+                [--tr-modes tcp,websocket,starttls,wss] [--tr-sessions 50] [--tr-messages 20000]
+                [--skip-compare] [--skip-memory] [--skip-transport] [--bed DIR]
 
 Part 1 (compare): each tool logs --sessions accounts in at --login-rate (stream, STARTTLS,
 SASL PLAIN, bind, roster get, initial presence), the sessions stay --stay seconds, then
@@ -22,8 +23,14 @@ Part 2 (memory): `spate serve --xmpp` in its own process, `spate xmpp` holding K
 logged in and idle; VmRSS of the generator sampled from /proc once every session is
 logged in and the generator is idle; KiB/session = (RSS(K) - RSS(K0)) / (K - K0).
 
-Results: bench/results/xmpp-latest.md (tables), rows appended to bench/results/xmpp.csv
-and bench/results/xmpp-memory.csv (one row per run, with the date of the benchmark).
+Part 3 (transport): spate xmpp over TCP and over WebSocket (RFC 7395), plain and TLS,
+each against a fresh `spate serve`: messages per second, and CPU per message of the
+generator and of the server (--tr-*; --skip-transport). Part 2's --mem-modes include
+websocket and wss: memory per idle session over WebSocket.
+
+Results: bench/results/xmpp-latest.md (tables), rows appended to bench/results/xmpp.csv,
+bench/results/xmpp-transport.csv and bench/results/xmpp-memory.csv (one row per run,
+with the date of the benchmark).
 """
 
 import argparse
@@ -596,7 +603,8 @@ def read_stats(path):
 def mem_run(spate, mode, k, args, workdir, users_file):
     """One K: a fresh spate serve, spate xmpp holding K idle sessions; RSS sampled."""
     rundir = tempfile.mkdtemp(prefix=f"mem-{mode}-{k}-", dir=workdir)
-    serve_argv = [spate, "serve", "--xmpp", None, "--users-file", users_file,
+    listener = {"websocket": "--xmpp-ws", "wss": "--xmpp-wss"}.get(mode, "--xmpp")
+    serve_argv = [spate, "serve", listener, None, "--users-file", users_file,
                   "--max-connections", "0", "--stats-file", None, "--cert-out", None,
                   "--xmpp-roster", args.mem_roster]
     port = free_port(22000 + int.from_bytes(os.urandom(2), "big") % 700 * 10)
@@ -616,12 +624,16 @@ def mem_run(spate, mode, k, args, workdir, users_file):
             row["note"] = "spate serve did not listen"
             return row
         row["busy_before"] = round(wait_quiet(args.wait_idle), 2)
-        argv = [spate, "xmpp", f"127.0.0.1:{port}", "--users-file", users_file, "--users", str(k),
+        target = {"websocket": f"ws://127.0.0.1:{port}/xmpp-websocket",
+                  "wss": f"wss://127.0.0.1:{port}/xmpp-websocket"}.get(mode, f"127.0.0.1:{port}")
+        argv = [spate, "xmpp", target, "--users-file", users_file, "--users", str(k),
                 "--login-rate", f"{args.mem_rate}/s", "--sasl", "plain",
                 "--stages", f"{args.mem_hold}s:0/s,1s:2/s,5s:2/s", "--count", "2",
                 "--timeout", "120s", "--quiet", "--out", os.path.join(rundir, "run")]
         if mode == "starttls":
             argv += ["--starttls", "--ca", cert]
+        elif mode == "wss":
+            argv += ["--ca", cert]
         MEM_COMMANDS["xmpp"] = " ".join(argv)
         out = open(os.path.join(rundir, "xmpp.out"), "wb")
         t0 = time.monotonic()
@@ -765,6 +777,112 @@ def render_memory(rows, args):
     return "\n".join(out)
 
 
+
+# ------------------------------------------------------------------------------- transport
+TRANSPORTS = {
+    # mode: (spate serve's listener, the target, TLS options for spate xmpp)
+    "tcp": ("--xmpp", "127.0.0.1:{port}", []),
+    "websocket": ("--xmpp-ws", "ws://127.0.0.1:{port}/xmpp-websocket", []),
+    "starttls": ("--xmpp", "127.0.0.1:{port}", ["--starttls", "--ca", "{cert}"]),
+    "wss": ("--xmpp-wss", "wss://127.0.0.1:{port}/xmpp-websocket", ["--ca", "{cert}"]),
+}
+
+
+def transport_run(spate, mode, args, workdir, users_file):
+    """One run: a fresh spate serve; spate xmpp sends --tr-messages as fast as its
+    --tr-sessions sessions can (closed); CPU per stanza of both, from their own clocks."""
+    listener, target, tls = TRANSPORTS[mode]
+    rundir = tempfile.mkdtemp(prefix=f"tr-{mode}-", dir=workdir)
+    port = free_port(23000 + int.from_bytes(os.urandom(2), "big") % 700 * 10)
+    cert = os.path.join(rundir, "serve.pem")
+    serve = subprocess.Popen([spate, "serve", listener, f"127.0.0.1:{port}", "--users-file", users_file,
+                              "--cert-out", cert, "--xmpp-roster", "subscriptions"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             stdin=subprocess.DEVNULL, cwd=rundir, preexec_fn=set_nofile)
+    row = dict(date=None, mode=mode, sessions=args.tr_sessions, messages=args.tr_messages)
+    try:
+        if not wait_listen(port, 15):
+            row["note"] = "spate serve did not listen"
+            return row
+        wait_quiet(args.wait_idle)
+        argv = [spate, "xmpp", target.format(port=port), "--users-file", users_file,
+                "--users", str(args.tr_sessions), "--sasl", "plain", "-n", str(args.tr_messages),
+                "--quiet", "--out", os.path.join(rundir, "run")]
+        argv += [a.format(cert=cert) for a in tls]
+        TR_COMMANDS[mode] = " ".join(argv)
+        cpu0 = proc_cpu_seconds(serve.pid)
+        rc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            cwd=rundir, preexec_fn=set_nofile, timeout=600).returncode
+        serve_cpu = proc_cpu_seconds(serve.pid) - cpu0
+        with open(os.path.join(rundir, "run", "summary.json")) as f:
+            sm = json.load(f)
+        t = sm["totals"]
+        n = t.get("accepted") or 0
+        row.update(rc=rc, accepted=n, delivered=t.get("delivered"), msgs_per_s=round(sm["messages_per_s"], 1),
+                   gen_cpu_us=round(sm["generator_cpu_s"] * 1e6 / n, 1) if n else None,
+                   serve_cpu_us=round(serve_cpu * 1e6 / n, 1) if n else None,
+                   p50_us=next((p["p50_us"] for p in sm["phases"] if p["phase"] == "arrival"), None))
+    except (OSError, ValueError, KeyError, subprocess.TimeoutExpired) as e:
+        row["note"] = f"failed: {e}"
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        try:
+            serve.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            serve.kill()
+        if not args.keep:
+            shutil.rmtree(rundir, ignore_errors=True)
+    log(f"transport {mode:9}: {row.get('msgs_per_s')} msg/s, generator {row.get('gen_cpu_us')} µs/msg, "
+        f"server {row.get('serve_cpu_us')} µs/msg {row.get('note', '')}")
+    return row
+
+
+TR_COMMANDS = {}
+
+
+def transports(args, spate, workdir):
+    users_file = os.path.join(workdir, "tr-users.txt")
+    with open(users_file, "w") as f:
+        for i in range(args.tr_sessions):
+            f.write(f"user{i}@example.test pw{i}\n")
+    rows = []
+    for _ in range(args.tr_reps):
+        for mode in args.tr_modes:
+            rows.append(transport_run(spate, mode, args, workdir, users_file))
+            time.sleep(args.pause)
+    return rows
+
+
+def render_transports(rows, args):
+    out = ["## spate xmpp over WebSocket (RFC 7395) against TCP: CPU per stanza\n",
+           f"- `spate serve` (own process, fresh each run) with the listener of each mode; "
+           f"`spate xmpp TARGET --users {args.tr_sessions} --sasl plain -n {args.tr_messages}` "
+           f"(closed: every session sends its next message as soon as the last is written), "
+           f"modes alternating, {args.tr_reps} runs each; medians",
+           "- generator CPU per message: summary.json's generator_cpu_s / accepted (logins "
+           "included); server CPU per message: the spate serve process's CPU over the run / accepted",
+           "- ratios: WebSocket against TCP (websocket/tcp, wss/starttls)\n",
+           "| mode | runs | msg/s | generator CPU [µs/msg] | server CPU [µs/msg] | arrival p50 [µs] | × generator CPU | × server CPU |",
+           "|---|---|---|---|---|---|---|---|"]
+    base = {"websocket": "tcp", "wss": "starttls"}
+    med = {}
+    for mode in args.tr_modes:
+        good = [r for r in rows if r["mode"] == mode and r.get("gen_cpu_us")]
+        med[mode] = {k: median([r[k] for r in good]) if good else None
+                     for k in ("msgs_per_s", "gen_cpu_us", "serve_cpu_us", "p50_us")}
+        med[mode]["runs"] = len(good)
+    for mode in args.tr_modes:
+        m = med[mode]
+        b = med.get(base.get(mode, ""), {})
+        ratio = (lambda k: fmt(m[k] / b[k], 2) if m.get(k) and b.get(k) else "")
+        out.append(f"| {mode} | {m['runs']} | {fmt(m['msgs_per_s'])} | {fmt(m['gen_cpu_us'], 1)} | "
+                   f"{fmt(m['serve_cpu_us'], 1)} | {fmt(m['p50_us'])} | {ratio('gen_cpu_us')} | {ratio('serve_cpu_us')} |")
+    out.append("")
+    for mode, cmd in TR_COMMANDS.items():
+        out.append(f"- {mode}: `{cmd}`")
+    out.append("")
+    return "\n".join(out)
+
 # ------------------------------------------------------------------------------- main
 def append_csv(path, rows):
     if not rows:
@@ -808,10 +926,19 @@ def main():
     ap.add_argument("--mem-k0", type=int, default=10)
     ap.add_argument("--mem-rate", type=int, default=500, help="part 2: logins per second")
     ap.add_argument("--mem-hold", type=int, default=10, help="part 2: idle seconds after the last login")
-    ap.add_argument("--mem-modes", type=lambda s: s.split(","), default=["plain", "starttls"])
+    ap.add_argument("--mem-modes", type=lambda s: s.split(","),
+                    default=["plain", "starttls", "websocket", "wss"],
+                    help="part 2: plain and starttls over TCP; websocket (ws://) and wss (RFC 7395)")
     ap.add_argument("--mem-roster", choices=["shared", "subscriptions"], default="shared",
                     help="part 2: the server's rosters (shared: every login's presence goes to "
                          "every session; subscriptions: to no one)")
+    ap.add_argument("--tr-modes", type=lambda s: s.split(","),
+                    default=["tcp", "websocket", "starttls", "wss"],
+                    help="part 3: transports compared (tcp, websocket, starttls, wss)")
+    ap.add_argument("--tr-sessions", type=int, default=50, help="part 3: sessions")
+    ap.add_argument("--tr-messages", type=int, default=20000, help="part 3: messages a run")
+    ap.add_argument("--tr-reps", type=int, default=3, help="part 3: runs of each transport")
+    ap.add_argument("--skip-transport", action="store_true")
     ap.add_argument("--skip-compare", action="store_true")
     ap.add_argument("--skip-memory", action="store_true")
     ap.add_argument("--pause", type=float, default=1.0)
@@ -850,6 +977,12 @@ def main():
             append_csv(os.path.join(RESULTS, "xmpp.csv"), rows)
             with open(os.path.join(RESULTS, "xmpp-latest.md"), "w") as f:
                 f.write("\n".join(md) + "\n")
+        if not args.skip_transport:
+            trows = transports(args, spate, workdir)
+            for r in trows:
+                r["date"] = started
+            md.append(render_transports(trows, args))
+            append_csv(os.path.join(RESULTS, "xmpp-transport.csv"), trows)
         if not args.skip_memory:
             mrows = memory(args, spate, workdir)
             for r in mrows:

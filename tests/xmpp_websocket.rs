@@ -103,6 +103,18 @@ async fn spate_xmpp_over_websocket_and_mixed_with_tcp_reconciles_with_the_server
         for p in ["auth", "bind", "presence"] {
             assert_eq!(common::phase_count(&s, p), 10, "{name}: phase {p}");
         }
+        // Mixed: every delivery is also timed by its recipient's transport.
+        let (tcp_in, ws_in) = (
+            common::phase_count(&s, "tcp_arrival"),
+            common::phase_count(&s, "ws_arrival"),
+        );
+        match name {
+            "mixed" => {
+                assert_eq!(tcp_in + ws_in, 200, "{name}");
+                assert!(tcp_in > 0 && ws_in > 0, "{name}: {tcp_in} {ws_in}");
+            }
+            _ => assert_eq!((tcp_in, ws_in), (0, 0), "{name}"),
+        }
         // TLS: the wss sessions' handshakes and the STARTTLS sessions' upgrades.
         let tls = if name == "mixed" { 10 } else { 0 };
         assert_eq!(t["tls_connections"], tls, "{name}: {t}");

@@ -217,10 +217,18 @@ pub fn frame_into(out: &mut Vec<u8>, opcode: u8, parts: &[&[u8]], mask: Option<[
     }
 }
 
-/// XORs `data` with `key`, the first byte being byte `offset` of the payload.
+/// XORs `data` with `key`, the first byte being byte `offset` of the payload; eight
+/// bytes at a time.
 fn apply_mask(data: &mut [u8], key: [u8; 4], offset: usize) {
-    for (i, b) in data.iter_mut().enumerate() {
-        *b ^= key[(offset + i) & 3];
+    let k: [u8; 4] = std::array::from_fn(|i| key[(offset + i) & 3]);
+    let wide = u64::from_ne_bytes([k[0], k[1], k[2], k[3], k[0], k[1], k[2], k[3]]);
+    let mut chunks = data.chunks_exact_mut(8);
+    for c in &mut chunks {
+        let v = u64::from_ne_bytes(c.try_into().expect("8 bytes")) ^ wide;
+        c.copy_from_slice(&v.to_ne_bytes());
+    }
+    for (i, b) in chunks.into_remainder().iter_mut().enumerate() {
+        *b ^= k[i & 3];
     }
 }
 
@@ -656,6 +664,22 @@ mod tests {
                     "step {step}"
                 );
                 assert!(d.closed);
+            }
+        }
+    }
+
+    #[test]
+    fn masking_eight_bytes_at_a_time_is_masking_byte_by_byte() {
+        let key = [0x12, 0x34, 0x56, 0x78];
+        for offset in 0..4 {
+            for len in [0, 1, 3, 7, 8, 9, 15, 16, 17, 100] {
+                let data: Vec<u8> = (0..len as u8).collect();
+                let mut fast = data.clone();
+                apply_mask(&mut fast, key, offset);
+                let slow: Vec<u8> = (data.iter().enumerate())
+                    .map(|(i, b)| b ^ key[(offset + i) & 3])
+                    .collect();
+                assert_eq!(fast, slow, "offset {offset}, len {len}");
             }
         }
     }

@@ -52,6 +52,18 @@ pub struct WebSocket {
 }
 
 impl WebSocket {
+    /// The phase a delivery to session `id` is also timed in when the run mixes TCP and
+    /// WebSocket sessions (none when every session goes one way).
+    pub fn arrival_phase(&self, id: usize) -> Option<Phase> {
+        if !(1..100).contains(&self.percent) {
+            return None;
+        }
+        Some(match self.carries(id) {
+            true => phase::WS_ARRIVAL,
+            false => phase::TCP_ARRIVAL,
+        })
+    }
+
     /// Whether session `id` goes over WebSocket: of every 100 sessions in a row,
     /// `percent` do, evenly spread.
     pub fn carries(&self, id: usize) -> bool {
@@ -630,6 +642,8 @@ impl Driver for Session {
         phase::SEND,
         phase::REPLY,
         phase::ARRIVAL,
+        phase::TCP_ARRIVAL,
+        phase::WS_ARRIVAL,
         phase::MULTICAST,
         phase::MULTICAST_LAST,
         phase::BROADCAST,
@@ -743,6 +757,7 @@ impl Driver for Session {
         }
         let sent = {
             let mut w = writer.lock().await;
+            let one = self.stanza.len();
             if let Some(sm) = &self.sm {
                 // Under the writer's lock: the queue keeps the wire's order. The request
                 // for an acknowledgement goes in the same write.
@@ -752,7 +767,18 @@ impl Driver for Session {
                 );
                 self.stanza.push_str(sm::REQUEST);
             }
-            send_elements_half(&mut w, &self.stanza).await
+            if w.is_websocket() && kind != Traffic::Raw {
+                // One element of spate's own (and the request): no need to find them.
+                let [a, b, c] = xmpp::ws_parts(&self.stanza[..one]);
+                let messages = [
+                    [a.as_bytes(), b.as_bytes(), c.as_bytes()],
+                    [sm::REQUEST.as_bytes(), b"", b""],
+                ];
+                let n = if self.sm.is_some() { 2 } else { 1 };
+                w.send_messages(&messages[..n]).await
+            } else {
+                send_elements_half(&mut w, &self.stanza).await
+            }
         };
         if let Err(e) = sent {
             self.s.ledger.not_sent(seq);

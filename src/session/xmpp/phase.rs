@@ -16,6 +16,8 @@ crate::metrics::phases! {
     pub MULTICAST => "multicast", "XMPP: a XEP-0033 multicast's send to its arrival at each recipient";
     pub MULTICAST_LAST => "multicast_last", "XMPP: a XEP-0033 multicast's send to its arrival at the last of its recipients";
     pub BROADCAST => "broadcast", "XMPP: a presence change's send to its arrival at each contact";
+    pub TCP_ARRIVAL => "tcp_arrival", "XMPP, TCP and WebSocket sessions mixed (--websocket-percent): a delivery of any kind, send to arrival, at a recipient over TCP";
+    pub WS_ARRIVAL => "ws_arrival", "XMPP, TCP and WebSocket sessions mixed (--websocket-percent): a delivery of any kind, send to arrival, at a recipient over WebSocket";
     pub BROADCAST_LAST => "broadcast_last", "XMPP: a presence change's send to its arrival at the last of its contacts";
 }
 

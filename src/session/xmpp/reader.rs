@@ -199,11 +199,19 @@ impl Reader {
             let took = now.saturating_sub(t).max(1);
             (self.s.ledger.received(seq, kind), kind.phases(), took)
         });
+        let by_transport = self
+            .s
+            .websocket
+            .as_ref()
+            .and_then(|w| w.arrival_phase(self.id));
         self.s.recorder.with(self.id, |sh| {
             sh.counters.count(super::phase::STANZAS_IN, 1);
             match arrival {
                 Some((a @ (Arrival::First | Arrival::Last), (each, last), took)) => {
                     sh.record(each, took);
+                    if let Some(p) = by_transport {
+                        sh.record(p, took);
+                    }
                     sh.counters.count(super::phase::DELIVERED, 1);
                     if let Some(last) = last.filter(|_| a == Arrival::Last) {
                         sh.record(last, took);
