@@ -52,6 +52,13 @@ pub enum TransportError {
     /// handshake whose last ACK it dropped looks, from here, like a silent server.
     #[error("timed out after {} on a connection whose SYN had to be sent again: the server's accept queue was overflowing (a handshake it dropped at the last ACK looks open from here)", crate::units::fmt_duration(*.0))]
     UnacceptedLikely(Duration),
+    /// A connect from `from` (the system's choice when None) to `to` found no local port
+    /// left: every one is held by a connection to that destination.
+    #[error("out of local ports for {}→{to}: add source addresses with --bind (or widen net.ipv4.ip_local_port_range)", .from.map_or("this host".to_string(), |a| a.to_string()))]
+    OutOfPorts {
+        from: Option<IpAddr>,
+        to: SocketAddr,
+    },
     /// A TLS failure as rustls reported it (certificate checks, alerts from the server).
     #[error("TLS: {}", tls_words(.0))]
     Tls(rustls::Error),
@@ -563,6 +570,19 @@ impl Connection {
         }
         .map_err(TransportError::from_io)?;
         if let Some(ip) = bind {
+            // The port is the kernel's to pick at the connect, per source and destination
+            // (not one per source whatever the destination, as bind would reserve).
+            let on: libc::c_int = 1;
+            // SAFETY: a valid socket and an int option of the right size.
+            unsafe {
+                libc::setsockopt(
+                    socket.as_raw_fd(),
+                    libc::IPPROTO_IP,
+                    libc::IP_BIND_ADDRESS_NO_PORT,
+                    (&on as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                );
+            }
             socket
                 .bind(SocketAddr::new(ip, 0))
                 .map_err(TransportError::from_io)?;
@@ -578,6 +598,12 @@ impl Connection {
         tokio::pin!(connect);
         let (tcp, began, syn_retransmits) = match tokio::time::timeout(timeout, &mut connect).await
         {
+            Ok(Err(e)) if e.kind() == io::ErrorKind::AddrNotAvailable => {
+                return Err(TransportError::OutOfPorts {
+                    from: bind,
+                    to: addr,
+                })
+            }
             Ok(r) => r.map_err(TransportError::from_io)?,
             Err(_) => {
                 return Err(match handshake::read(fd) {

@@ -166,9 +166,22 @@ impl Net {
     /// Starts `spate serve` in namespace `ns` on SERVER_IP, port 0; its address, once it
     /// printed it (the readiness signal).
     fn serve(&mut self, ns: &str, stats: &std::path::Path) -> String {
+        let smtp = format!("{SERVER_IP}:0");
+        self.serve_with(ns, stats, &["--discard", "--smtp", &smtp], "smtp")
+    }
+
+    /// Starts `spate serve ARGS` in namespace `ns`; the address of its `listener`, once
+    /// it printed it.
+    fn serve_with(
+        &mut self,
+        ns: &str,
+        stats: &std::path::Path,
+        args: &[&str],
+        listener: &str,
+    ) -> String {
         let mut child = Command::new("ip")
-            .args(["netns", "exec", ns, common::SPATE, "serve", "--discard"])
-            .args(["--smtp", &format!("{SERVER_IP}:0")])
+            .args(["netns", "exec", ns, common::SPATE, "serve"])
+            .args(args)
             .arg("--stats-file")
             .arg(stats)
             .stdin(Stdio::null())
@@ -188,12 +201,12 @@ impl Net {
         });
         let start = Instant::now();
         while let Ok(line) = rx.recv_timeout(Duration::from_secs(30)) {
-            if let Some(addr) = line.strip_prefix("spate serve: smtp") {
+            if let Some(addr) = line.strip_prefix(&format!("spate serve: {listener} ")) {
                 return addr.trim().to_string();
             }
             assert!(start.elapsed() < Duration::from_secs(30), "no address");
         }
-        panic!("spate serve in {ns} printed no smtp address within 30 s (or exited)");
+        panic!("spate serve in {ns} printed no {listener} address within 30 s (or exited)");
     }
 
     /// SIGTERM to the server (by its PID) and its exit, bounded: it writes its stats file
@@ -420,4 +433,128 @@ fn kernel_faults_in_the_servers_namespace_are_applied_and_taken_out() {
         "{}",
         o.stderr
     );
+}
+
+/// `spate xmpp` in namespace `ns` to `target` with `sessions` sessions (one message each)
+/// from the source addresses `bind`: its summary.
+fn xmpp_from(
+    ns: &str,
+    target: &str,
+    sessions: usize,
+    bind: &str,
+    out: &std::path::Path,
+) -> (Option<i32>, serde_json::Value) {
+    let users = format!("--users={sessions}");
+    let count = format!("-n{sessions}");
+    let pattern = format!("u{{0..{}}}@example.test", sessions - 1);
+    let o = run_blocking(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            ns,
+            common::SPATE,
+            "xmpp",
+            target,
+            "--user-pattern",
+            &pattern,
+            &users,
+            &count,
+            "--login-rate",
+            "2000/s",
+            "--sasl",
+            "plain",
+            "--wait",
+            "1s",
+            "--bind",
+            bind,
+            "-q",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &[("SPATE_PASSWORD".to_string(), "any".to_string())],
+        Duration::from_secs(240),
+    );
+    assert!(out.join("summary.json").exists(), "{o:?}");
+    (o.code, common::summary(out))
+}
+
+#[test]
+fn sessions_over_four_source_addresses_outlast_a_port_range_one_address_runs_out_of() {
+    if !have("ip") {
+        return;
+    }
+    let mut net = Net::new();
+    let ns = net.add("ports");
+    for i in 2..=5 {
+        net.ip(&format!("-n {ns} addr add 127.0.0.{i}/32 dev lo"));
+    }
+    // A thousand local ports per source and destination, in this namespace alone.
+    let o = run_blocking(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &ns,
+            "sysctl",
+            "-qw",
+            "net.ipv4.ip_local_port_range=41000 41999",
+        ],
+        &[],
+        Duration::from_secs(10),
+    );
+    assert!(o.ok, "{}", o.stderr);
+    let tmp = tempfile::tempdir().unwrap();
+    let target = net.serve_with(
+        &ns,
+        &tmp.path().join("serve.json"),
+        &[
+            "--xmpp",
+            "127.0.0.1:5222",
+            "--max-connections",
+            "0",
+            "--xmpp-roster",
+            "subscriptions",
+        ],
+        "xmpp",
+    );
+    // 3 000 sessions held at once over four source addresses: no connect fails.
+    let (code, s) = xmpp_from(
+        &ns,
+        &target,
+        3000,
+        "127.0.0.2-127.0.0.5",
+        &tmp.path().join("four"),
+    );
+    let t = &s["totals"];
+    assert_eq!(code, Some(0), "{t}");
+    assert_eq!(t["connect_failures"], 0, "{t}");
+    assert_eq!(t["connections"], 3000, "{t}");
+    assert_eq!(common::phase_count(&s, "bind"), 3000);
+    assert_eq!(t["delivered"], 3000, "{t}");
+    // From one source address: about a thousand, then the ports run out, said as such.
+    let (_, s) = xmpp_from(&ns, &target, 1500, "127.0.0.2", &tmp.path().join("one"));
+    let t = &s["totals"];
+    let logged_in = common::phase_count(&s, "bind");
+    eprintln!(
+        "one source address: {logged_in} of 1500 logged in, {} connect failures",
+        t["connect_failures"]
+    );
+    assert!(
+        (900..=1000).contains(&logged_in),
+        "{logged_in} logged in: {t}"
+    );
+    assert!(t["connect_failures"].as_u64().unwrap() >= 500, "{t}");
+    let errors = s["errors"].as_array().unwrap();
+    let ports = errors
+        .iter()
+        .find(|e| e["kind"] == "out-of-ports")
+        .unwrap_or_else(|| panic!("no out-of-ports error: {errors:?}"));
+    assert!(
+        ports["text"].as_str().unwrap().contains(
+            "out of local ports for 127.0.0.2→127.0.0.1:5222: add source addresses with --bind"
+        ),
+        "{ports}"
+    );
+    net.stop_server();
 }

@@ -275,6 +275,7 @@ super::word::common! { ErrorKind:
     TLS => "tls", "TLS handshake or certificate failure";
     PROTOCOL => "protocol", "the server sent something that is not the protocol (garbage, an overlong line)";
     IO => "io", "any other I/O error";
+    PORTS => "out-of-ports", "no local port left for the connect (every one held toward that server from that source address): add source addresses with --bind";
     CLIENT_CERTIFICATE => "tls-client-cert", "the server refused the client certificate (or asked for one that was not given)";
     UNFINISHED => "unfinished", "the unit was still running when the run ended";
     UNSUPPORTED => "not-offered", "the server does not offer what the run needs (AUTH, STARTTLS): nothing was asked of it, so it refused nothing";

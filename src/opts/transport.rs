@@ -9,6 +9,130 @@ use serde::Serialize;
 use crate::session::{self, Endpoint, TlsMode};
 use crate::{usage, UsageError};
 
+#[cfg(test)]
+mod sources_tests {
+    use super::parse_sources;
+
+    #[test]
+    fn sources_are_addresses_ranges_or_networks() {
+        let a = |t: &str| -> Vec<String> {
+            parse_sources(t)
+                .unwrap()
+                .addrs
+                .iter()
+                .map(|a| a.to_string())
+                .collect()
+        };
+        assert_eq!(a("127.0.0.2"), ["127.0.0.2"]);
+        assert_eq!(
+            a("127.0.0.254-127.0.1.1"),
+            ["127.0.0.254", "127.0.0.255", "127.0.1.0", "127.0.1.1"]
+        );
+        assert_eq!(a("127.0.0.0/30"), ["127.0.0.1", "127.0.0.2"]);
+        assert_eq!(a("127.0.0.4/31"), ["127.0.0.4", "127.0.0.5"]);
+        assert_eq!(a("::1"), ["::1"]);
+        assert_eq!(a("fd00::1-fd00::3").len(), 3);
+        assert_eq!(parse_sources("127.0.0.0/16").unwrap().addrs.len(), 65_534);
+        for bad in [
+            "127.0.0.9-127.0.0.2",
+            "127.0.0.1-::1",
+            "127.0.0.0/33",
+            "127.0.0.0/8",
+            "x",
+            "127.0.0.1/x",
+        ] {
+            assert!(parse_sources(bad).is_err(), "{bad}");
+        }
+    }
+}
+
+/// Source addresses as given to `--bind`: an address, a range (`A-B`) or a network
+/// (`A/LEN`); written to plan.json as given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sources {
+    pub text: String,
+    pub addrs: Vec<IpAddr>,
+}
+
+impl Serialize for Sources {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text)
+    }
+}
+
+/// The most source addresses one `--bind` item names.
+const MAX_SOURCES: u128 = 65_536;
+
+/// One `--bind` item: `127.0.0.2`, `127.0.0.2-127.0.0.9`, `127.0.0.0/29` (every address of
+/// the network but its network and broadcast addresses, for an IPv4 one shorter than /31).
+pub fn parse_sources(text: &str) -> Result<Sources, String> {
+    let t = text.trim();
+    let ip = |a: &str| -> Result<IpAddr, String> {
+        a.trim()
+            .parse::<IpAddr>()
+            .map_err(|_| format!("{a}: not an IP address (give A, A-B or A/LEN)"))
+    };
+    let num = |a: IpAddr| -> u128 {
+        match a {
+            IpAddr::V4(v) => u128::from(u32::from(v)),
+            IpAddr::V6(v) => u128::from(v),
+        }
+    };
+    let back = |v4: bool, n: u128| -> IpAddr {
+        if v4 {
+            IpAddr::V4(std::net::Ipv4Addr::from(n as u32))
+        } else {
+            IpAddr::V6(std::net::Ipv6Addr::from(n))
+        }
+    };
+    let (first, last) = if let Some((a, b)) = t.split_once('-') {
+        let (a, b) = (ip(a)?, ip(b)?);
+        if a.is_ipv4() != b.is_ipv4() {
+            return Err(format!("{t}: both ends of a range in one family"));
+        }
+        if num(b) < num(a) {
+            return Err(format!("{t}: the range ends before it starts"));
+        }
+        (a, b)
+    } else if let Some((a, len)) = t.split_once('/') {
+        let a = ip(a)?;
+        let bits = if a.is_ipv4() { 32 } else { 128 };
+        let len: u32 = len
+            .trim()
+            .parse()
+            .ok()
+            .filter(|l| *l <= bits)
+            .ok_or_else(|| format!("{t}: the prefix length is 0 to {bits}"))?;
+        let host_bits = bits - len;
+        let size: u128 = if host_bits >= 128 {
+            u128::MAX
+        } else {
+            1u128 << host_bits
+        };
+        let base = num(a) & !(size.wrapping_sub(1));
+        // A network's own and broadcast addresses are no hosts (IPv4 longer than /31).
+        let (lo, hi) = match (a.is_ipv4(), host_bits) {
+            (true, 2..) => (base + 1, base + size - 2),
+            _ => (base, base + (size - 1)),
+        };
+        (back(a.is_ipv4(), lo), back(a.is_ipv4(), hi))
+    } else {
+        let a = ip(t)?;
+        (a, a)
+    };
+    let count = num(last) - num(first) + 1;
+    if count > MAX_SOURCES {
+        return Err(format!(
+            "{t}: {count} addresses; at most {MAX_SOURCES} in one --bind item"
+        ));
+    }
+    let v4 = first.is_ipv4();
+    Ok(Sources {
+        text: t.to_string(),
+        addrs: (num(first)..=num(last)).map(|n| back(v4, n)).collect(),
+    })
+}
+
 #[derive(Debug, Clone, Default, clap::Args, Serialize)]
 pub struct TransportArgs {
     /// Upgrade every connection with STARTTLS (STLS for POP3).
@@ -39,9 +163,15 @@ pub struct TransportArgs {
         help_heading = "Transport"
     )]
     pub key: Option<String>,
-    /// Source addresses to spread connections over: 127.0.0.2,127.0.0.3.
-    #[arg(long, value_delimiter = ',', help_heading = "Transport")]
-    pub bind: Vec<IpAddr>,
+    /// Source addresses to spread the sessions' connections over: addresses, ranges or
+    /// networks, separated by commas (127.0.0.2,127.0.0.3 or 127.0.0.2-127.0.0.9 or
+    /// 127.0.0.0/29; at most 65 536). Each source address has its own local ports towards
+    /// the server (about 28 000 by default, net.ipv4.ip_local_port_range): where one runs
+    /// out, connects fail with "out of local ports", and more source addresses hold more
+    /// sessions. The kernel picks each connection's port when it connects
+    /// (IP_BIND_ADDRESS_NO_PORT), per source and destination.
+    #[arg(long, value_delimiter = ',', value_name = "ADDRS", value_parser = parse_sources, help_heading = "Transport")]
+    pub bind: Vec<Sources>,
     /// Deadline for connecting and for each reply. A connect or greeting that times out
     /// because the server's accept queue overflowed (SYNs sent again, a handshake never
     /// completed) is reported as that, not as a plain timeout.
@@ -106,7 +236,11 @@ impl TransportArgs {
             tls,
             tls_config,
             timeout: self.timeout()?,
-            bind: self.bind.clone(),
+            bind: self
+                .bind
+                .iter()
+                .flat_map(|s| s.addrs.iter().copied())
+                .collect(),
         })
     }
 }

@@ -299,6 +299,7 @@ pub fn error_kind(e: &TransportError) -> ErrorKind {
         TransportError::Tls(_) | TransportError::TlsIo(_) => ErrorKind::TLS,
         TransportError::Protocol(_) => ErrorKind::PROTOCOL,
         TransportError::Io(_) => ErrorKind::IO,
+        TransportError::OutOfPorts { .. } => ErrorKind::PORTS,
     }
 }
 
@@ -328,7 +329,8 @@ impl Failure {
             TransportError::Timeout(_)
             | TransportError::SynUnanswered(_)
             | TransportError::Unaccepted(_)
-            | TransportError::UnacceptedLikely(_) => sample.clone(),
+            | TransportError::UnacceptedLikely(_)
+            | TransportError::OutOfPorts { .. } => sample.clone(),
             TransportError::Protocol(what) => format!("protocol: {}", crate::proto::class_of(what)),
             _ => crate::proto::normalize(&sample),
         };
