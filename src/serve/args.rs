@@ -120,6 +120,13 @@ pub struct Args {
     /// XMPP over WebSocket over TLS: wss://ADDR/xmpp-websocket
     #[arg(long, value_name = "ADDR", value_parser = parse_addr, help_heading = "Listeners")]
     pub xmpp_wss: Option<SocketAddr>,
+    /// JMAP (RFC 8620/8621) over HTTP, on the same store as IMAP and POP3: the session
+    /// resource at http://ADDR/.well-known/jmap
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr, help_heading = "Listeners")]
+    pub jmap: Option<SocketAddr>,
+    /// JMAP over HTTPS (the generated certificate): https://ADDR/.well-known/jmap
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr, help_heading = "Listeners")]
+    pub jmaps: Option<SocketAddr>,
     /// Request/response decision service (spate rr's target), e.g. 127.0.0.1:7000
     #[arg(long, value_name = "ADDR", value_parser = parse_addr, help_heading = "Listeners")]
     pub rr: Option<SocketAddr>,
@@ -419,6 +426,8 @@ impl Args {
             xmpps: self.xmpps,
             xmpp_ws: self.xmpp_ws,
             xmpp_wss: self.xmpp_wss,
+            jmap: self.jmap,
+            jmaps: self.jmaps,
             rr: self.rr,
             rrs: self.rrs,
         };

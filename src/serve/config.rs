@@ -31,6 +31,9 @@ pub struct Addrs {
     /// XMPP over WebSocket, plain and over TLS.
     pub xmpp_ws: Option<SocketAddr>,
     pub xmpp_wss: Option<SocketAddr>,
+    /// JMAP over HTTP and over HTTPS.
+    pub jmap: Option<SocketAddr>,
+    pub jmaps: Option<SocketAddr>,
     /// The request/response decision service.
     pub rr: Option<SocketAddr>,
     /// The decision service over TLS.
@@ -52,6 +55,8 @@ impl Addrs {
             Listener::Xmpps => self.xmpps,
             Listener::XmppWs => self.xmpp_ws,
             Listener::XmppWss => self.xmpp_wss,
+            Listener::Jmap => self.jmap,
+            Listener::Jmaps => self.jmaps,
             Listener::Rr => self.rr,
             Listener::Rrs => self.rrs,
         }
@@ -71,6 +76,8 @@ impl Addrs {
             Listener::Xmpps => &mut self.xmpps,
             Listener::XmppWs => &mut self.xmpp_ws,
             Listener::XmppWss => &mut self.xmpp_wss,
+            Listener::Jmap => &mut self.jmap,
+            Listener::Jmaps => &mut self.jmaps,
             Listener::Rr => &mut self.rr,
             Listener::Rrs => &mut self.rrs,
         };

@@ -19,6 +19,9 @@ pub enum Listener {
     XmppWs,
     /// XMPP over WebSocket over TLS (wss://).
     XmppWss,
+    /// JMAP (RFC 8620/8621) over HTTP, and over HTTPS.
+    Jmap,
+    Jmaps,
     /// The request/response decision service (`spate rr`'s target).
     Rr,
     /// The decision service over TLS (optionally requiring client certificates).
@@ -26,7 +29,7 @@ pub enum Listener {
 }
 
 impl Listener {
-    pub const ALL: [Listener; 14] = [
+    pub const ALL: [Listener; 16] = [
         Listener::Smtp,
         Listener::Submission,
         Listener::Smtps,
@@ -39,6 +42,8 @@ impl Listener {
         Listener::Xmpps,
         Listener::XmppWs,
         Listener::XmppWss,
+        Listener::Jmap,
+        Listener::Jmaps,
         Listener::Rr,
         Listener::Rrs,
     ];
@@ -57,6 +62,8 @@ impl Listener {
             Listener::Xmpps => "xmpps",
             Listener::XmppWs => "xmpp-ws",
             Listener::XmppWss => "xmpp-wss",
+            Listener::Jmap => "jmap",
+            Listener::Jmaps => "jmaps",
             Listener::Rr => "rr",
             Listener::Rrs => "rrs",
         }
@@ -70,6 +77,7 @@ impl Listener {
                 | Listener::Imaps
                 | Listener::Xmpps
                 | Listener::XmppWss
+                | Listener::Jmaps
         )
     }
 }

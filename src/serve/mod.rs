@@ -26,6 +26,7 @@ pub mod conn;
 pub mod faults;
 mod imap;
 mod injection;
+mod jmap;
 mod listener;
 mod pop3;
 mod rr;

@@ -283,7 +283,7 @@ async fn refuse(tcp: TcpStream, kind: Listener, shared: &Shared) {
         }
         Listener::Xmpp | Listener::Xmpps => xmpp::refusal().into_bytes(),
         // Before the upgrade: an HTTP answer.
-        Listener::XmppWs | Listener::XmppWss => {
+        Listener::XmppWs | Listener::XmppWss | Listener::Jmap | Listener::Jmaps => {
             b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 21\r\nConnection: close\r\n\r\ntoo many connections\n"
                 .to_vec()
         }
@@ -362,6 +362,7 @@ async fn handle(tcp: TcpStream, kind: Listener, shared: &Shared) {
             Box::pin(xmpp::run_websocket(&mut conn, shared, conn_no)).await;
             Ok(())
         }
+        Listener::Jmap | Listener::Jmaps => Box::pin(super::jmap::run(&mut conn, shared)).await,
         Listener::Rr | Listener::Rrs => Ok(()),
     };
     conn.close().await;
