@@ -116,6 +116,11 @@ fn resolve(args: &mut Map<String, Value>, done: &[Value]) -> Result<(), (String,
                     &format!("no {name} result {of} at {path}"),
                 )
             })?;
+        // A single id where a list of them goes (`/created/k/id` for `ids`): the list of it.
+        let found = match (&key[1..], found) {
+            ("ids", v @ Value::String(_)) => Value::Array(vec![v]),
+            (_, v) => v,
+        };
         args.insert(key[1..].to_string(), found);
     }
     Ok(())
@@ -191,6 +196,22 @@ fn call_one(
 ) -> (String, Value) {
     if name == "Core/echo" {
         return (name.into(), Value::Object(args.clone()));
+    }
+    const KNOWN: &[&str] = &[
+        "Mailbox/get",
+        "Mailbox/query",
+        "Mailbox/changes",
+        "Email/query",
+        "Email/get",
+        "Email/set",
+        "Email/import",
+        "Email/changes",
+        "Thread/get",
+        "Identity/get",
+        "EmailSubmission/set",
+    ];
+    if !KNOWN.contains(&name) {
+        return error("unknownMethod", name);
     }
     if args.get("accountId").and_then(Value::as_str) != Some(account) {
         return error("accountNotFound", "the accountId of the session's account");
