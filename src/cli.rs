@@ -40,6 +40,8 @@ pub enum Command {
     /// XMPP sessions that log in and stay logged in; messages between them timed at
     /// every recipient.
     Xmpp(cmd::xmpp::Args),
+    /// Load a JMAP mail server (RFC 8620/8621): mail clients' visits to their inbox.
+    Jmap(cmd::jmap::Args),
     /// Request/response load (line, length-prefixed or HTTP/1.1 framing; TLS with client
     /// identities): each request timed to its complete response, per class.
     Rr(cmd::rr::Args),
@@ -128,6 +130,7 @@ pub async fn dispatch(cli: Cli, ctx: Ctx) -> anyhow::Result<ExitCode> {
             cmd::mailbox::run(cmd::mailbox::Protocol::Imap, args.into(), &ctx).await
         }
         Command::Xmpp(args) => cmd::xmpp::run(args, &ctx).await,
+        Command::Jmap(args) => cmd::jmap::run(args, &ctx).await,
         Command::Rr(args) => cmd::rr::run(args, &ctx).await,
         Command::Ping(args) => cmd::ping::run(args, &ctx).await,
         Command::Serve(args) => cmd::serve::run(args, &ctx).await,

@@ -30,6 +30,29 @@ async fn start() -> Running {
     serve::start(c).await.unwrap()
 }
 
+/// `spate smtp TARGET --to TO -n N` into `out`, which must succeed.
+async fn inject(smtp: &str, to: &str, n: u32, out: &std::path::Path) {
+    let args = [
+        "smtp",
+        smtp,
+        "--to",
+        to,
+        "-n",
+        &n.to_string(),
+        "-q",
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    let o = common::run_tool_env(
+        common::SPATE,
+        args.map(String::from).to_vec(),
+        vec![],
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(o.ok, "{o:?}");
+}
+
 fn basic(user: &str, password: &str) -> String {
     let b = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
     format!("Authorization: Basic {b}\r\n")
@@ -99,26 +122,7 @@ async fn jmap_reads_and_changes_the_store_with_pushed_states() {
     let addr = running.addrs.jmap.unwrap();
     let smtp = running.addrs.smtp.unwrap().to_string();
     let dir = tempfile::tempdir().unwrap();
-    let o = common::run_tool_env(
-        common::SPATE,
-        [
-            "smtp",
-            &smtp,
-            "--to",
-            ALICE,
-            "-n",
-            "4",
-            "-q",
-            "-o",
-            dir.path().join("s").to_str().unwrap(),
-        ]
-        .map(String::from)
-        .to_vec(),
-        vec![],
-        Duration::from_secs(60),
-    )
-    .await;
-    assert!(o.ok, "{o:?}");
+    inject(&smtp, ALICE, 4, &dir.path().join("s")).await;
 
     // No credentials, a wrong password: 401 and nothing else.
     assert_eq!(http(addr, "GET", "/.well-known/jmap", "", b"").0, 401);
@@ -290,26 +294,7 @@ async fn jmap_reads_and_changes_the_store_with_pushed_states() {
     states.push(next_state(&mut lines));
 
     // A delivery over SMTP is pushed.
-    let o = common::run_tool_env(
-        common::SPATE,
-        [
-            "smtp",
-            &smtp,
-            "--to",
-            ALICE,
-            "-n",
-            "1",
-            "-q",
-            "-o",
-            dir.path().join("t").to_str().unwrap(),
-        ]
-        .map(String::from)
-        .to_vec(),
-        vec![],
-        Duration::from_secs(60),
-    )
-    .await;
-    assert!(o.ok, "{o:?}");
+    inject(&smtp, ALICE, 1, &dir.path().join("t")).await;
     states.push(next_state(&mut lines));
     let mut distinct = states.clone();
     distinct.dedup();
@@ -335,26 +320,7 @@ async fn the_jmapc_library_passes_its_basic_flows_over_https() {
     let running = start().await;
     let smtp = running.addrs.smtp.unwrap().to_string();
     let dir = tempfile::tempdir().unwrap();
-    let o = common::run_tool_env(
-        common::SPATE,
-        [
-            "smtp",
-            &smtp,
-            "--to",
-            ALICE,
-            "-n",
-            "3",
-            "-q",
-            "-o",
-            dir.path().join("s").to_str().unwrap(),
-        ]
-        .map(String::from)
-        .to_vec(),
-        vec![],
-        Duration::from_secs(60),
-    )
-    .await;
-    assert!(o.ok, "{o:?}");
+    inject(&smtp, ALICE, 3, &dir.path().join("s")).await;
     let ca = dir.path().join("ca.pem");
     std::fs::write(&ca, &running.cert_pem).unwrap();
     let eml = dir.path().join("imp.eml");
@@ -404,5 +370,103 @@ async fn the_jmapc_library_passes_its_basic_flows_over_https() {
             o.stdout
         );
     }
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spate_jmap_visits_reconcile_with_what_the_store_kept() {
+    let mut c = Config::loopback();
+    let lo: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    c.listen = Addrs {
+        smtp: Some(lo),
+        jmap: Some(lo),
+        ..Addrs::default()
+    };
+    c.domains = vec!["example.test".into()];
+    let users: String = (0..3)
+        .map(|i| format!("user{i}@example.test pw{i}\n"))
+        .collect();
+    c.users = Users::parse(&users).unwrap();
+    let running = serve::start(c).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let users_file = dir.path().join("users.txt");
+    std::fs::write(&users_file, &users).unwrap();
+    let smtp = running.addrs.smtp.unwrap().to_string();
+    for i in 0..3 {
+        let out = dir.path().join(format!("s{i}"));
+        inject(&smtp, &format!("user{i}@example.test"), 10, &out).await;
+    }
+    let url = format!("http://{}", running.addrs.jmap.unwrap());
+    let jmap = |name: &str, visit: &[&str]| {
+        let out = dir.path().join(name);
+        let mut a: Vec<String> = [
+            "jmap",
+            &url,
+            "--users-file",
+            users_file.to_str().unwrap(),
+            "--users",
+            "3",
+            "-n",
+            "6",
+            "--messages",
+            "4",
+            "-q",
+            "-o",
+            out.to_str().unwrap(),
+        ]
+        .map(String::from)
+        .to_vec();
+        a.extend(visit.iter().map(|s| s.to_string()));
+        (out, a)
+    };
+    let store = |running: &Running| {
+        let (mut left, mut seen) = (0, 0);
+        for i in 0..3 {
+            running
+                .store
+                .with_mailbox(&format!("user{i}@example.test"), |mb| {
+                    left += mb.messages.len() as u64;
+                    seen += mb
+                        .messages
+                        .iter()
+                        .filter(|m| m.flags & serve::store::flags::SEEN != 0)
+                        .count() as u64;
+                });
+        }
+        (left, seen)
+    };
+    // Marking read: what spate marked is what the store has marked (never twice).
+    let (out, args) = jmap("flag", &["--flag", "100", "--download", "50"]);
+    let o = common::run_tool_env(common::SPATE, args, vec![], Duration::from_secs(60)).await;
+    assert!(o.ok, "{}\n{}", o.stdout, o.stderr);
+    let s = common::summary(&out);
+    let t = &s["totals"];
+    assert_eq!(
+        (t["attempted"].as_u64(), t["accepted"].as_u64()),
+        (Some(6), Some(6)),
+        "{t}"
+    );
+    common::assert_every_unit_counted(&out, &s);
+    for p in ["session", "mailbox"] {
+        assert_eq!(common::phase_count(&s, p), 3, "{p}");
+    }
+    assert_eq!(common::phase_count(&s, "query"), 6);
+    let (left, seen) = store(&running);
+    assert_eq!((left, t["flagged"].as_u64()), (30, Some(seen)), "{t}");
+    assert!(seen > 0);
+    // Half of what a visit looks at read whole: 2 of every 4.
+    assert_eq!(t["retrieved"].as_u64(), Some(12), "{t}");
+    // Destroying: what spate destroyed is what the store lost.
+    let (out, args) = jmap("delete", &["--delete", "100"]);
+    let o = common::run_tool_env(common::SPATE, args, vec![], Duration::from_secs(60)).await;
+    assert!(o.ok, "{}\n{}", o.stdout, o.stderr);
+    let t = common::summary(&out)["totals"].clone();
+    let (left, _) = store(&running);
+    assert!(left < 30, "{t}");
+    assert_eq!(t["deleted"].as_u64(), Some(30 - left), "{t}");
+    assert_eq!(
+        t["retrieved"], t["deleted"],
+        "every message looked at read, then destroyed: {t}"
+    );
     running.shutdown().await;
 }

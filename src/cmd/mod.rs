@@ -5,6 +5,7 @@ pub mod compare;
 pub mod completions;
 pub mod ctl;
 pub mod demo;
+pub mod jmap;
 pub mod mailbox;
 pub mod merge;
 pub mod ping;

@@ -4,6 +4,7 @@
 //! [`UnitReport`], and one [`Failure`] type that says where a unit failed and whether its
 //! connection is still usable.
 
+pub mod jmap;
 pub mod mailbox;
 pub mod phase;
 mod said;
@@ -320,6 +321,21 @@ pub struct Failure {
 }
 
 impl Failure {
+    /// A breach of the protocol by the server (something it must not send), said in
+    /// spate's words: the class its words without their varying parts.
+    pub fn breach(phase: Phase, what: impl Into<String>) -> Self {
+        let what = what.into();
+        Failure {
+            phase,
+            kind: ErrorKind::PROTOCOL,
+            code: 0,
+            detail: None,
+            text: crate::proto::class_of(&what),
+            sample: crate::proto::escaped(&what),
+            fatal: true,
+        }
+    }
+
     pub fn transport(phase: Phase, e: TransportError) -> Self {
         let sample = crate::proto::escaped(&e.to_string());
         // A deadline is the run's own setting, not a varying detail: keep its number. A

@@ -40,16 +40,7 @@ pub(super) fn stated(phase: Phase, kind: ErrorKind, condition: &str, sample: &El
 
 /// A protocol breach of the server's (unexpected element, bad SCRAM answer).
 pub(super) fn breach(phase: Phase, what: impl Into<String>) -> Failure {
-    let what = what.into();
-    Failure {
-        phase,
-        kind: ErrorKind::PROTOCOL,
-        code: 0,
-        detail: None,
-        text: crate::proto::class_of(&what),
-        sample: crate::proto::escaped(&what),
-        fatal: true,
-    }
+    Failure::breach(phase, what)
 }
 
 /// The condition of an error element: its first child other than `text`.
