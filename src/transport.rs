@@ -697,16 +697,24 @@ impl Connection {
     /// Writes all of `bytes` (over WebSocket: as one message); returns when they are
     /// handed to the kernel.
     pub async fn send(&mut self, bytes: &[u8]) -> Result<(), TransportError> {
-        self.send_parts(&[bytes]).await
+        if self.is_websocket() {
+            // Boxed: a TCP connection's send does not carry the WebSocket path's state.
+            return Box::pin(self.send_ws(&[bytes])).await;
+        }
+        send(&mut self.stream, &[bytes], self.timeout).await
     }
 
     /// Writes every part in order, in one vectored write where it can (over WebSocket:
     /// as one message).
     pub async fn send_parts(&mut self, parts: &[&[u8]]) -> Result<(), TransportError> {
         if self.is_websocket() {
-            return send(&mut self.stream, &[&ws_message(parts)], self.timeout).await;
+            return Box::pin(self.send_ws(parts)).await;
         }
         send(&mut self.stream, parts, self.timeout).await
+    }
+
+    async fn send_ws(&mut self, parts: &[&[u8]]) -> Result<(), TransportError> {
+        send(&mut self.stream, &[&ws_message(parts)], self.timeout).await
     }
 
     /// Writes several WebSocket messages (each the concatenation of its parts) in one
@@ -887,7 +895,10 @@ impl WriteHalf {
 
     /// As [`Connection::send`].
     pub async fn send(&mut self, bytes: &[u8]) -> Result<(), TransportError> {
-        self.send_parts(&[bytes]).await
+        if self.ws {
+            return Box::pin(self.send_ws(&[bytes])).await;
+        }
+        send(&mut self.io, &[bytes], self.timeout).await
     }
 
     /// As [`Connection::send_messages`].
@@ -899,9 +910,13 @@ impl WriteHalf {
     /// As [`Connection::send_parts`].
     pub async fn send_parts(&mut self, parts: &[&[u8]]) -> Result<(), TransportError> {
         if self.ws {
-            return send(&mut self.io, &[&ws_message(parts)], self.timeout).await;
+            return Box::pin(self.send_ws(parts)).await;
         }
         send(&mut self.io, parts, self.timeout).await
+    }
+
+    async fn send_ws(&mut self, parts: &[&[u8]]) -> Result<(), TransportError> {
+        send(&mut self.io, &[&ws_message(parts)], self.timeout).await
     }
 
     /// Closes the write side politely.

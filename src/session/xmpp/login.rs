@@ -138,9 +138,11 @@ pub(super) async fn element_where(
 }
 
 async fn send(conn: &mut Connection, phase: Phase, text: &str) -> Result<(), Failure> {
-    super::send_elements(conn, text)
-        .await
-        .map_err(|e| Failure::transport(phase, e))
+    let sent = match conn.is_websocket() {
+        true => Box::pin(super::ws_send_elements(conn, text)).await,
+        false => conn.send(text.as_bytes()).await,
+    };
+    sent.map_err(|e| Failure::transport(phase, e))
 }
 
 /// Opens (or reopens) the stream and reads the features, as the `stream` phase.
@@ -505,7 +507,8 @@ pub(crate) async fn login_or_resume(
     let mut conn = endpoint.open(id, 0, report).await?;
     if let Some(w) = ws {
         let t = report.start(super::phase::WEBSOCKET);
-        conn.websocket(&w.host, &w.path, "xmpp")
+        // Boxed: the upgrade's state does not make every session's future larger.
+        Box::pin(conn.websocket(&w.host, &w.path, "xmpp"))
             .await
             .map_err(|e| Failure::transport(super::phase::WEBSOCKET, e))?;
         report.timed(super::phase::WEBSOCKET, t);

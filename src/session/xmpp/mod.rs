@@ -260,7 +260,10 @@ impl Session {
                         let mut bytes = again.concat();
                         bytes.extend_from_slice(sm::REQUEST.as_bytes());
                         let text = String::from_utf8_lossy(&bytes);
-                        let _ = send_elements(&mut l.conn, &text).await;
+                        let _ = match l.conn.is_websocket() {
+                            true => Box::pin(ws_send_elements(&mut l.conn, &text)).await,
+                            false => l.conn.send(text.as_bytes()).await,
+                        };
                     }
                 }
                 // The roster lives on the server: a --roster all run subscribed already.
@@ -524,7 +527,13 @@ impl Session {
             out.push_str("'/>");
         }
         let t = report.start(phase::SUBSCRIBE);
-        if let Err(e) = send_elements_half(&mut *writer.lock().await, &out).await {
+        let mut w = writer.lock().await;
+        let sent = match w.is_websocket() {
+            true => Box::pin(ws_send_elements_half(&mut w, &out)).await,
+            false => w.send(out.as_bytes()).await,
+        };
+        drop(w);
+        if let Err(e) = sent {
             Failure::transport(phase::SUBSCRIBE, e).record(report);
             return;
         }
@@ -548,28 +557,38 @@ impl Session {
     }
 }
 
-/// Writes `text` (top-level elements): as it is over TCP; over WebSocket one message per
-/// element, each declaring its namespaces (RFC 7395).
-pub(crate) async fn send_elements(
+/// Writes `text` (top-level elements) over WebSocket: one message per element, each
+/// declaring its namespaces (RFC 7395). Callers box it, so that a TCP session's future
+/// holds none of this path's state.
+pub(crate) async fn ws_send_elements(
     conn: &mut crate::transport::Connection,
     text: &str,
 ) -> Result<(), crate::transport::TransportError> {
-    if !conn.is_websocket() {
-        return conn.send(text.as_bytes()).await;
-    }
     conn.send_messages(&as_bytes(&xmpp::ws_messages(text)))
         .await
 }
 
-/// [`send_elements`] on a write half.
-pub(crate) async fn send_elements_half(
+/// [`ws_send_elements`] on a write half.
+pub(crate) async fn ws_send_elements_half(
     w: &mut WriteHalf,
     text: &str,
 ) -> Result<(), crate::transport::TransportError> {
-    if !w.is_websocket() {
-        return w.send(text.as_bytes()).await;
-    }
     w.send_messages(&as_bytes(&xmpp::ws_messages(text))).await
+}
+
+/// One element of spate's own over WebSocket (and XEP-0198's request when `request`):
+/// no need to look for where they are.
+async fn send_stanza_ws(
+    w: &mut WriteHalf,
+    stanza: &str,
+    request: bool,
+) -> Result<(), crate::transport::TransportError> {
+    let [a, b, c] = xmpp::ws_parts(stanza);
+    let messages = [
+        [a.as_bytes(), b.as_bytes(), c.as_bytes()],
+        [sm::REQUEST.as_bytes(), b"", b""],
+    ];
+    w.send_messages(&messages[..1 + usize::from(request)]).await
 }
 
 fn as_bytes<'a>(messages: &[[&'a str; 3]]) -> Vec<[&'a [u8]; 3]> {
@@ -767,17 +786,13 @@ impl Driver for Session {
                 );
                 self.stanza.push_str(sm::REQUEST);
             }
-            if w.is_websocket() && kind != Traffic::Raw {
-                // One element of spate's own (and the request): no need to find them.
-                let [a, b, c] = xmpp::ws_parts(&self.stanza[..one]);
-                let messages = [
-                    [a.as_bytes(), b.as_bytes(), c.as_bytes()],
-                    [sm::REQUEST.as_bytes(), b"", b""],
-                ];
-                let n = if self.sm.is_some() { 2 } else { 1 };
-                w.send_messages(&messages[..n]).await
+            if !w.is_websocket() {
+                w.send(self.stanza.as_bytes()).await
+            } else if kind != Traffic::Raw {
+                let (stanza, request) = (&self.stanza[..one], self.sm.is_some());
+                Box::pin(send_stanza_ws(&mut w, stanza, request)).await
             } else {
-                send_elements_half(&mut w, &self.stanza).await
+                Box::pin(ws_send_elements_half(&mut w, &self.stanza)).await
             }
         };
         if let Err(e) = sent {

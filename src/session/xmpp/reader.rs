@@ -91,7 +91,10 @@ impl Reader {
             if let Some(sm) = sm.as_ref().filter(|_| stanza) {
                 sm.sent(None, text.as_bytes());
             }
-            super::send_elements_half(&mut w, text).await
+            match w.is_websocket() {
+                true => super::ws_send_elements_half(&mut w, text).await,
+                false => w.send(text.as_bytes()).await,
+            }
         })
         .await;
     }
