@@ -14,28 +14,38 @@ const SPATE: &str = env!("CARGO_BIN_EXE_spate");
 /// `spate xmpp` against the bed's server: 10 sessions of its accounts over STARTTLS
 /// with its CA, quiet, into `out`, with `extra`; its output.
 fn xmpp(bed: &Bed, out: &Path, extra: &[&str]) -> std::process::Output {
+    xmpp_at(bed, &[bed.var("SPATE_XMPP"), "--starttls"], out, extra)
+}
+
+/// [`xmpp`] to `target` (the target and how to reach it).
+fn xmpp_at(bed: &Bed, target: &[&str], out: &Path, extra: &[&str]) -> std::process::Output {
     Command::new(SPATE)
+        .arg("xmpp")
+        .args(target)
         .args([
-            "xmpp",
-            bed.var("SPATE_XMPP"),
             "--users-file",
             bed.var("SPATE_USERS_FILE"),
-            "--starttls",
             "--ca",
             bed.var("SPATE_CA"),
-            "--users",
-            "10",
-            "-q",
-            "-o",
-            out.to_str().unwrap(),
         ])
+        .args(["--users", "10", "-q", "-o", out.to_str().unwrap()])
         .args(extra)
         .output()
         .unwrap()
 }
 
 fn load(bed: &Bed, out: &Path, extra: &[&str]) -> serde_json::Value {
-    let o = xmpp(bed, out, &[&["-n", "300", "--roster"], extra].concat());
+    load_at(bed, &[bed.var("SPATE_XMPP"), "--starttls"], out, extra)
+}
+
+/// 300 messages with the roster to `target`, which must all arrive: the summary.
+fn load_at(bed: &Bed, target: &[&str], out: &Path, extra: &[&str]) -> serde_json::Value {
+    let o = xmpp_at(
+        bed,
+        target,
+        out,
+        &[&["-n", "300", "--roster"], extra].concat(),
+    );
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(
         o.status.success(),
@@ -180,36 +190,7 @@ fn over_websocket(bed: &Bed, dir: &Path) {
             5,
         ),
     ] {
-        let out = dir.join(name);
-        let o = Command::new(SPATE)
-            .args(["xmpp"])
-            .args(&extra)
-            .args([
-                "--users-file",
-                bed.var("SPATE_USERS_FILE"),
-                "--ca",
-                bed.var("SPATE_CA"),
-            ])
-            .args([
-                "--users",
-                "10",
-                "-n",
-                "300",
-                "--roster",
-                "-q",
-                "-o",
-                out.to_str().unwrap(),
-            ])
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&o.stdout);
-        assert!(
-            o.status.success(),
-            "{name}: {stdout}\n{}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        assert!(stdout.contains("missing 0"), "{name}: {stdout}");
-        let s = common::summary(&out);
+        let s = load_at(bed, &extra, &dir.join(name), &[]);
         let t = &s["totals"];
         assert_eq!(
             (t["accepted"].as_u64(), t["delivered"].as_u64()),

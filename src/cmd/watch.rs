@@ -85,13 +85,16 @@ pub async fn run(args: Args, _ctx: &Ctx) -> anyhow::Result<ExitCode> {
         shards.push((n.clone(), addr));
     }
     let listening = Listening::bind(args.web, "--web")?;
+    let at = listening.local_addr()?;
     let existed = args.out.as_ref().is_some_and(|o| o.exists());
+    // A directory that holds anything a run writes (a web.json included) is refused here.
     let dir = crate::opts::output::results_dir(args.out.as_deref(), false, "watch")?;
     match watch(args, names, shards, listening, &dir).await {
         Ok(Some(code)) => Ok(code),
         failed => {
-            // Nothing merged: what this watch made goes (a directory it made, if empty).
-            let _ = std::fs::remove_file(dir.join("web.json"));
+            // Nothing merged: what this watch made goes: its web.json (the one naming its
+            // own address), and the directory when it made it and it is empty.
+            View::remove_address(&dir, at);
             if !existed {
                 let _ = std::fs::remove_dir(&dir);
             }

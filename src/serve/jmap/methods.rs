@@ -54,6 +54,27 @@ fn mailbox_by_id<'a>(a: &'a mut Account, id: &str) -> Option<&'a mut Mailbox> {
         .find(|m| m.uid_validity == uv && !m.noselect)
 }
 
+/// A map of a /set response: null when empty.
+fn nullable(m: Map<String, Value>) -> Value {
+    if m.is_empty() {
+        Value::Null
+    } else {
+        Value::Object(m)
+    }
+}
+
+/// The keys of a JMAP set-of-ids object (`{"m7": true}`) whose value is true.
+fn true_keys(v: &Value) -> Vec<&String> {
+    v.as_object()
+        .map(|m| {
+            m.iter()
+                .filter(|(_, x)| **x == true)
+                .map(|(k, _)| k)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// A method-level error response.
 fn error(kind: &str, description: &str) -> (String, Value) {
     (
@@ -452,15 +473,7 @@ fn update(a: &mut Account, id: &str, patch: &Map<String, Value>) -> Result<Optio
                 _ => {}
             }
         } else if k == "mailboxIds" {
-            let on: Vec<&String> = v
-                .as_object()
-                .map(|m| {
-                    m.iter()
-                        .filter(|(_, x)| **x == true)
-                        .map(|(k, _)| k)
-                        .collect()
-                })
-                .unwrap_or_default();
+            let on = true_keys(v);
             match on.as_slice() {
                 [one] => {
                     target = Some((*one).clone());
@@ -589,13 +602,6 @@ fn email_set(
             }
         }
     });
-    let nullable = |m: Map<String, Value>| {
-        if m.is_empty() {
-            Value::Null
-        } else {
-            Value::Object(m)
-        }
-    };
     Ok(
         json!({"accountId": account, "oldState": old, "newState": state(sh, user),
         "created": null, "updated": nullable(updated), "destroyed": destroyed,
@@ -643,15 +649,7 @@ fn email_import(
             not_created.insert(cid.clone(), json!({"type": "blobNotFound"}));
             continue;
         };
-        let on: Vec<&String> = e["mailboxIds"]
-            .as_object()
-            .map(|m| {
-                m.iter()
-                    .filter(|(_, v)| **v == true)
-                    .map(|(k, _)| k)
-                    .collect()
-            })
-            .unwrap_or_default();
+        let on = true_keys(&e["mailboxIds"]);
         let [mid] = on.as_slice() else {
             not_created.insert(
                 cid.clone(),
@@ -692,13 +690,6 @@ fn email_import(
             }
         }
     }
-    let nullable = |m: Map<String, Value>| {
-        if m.is_empty() {
-            Value::Null
-        } else {
-            Value::Object(m)
-        }
-    };
     Ok(
         json!({"accountId": account, "oldState": old, "newState": state(sh, user),
               "created": nullable(created), "notCreated": nullable(not_created)}),
@@ -775,13 +766,6 @@ fn submission_set(sh: &Shared, user: &str, account: &str, args: &Map<String, Val
             json!({"id": format!("s{}", sh.next_id()), "undoStatus": "final"}),
         );
     }
-    let nullable = |m: Map<String, Value>| {
-        if m.is_empty() {
-            Value::Null
-        } else {
-            Value::Object(m)
-        }
-    };
     json!({"accountId": account, "oldState": SESSION_STATE, "newState": SESSION_STATE,
            "created": nullable(created), "notCreated": nullable(not_created),
            "updated": null, "destroyed": null, "notUpdated": null, "notDestroyed": null})

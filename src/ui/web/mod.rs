@@ -108,6 +108,11 @@ impl Listening {
         })
     }
 
+    /// Where it listens.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
     /// Serves the page titled `title` for what `control` steers (and `feed` gives to
     /// watchers), with its drawing thread.
     pub fn serve(
@@ -154,6 +159,19 @@ pub struct View {
 impl View {
     pub fn local_addr(&self) -> SocketAddr {
         self.server.local_addr()
+    }
+
+    /// Removes `dir`'s web.json when it is the one [`View::write_address`] wrote for the
+    /// page at `addr` (never a file this view did not write).
+    pub fn remove_address(dir: &Path, addr: SocketAddr) {
+        let path = dir.join("web.json");
+        let ours = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .is_some_and(|v| v["address"] == addr.to_string());
+        if ours {
+            let _ = std::fs::remove_file(path);
+        }
     }
 
     /// Writes where the page is into `dir`'s web.json.
