@@ -134,15 +134,26 @@ fn syns_that_a_full_queue_drops_are_connect_retransmits_not_plain_timeouts() {
 
 #[test]
 fn greetings_lost_to_a_full_queue_are_not_plain_greeting_timeouts() {
-    // One connection is accepted before the SYNs come again: one handshake completes
-    // into the freed place, the others (SYN cookies: the half-open queue is full too) are
-    // dropped at their last ACK — open here, never greeted — or their SYNs again.
+    // One connection is accepted before the SYNs come again. The handshakes that were
+    // answered and then dropped at their last ACK look open here and are never greeted;
+    // whether the SYNs sent again after 1 s find the freed place (greeting timeouts) or a
+    // full queue again (connect timeouts) is the kernel's timing, so both are counted.
     let (s, out) = against_a_full_queue(1);
-    assert!(blamed_on_the_queue(&s, "banner") >= 1, "{out}");
-    assert!(
-        blamed_on_the_queue(&s, "connect") + blamed_on_the_queue(&s, "banner") >= 15,
-        "{out}"
-    );
+    let blamed = blamed_on_the_queue(&s, "connect") + blamed_on_the_queue(&s, "banner");
+    assert!(blamed >= 15, "{out}");
+    // Only two connections are truly silent servers from here, and are told as plain
+    // timeouts: the one the server accepted and holds without a greeting, and the one
+    // the kernel completed into the place it freed (no SYN was sent again for it when
+    // it came first). Every other greeting that never came is blamed on the queue.
+    let plain_greetings: u64 = s["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["phase"] == "banner")
+        .map(|e| e["count"].as_u64().unwrap())
+        .sum::<u64>()
+        - blamed_on_the_queue(&s, "banner");
+    assert!(plain_greetings <= 2, "{out}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
