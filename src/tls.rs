@@ -48,6 +48,9 @@ pub struct ClientOptions {
     /// Client certificate chain and key (PEM files), for servers that want one.
     pub client_cert: Option<String>,
     pub client_key: Option<String>,
+    /// Full handshakes only: no session tickets or IDs kept to resume with.
+    #[serde(default)]
+    pub no_resumption: bool,
 }
 
 fn read_certs(path: &str) -> Result<Vec<CertificateDer<'static>>, Error> {
@@ -129,6 +132,10 @@ pub fn client_config(opts: &ClientOptions) -> Result<Arc<ClientConfig>, Error> {
             })?,
         _ => builder.with_no_client_auth(),
     };
+    let mut config = config;
+    if opts.no_resumption {
+        config.resumption = rustls::client::Resumption::disabled();
+    }
     Ok(Arc::new(config))
 }
 

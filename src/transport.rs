@@ -663,12 +663,15 @@ impl Connection {
         }
     }
 
-    /// Upgrades to TLS in place (implicit TLS right after connect, or after STARTTLS).
+    /// Upgrades to TLS in place (implicit TLS right after connect, or after STARTTLS);
+    /// returns the CPU time the handshake took on this side (this thread's, while it
+    /// made the client hello and while its future was polled: its crypto, certificate
+    /// checks and system calls, not another task's).
     pub async fn start_tls(
         &mut self,
         config: Arc<rustls::ClientConfig>,
         name: rustls::pki_types::ServerName<'static>,
-    ) -> Result<(), TransportError> {
+    ) -> Result<Duration, TransportError> {
         self.inbox.release();
         if self.inbox.start != self.inbox.end {
             // Bytes after the 220 that came before the handshake would be trusted as if
@@ -681,17 +684,26 @@ impl Connection {
             return Err(TransportError::TlsIo("connection is not plain TCP".into()));
         };
         let connector = TlsConnector::from(config);
+        let cpu = crate::engine::cpu::thread_cpu;
+        let t = cpu();
         // Pinned here: after a timeout the socket is still open for the probe to ask.
         let handshake = connector.connect(name, tcp);
+        let mut spent = cpu().saturating_sub(t);
         tokio::pin!(handshake);
-        let tls = tokio::time::timeout(self.timeout, &mut handshake)
+        let on_cpu = std::future::poll_fn(|cx| {
+            let t = cpu();
+            let r = handshake.as_mut().poll(cx);
+            spent += cpu().saturating_sub(t);
+            r
+        });
+        let tls = tokio::time::timeout(self.timeout, on_cpu)
             .await
             .map_err(|_| Probe::timed_out(&mut self.inbox.probe, self.timeout))?
             .map_err(TransportError::tls)?;
         // The server spoke (its handshake): no later timeout needs the probe.
         self.inbox.probe = None;
         self.stream = Stream::Tls(Box::new(tls));
-        Ok(())
+        Ok(spent)
     }
 
     /// Writes all of `bytes` (over WebSocket: as one message); returns when they are

@@ -9,18 +9,13 @@ use std::path::Path;
 use std::time::Duration;
 
 use spate::message::{body_digest, hex, split_message};
-use spate::serve::{self, Config, Running, Users};
+use spate::serve::{self, Config, Running};
 use spate::session::mailbox::fetch::{self as retrieve, Account, MailProto, Watched};
 use spate::session::Endpoint;
 
 const USERS: usize = 5;
 
-struct Bed {
-    server: Running,
-    dir: tempfile::TempDir,
-    users_file: String,
-    ca: String,
-}
+use common::embedded::Embedded as Bed;
 
 fn user(i: usize) -> String {
     format!("user{i}@example.test")
@@ -36,28 +31,17 @@ async fn bed(per_box: usize) -> Bed {
     config.listen.imap = any;
     config.listen.imaps = any;
     let table: String = (0..USERS).map(|i| format!("{} pw\n", user(i))).collect();
-    config.users = Users::parse(&table).unwrap();
-    let server = serve::start(config).await.unwrap();
+    let b = common::embedded::start(config, &table).await;
     for i in 0..USERS {
         for n in 0..per_box {
             let msg = format!(
                 "From: a@example.test\r\nTo: {u}\r\nSubject: {n}\r\n\r\nmessage {n} for {u}\r\n.leading dot\r\n",
                 u = user(i)
             );
-            server.store.deliver(&user(i), msg.as_bytes()).unwrap();
+            b.server.store.deliver(&user(i), msg.as_bytes()).unwrap();
         }
     }
-    let dir = tempfile::tempdir().unwrap();
-    let users_file = dir.path().join("users.txt");
-    std::fs::write(&users_file, &table).unwrap();
-    let ca = dir.path().join("ca.pem");
-    std::fs::write(&ca, &server.cert_pem).unwrap();
-    Bed {
-        server,
-        users_file: users_file.to_string_lossy().into_owned(),
-        ca: ca.to_string_lossy().into_owned(),
-        dir,
-    }
+    b
 }
 
 fn counts(server: &Running) -> Vec<usize> {
@@ -67,7 +51,7 @@ fn counts(server: &Running) -> Vec<usize> {
 }
 
 fn out(b: &Bed, name: &str) -> String {
-    b.dir.path().join(name).to_string_lossy().into_owned()
+    b.out(name)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::Value;
-use spate::serve::{self, Config, Running, Users};
+use spate::serve::Config;
 
 const SPATE: &str = env!("CARGO_BIN_EXE_spate");
 
@@ -25,12 +25,7 @@ fn json(path: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
-struct Bed {
-    server: Running,
-    dir: tempfile::TempDir,
-    users_file: String,
-    ca: String,
-}
+use common::embedded::Embedded as Bed;
 
 async fn bed() -> Bed {
     let mut config = Config::loopback();
@@ -40,19 +35,7 @@ async fn bed() -> Bed {
     let table: String = (0..4)
         .map(|i| format!("user{i}@example.test pw{i}\n"))
         .collect();
-    config.users = Users::parse(&table).unwrap();
-    let server = serve::start(config).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let users_file = dir.path().join("users.txt");
-    std::fs::write(&users_file, &table).unwrap();
-    let ca = dir.path().join("ca.pem");
-    std::fs::write(&ca, &server.cert_pem).unwrap();
-    Bed {
-        server,
-        users_file: users_file.to_str().unwrap().into(),
-        ca: ca.to_str().unwrap().into(),
-        dir,
-    }
+    common::embedded::start(config, &table).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -328,6 +328,7 @@ fn transport(a: &Args) -> TransportArgs {
         bind: Vec::new(),
         timeout: a.timeout.clone(),
         server_name: None,
+        no_resumption: false,
     }
 }
 

@@ -143,9 +143,6 @@ pub struct Args {
     /// sooner).
     #[arg(long, help_heading = "Connections", requires = "per_request")]
     pub client_close: bool,
-    /// Full TLS handshakes only: no session resumption (on by default).
-    #[arg(long, help_heading = "Connections")]
-    pub no_resumption: bool,
 
     #[command(flatten)]
     #[serde(flatten)]
@@ -248,12 +245,9 @@ fn identities(args: &Args) -> anyhow::Result<Vec<Identity>> {
         return Ok(Vec::new());
     }
     let base = t.tls_options();
-    let resumption = !args.no_resumption;
     match &args.identities {
-        Some(dir) => Ok(identity::from_dir(dir, &base, resumption).map_err(UsageError)?),
-        None => Ok(vec![
-            identity::single(&base, resumption).map_err(UsageError)?
-        ]),
+        Some(dir) => Ok(identity::from_dir(dir, &base).map_err(UsageError)?),
+        None => Ok(vec![identity::single(&base).map_err(UsageError)?]),
     }
 }
 
@@ -549,7 +543,7 @@ pub async fn load(args: Args, command: Vec<String>, progress: bool) -> anyhow::R
         stats: stats.clone(),
         head: serde_json::json!({
             "frame": plan.frame, "connections": plan.policy, "tls": plan.tls != TlsMode::Plain,
-            "identities": plan.identities, "resumption": !args.no_resumption,
+            "identities": plan.identities, "resumption": !args.transport.no_resumption,
             "requests": plan.requests, "variants": plan.variants, "pick": args.pick,
         }),
     }));

@@ -47,6 +47,13 @@ pub struct Counters {
     pub bytes: u64,
     pub connections: u64,
     pub tls_connections: u64,
+    /// Of `tls_connections`: handshakes that resumed an earlier session (the rest were
+    /// full handshakes).
+    #[serde(default)]
+    pub tls_resumed: u64,
+    /// CPU time (µs) this side spent in its TLS handshakes, failed ones not included.
+    #[serde(default)]
+    pub tls_cpu_us: u64,
     pub connect_failures: u64,
     /// Connects (made or timed out) whose SYN had to be sent again: the server's accept
     /// queue was full (Linux drops the SYN), or something dropped SYNs; and the time
@@ -88,6 +95,8 @@ impl Counters {
         self.bytes += o.bytes;
         self.connections += o.connections;
         self.tls_connections += o.tls_connections;
+        self.tls_resumed += o.tls_resumed;
+        self.tls_cpu_us += o.tls_cpu_us;
         self.connect_failures += o.connect_failures;
         self.connect_retransmits += o.connect_retransmits;
         self.connect_retransmit_us += o.connect_retransmit_us;

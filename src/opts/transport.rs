@@ -177,6 +177,13 @@ pub struct TransportArgs {
     /// completed) is reported as that, not as a plain timeout.
     #[arg(long, default_value = "30s", help_heading = "Transport")]
     pub timeout: String,
+    /// Full TLS handshakes only. By default a connection resumes a session an earlier
+    /// one of this run was given (TLS 1.3 tickets, TLS 1.2 tickets or IDs), as clients
+    /// do: a resumed handshake skips the certificate and its checks and costs this side
+    /// about half the CPU of a full one. Every report says how many of each there were
+    /// and their share of spate's CPU.
+    #[arg(long, help_heading = "Transport")]
+    pub no_resumption: bool,
     /// The name to send (SNI) and to verify the server's certificate against, when it is
     /// not the host connected to (an address, or a name the certificate does not carry).
     #[arg(long, value_name = "NAME", help_heading = "Transport")]
@@ -209,6 +216,7 @@ impl TransportArgs {
             insecure: self.insecure,
             client_cert: self.cert.clone(),
             client_key: self.key.clone(),
+            no_resumption: self.no_resumption,
         }
     }
 

@@ -263,6 +263,10 @@ pub fn render_body(run: &Run) -> (String, String) {
     for (k, v) in rows {
         let _ = write!(b, "<tr><th>{k}</th><td>{v}</td></tr>");
     }
+    if let Some(h) = super::text::handshakes(s) {
+        let h = h.trim_start_matches("TLS handshakes ");
+        let _ = write!(b, "<tr><th>TLS handshakes</th><td>{}</td></tr>", esc(h));
+    }
     b.push_str("</table>\n");
     for w in &s.warnings {
         let _ = writeln!(b, "<p class=\"warn\">warning: {}</p>", esc(w));

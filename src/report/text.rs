@@ -78,9 +78,42 @@ fn headline(o: &mut String, s: &Summary) {
         said.counts,
         connections(c)
     );
+    if let Some(h) = handshakes(s) {
+        let _ = writeln!(o, "  {h}");
+    }
     for line in said.lines {
         let _ = writeln!(o, "  {line}");
     }
+}
+
+/// The run's TLS handshakes: full and resumed, and the CPU they cost this side, as a
+/// share of the generator's (None when nothing spoke TLS).
+pub fn handshakes(s: &Summary) -> Option<String> {
+    let c = &s.totals;
+    let n = c.tls_connections;
+    if n == 0 {
+        return None;
+    }
+    if c.tls_cpu_us == 0 {
+        return Some(format!(
+            "TLS handshakes {n} (full and resumed, and their CPU, not recorded: results of an older spate)"
+        ));
+    }
+    let share = if s.generator_cpu_s > 0.0 {
+        format!(
+            ", {:.1}% of the generator's CPU",
+            c.tls_cpu_us as f64 / 1e4 / s.generator_cpu_s
+        )
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "TLS handshakes {n}: {} full, {} resumed; {} of CPU, {:.0} µs each{share}",
+        n - c.tls_resumed.min(n),
+        c.tls_resumed,
+        d(c.tls_cpu_us),
+        c.tls_cpu_us as f64 / n as f64,
+    ))
 }
 
 /// Connections made, over TLS, failed; and those whose SYN had to be sent again, with

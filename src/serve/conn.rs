@@ -192,6 +192,16 @@ impl Conn {
         matches!(self.stream, Stream::Tls(_))
     }
 
+    /// Whether the TLS handshake resumed an earlier session.
+    pub fn tls_resumed(&self) -> bool {
+        match &self.stream {
+            Stream::Tls(t) => {
+                t.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed)
+            }
+            _ => false,
+        }
+    }
+
     /// Queues bytes to send; they go out at the next flush.
     pub fn queue(&mut self, bytes: &[u8]) {
         self.wbuf.extend_from_slice(bytes);

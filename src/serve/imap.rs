@@ -323,7 +323,7 @@ impl Session<'_> {
                 self.conn
                     .queue(format!("{tag} OK Begin TLS negotiation now\r\n").as_bytes());
                 self.conn.starttls(&self.sh.tls).await?;
-                self.sh.stats.tls_session();
+                self.sh.stats.tls_session(self.conn.tls_resumed());
                 return Ok(Done::Answered);
             }
             Command::Login { .. } | Command::Authenticate { .. } if self.user.is_some() => {

@@ -138,7 +138,7 @@ impl Session<'_> {
             Command::Stls => {
                 conn.queue(b"+OK begin TLS\r\n");
                 conn.starttls(&sh.tls).await?;
-                sh.stats.tls_session();
+                sh.stats.tls_session(conn.tls_resumed());
                 self.user = None;
             }
             Command::User(u) => {

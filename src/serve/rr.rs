@@ -89,7 +89,9 @@ pub(super) async fn run(tcp: TcpStream, kind: Listener, shared: &Shared, conn_no
     let Ok(Ok(tls)) = tokio::time::timeout(shared.idle, svc.tls.accept(tcp)).await else {
         return;
     };
-    shared.stats.tls_session();
+    shared
+        .stats
+        .tls_session(tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed));
     let subject = tls
         .get_ref()
         .1

@@ -325,7 +325,7 @@ async fn handle(tcp: TcpStream, kind: Listener, shared: &Shared) {
     let mut conn = if kind.implicit_tls() {
         match Conn::tls(tcp, &shared.tls, shared.idle, shared.shutdown.clone()).await {
             Ok(c) => {
-                shared.stats.tls_session();
+                shared.stats.tls_session(c.tls_resumed());
                 c
             }
             Err(_) => return,

@@ -281,7 +281,7 @@ impl Session<'_> {
         }
         self.reply(220, "2.0.0", "Ready to start TLS").await?;
         self.conn.starttls(&self.sh.tls).await?;
-        self.sh.stats.tls_session();
+        self.sh.stats.tls_session(self.conn.tls_resumed());
         // RFC 3207 4.2: forget everything learned before the handshake.
         self.greeted = false;
         self.user = None;

@@ -23,6 +23,7 @@ pub struct Stats {
     refused_connections: AtomicU64,
     active: AtomicU64,
     tls_sessions: AtomicU64,
+    tls_resumed: AtomicU64,
     auth_successes: AtomicU64,
     auth_failures: AtomicU64,
     messages: AtomicU64,
@@ -116,6 +117,7 @@ impl Default for Stats {
             refused_connections: AtomicU64::new(0),
             active: AtomicU64::new(0),
             tls_sessions: AtomicU64::new(0),
+            tls_resumed: AtomicU64::new(0),
             auth_successes: AtomicU64::new(0),
             auth_failures: AtomicU64::new(0),
             messages: AtomicU64::new(0),
@@ -154,6 +156,9 @@ pub struct Counts {
     pub refused_connections: u64,
     pub active_connections: u64,
     pub tls_sessions: u64,
+    /// Of `tls_sessions`: handshakes that resumed an earlier session.
+    #[serde(default)]
+    pub tls_resumed: u64,
     pub auth_successes: u64,
     pub auth_failures: u64,
     pub messages_accepted: u64,
@@ -207,8 +212,12 @@ impl Stats {
             self.active.fetch_sub(1, Ordering::Relaxed);
         }
     }
-    pub fn tls_session(&self) {
+    /// A TLS handshake completed; `resumed` when it resumed an earlier session.
+    pub fn tls_session(&self, resumed: bool) {
         inc(&self.tls_sessions);
+        if resumed {
+            inc(&self.tls_resumed);
+        }
     }
     pub fn auth(&self, ok: bool) {
         inc(if ok {
@@ -379,6 +388,7 @@ impl Stats {
             refused_connections: get(&self.refused_connections),
             active_connections: get(&self.active),
             tls_sessions: get(&self.tls_sessions),
+            tls_resumed: get(&self.tls_resumed),
             auth_successes: get(&self.auth_successes),
             auth_failures: get(&self.auth_failures),
             messages_accepted: get(&self.messages),
@@ -422,7 +432,7 @@ impl Counts {
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         format!(
-            "connections: {} (refused {}, client addresses {}), TLS sessions {}, auth ok {} failed {}\n\
+            "connections: {} (refused {}, client addresses {}), TLS sessions {} ({} resumed), auth ok {} failed {}\n\
              messages accepted {}, recipients delivered {}, bytes {}{}\n\
              rejections: {}\ninjected faults: {}\nmailbox logins {}, messages retrieved {}",
             if conns.is_empty() {
@@ -433,6 +443,7 @@ impl Counts {
             self.refused_connections,
             self.client_addresses,
             self.tls_sessions,
+            self.tls_resumed,
             self.auth_successes,
             self.auth_failures,
             self.messages_accepted,

@@ -112,6 +112,7 @@ impl Endpoint {
     pub async fn start_tls(&self, conn: &mut Connection) -> Result<(), TransportError> {
         conn.start_tls(self.tls_config()?, self.server_name.clone())
             .await
+            .map(drop)
     }
 
     /// Connection `n` of `session`: TCP connect and implicit TLS as the `connect` and
@@ -169,17 +170,28 @@ impl Endpoint {
         report: &mut UnitReport,
     ) -> Result<(), Failure> {
         let t = report.start(Phase::TLS);
-        let done = match config {
-            Some(c) => conn.start_tls(c, self.server_name.clone()).await,
-            None => self.start_tls(conn).await,
+        let config = match config {
+            Some(c) => Ok(c),
+            None => self.tls_config(),
         };
-        if let Err(e) = done {
-            // A connection whose handshake failed never became usable: a failed one.
-            report.counters.connect_failures += 1;
-            return Err(Failure::transport(Phase::TLS, e));
-        }
+        let done = match config {
+            Ok(c) => conn.start_tls(c, self.server_name.clone()).await,
+            Err(e) => Err(e),
+        };
+        let cpu = match done {
+            Ok(cpu) => cpu,
+            Err(e) => {
+                // A connection whose handshake failed never became usable: a failed one.
+                report.counters.connect_failures += 1;
+                return Err(Failure::transport(Phase::TLS, e));
+            }
+        };
         report.timed(Phase::TLS, t);
         report.counters.tls_connections += 1;
+        report.counters.tls_cpu_us += cpu.as_micros() as u64;
+        if conn.tls_resumed() == Some(true) {
+            report.counters.tls_resumed += 1;
+        }
         Ok(())
     }
 }

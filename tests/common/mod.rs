@@ -5,6 +5,7 @@
 pub mod bed;
 pub mod browser;
 pub mod counting;
+pub mod embedded;
 
 /// The spate binary of this build.
 pub const SPATE: &str = env!("CARGO_BIN_EXE_spate");

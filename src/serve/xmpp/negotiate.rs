@@ -91,7 +91,7 @@ async fn before_auth(st: &mut Stream<'_>) -> Result<Step, End> {
                 }
                 st.send(&xmpp::proceed());
                 st.conn.starttls(&st.sh.tls).await?;
-                st.sh.stats.tls_session();
+                st.sh.stats.tls_session(st.conn.tls_resumed());
                 return Ok(Step::Tls);
             }
             ("auth", Some(NS_SASL)) => match sasl::authenticate(st, &e).await? {

@@ -4,8 +4,6 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use rustls::client::Resumption;
-
 use crate::tls::{client_config, ClientOptions};
 
 /// Most identities `--identities DIR` may hold.
@@ -19,25 +17,15 @@ pub struct Identity {
     pub config: Arc<rustls::ClientConfig>,
 }
 
-fn finish(mut config: rustls::ClientConfig, resumption: bool) -> Arc<rustls::ClientConfig> {
-    if !resumption {
-        config.resumption = Resumption::disabled();
-    }
-    Arc::new(config)
-}
-
-/// The TLS configuration with `base`'s trust and client certificate (if any).
-pub fn single(base: &ClientOptions, resumption: bool) -> Result<Identity, String> {
+/// The TLS configuration with `base`'s trust, client certificate (if any) and resumption.
+pub fn single(base: &ClientOptions) -> Result<Identity, String> {
     let config = client_config(base).map_err(|e| e.to_string())?;
     let name = base
         .client_cert
         .as_deref()
         .map(|c| stem(Path::new(c)))
         .unwrap_or_default();
-    Ok(Identity {
-        name,
-        config: finish((*config).clone(), resumption),
-    })
+    Ok(Identity { name, config })
 }
 
 fn stem(p: &Path) -> String {
@@ -49,11 +37,7 @@ fn stem(p: &Path) -> String {
 /// Every identity in `dir`: NAME.key with NAME.crt or NAME.pem next to it (PEM; the
 /// certificate file may hold the chain). A key without a certificate, or a certificate
 /// without a key, is an error: a half identity is a mistake, not something to skip.
-pub fn from_dir(
-    dir: &Path,
-    base: &ClientOptions,
-    resumption: bool,
-) -> Result<Vec<Identity>, String> {
+pub fn from_dir(dir: &Path, base: &ClientOptions) -> Result<Vec<Identity>, String> {
     let at = |e: String| format!("--identities {}: {e}", dir.display());
     let rd = std::fs::read_dir(dir).map_err(|e| at(e.to_string()))?;
     let mut files: Vec<_> = rd
@@ -78,10 +62,7 @@ pub fn from_dir(
             ..base.clone()
         };
         let config = client_config(&opts).map_err(|e| at(e.to_string()))?;
-        out.push(Identity {
-            name,
-            config: finish((*config).clone(), resumption),
-        });
+        out.push(Identity { name, config });
         if out.len() > MAX_IDENTITIES {
             return Err(at(format!("more than {MAX_IDENTITIES} identities")));
         }
