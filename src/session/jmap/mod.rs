@@ -5,6 +5,7 @@
 //! or the messages destroyed in one request. Every request is a phase.
 
 pub mod phase;
+mod url;
 
 use std::sync::Arc;
 
@@ -12,7 +13,7 @@ use base64::Engine as _;
 use rand::rngs::SmallRng;
 use serde_json::{json, Value};
 
-use super::{Endpoint, Failure};
+use super::{Endpoint, Failure, TlsMode};
 use crate::engine::{Driver, Outcome, UnitReport};
 use crate::metrics::Phase;
 use crate::proto::rr::{Frame, Framer};
@@ -42,6 +43,16 @@ pub struct Settings {
     pub download: u8,
     pub flag: u8,
     pub delete: u8,
+}
+
+/// Redirects followed to the session resource.
+const MAX_REDIRECTS: usize = 3;
+
+/// An HTTP response: its status, its body, and a redirect's Location.
+struct Reply {
+    status: u16,
+    body: Vec<u8>,
+    location: Option<String>,
 }
 
 /// What the session found at its login.
@@ -90,7 +101,8 @@ impl Session {
     }
 
     /// One HTTP exchange, timed as `phase` (a new connection first when there is none,
-    /// or the server closed the last one): the status and the body.
+    /// or the server closed the last one): the status, the body, and for a redirect its
+    /// Location.
     async fn exchange(
         &mut self,
         phase: Phase,
@@ -98,7 +110,7 @@ impl Session {
         path: &str,
         body: &[u8],
         report: &mut UnitReport,
-    ) -> Result<(u16, Vec<u8>), Failure> {
+    ) -> Result<Reply, Failure> {
         if self.conn.is_none() {
             self.conn = Some(self.s.endpoint.open(self.id, 0, report).await?);
         }
@@ -140,11 +152,19 @@ impl Session {
         report.counters.bytes += bytes.len() as u64;
         let m = self.framer.message(bytes);
         let (status, close, body) = (m.status.unwrap_or(0), m.close, m.body().into_owned());
+        let location = (300..400)
+            .contains(&status)
+            .then(|| url::location(bytes))
+            .flatten();
         report.timed(phase, t);
         if close {
             self.conn = None;
         }
-        Ok((status, body))
+        Ok(Reply {
+            status,
+            body,
+            location,
+        })
     }
 
     /// A JMAP request of `calls`, timed as `phase`: its method responses; a method error
@@ -161,7 +181,7 @@ impl Session {
             .map_or("/", |l| l.api.as_str())
             .to_string();
         let req = json!({"using": ["urn:ietf:params:jmap:core", "urn:ietf:params:jmap:mail"], "methodCalls": calls});
-        let (status, body) = self
+        let Reply { status, body, .. } = self
             .exchange(phase, "POST", &path, req.to_string().as_bytes(), report)
             .await?;
         let v: Value = serde_json::from_slice(&body)
@@ -189,32 +209,46 @@ impl Session {
         Ok(responses)
     }
 
-    /// The session resource and the inbox: what every visit uses.
-    async fn log_in(&mut self, report: &mut UnitReport) -> Result<(), Failure> {
+    /// The session resource, following redirects on this server (Cyrus answers
+    /// /.well-known/jmap with a 301 to /jmap): it and the path it was found at.
+    async fn session_resource(
+        &mut self,
+        report: &mut UnitReport,
+    ) -> Result<(Value, String), Failure> {
         let mut path = self.s.session_path.clone();
-        let mut hops = 0;
-        let session = loop {
-            let (status, body) = self
+        let tls = matches!(self.s.endpoint.tls, TlsMode::Implicit);
+        for _ in 0..=MAX_REDIRECTS {
+            let r = self
                 .exchange(phase::SESSION, "GET", &path, b"", report)
                 .await?;
-            let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-            match status {
-                200 => break v,
-                // Cyrus answers /.well-known/jmap with a redirect to /jmap.
-                301 | 302 | 307 | 308 if hops < 3 => {
-                    hops += 1;
-                    path = "/jmap/".into();
+            match (r.status, &r.location) {
+                (200, _) => {
+                    let v = serde_json::from_slice(&r.body).map_err(|_| {
+                        Failure::breach(phase::SESSION, "the session resource is not JSON")
+                    })?;
+                    return Ok((v, path));
                 }
-                _ => {
+                (301 | 302 | 303 | 307 | 308, Some(to)) => {
+                    path = url::resolve(tls, &self.s.host, &path, to).ok_or_else(|| {
+                        refused(phase::SESSION, r.status, "redirect elsewhere", to)
+                    })?;
+                }
+                (status, _) => {
                     return Err(refused(
                         phase::SESSION,
                         status,
                         "http",
-                        &String::from_utf8_lossy(&body),
+                        &String::from_utf8_lossy(&r.body),
                     ))
                 }
             }
-        };
+        }
+        Err(refused(phase::SESSION, 0, "too many redirects", &path))
+    }
+
+    /// The session resource and the inbox: what every visit uses.
+    async fn log_in(&mut self, report: &mut UnitReport) -> Result<(), Failure> {
+        let (session, at) = self.session_resource(report).await?;
         let account = session["primaryAccounts"]["urn:ietf:params:jmap:mail"]
             .as_str()
             .ok_or_else(|| Failure::breach(phase::SESSION, "the session names no mail account"))?
@@ -222,13 +256,11 @@ impl Session {
         let api = session["apiUrl"]
             .as_str()
             .ok_or_else(|| Failure::breach(phase::SESSION, "no apiUrl"))?;
-        // The API on this server: an absolute URL's path, or a relative one.
-        let api = match api.split_once("://") {
-            Some((_, rest)) => rest
-                .find('/')
-                .map_or("/".to_string(), |i| rest[i..].to_string()),
-            None => api.to_string(),
-        };
+        // An absolute URL or a relative one (Cyrus's `/jmap/`), against the resource's.
+        let tls = matches!(self.s.endpoint.tls, TlsMode::Implicit);
+        let api = url::resolve(tls, &self.s.host, &at, api).ok_or_else(|| {
+            Failure::breach(phase::SESSION, format!("apiUrl on another server: {api}"))
+        })?;
         self.login = Some(LoggedIn {
             api,
             account: account.clone(),
