@@ -16,12 +16,11 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpSocket, TcpStream};
 
 use crate::metrics::note_arrival;
-use tokio_rustls::client::TlsStream;
-use tokio_rustls::TlsConnector;
 
 mod handshake;
 mod stamped;
 mod timer;
+pub mod tls;
 mod tls_words;
 pub mod websocket;
 
@@ -95,12 +94,15 @@ impl TransportError {
 
 enum Stream {
     Plain(Tcp),
-    Tls(Box<TlsStream<Tcp>>),
+    Tls(Box<ClientTls>),
     /// After the WebSocket handshake, over either of the above.
     Ws(Box<websocket::Ws<Stream>>),
     /// Only during an upgrade, or after a failed one.
     Gone,
 }
+
+/// A client's TLS over its TCP connection.
+type ClientTls = tls::TlsIo<rustls::client::UnbufferedClientConnection, Tcp>;
 
 fn gone() -> io::Error {
     io::ErrorKind::NotConnected.into()
@@ -656,9 +658,7 @@ impl Connection {
             s => s,
         };
         match stream {
-            Stream::Tls(s) => {
-                Some(s.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed))
-            }
+            Stream::Tls(s) => Some(s.resumed()),
             _ => None,
         }
     }
@@ -683,26 +683,24 @@ impl Connection {
         let Stream::Plain(tcp) = std::mem::replace(&mut self.stream, Stream::Gone) else {
             return Err(TransportError::TlsIo("connection is not plain TCP".into()));
         };
-        let connector = TlsConnector::from(config);
         let cpu = crate::engine::cpu::thread_cpu;
         let t = cpu();
-        // Pinned here: after a timeout the socket is still open for the probe to ask.
-        let handshake = connector.connect(name, tcp);
+        // Kept here: after a timeout the socket is still open for the probe to ask.
+        let mut tls = Box::new(ClientTls::client(config, name, tcp).map_err(TransportError::Tls)?);
         let mut spent = cpu().saturating_sub(t);
-        tokio::pin!(handshake);
         let on_cpu = std::future::poll_fn(|cx| {
             let t = cpu();
-            let r = handshake.as_mut().poll(cx);
+            let r = tls.poll_handshake(cx);
             spent += cpu().saturating_sub(t);
             r
         });
-        let tls = tokio::time::timeout(self.timeout, on_cpu)
+        tokio::time::timeout(self.timeout, on_cpu)
             .await
             .map_err(|_| Probe::timed_out(&mut self.inbox.probe, self.timeout))?
             .map_err(TransportError::tls)?;
         // The server spoke (its handshake): no later timeout needs the probe.
         self.inbox.probe = None;
-        self.stream = Stream::Tls(Box::new(tls));
+        self.stream = Stream::Tls(tls);
         Ok(spent)
     }
 
