@@ -12,8 +12,13 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
-use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
+
+use crate::transport::tls::TlsIo;
+
+/// A server's TLS over its TCP connection (rustls' unbuffered API: no buffer is held
+/// while the client thinks).
+type ServerTls = TlsIo<rustls::server::UnbufferedServerConnection, TcpStream>;
 
 use crate::proto::smtp::data::DataDecoder;
 use crate::transport::websocket::{self, Control, Decoder};
@@ -43,18 +48,23 @@ pub enum ConnError {
 
 enum Stream {
     Plain(TcpStream),
-    Tls(Box<TlsStream<TcpStream>>),
+    Tls(Box<ServerTls>),
     Gone,
 }
 
 /// With nothing buffered and nothing to read yet, gives the read buffer back while the
 /// client thinks (an IMAP session in IDLE, a kept SMTP connection) and returns when the
-/// socket has bytes; the caller takes a buffer again then ([`take_spare`]). Not over TLS:
-/// rustls may hold bytes the socket no longer shows. Cancel-safe: it frees only an empty
-/// buffer.
+/// socket has bytes; the caller takes a buffer again then ([`take_spare`]). Over TLS, when
+/// nothing decrypted waits to be read (the adapter holds no buffer of its own then).
+/// Cancel-safe: it frees only an empty buffer.
 async fn wait_bare(stream: &Stream, rbuf: &mut Vec<u8>) -> std::io::Result<()> {
-    let (Stream::Plain(s), true) = (stream, rbuf.is_empty()) else {
+    if !rbuf.is_empty() {
         return Ok(());
+    }
+    let s = match stream {
+        Stream::Plain(s) => s,
+        Stream::Tls(t) if !t.has_plaintext() => t.get_ref(),
+        _ => return Ok(()),
     };
     let mut ready = std::pin::pin!(s.readable());
     let now = std::future::poll_fn(|cx| std::task::Poll::Ready(ready.as_mut().poll(cx))).await;
@@ -125,6 +135,23 @@ fn take_spare(rbuf: &mut Vec<u8>) {
     rbuf.reserve(READ_CHUNK);
 }
 
+/// The server's side of a TLS handshake on `tcp`, bounded by `idle`.
+async fn accept(
+    tcp: TcpStream,
+    acceptor: &TlsAcceptor,
+    idle: Duration,
+) -> Result<Box<ServerTls>, ConnError> {
+    let mut tls =
+        Box::new(TlsIo::server(acceptor.config().clone(), tcp).map_err(|e| {
+            ConnError::Tls(std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+        })?);
+    tokio::time::timeout(idle, std::future::poll_fn(|cx| tls.poll_handshake(cx)))
+        .await
+        .map_err(|_| ConnError::Idle)?
+        .map_err(ConnError::Tls)?;
+    Ok(tls)
+}
+
 pub struct Conn {
     stream: Stream,
     rbuf: Vec<u8>,
@@ -175,12 +202,8 @@ impl Conn {
         idle: Duration,
         shutdown: watch::Receiver<bool>,
     ) -> Result<Self, ConnError> {
-        let tls = tokio::time::timeout(idle, acceptor.accept(tcp))
-            .await
-            .map_err(|_| ConnError::Idle)?
-            .map_err(ConnError::Tls)?;
         let mut c = Conn::plain_placeholder(idle, shutdown);
-        c.stream = Stream::Tls(Box::new(tls));
+        c.stream = Stream::Tls(accept(tcp, acceptor, idle).await?);
         Ok(c)
     }
 
@@ -195,9 +218,7 @@ impl Conn {
     /// Whether the TLS handshake resumed an earlier session.
     pub fn tls_resumed(&self) -> bool {
         match &self.stream {
-            Stream::Tls(t) => {
-                t.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed)
-            }
+            Stream::Tls(t) => t.resumed(),
             _ => false,
         }
     }
@@ -532,11 +553,7 @@ impl Conn {
                 return Err(ConnError::Tls(std::io::Error::other("TLS already active")));
             }
         };
-        let tls = tokio::time::timeout(self.idle, acceptor.accept(tcp))
-            .await
-            .map_err(|_| ConnError::Idle)?
-            .map_err(ConnError::Tls)?;
-        self.stream = Stream::Tls(Box::new(tls));
+        self.stream = Stream::Tls(accept(tcp, acceptor, self.idle).await?);
         Ok(())
     }
 

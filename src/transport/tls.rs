@@ -161,6 +161,11 @@ impl<C: Side, IO> TlsIo<C, IO> {
         &self.io
     }
 
+    /// Whether decrypted bytes wait to be read (a read would not wait for the socket).
+    pub fn has_plaintext(&self) -> bool {
+        self.plain.len() > self.plain_at
+    }
+
     /// Processes every record at hand: decrypts application data into `plain`, encodes
     /// what TLS itself has to send into `out`, and encrypts `data` once the handshake
     /// allows it.
