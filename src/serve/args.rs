@@ -179,6 +179,12 @@ pub struct Args {
     /// (like Postfix's process limit)
     #[arg(long, help_heading = "Limits")]
     pub queue_connections: bool,
+    /// Share the listening ports with other `spate serve` processes started with this
+    /// option too (SO_REUSEPORT): the kernel spreads the connections over them, so that
+    /// more sessions than one process may have files (20 000 here) reach one address
+    /// and port. Each process serves its own store; give them all the same --users-file.
+    #[arg(long, help_heading = "Limits")]
+    pub reuse_port: bool,
     /// Keep this many bytes in memory per accepted message, forever: a deliberate leak,
     /// for testing soak runs' leak detection (e.g. 10k)
     #[arg(long, value_name = "SIZE", help_heading = "Mailboxes")]
@@ -365,6 +371,7 @@ impl Args {
         c.max_rcpt = self.max_rcpt;
         c.max_connections = self.max_connections;
         c.queue_connections = self.queue_connections;
+        c.reuse_port = self.reuse_port;
         if self.threads == Some(0) {
             return Err(UsageError(
                 "--threads must be at least 1 (leave it out for half the CPUs)".into(),

@@ -107,6 +107,8 @@ pub struct Config {
     /// Connections beyond `max_connections` wait for a free slot instead of getting 421
     /// (like Postfix's process limit): load beyond it queues, so latency grows.
     pub queue_connections: bool,
+    /// Listen with SO_REUSEPORT, sharing the ports with other processes that do.
+    pub reuse_port: bool,
     pub max_rcpt: usize,
     /// Largest message accepted (bytes, after unstuffing). 0 = no limit.
     pub max_message_size: u64,
@@ -206,6 +208,7 @@ impl Config {
             faults: Faults::default(),
             max_connections: 1000,
             queue_connections: false,
+            reuse_port: false,
             max_rcpt: 100,
             max_message_size: 64 * 1024 * 1024,
             idle_timeout: Duration::from_secs(300),

@@ -119,6 +119,22 @@ fn acceptors(config: &Config) -> anyhow::Result<(Arc<ServerIdentity>, TlsAccepto
     Ok((identity, tls, rr_tls))
 }
 
+/// A listener on `addr` (with SO_REUSEPORT when `shared`), with tokio's backlog.
+async fn listen(addr: std::net::SocketAddr, shared: bool) -> std::io::Result<TcpListener> {
+    if !shared {
+        return TcpListener::bind(addr).await;
+    }
+    let s = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    s.set_reuseaddr(true)?;
+    s.set_reuseport(true)?;
+    s.bind(addr)?;
+    s.listen(1024)
+}
+
 /// Binds every configured listener and starts serving.
 pub async fn start(config: Config) -> anyhow::Result<Running> {
     let (identity, tls, rr_tls) = acceptors(&config)?;
@@ -158,7 +174,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let mut listeners = Vec::new();
     for kind in Listener::ALL {
         if let Some(addr) = config.listen.get(kind) {
-            let l = TcpListener::bind(addr)
+            let l = listen(addr, config.reuse_port)
                 .await
                 .with_context(|| format!("cannot listen on {addr} ({})", kind.name()))?;
             addrs.set(kind, l.local_addr()?);
