@@ -340,14 +340,21 @@ impl Session {
 
     /// The server said it closes the connection: waits (briefly) for its close before
     /// closing this side, so that the server's side is the one that keeps TIME_WAIT.
+    /// Once the server's close has come, closing the socket is all that is left: no
+    /// shutdown first (its FIN would go to a peer that has gone), no close_notify.
     async fn close_after_server(&mut self) {
-        if let Some(c) = self.conn.as_mut() {
-            c.set_timeout(SERVER_CLOSE_WAIT);
-            let _ = c
-                .read_frame(64, |_: &[u8]| Ok::<_, std::convert::Infallible>(None))
-                .await;
+        let Some(mut c) = self.conn.take() else {
+            return;
+        };
+        c.set_timeout(SERVER_CLOSE_WAIT);
+        let closed = matches!(
+            c.read_frame(64, |_: &[u8]| Ok::<_, std::convert::Infallible>(None))
+                .await,
+            Err(TransportError::Closed)
+        );
+        if !closed {
+            c.shutdown().await;
         }
-        self.close().await;
     }
 
     async fn unit(
