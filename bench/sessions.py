@@ -3,7 +3,7 @@
 
 A benchmark, never a test: it measures and prints, asserting nothing about speed.
 
-  bench/sessions.sh [--total 60000] [--shards 4] [--connect-rate 2000] [--hold 60]
+  bench/sessions.sh [--total 60000] [--shards 4] [--connect-rate 2000] [--hold 90]
                     [--sources 127.0.0.2-127.0.0.5] [--keep]
 
 N `spate serve --imap ADDR --reuse-port` processes share one loopback port (the kernel
@@ -74,7 +74,7 @@ def main():
     ap.add_argument("--total", type=int, default=60000)
     ap.add_argument("--shards", type=int, default=4)
     ap.add_argument("--connect-rate", type=int, default=2000, help="the whole run's, per second")
-    ap.add_argument("--hold", type=int, default=60, help="seconds in IDLE")
+    ap.add_argument("--hold", type=int, default=90, help="seconds in IDLE")
     ap.add_argument("--sources", default="127.0.0.2-127.0.0.5", help="--bind of every shard")
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
@@ -136,7 +136,7 @@ def main():
                 p.send_signal(signal.SIGTERM)
         rcs = [p.wait(timeout=120) for p, _ in shards]
         merged = os.path.join(work, "merged")
-        m = subprocess.run([spate, "merge", *[d for _, d in shards], "-o", merged, "-q"],
+        m = subprocess.run([spate, "merge", *[d for _, d in shards], "-o", merged],
                            capture_output=True, text=True, timeout=600)
         totals = {}
         if m.returncode == 0:
@@ -169,7 +169,7 @@ def main():
         ]
         md = [f"# bench/sessions.sh — {started}", "",
               f"{args.shards} × `spate serve --imap {addr} --reuse-port --threads 1`; "
-              f"{args.shards} × `{command.replace(f'--shard 0/{args.shards}', '--shard I/' + str(args.shards))}`", "",
+              f"{args.shards} × `{command.replace(f'--shard 0/{args.shards}', '--shard I/' + str(args.shards)).replace('shard-0', 'shard-I')}`", "",
               "| | |", "|---|---|"]
         md += [f"| {k} | {v} |" for k, v in rows]
         text = "\n".join(md) + "\n"
