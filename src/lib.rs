@@ -28,7 +28,7 @@
 //! - [`transport`]: the one client connection type (TCP or TLS, STARTTLS upgrade, bounded
 //!   buffered reads framed by a codec, deadlines).
 //! - [`proto`]: sans-I/O codecs (SMTP, POP3, IMAP, XMPP, SASL, dot-stuffing, request/response
-//!   framing): no sockets, no clocks.
+//!   framing, server-sent events): no sockets, no clocks.
 //! - [`metrics`], [`results`]: phases, error classes, counters, the sharded recorder; the
 //!   results directory, the summary made from a run's totals, a run's shard and its share
 //!   of the work. Both still name protocols' phases and counters (issue 34's work: each

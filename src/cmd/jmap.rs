@@ -98,30 +98,8 @@ fn target(t: &str) -> Result<(bool, String, u16, String), UsageError> {
         Some((s, rest)) if s.eq_ignore_ascii_case("https") => (true, rest),
         _ => return Err(bad()),
     };
-    let (authority, path) = match rest.find('/') {
-        Some(i) if rest[i..].len() > 1 => (&rest[..i], &rest[i..]),
-        Some(i) => (&rest[..i], "/.well-known/jmap"),
-        None => (rest, "/.well-known/jmap"),
-    };
-    if authority.is_empty() || authority.contains('@') {
-        return Err(bad());
-    }
-    let port = match authority.strip_prefix('[') {
-        Some(v6) => v6.split_once("]:").map(|(_, p)| p),
-        None => authority.rsplit_once(':').map(|(_, p)| p),
-    };
-    let port = match port.map(str::parse::<u16>) {
-        None => {
-            if tls {
-                443
-            } else {
-                80
-            }
-        }
-        Some(Ok(p)) if p > 0 => p,
-        Some(_) => return Err(bad()),
-    };
-    Ok((tls, authority.to_string(), port, path.to_string()))
+    let (authority, port, path) = crate::session::jmap::url::target(rest, tls).ok_or_else(bad)?;
+    Ok((tls, authority, port, path))
 }
 
 /// Builds the plan and what the sessions share (no network I/O).

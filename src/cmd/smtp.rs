@@ -327,6 +327,9 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         },
         &recipients,
     )?;
+    if let Some(w) = &watch {
+        w.ready().await;
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let mut observers = observers(&output, &monitor, &plan, progress, title, "msg", &stop)?;
     observers.push(Box::new(

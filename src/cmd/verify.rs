@@ -16,7 +16,9 @@ use crate::verify::{
     and Dovecot write them; file times give arrival times\n  \
     imap://HOST:PORT, imaps://, imap+starttls://, pop3://, pop3s://, pop3+stls://\n                                    \
     every address of the sent log is logged into (passwords from --users-file,\n                                    \
-    or SPATE_PASSWORD for all) and its INBOX read whole; nothing is deleted\n\n\
+    or SPATE_PASSWORD for all) and its INBOX read whole; nothing is deleted\n  \
+    jmap://HOST:PORT[/PATH], jmaps://   the same over JMAP (PATH: the session resource,\n                                    \
+    /.well-known/jmap by default; HTTP Basic); arrival times: receivedAt\n\n\
     OUTPUT: a report on stdout; verify.json, deliveries.csv (t_s,time,injected,delivered per\n\
     second), delivery.hlog (latency HdrHistogram log, µs) and missing.tsv in the results\n\
     directory (or --out).\n\n\
@@ -32,7 +34,8 @@ use crate::verify::{
 pub struct Args {
     /// Results directory of a `spate smtp` run (its sent.log is what is expected).
     pub dir: PathBuf,
-    /// Where to read the mailboxes: maildir:ROOT, imap://HOST:PORT or pop3://HOST:PORT.
+    /// Where to read the mailboxes: maildir:ROOT, imap://HOST:PORT, pop3://HOST:PORT or
+    /// jmap://HOST:PORT.
     #[arg(long, conflicts_with = "maildir", required_unless_present = "maildir")]
     pub source: Option<String>,
     /// Shorthand for --source maildir:ROOT.

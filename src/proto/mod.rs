@@ -9,6 +9,7 @@ pub mod pop3_client;
 pub mod rr;
 pub mod sasl;
 pub mod smtp;
+pub mod sse;
 mod text;
 pub mod xmpp;
 

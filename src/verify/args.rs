@@ -35,21 +35,21 @@ pub struct Common {
     pub show: usize,
 }
 
-/// How to log into an IMAP/POP3 source.
+/// How to log into an IMAP/POP3/JMAP source.
 #[derive(Debug, Clone, clap::Args, Serialize)]
 pub struct RemoteOptions {
-    /// IMAP/POP3 source: passwords of the mailboxes ('address password' per line);
+    /// IMAP/POP3/JMAP source: passwords of the mailboxes ('address password' per line);
     /// without it, SPATE_PASSWORD is every mailbox's password.
-    #[arg(long, value_name = "FILE", help_heading = "IMAP/POP3 source")]
+    #[arg(long, value_name = "FILE", help_heading = "IMAP/POP3/JMAP source")]
     pub users_file: Option<PathBuf>,
-    /// IMAP/POP3 source: trust this CA (PEM) in addition to the system roots.
-    #[arg(long, help_heading = "IMAP/POP3 source")]
+    /// IMAP/POP3/JMAP source: trust this CA (PEM) in addition to the system roots.
+    #[arg(long, help_heading = "IMAP/POP3/JMAP source")]
     pub ca: Option<String>,
-    /// IMAP/POP3 source: do not verify the server certificate.
-    #[arg(long, help_heading = "IMAP/POP3 source")]
+    /// IMAP/POP3/JMAP source: do not verify the server certificate.
+    #[arg(long, help_heading = "IMAP/POP3/JMAP source")]
     pub insecure: bool,
-    /// IMAP/POP3 source: deadline for connecting and for each response.
-    #[arg(long, default_value = "30s", help_heading = "IMAP/POP3 source")]
+    /// IMAP/POP3/JMAP source: deadline for connecting and for each response.
+    #[arg(long, default_value = "30s", help_heading = "IMAP/POP3/JMAP source")]
     pub timeout: String,
 }
 
@@ -68,8 +68,9 @@ impl Default for RemoteOptions {
 /// mailboxes while it goes.
 #[derive(Debug, Clone, Default, clap::Args, Serialize)]
 pub struct InlineArgs {
-    /// After the run, verify delivery from this source (maildir:ROOT, imap://, pop3://);
-    /// a Maildir is watched during the run. Exit status 1 if anything is missing. Memory:
+    /// After the run, verify delivery from this source (maildir:ROOT, imap://, pop3://,
+    /// jmap://); a Maildir is watched during the run, up to 200 IMAP or JMAP mailboxes
+    /// are followed by push (IDLE, EventSource). Exit status 1 if anything is missing. Memory:
     /// about 22 bytes per message found, kept to the end (the final check adds about 70
     /// per message while it reads the sent log and writes the report).
     #[arg(long, value_name = "SOURCE", help_heading = "Verify")]
@@ -85,7 +86,7 @@ pub struct InlineArgs {
         help_heading = "Verify"
     )]
     pub verify_rules: Option<PathBuf>,
-    /// With --verify imap://… or pop3://…: passwords of the mailboxes ('address password'
+    /// With --verify imap://…, pop3://… or jmap://…: passwords of the mailboxes ('address password'
     /// lines; default: SPATE_PASSWORD for all). TLS uses --ca/--insecure of the run.
     #[arg(
         long,
@@ -110,10 +111,17 @@ pub enum Source {
         addr: String,
         scheme: &'static str,
     },
+    /// `scheme` is jmap or jmaps; `addr` is HOST:PORT with the session resource's path,
+    /// if any.
+    Jmap {
+        addr: String,
+        scheme: &'static str,
+    },
 }
 
 impl Source {
-    /// `maildir:ROOT`, `imap[s]://HOST:PORT`, `pop3[s]://HOST:PORT`, or a bare directory.
+    /// `maildir:ROOT`, `imap[s]://HOST:PORT`, `pop3[s]://HOST:PORT`,
+    /// `jmap[s]://HOST:PORT[/PATH]`, or a bare directory.
     pub fn parse(s: &str) -> anyhow::Result<Source> {
         let remote = |rest: &str| -> anyhow::Result<String> {
             let addr = rest.trim_end_matches('/');
@@ -128,6 +136,16 @@ impl Source {
                 return crate::usage("source maildir: needs a directory, e.g. maildir:/tmp/mail");
             }
             return Ok(Source::Maildir(PathBuf::from(p)));
+        }
+        for scheme in ["jmap", "jmaps"] {
+            if let Some(rest) = s.strip_prefix(scheme).and_then(|r| r.strip_prefix("://")) {
+                // A path is the session resource's: kept as written.
+                let addr = match rest.find('/') {
+                    Some(i) if i + 1 < rest.len() => rest.to_string(),
+                    _ => remote(rest)?,
+                };
+                return Ok(Source::Jmap { addr, scheme });
+            }
         }
         for (scheme, imap) in [
             ("imap", true),
@@ -148,7 +166,7 @@ impl Source {
         }
         if s.contains("://") {
             return crate::usage(format!(
-                "source {s}: use maildir:ROOT, imap[s]://, imap+starttls://, pop3[s]:// or pop3+stls://HOST:PORT"
+                "source {s}: use maildir:ROOT, imap[s]://, imap+starttls://, pop3[s]://, pop3+stls://HOST:PORT or jmap[s]://HOST:PORT[/PATH]"
             ));
         }
         Ok(Source::Maildir(PathBuf::from(s)))
@@ -157,7 +175,9 @@ impl Source {
     pub fn describe(&self) -> String {
         match self {
             Source::Maildir(p) => format!("maildir:{}", p.display()),
-            Source::Imap { addr, scheme } | Source::Pop3 { addr, scheme } => {
+            Source::Imap { addr, scheme }
+            | Source::Pop3 { addr, scheme }
+            | Source::Jmap { addr, scheme } => {
                 format!("{scheme}://{addr}")
             }
         }
@@ -196,6 +216,18 @@ mod tests {
             Source::parse("pop3+stls://h:110").unwrap().describe(),
             "pop3+stls://h:110"
         );
+        assert_eq!(
+            Source::parse("jmap://127.0.0.1:8080/").unwrap(),
+            Source::Jmap {
+                addr: "127.0.0.1:8080".into(),
+                scheme: "jmap"
+            }
+        );
+        assert_eq!(
+            Source::parse("jmaps://h/jmap/session").unwrap().describe(),
+            "jmaps://h/jmap/session"
+        );
+        assert!(Source::parse("jmap://").is_err());
         assert!(Source::parse("http://x").is_err());
         assert!(Source::parse("maildir:").is_err());
         assert!(Source::parse("imap://").is_err());

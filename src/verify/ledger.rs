@@ -70,9 +70,9 @@ pub struct Arrival {
 /// How good a source's arrival times are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Timing {
-    /// Fine-grained (a file's time, the moment IMAP IDLE announced it).
+    /// Fine-grained (a file's time, the moment IMAP IDLE or JMAP push announced it).
     Exact(SystemTime),
-    /// To the second (IMAP INTERNALDATE).
+    /// To the second (IMAP INTERNALDATE, JMAP receivedAt).
     Seconds(SystemTime),
     /// Not known: the Received header's date is used, if any.
     Unknown,
@@ -129,10 +129,12 @@ pub struct Report {
     pub injected: Vec<(i64, u64)>,
     pub rules: Vec<RuleResult>,
     pub start_us: i64,
+    /// What the source has to say beside the counts (a server that refused push).
+    pub notes: Vec<String>,
 }
 
 /// Why whole-second arrival times cannot time deliveries that take under a second.
-pub const TO_THE_SECOND: &str = "arrival times to the second (IMAP INTERNALDATE and Date headers have whole seconds) for deliveries that take under a second";
+pub const TO_THE_SECOND: &str = "arrival times to the second (IMAP INTERNALDATE, JMAP receivedAt and Date headers have whole seconds) for deliveries that take under a second";
 
 impl Report {
     /// The latency histogram from the arrivals, or why their times cannot give one: a
@@ -364,6 +366,7 @@ impl Ledger {
             injected: Vec::with_capacity(log.messages.len()),
             rules: Vec::new(),
             start_us: log.start_us,
+            notes: Vec::new(),
         };
         for m in &log.messages {
             if m.outcome != SentOutcome::Accepted {

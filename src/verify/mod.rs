@@ -6,7 +6,8 @@
 //!
 //! Sources feed a [`Ledger`] one message at a time ([`Ledger::ingest`]); the ledger is
 //! compared with the [`SentLog`] by [`Ledger::report`]. Sources: a Maildir tree on disk
-//! (watched while an inline run goes), or an IMAP/POP3 server read after the run.
+//! (watched while an inline run goes), or an IMAP, POP3 or JMAP server read after the run
+//! (IMAP and JMAP mailboxes followed by push while an inline run goes).
 
 mod args;
 mod finds;
@@ -36,6 +37,8 @@ use crate::units;
 
 /// How often a Maildir is polled while waiting or watching.
 const POLL: Duration = Duration::from_millis(250);
+/// After an inline run, push watchers go on until nothing new came for this long.
+const QUIET: Duration = Duration::from_secs(1);
 
 /// What reads the mailboxes.
 pub enum Reader {
@@ -48,7 +51,7 @@ impl Reader {
     pub fn new(source: &Source, remote: &RemoteOptions) -> anyhow::Result<Reader> {
         match source {
             Source::Maildir(root) => Ok(Reader::Maildir(Maildir::new(root))),
-            Source::Imap { .. } | Source::Pop3 { .. } => {
+            Source::Imap { .. } | Source::Pop3 { .. } | Source::Jmap { .. } => {
                 let tls = crate::tls::ClientOptions {
                     ca: remote.ca.clone(),
                     insecure: remote.insecure,
@@ -73,6 +76,14 @@ impl Reader {
                 Ok(())
             }
             Reader::Remote(r) => r.poll(log, ledger),
+        }
+    }
+
+    /// What the reader has to say beside the counts (push a server refused).
+    fn notes(&self) -> Vec<String> {
+        match self {
+            Reader::Maildir(_) => Vec::new(),
+            Reader::Remote(r) => r.notes(),
         }
     }
 
@@ -147,7 +158,8 @@ pub fn run_blocking(job: &mut Job, ledger: &mut Ledger) -> anyhow::Result<Report
     if job.progress && tty && last_print.elapsed() < t0.elapsed() {
         eprintln!();
     }
-    let report = report.expect("the loop runs at least once");
+    let mut report = report.expect("the loop runs at least once");
+    report.notes = job.reader.notes();
     std::fs::create_dir_all(&job.out)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", job.out.display()))?;
     output::write_files(&report, &job.out, &job.source.describe())
@@ -178,13 +190,16 @@ pub fn exit_code(r: &Report) -> ExitCode {
     }
 }
 
-/// A Maildir watched while `spate smtp` runs, so arrivals are seen as they happen.
+/// The mailboxes watched while `spate smtp` runs (a Maildir polled, IMAP or JMAP ones
+/// followed by push), so arrivals are seen as they happen.
 pub struct Watch {
     source: Source,
     reader: Option<Reader>,
-    /// IMAP IDLE watchers and the switch that ends them.
+    /// Push watchers (IMAP IDLE, JMAP EventSource) and the switch that ends them.
     idle_stop: tokio::sync::watch::Sender<bool>,
     watchers: Vec<tokio::task::JoinHandle<()>>,
+    /// How long [`Watch::ready`] waits at most.
+    ready_limit: Duration,
     wait: Duration,
     ledger: Arc<Mutex<Ledger>>,
     stop: Arc<AtomicBool>,
@@ -227,6 +242,7 @@ impl Watch {
             _ => None,
         };
         let reader = Reader::new(&source, &remote)?;
+        let ready_limit = units::parse_duration(&remote.timeout)?.min(Duration::from_secs(10));
         let (idle_stop, idle_rx) = tokio::sync::watch::channel(false);
         let watchers = match &reader {
             Reader::Remote(r) => r.watch(recipients, ledger.clone(), idle_rx),
@@ -236,12 +252,49 @@ impl Watch {
             reader: Some(reader),
             idle_stop,
             watchers,
+            ready_limit,
             source,
             wait,
             ledger,
             stop,
             task,
         }))
+    }
+
+    /// Waits until the mailboxes followed by push are watched (or their watchers gave
+    /// up), at most the remote source's timeout and 10 s: a run started before has its
+    /// first deliveries timed by the final read rather than by push.
+    pub async fn ready(&self) {
+        if let Some(Reader::Remote(r)) = &self.reader {
+            r.ready(self.watchers.len(), self.ready_limit).await;
+        }
+    }
+
+    /// After the run, lets the push watchers go on while they still bring messages:
+    /// until none came for [`QUIET`] (Dovecot holds IDLE notifications back up to 0.5 s;
+    /// a JMAP server's state event is followed by requests), at most the verify wait.
+    /// What they would have announced later is timed by the final read instead, to the
+    /// second. How long it waited.
+    async fn drain_push(&self) -> Duration {
+        let t0 = Instant::now();
+        let ingested = || {
+            self.ledger
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .ingested()
+        };
+        let (mut last, mut at) = (ingested(), t0);
+        while t0.elapsed() < self.wait
+            && at.elapsed() < QUIET
+            && self.watchers.iter().any(|w| !w.is_finished())
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let n = ingested();
+            if n != last {
+                (last, at) = (n, Instant::now());
+            }
+        }
+        t0.elapsed()
     }
 
     /// Stops watching and verifies the run in `dir`; the exit status of the check.
@@ -252,7 +305,8 @@ impl Watch {
         if let Some(t) = self.task.take() {
             let _ = t.await;
         }
-        // Deliveries still arriving are caught by IDLE until the final read starts.
+        // Deliveries still arriving are announced by push until the final read starts.
+        let waited = self.drain_push().await;
         let _ = self.idle_stop.send(true);
         for w in self.watchers.drain(..) {
             if tokio::time::timeout(Duration::from_secs(5), w)
@@ -267,7 +321,7 @@ impl Watch {
             out: dir.to_path_buf(),
             source: self.source.clone(),
             reader: self.reader.take().expect("finish runs once"),
-            wait: Some(self.wait),
+            wait: Some(self.wait.saturating_sub(waited)),
             show: 20,
             progress: true,
         };

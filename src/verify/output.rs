@@ -135,6 +135,7 @@ fn json(r: &Report, source: &str) -> serde_json::Value {
             "max_us": l.max(),
         },
         "rules": r.rules,
+        "notes": r.notes,
         "ok": r.ok(),
         "verdict": verdict(r),
     })
@@ -187,12 +188,14 @@ pub fn verdict(r: &Report) -> String {
 
 /// What the latency figures are times of, by source: a figure says what it is based on.
 pub fn basis(r: &Report, source: &str) -> &'static str {
-    let imap = source.starts_with("imap://") || source.starts_with("imaps://");
-    match (imap, r.to_the_second) {
-        (true, true) => "IMAP INTERNALDATE, whole seconds",
-        (true, false) => "when the server's IMAP IDLE announced each message: a server may hold these back (Dovecot up to 0.5 s, NOTIFY_DELAY_MSECS), and the figure then includes it; a Maildir's file times do not",
-        (false, true) => "the messages' dates, whole seconds",
-        (false, false) => "the messages' file times in the mailbox",
+    let scheme = source.split_once("://").map_or("", |(s, _)| s);
+    match (scheme, r.to_the_second) {
+        ("imap" | "imaps" | "imap+starttls", true) => "IMAP INTERNALDATE, whole seconds",
+        ("imap" | "imaps" | "imap+starttls", false) => "when the server's IMAP IDLE announced each message: a server may hold these back (Dovecot up to 0.5 s, NOTIFY_DELAY_MSECS), and the figure then includes it; a Maildir's file times do not",
+        ("jmap" | "jmaps", true) => "JMAP receivedAt, whole seconds",
+        ("jmap" | "jmaps", false) => "when the server's JMAP push (a state event on its EventSource) announced each message, before it was asked for; a server that holds events back is timed with that delay",
+        (_, true) => "the messages' dates, whole seconds",
+        (_, false) => "the messages' file times in the mailbox",
     }
 }
 /// The delivery latency line: its percentiles and what they are based on, or why there
@@ -202,7 +205,7 @@ fn latency(s: &mut String, r: &Report, source: &str) {
     let l = &r.latency;
     if let Some(why) = r.not_measurable {
         let hint = if why == super::ledger::TO_THE_SECOND {
-            "; exact arrival times: a Maildir (--maildir), or inline --verify over IMAP IDLE"
+            "; exact arrival times: a Maildir (--maildir), or inline --verify over IMAP IDLE or JMAP push"
         } else {
             "; for real delivery latency verify inline over IMAP IDLE: spate smtp ... --verify imap://HOST:PORT"
         };
@@ -287,6 +290,9 @@ pub fn render(r: &Report, source: &str, dir: &Path, show: usize) -> String {
         s.push('\n');
     }
     latency(&mut s, r, source);
+    for note in &r.notes {
+        let _ = writeln!(s, "  note       {note}");
+    }
     for rule in &r.rules {
         let _ = writeln!(
             s,

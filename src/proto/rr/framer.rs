@@ -361,6 +361,11 @@ pub struct Message<'a> {
 }
 
 impl<'a> Message<'a> {
+    /// HTTP: the body is sent in chunks (a stream read as it comes decodes them itself).
+    pub fn is_chunked(&self) -> bool {
+        self.chunked
+    }
+
     /// The body: the line(s) without the last line end (CRLF between lines read as LF),
     /// the bytes after the length prefix, the HTTP body with any chunked encoding (and
     /// trailers) removed.

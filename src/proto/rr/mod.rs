@@ -19,7 +19,7 @@ mod http;
 mod tests;
 
 pub use framer::{Framer, Message};
-pub use http::HttpRequest;
+pub use http::{chunk_size, HttpRequest};
 
 use serde::Serialize;
 

@@ -4,23 +4,20 @@
 //! their header fields in one request, then the bodies of some, then their keywords set
 //! or the messages destroyed in one request. Every request is a phase.
 
+pub mod client;
+pub mod inbox;
 pub mod phase;
-mod url;
+pub mod url;
 
 use std::sync::Arc;
 
-use base64::Engine as _;
 use rand::rngs::SmallRng;
 use serde_json::{json, Value};
 
+use self::client::{Found, Http, Reply};
 use super::{Endpoint, Failure, TlsMode};
 use crate::engine::{Driver, Outcome, UnitReport};
 use crate::metrics::Phase;
-use crate::proto::rr::{Frame, Framer};
-use crate::transport::Connection;
-
-/// The largest response read (a page of bodies).
-const MAX_RESPONSE: usize = 32 << 20;
 
 /// An account to log in as.
 #[derive(Debug, Clone)]
@@ -45,16 +42,6 @@ pub struct Settings {
     pub delete: u8,
 }
 
-/// Redirects followed to the session resource.
-const MAX_REDIRECTS: usize = 3;
-
-/// An HTTP response: its status, its body, and a redirect's Location.
-struct Reply {
-    status: u16,
-    body: Vec<u8>,
-    location: Option<String>,
-}
-
 /// What the session found at its login.
 struct LoggedIn {
     /// The API's path on this server, the mail account and its inbox.
@@ -67,9 +54,7 @@ struct LoggedIn {
 pub struct Session {
     id: usize,
     s: Arc<Settings>,
-    conn: Option<Connection>,
-    framer: Framer,
-    auth: String,
+    http: Http,
     login: Option<LoggedIn>,
     /// Messages looked at so far (the percentages are spread evenly over them), and
     /// of them those not destroyed.
@@ -83,17 +68,26 @@ fn chosen(n: u64, pct: u8) -> bool {
     (n + 1) * p / 100 > n * p / 100
 }
 
+/// A client error as the failure of `phase`.
+fn failure(phase: Phase, e: client::Error) -> Failure {
+    match e {
+        client::Error::Transport(e) => Failure::transport(phase, e),
+        client::Error::Refused {
+            status,
+            kind,
+            sample,
+        } => refused(phase, status, &kind, &sample),
+        client::Error::Breach(what) => Failure::breach(phase, what),
+    }
+}
+
 impl Session {
     pub fn new(id: usize, s: Arc<Settings>, _rng: SmallRng) -> Session {
         let a = &s.accounts[id % s.accounts.len()];
-        let auth =
-            base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", a.user, a.password));
         Session {
             id,
-            framer: Framer::response(Frame::Http, MAX_RESPONSE, None, false),
-            auth,
+            http: Http::new(&s.host, &a.user, &a.password),
             s,
-            conn: None,
             login: None,
             seen: 0,
             kept: 0,
@@ -101,8 +95,7 @@ impl Session {
     }
 
     /// One HTTP exchange, timed as `phase` (a new connection first when there is none,
-    /// or the server closed the last one): the status, the body, and for a redirect its
-    /// Location.
+    /// or the server closed the last one).
     async fn exchange(
         &mut self,
         phase: Phase,
@@ -111,60 +104,20 @@ impl Session {
         body: &[u8],
         report: &mut UnitReport,
     ) -> Result<Reply, Failure> {
-        if self.conn.is_none() {
-            self.conn = Some(self.s.endpoint.open(self.id, 0, report).await?);
+        if !self.http.is_open() {
+            let conn = self.s.endpoint.open(self.id, 0, report).await?;
+            self.http.attach(conn);
         }
-        let conn = self.conn.as_mut().expect("opened");
-        let mut wire = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Basic {}\r\nAccept: application/json\r\n",
-            self.s.host, self.auth
-        )
-        .into_bytes();
-        if method == "POST" {
-            wire.extend_from_slice(
-                format!(
-                    "Content-Type: application/json\r\nContent-Length: {}\r\n",
-                    body.len()
-                )
-                .as_bytes(),
-            );
-        }
-        wire.extend_from_slice(b"\r\n");
-        wire.extend_from_slice(body);
+        let wire = self.http.request(method, path, "application/json", body);
         let t = report.start(phase);
-        let sent = conn.send(&wire).await;
-        self.framer.reset();
-        let framer = &mut self.framer;
-        let got = match sent {
-            Ok(()) => {
-                conn.read_frame(MAX_RESPONSE, |b: &[u8]| framer.frame(b))
-                    .await
-            }
-            Err(e) => Err(e),
-        };
-        let bytes = match got {
-            Ok(b) => b,
-            Err(e) => {
-                self.conn = None;
-                return Err(Failure::transport(phase, e));
-            }
-        };
-        report.counters.bytes += bytes.len() as u64;
-        let m = self.framer.message(bytes);
-        let (status, close, body) = (m.status.unwrap_or(0), m.close, m.body().into_owned());
-        let location = (300..400)
-            .contains(&status)
-            .then(|| url::location(bytes))
-            .flatten();
+        let reply = self
+            .http
+            .round_trip(&wire)
+            .await
+            .map_err(|e| Failure::transport(phase, e))?;
+        report.counters.bytes += reply.wire as u64;
         report.timed(phase, t);
-        if close {
-            self.conn = None;
-        }
-        Ok(Reply {
-            status,
-            body,
-            location,
-        })
+        Ok(reply)
     }
 
     /// A JMAP request of `calls`, timed as `phase`: its method responses; a method error
@@ -180,67 +133,28 @@ impl Session {
             .as_ref()
             .map_or("/", |l| l.api.as_str())
             .to_string();
-        let req = json!({"using": ["urn:ietf:params:jmap:core", "urn:ietf:params:jmap:mail"], "methodCalls": calls});
-        let Reply { status, body, .. } = self
-            .exchange(phase, "POST", &path, req.to_string().as_bytes(), report)
+        let reply = self
+            .exchange(phase, "POST", &path, &client::api_body(calls), report)
             .await?;
-        let v: Value = serde_json::from_slice(&body)
-            .map_err(|_| Failure::breach(phase, format!("HTTP {status}: not JSON")))?;
-        if status != 200 {
-            return Err(refused(
-                phase,
-                status,
-                v["type"].as_str().unwrap_or("http"),
-                &v.to_string(),
-            ));
-        }
-        let responses = v["methodResponses"]
-            .as_array()
-            .cloned()
-            .ok_or_else(|| Failure::breach(phase, "no methodResponses"))?;
-        if let Some(e) = responses.iter().find(|r| r[0] == "error") {
-            return Err(refused(
-                phase,
-                0,
-                e[1]["type"].as_str().unwrap_or("error"),
-                &e.to_string(),
-            ));
-        }
-        Ok(responses)
+        client::responses(reply).map_err(|e| failure(phase, e))
     }
 
-    /// The session resource, following redirects on this server (Cyrus answers
-    /// /.well-known/jmap with a 301 to /jmap): it and the path it was found at.
+    /// The session resource, following redirects on this server: it and the path it was
+    /// found at.
     async fn session_resource(
         &mut self,
         report: &mut UnitReport,
     ) -> Result<(Value, String), Failure> {
         let mut path = self.s.session_path.clone();
         let tls = matches!(self.s.endpoint.tls, TlsMode::Implicit);
-        for _ in 0..=MAX_REDIRECTS {
+        for _ in 0..=client::MAX_REDIRECTS {
             let r = self
                 .exchange(phase::SESSION, "GET", &path, b"", report)
                 .await?;
-            match (r.status, &r.location) {
-                (200, _) => {
-                    let v = serde_json::from_slice(&r.body).map_err(|_| {
-                        Failure::breach(phase::SESSION, "the session resource is not JSON")
-                    })?;
-                    return Ok((v, path));
-                }
-                (301 | 302 | 303 | 307 | 308, Some(to)) => {
-                    path = url::resolve(tls, &self.s.host, &path, to).ok_or_else(|| {
-                        refused(phase::SESSION, r.status, "redirect elsewhere", to)
-                    })?;
-                }
-                (status, _) => {
-                    return Err(refused(
-                        phase::SESSION,
-                        status,
-                        "http",
-                        &String::from_utf8_lossy(&r.body),
-                    ))
-                }
+            match client::session_step(tls, &self.s.host, &path, r) {
+                Ok(Found::Session(v)) => return Ok((v, path)),
+                Ok(Found::Redirect(to)) => path = to,
+                Err(e) => return Err(failure(phase::SESSION, e)),
             }
         }
         Err(refused(phase::SESSION, 0, "too many redirects", &path))
@@ -249,20 +163,12 @@ impl Session {
     /// The session resource and the inbox: what every visit uses.
     async fn log_in(&mut self, report: &mut UnitReport) -> Result<(), Failure> {
         let (session, at) = self.session_resource(report).await?;
-        let account = session["primaryAccounts"]["urn:ietf:params:jmap:mail"]
-            .as_str()
-            .ok_or_else(|| Failure::breach(phase::SESSION, "the session names no mail account"))?
-            .to_string();
-        let api = session["apiUrl"]
-            .as_str()
-            .ok_or_else(|| Failure::breach(phase::SESSION, "no apiUrl"))?;
-        // An absolute URL or a relative one (Cyrus's `/jmap/`), against the resource's.
         let tls = matches!(self.s.endpoint.tls, TlsMode::Implicit);
-        let api = url::resolve(tls, &self.s.host, &at, api).ok_or_else(|| {
-            Failure::breach(phase::SESSION, format!("apiUrl on another server: {api}"))
-        })?;
+        let urls = client::urls(&session, tls, &self.s.host, &at)
+            .map_err(|e| failure(phase::SESSION, e))?;
+        let account = urls.account;
         self.login = Some(LoggedIn {
-            api,
+            api: urls.api,
             account: account.clone(),
             inbox: String::new(),
         });
@@ -273,12 +179,8 @@ impl Session {
                 report,
             )
             .await?;
-        let inbox = r[0][1]["list"]
-            .as_array()
-            .and_then(|l| l.iter().find(|m| m["role"] == "inbox"))
-            .and_then(|m| m["id"].as_str())
-            .ok_or_else(|| Failure::breach(phase::MAILBOX, "no mailbox with the inbox role"))?
-            .to_string();
+        let inbox = client::inbox(&r[0][1])
+            .ok_or_else(|| Failure::breach(phase::MAILBOX, "no mailbox with the inbox role"))?;
         if let Some(l) = self.login.as_mut() {
             l.inbox = inbox;
         }
@@ -433,14 +335,10 @@ impl Driver for Session {
     }
 
     fn idle(&mut self) {
-        if let Some(c) = self.conn.as_mut() {
-            c.idle();
-        }
+        self.http.idle();
     }
 
     async fn finish(&mut self, _report: &mut UnitReport) {
-        if let Some(c) = self.conn.take() {
-            c.shutdown().await;
-        }
+        self.http.close().await;
     }
 }

@@ -51,6 +51,32 @@ pub fn resolve(tls: bool, authority: &str, base: &str, reference: &str) -> Optio
     Some(out)
 }
 
+/// The authority, port and path of a server's URL after its `scheme://` (`tls`: the
+/// scheme's default port is 443, else 80); the path is the session resource's,
+/// `/.well-known/jmap` when none is given. None when malformed (no host, user
+/// information, a bad port).
+pub fn target(rest: &str, tls: bool) -> Option<(String, u16, String)> {
+    let (authority, path) = match rest.find('/') {
+        Some(i) if rest[i..].len() > 1 => (&rest[..i], &rest[i..]),
+        Some(i) => (&rest[..i], "/.well-known/jmap"),
+        None => (rest, "/.well-known/jmap"),
+    };
+    if authority.is_empty() || authority.contains('@') {
+        return None;
+    }
+    let port = match authority.strip_prefix('[') {
+        Some(v6) => v6.split_once("]:").map(|(_, p)| p),
+        None => authority.rsplit_once(':').map(|(_, p)| p),
+    };
+    let port = match port.map(str::parse::<u16>) {
+        None if tls => 443,
+        None => 80,
+        Some(Ok(p)) if p > 0 => p,
+        Some(_) => return None,
+    };
+    Some((authority.to_string(), port, path.to_string()))
+}
+
 /// `scheme:rest` when `r` starts with a scheme (RFC 3986 §3.1).
 fn scheme_of(r: &str) -> Option<(&str, &str)> {
     let (scheme, rest) = r.split_once(':')?;

@@ -1,5 +1,7 @@
 //! Reading mailboxes back, for `spate verify` and tests: everything in INBOX at once
 //! ([`fetch_mailbox`]), or new messages as they arrive over IMAP IDLE ([`watch_mailbox`]).
+//! JMAP's counterpart is `session::jmap::inbox`, reporting in the same terms ([`Fetched`],
+//! [`Watched`]).
 
 use std::time::{Duration, SystemTime};
 
@@ -71,24 +73,33 @@ pub fn parse_url(
         _ => return Err(bad("unknown scheme")),
     };
     let hostport = rest.split(['/', '?']).next().unwrap_or("");
-    let (host, addr) =
-        crate::session::resolve(hostport, port).map_err(|e| bad(&format!("{e:#}")))?;
+    let ep = endpoint(hostport, port, mode, tls, timeout).map_err(|e| bad(&e))?;
+    Ok((proto, ep))
+}
+
+/// The endpoint of a mailbox server at `hostport` (`port` when it names none), its
+/// certificate checked as `tls` says unless `mode` is plain.
+pub fn endpoint(
+    hostport: &str,
+    port: u16,
+    mode: TlsMode,
+    tls: &crate::tls::ClientOptions,
+    timeout: Duration,
+) -> Result<Endpoint, String> {
+    let (host, addr) = crate::session::resolve(hostport, port).map_err(|e| format!("{e:#}"))?;
     let tls_config = if mode == TlsMode::Plain {
         None
     } else {
-        Some(crate::tls::client_config(tls).map_err(|e| bad(&e.to_string()))?)
+        Some(crate::tls::client_config(tls).map_err(|e| e.to_string())?)
     };
-    Ok((
-        proto,
-        Endpoint {
-            addr,
-            server_name: crate::tls::server_name(&host).map_err(|e| bad(&e.to_string()))?,
-            tls: mode,
-            tls_config,
-            timeout,
-            bind: Vec::new(),
-        },
-    ))
+    Ok(Endpoint {
+        addr,
+        server_name: crate::tls::server_name(&host).map_err(|e| e.to_string())?,
+        tls: mode,
+        tls_config,
+        timeout,
+        bind: Vec::new(),
+    })
 }
 
 async fn open_pop3(ep: &Endpoint, acct: &Account) -> Result<Pop3, FetchError> {
@@ -183,8 +194,11 @@ async fn fetch_uids(m: &mut Imap, set: &str, after: u32) -> Result<Vec<Fetched>,
 /// What a mailbox watch reports.
 #[derive(Debug)]
 pub enum Watched {
-    /// A message, fetched whole.
+    /// A message, fetched whole, announced just now (IMAP IDLE).
     New(Fetched),
+    /// A message, fetched whole, that push announced at this time (JMAP: the moment
+    /// the state event was read, before the message was asked for).
+    Announced(Fetched, SystemTime),
     /// The server accepted IDLE: from now on a delivery is reported as it happens (sent
     /// at every (re)start of IDLE; a readiness signal for whoever waits on the watch).
     Idling,
