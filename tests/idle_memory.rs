@@ -209,10 +209,12 @@ fn a_waiting_plain_connection_holds_little() {
 fn a_waiting_tls_connection_holds_little() {
     let (bytes, allocs) = per_connection(200, true, Waiting::Read);
     eprintln!("tls: {bytes:.0} bytes and {allocs:.1} allocations per waiting connection");
-    // As plain, plus rustls's own state: its 4 KiB record buffer (kept from the first
-    // read on, whatever the caller does), the keys and the connection (about 8 KiB).
+    // As plain, plus rustls's own state: the connection, the keys, the key schedule and
+    // the server's certificates, 4 746 bytes in all. No record buffer is held while the
+    // connection waits (transport::tls); under tokio-rustls rustls's 4 KiB one was kept
+    // from the first read on, and this was 8.6 KiB.
     assert!(
-        bytes <= 10240.0,
+        bytes <= 5.5 * 1024.0,
         "{bytes:.0} bytes per waiting TLS connection"
     );
 }
