@@ -11,16 +11,21 @@ use serde::Serialize;
 use super::{observers, print_outcome, Finished};
 use crate::ctx::Ctx;
 use crate::engine::{self, PlanHead, Workload};
+use crate::message::{AddressPool, Factory, Pick};
 use crate::opts::accounts::AccountsArgs;
 use crate::opts::{MonitorArgs, OutputArgs, TransportArgs, WorkloadArgs};
 use crate::session::jmap::{Account, Session, Settings};
 use crate::session::TlsMode;
+use crate::units::Range;
 use crate::{usage, UsageError};
 
 const EXAMPLES: &str = "A unit of work is one visit to the inbox, as a mail client makes it: \
 its newest --messages messages with their header fields (Email/query and Email/get in one \
 request: the query phase), the text bodies of --download percent of them (body), then \
---delete percent destroyed and $seen set on --flag percent of the others (Email/set: set). Each session \
+--delete percent destroyed and $seen set on --flag percent of the others (Email/set: set), \
+--move percent of the others moved to the archive (move). --import percent of visits then \
+upload a generated message and import it into the inbox (upload, import), --submit percent \
+send one to another account of the run (upload, import as a draft, submit). Each session \
 logs in first (the session resource, then Mailbox/get: the session and mailbox phases) and \
 keeps its connection. Percentages are spread evenly over the messages the run looks at. \
 Authentication is HTTP Basic, the password from the users file or SPATE_PASSWORD.
@@ -29,7 +34,9 @@ EXAMPLES:
   spate jmap http://127.0.0.1:8080 --users-file users.txt --users 20 --duration 1m
   spate jmap https://mail.example.test/.well-known/jmap --ca ca.pem --users-file users.txt \\
       --messages 20 --download 50 --flag 50 --rate 10/s --duration 5m
-  spate jmap http://127.0.0.1:8080 --users-file users.txt --delete 100   # reads and empties";
+  spate jmap http://127.0.0.1:8080 --users-file users.txt --delete 100   # reads and empties
+  spate jmap http://127.0.0.1:8080 --users-file users.txt --users 20 --duration 5m \
+      --move 10 --import 20 --submit 10 --message-size 1k..20k";
 
 /// Options of `spate jmap`.
 #[derive(Debug, Clone, clap::Args, Serialize)]
@@ -58,6 +65,26 @@ pub struct Args {
     /// Percentage of them destroyed.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=100), help_heading = "Visit")]
     pub delete: u8,
+    /// Percentage of those not destroyed that are moved: to the mailbox with the archive
+    /// role, else the first that is not the inbox (an account with neither: every such
+    /// visit refused, "no mailbox to move to").
+    #[arg(long = "move", value_name = "MOVE", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=100), help_heading = "Visit")]
+    pub moves: u8,
+    /// Percentage of visits that upload a generated message and import it into the inbox.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=100), help_heading = "Visit")]
+    pub import: u8,
+    /// Percentage of visits that send a generated message to another account of the run
+    /// (uploaded, imported as a draft, EmailSubmission/set; 2 accounts at least).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=100), help_heading = "Visit")]
+    pub submit: u8,
+    /// Body size of the messages imported and sent, or a uniform range: 2k, 1k..20k.
+    #[arg(
+        long,
+        default_value = "2k",
+        value_name = "SIZE",
+        help_heading = "Visit"
+    )]
+    pub message_size: String,
 
     #[command(flatten)]
     #[serde(flatten)]
@@ -124,8 +151,13 @@ fn prepare(args: &Args, command: Vec<String>) -> anyhow::Result<(Plan, Settings)
     if args.messages == 0 {
         return usage("--messages: a visit looks at 1 message at least");
     }
+    if args.submit > 0 && accounts.len() < 2 {
+        return usage("--submit: sends to another account of the run, 2 accounts at least");
+    }
+    let head = PlanHead::new::<Session>(command, "jmap", &args.target).of(&workload);
+    let factory = messages(args, &accounts, &head.run_id)?;
     let plan = Plan {
-        head: PlanHead::new::<Session>(command, "jmap", &args.target).of(&workload),
+        head,
         address: endpoint.addr,
         workload,
         accounts: accounts.len(),
@@ -142,8 +174,40 @@ fn prepare(args: &Args, command: Vec<String>) -> anyhow::Result<(Plan, Settings)
         download: args.download,
         flag: args.flag,
         delete: args.delete,
+        moves: args.moves,
+        import: args.import,
+        submit: args.submit,
+        factory,
     };
     Ok((plan, settings))
+}
+
+/// The generator of the messages imported and sent (the tracking header of `spate smtp`'s):
+/// from and to the accounts, in their order; None when no visit makes one.
+fn messages(
+    args: &Args,
+    accounts: &[Account],
+    run_id: &str,
+) -> Result<Option<Arc<Factory>>, UsageError> {
+    if args.import == 0 && args.submit == 0 {
+        return Ok(None);
+    }
+    let bad = |e: crate::message::MessageError| UsageError(format!("--message-size: {e}"));
+    let size = crate::units::parse_size_range(&args.message_size)
+        .map_err(|e| UsageError(format!("--message-size: {e}")))?;
+    let pool = || AddressPool {
+        addrs: accounts.iter().map(|a| a.user.clone()).collect(),
+    };
+    let f = Factory::new(
+        run_id.into(),
+        size,
+        Range::fixed(1),
+        pool(),
+        pool(),
+        Pick::RoundRobin,
+    )
+    .map_err(bad)?;
+    Ok(Some(Arc::new(f)))
 }
 
 /// A JMAP load into its --out (or a new results directory), once the options are good

@@ -99,6 +99,22 @@ impl Http {
 
     /// The bytes of a request: `accept` the media type asked for, a body only for POST.
     pub fn request(&self, method: &str, path: &str, accept: &str, body: &[u8]) -> Vec<u8> {
+        self.post_typed(method, path, accept, "application/json", body)
+    }
+
+    /// The bytes of a blob upload (RFC 8620 §6.1): a POST of `body` as `content_type`.
+    pub fn upload(&self, path: &str, content_type: &str, body: &[u8]) -> Vec<u8> {
+        self.post_typed("POST", path, "application/json", content_type, body)
+    }
+
+    fn post_typed(
+        &self,
+        method: &str,
+        path: &str,
+        accept: &str,
+        content_type: &str,
+        body: &[u8],
+    ) -> Vec<u8> {
         let mut wire = format!(
             "{method} {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Basic {}\r\nAccept: {accept}\r\n",
             self.host, self.auth
@@ -107,7 +123,7 @@ impl Http {
         if method == "POST" {
             wire.extend_from_slice(
                 format!(
-                    "Content-Type: application/json\r\nContent-Length: {}\r\n",
+                    "Content-Type: {content_type}\r\nContent-Length: {}\r\n",
                     body.len()
                 )
                 .as_bytes(),
@@ -203,6 +219,7 @@ pub struct Urls {
     pub api: String,
     /// URI templates (RFC 6570 level 1, [`fill`]); None when absent or on another server.
     pub download: Option<String>,
+    pub upload: Option<String>,
     pub event_source: Option<String>,
     /// Most objects an Email/get may ask for.
     pub max_objects: usize,
@@ -231,6 +248,7 @@ pub fn urls(session: &Value, tls: bool, host: &str, at: &str) -> Result<Urls, Er
         account,
         api,
         download: on_this_server("downloadUrl"),
+        upload: on_this_server("uploadUrl"),
         event_source: on_this_server("eventSourceUrl"),
         max_objects,
     })
@@ -241,6 +259,15 @@ pub fn api_body(calls: Value) -> Vec<u8> {
     json!({"using": ["urn:ietf:params:jmap:core", "urn:ietf:params:jmap:mail"], "methodCalls": calls})
         .to_string()
         .into_bytes()
+}
+
+/// [`api_body`] with the submission capability too (Identity/get, EmailSubmission/set);
+/// asked only by requests that use it, as a server without it refuses the capability.
+pub fn api_body_submission(calls: Value) -> Vec<u8> {
+    json!({"using": ["urn:ietf:params:jmap:core", "urn:ietf:params:jmap:mail",
+                     "urn:ietf:params:jmap:submission"], "methodCalls": calls})
+    .to_string()
+    .into_bytes()
 }
 
 /// The method responses of an API response; an HTTP refusal or any method error is the
@@ -277,6 +304,29 @@ pub fn inbox(mailbox_get: &Value) -> Option<String> {
         .find(|m| m["role"] == "inbox")?["id"]
         .as_str()
         .map(str::to_string)
+}
+
+/// The id of the mailbox with `role` in a Mailbox/get response's arguments.
+pub fn with_role(mailbox_get: &Value, role: &str) -> Option<String> {
+    mailbox_get["list"]
+        .as_array()?
+        .iter()
+        .find(|m| m["role"] == role)?["id"]
+        .as_str()
+        .map(str::to_string)
+}
+
+/// Where messages are moved to: the archive, else the first mailbox that is not the
+/// inbox (in the server's order).
+pub fn move_target(mailbox_get: &Value) -> Option<String> {
+    with_role(mailbox_get, "archive").or_else(|| {
+        mailbox_get["list"]
+            .as_array()?
+            .iter()
+            .find(|m| m["role"] != "inbox")?["id"]
+            .as_str()
+            .map(str::to_string)
+    })
 }
 
 /// A URI template with its variables filled in (RFC 6570 simple expansion: every
@@ -363,5 +413,13 @@ mod tests {
         ));
         let mb = json!({"list": [{"id": "m1", "role": null}, {"id": "m2", "role": "inbox"}]});
         assert_eq!(inbox(&mb).as_deref(), Some("m2"));
+        assert_eq!(move_target(&mb).as_deref(), Some("m1"));
+        let mb = json!({"list": [{"id": "m1", "role": "inbox"}, {"id": "m2", "role": null},
+                                 {"id": "m3", "role": "archive"}]});
+        assert_eq!(move_target(&mb).as_deref(), Some("m3"));
+        assert_eq!(
+            move_target(&json!({"list": [{"id": "m1", "role": "inbox"}]})),
+            None
+        );
     }
 }

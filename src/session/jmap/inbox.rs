@@ -164,6 +164,7 @@ impl Reader {
                 account: String::new(),
                 api: String::new(),
                 download: None,
+                upload: None,
                 event_source: None,
                 max_objects: PAGE,
             },

@@ -2,10 +2,13 @@
 //! resource and its mailboxes, its setup) and keeps its HTTP/1.1 connection; a unit of
 //! work is one visit to the inbox as a mail client makes it: the newest messages and
 //! their header fields in one request, then the bodies of some, then their keywords set
-//! or the messages destroyed in one request. Every request is a phase.
+//! or the messages destroyed in one request; then, as the run asks, moves to the archive,
+//! a generated message imported and one sent to another account of the run (`mix`).
+//! Every request is a phase.
 
 pub mod client;
 pub mod inbox;
+mod mix;
 pub mod phase;
 pub mod url;
 
@@ -17,6 +20,7 @@ use serde_json::{json, Value};
 use self::client::{Found, Http, Reply};
 use super::{Endpoint, Failure, TlsMode};
 use crate::engine::{Driver, Outcome, UnitReport};
+use crate::message::{Builder, Built, Factory};
 use crate::metrics::Phase;
 
 /// An account to log in as.
@@ -40,6 +44,15 @@ pub struct Settings {
     pub download: u8,
     pub flag: u8,
     pub delete: u8,
+    /// Percentage of the messages kept (not destroyed) moved to the archive.
+    pub moves: u8,
+    /// Percentages of visits that import a generated message into the inbox, and that
+    /// send one to another account of the run.
+    pub import: u8,
+    pub submit: u8,
+    /// The generator of those messages: its senders and recipients are the accounts, in
+    /// their order. None when no visit imports or sends.
+    pub factory: Option<Arc<Factory>>,
 }
 
 /// What the session found at its login.
@@ -48,6 +61,12 @@ struct LoggedIn {
     api: String,
     account: String,
     inbox: String,
+    /// The upload URL's template, where moves go, where drafts go (the inbox when
+    /// None), and the identity that sends.
+    upload: Option<String>,
+    archive: Option<String>,
+    drafts: Option<String>,
+    identity: Option<String>,
 }
 
 /// One session: one account, one connection at a time.
@@ -60,6 +79,14 @@ pub struct Session {
     /// of them those not destroyed.
     seen: u64,
     kept: u64,
+    /// Visits made so far and messages sent (the shares of visits are spread over them).
+    visits: u64,
+    submits: u64,
+    /// The message generator, what it built, and the message itself (not dot-stuffed).
+    builder: Option<Builder>,
+    built: Built,
+    wire: Vec<u8>,
+    message: Vec<u8>,
 }
 
 /// Whether the `n`-th of a run of things is one of `pct` percent, evenly spread.
@@ -82,33 +109,36 @@ fn failure(phase: Phase, e: client::Error) -> Failure {
 }
 
 impl Session {
-    pub fn new(id: usize, s: Arc<Settings>, _rng: SmallRng) -> Session {
+    pub fn new(id: usize, s: Arc<Settings>, rng: SmallRng) -> Session {
         let a = &s.accounts[id % s.accounts.len()];
         Session {
             id,
             http: Http::new(&s.host, &a.user, &a.password),
+            builder: s.factory.as_ref().map(|f| f.builder(rng, id)),
             s,
             login: None,
             seen: 0,
             kept: 0,
+            visits: 0,
+            submits: 0,
+            built: Built::default(),
+            wire: Vec::new(),
+            message: Vec::new(),
         }
     }
 
-    /// One HTTP exchange, timed as `phase` (a new connection first when there is none,
-    /// or the server closed the last one).
+    /// One HTTP exchange of the request `wire`, timed as `phase` (a new connection first
+    /// when there is none, or the server closed the last one).
     async fn exchange(
         &mut self,
         phase: Phase,
-        method: &str,
-        path: &str,
-        body: &[u8],
+        wire: Vec<u8>,
         report: &mut UnitReport,
     ) -> Result<Reply, Failure> {
         if !self.http.is_open() {
             let conn = self.s.endpoint.open(self.id, 0, report).await?;
             self.http.attach(conn);
         }
-        let wire = self.http.request(method, path, "application/json", body);
         let t = report.start(phase);
         let reply = self
             .http
@@ -128,14 +158,19 @@ impl Session {
         calls: Value,
         report: &mut UnitReport,
     ) -> Result<Vec<Value>, Failure> {
-        let path = self
-            .login
-            .as_ref()
-            .map_or("/", |l| l.api.as_str())
-            .to_string();
-        let reply = self
-            .exchange(phase, "POST", &path, &client::api_body(calls), report)
-            .await?;
+        self.post(phase, client::api_body(calls), report).await
+    }
+
+    /// An API request of `body` (from [`client::api_body`] or its like), timed as `phase`.
+    async fn post(
+        &mut self,
+        phase: Phase,
+        body: Vec<u8>,
+        report: &mut UnitReport,
+    ) -> Result<Vec<Value>, Failure> {
+        let path = self.login.as_ref().map_or("/", |l| l.api.as_str());
+        let wire = self.http.request("POST", path, "application/json", &body);
+        let reply = self.exchange(phase, wire, report).await?;
         client::responses(reply).map_err(|e| failure(phase, e))
     }
 
@@ -148,9 +183,8 @@ impl Session {
         let mut path = self.s.session_path.clone();
         let tls = matches!(self.s.endpoint.tls, TlsMode::Implicit);
         for _ in 0..=client::MAX_REDIRECTS {
-            let r = self
-                .exchange(phase::SESSION, "GET", &path, b"", report)
-                .await?;
+            let wire = self.http.request("GET", &path, "application/json", b"");
+            let r = self.exchange(phase::SESSION, wire, report).await?;
             match client::session_step(tls, &self.s.host, &path, r) {
                 Ok(Found::Session(v)) => return Ok((v, path)),
                 Ok(Found::Redirect(to)) => path = to,
@@ -171,24 +205,37 @@ impl Session {
             api: urls.api,
             account: account.clone(),
             inbox: String::new(),
+            upload: urls.upload,
+            archive: None,
+            drafts: None,
+            identity: None,
         });
-        let r = self
-            .api(
-                phase::MAILBOX,
-                json!([["Mailbox/get", {"accountId": account, "ids": null}, "m"]]),
-                report,
-            )
-            .await?;
+        let mailboxes = json!(["Mailbox/get", {"accountId": account, "ids": null}, "m"]);
+        // The identity that sends is asked in the same request, only by a run that sends.
+        let body = if self.s.submit > 0 {
+            client::api_body_submission(json!([
+                mailboxes,
+                ["Identity/get", {"accountId": account, "ids": null}, "i"]
+            ]))
+        } else {
+            client::api_body(json!([mailboxes]))
+        };
+        let r = self.post(phase::MAILBOX, body, report).await?;
         let inbox = client::inbox(&r[0][1])
             .ok_or_else(|| Failure::breach(phase::MAILBOX, "no mailbox with the inbox role"))?;
+        let user = &self.s.accounts[self.id % self.s.accounts.len()].user;
+        let identity = r.get(1).and_then(|i| mix::identity(&i[1], user));
         if let Some(l) = self.login.as_mut() {
             l.inbox = inbox;
+            l.archive = client::move_target(&r[0][1]);
+            l.drafts = client::with_role(&r[0][1], "drafts");
+            l.identity = identity;
         }
         Ok(())
     }
 
-    /// One visit to the inbox.
-    async fn visit(&mut self, report: &mut UnitReport) -> Result<(), Failure> {
+    /// One visit to the inbox, unit `seq` of the run.
+    async fn visit(&mut self, seq: u64, report: &mut UnitReport) -> Result<(), Failure> {
         if self.login.is_none() {
             self.log_in(report).await?;
         }
@@ -222,6 +269,7 @@ impl Session {
             .filter_map(|e| e["id"].as_str())
             .collect();
         let (mut read, mut seen, mut destroy) = (Vec::new(), Vec::new(), Vec::new());
+        let mut moving = Vec::new();
         for id in ids {
             let n = self.seen;
             self.seen += 1;
@@ -235,7 +283,10 @@ impl Session {
                 let k = self.kept;
                 self.kept += 1;
                 if chosen(k, self.s.flag) && !already.contains(id.as_str()) {
-                    seen.push(id);
+                    seen.push(id.clone());
+                }
+                if chosen(k, self.s.moves) {
+                    moving.push(id);
                 }
             }
         }
@@ -273,6 +324,18 @@ impl Session {
                 return Err(refused(phase::SET, 0, "notUpdated", &r[0][1].to_string()));
             }
         }
+        if !moving.is_empty() {
+            self.move_kept(&account, moving, report).await?;
+        }
+        let v = self.visits;
+        self.visits += 1;
+        // Two messages a visit at most: each its own number for its trace header.
+        if chosen(v, self.s.import) {
+            self.import(seq * 2, report).await?;
+        }
+        if chosen(v, self.s.submit) {
+            self.submit(seq * 2 + 1, report).await?;
+        }
         Ok(())
     }
 }
@@ -293,8 +356,14 @@ fn refused(phase: Phase, status: u16, kind: &str, sample: &str) -> Failure {
 impl Driver for Session {
     const WORDS: crate::results::UnitWords =
         crate::results::UnitWords::new("visits", "visits/s", "read", &[phase::VISIT], true);
-    const COUNTERS: &'static [crate::metrics::Counter] =
-        &[phase::RETRIEVED, phase::FLAGGED, phase::DELETED];
+    const COUNTERS: &'static [crate::metrics::Counter] = &[
+        phase::RETRIEVED,
+        phase::FLAGGED,
+        phase::DELETED,
+        phase::MOVED,
+        phase::IMPORTED,
+        phase::SUBMITTED,
+    ];
     const PHASES: &'static [Phase] = &[
         Phase::CONNECT,
         Phase::TLS,
@@ -303,6 +372,10 @@ impl Driver for Session {
         phase::QUERY,
         phase::BODY,
         phase::SET,
+        phase::MOVE,
+        phase::UPLOAD,
+        phase::IMPORT,
+        phase::SUBMIT,
         phase::VISIT,
     ];
 
@@ -312,8 +385,8 @@ impl Driver for Session {
         }
     }
 
-    async fn run_one(&mut self, _seq: u64, r: &mut UnitReport) -> Outcome {
-        let result = self.visit(r).await;
+    async fn run_one(&mut self, seq: u64, r: &mut UnitReport) -> Outcome {
+        let result = self.visit(seq, r).await;
         let outcome = match &result {
             Ok(()) => Outcome::Accepted,
             Err(f) if f.fatal || f.kind != phase::REFUSAL => Outcome::Failed,
