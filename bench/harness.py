@@ -190,6 +190,25 @@ def free_port(port, tries=20):
     sys.exit(f"no free port near {port}; set BENCH_SINK_PORT/BENCH_SERVE_PORT")
 
 
+def read_json(path):
+    """A JSON file (a server's --stats-file, a summary) as a dict; {} while it is missing or
+    half written."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def spawn(argv, out_path, cwd=None, preexec_fn=None):
+    """A child with its output in out_path (closed by whoever reaps it: p._out)."""
+    out = open(out_path, "wb")
+    p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                         cwd=cwd, preexec_fn=preexec_fn)
+    p._out = out
+    return p
+
+
 def stop(proc, name, secs=10):
     """SIGTERM one process we started (by PID), wait bounded, then SIGKILL."""
     if proc.poll() is not None:

@@ -30,16 +30,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (RESULTS, find_spate, fmt, free_port, log, median,  # noqa: E402
-                     proc_cpu_seconds, wait_listen, wait_quiet)
+                     proc_cpu_seconds, read_json, wait_listen, wait_quiet)
 from xmpp import append_csv, proc_mem, set_nofile  # noqa: E402
-
-
-def stats(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
 
 
 def one(spate, k, args, workdir, users_file):
@@ -84,7 +76,7 @@ def one(spate, k, args, workdir, users_file):
                 srss, _ = proc_mem(serve.pid)
             except (OSError, ValueError, IndexError):
                 break
-            n = stats(statsf).get("active_connections", 0)
+            n = read_json(statsf).get("active_connections", 0)
             samples.append((time.monotonic() - t0, grss, gcpu, srss, n))
             if (len(samples) >= 3 and n >= k and samples[-3][4] >= k
                     and gcpu - samples[-3][2] < 0.05 and len(idle) < 6):

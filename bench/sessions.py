@@ -32,16 +32,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import RESULTS, find_spate, fmt, free_port, log, median  # noqa: E402
+from harness import RESULTS, find_spate, free_port, log, median, read_json, spawn  # noqa: E402
 from xmpp import proc_mem, set_nofile  # noqa: E402
-
-
-def stats(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
 
 
 def open_files(pid):
@@ -49,14 +41,6 @@ def open_files(pid):
         return len(os.listdir(f"/proc/{pid}/fd"))
     except OSError:
         return 0
-
-
-def spawn(argv, out_path, cwd):
-    out = open(out_path, "wb")
-    p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                         cwd=cwd, preexec_fn=set_nofile)
-    p._out = out
-    return p
 
 
 def port_range():
@@ -97,7 +81,7 @@ def main():
             argv = [spate, "serve", "--imap", addr, "--reuse-port", "--users-file", users,
                     "--max-connections", "0", "--threads", "1", "--idle-timeout", "30m",
                     "--stats-file", sf]
-            servers.append((spawn(argv, os.path.join(work, f"serve-{i}.out"), work), sf))
+            servers.append((spawn(argv, os.path.join(work, f"serve-{i}.out"), work, set_nofile), sf))
         deadline = time.monotonic() + 60
         while not all(os.path.exists(sf) for _, sf in servers):
             if time.monotonic() > deadline or any(p.poll() is not None for p, _ in servers):
@@ -115,14 +99,14 @@ def main():
                     "--bind", args.sources, "--shard", f"{i}/{args.shards}", "--run-id", run_id,
                     "--start-at", "+3s", "--start-file", start, "--quiet", "-o", d]
             command = command or " ".join(["spate"] + argv[1:])
-            shards.append((spawn(argv, os.path.join(work, f"shard-{i}.out"), work), d))
+            shards.append((spawn(argv, os.path.join(work, f"shard-{i}.out"), work, set_nofile), d))
         t0 = time.monotonic()
         limit = args.total / args.connect_rate + args.hold + 300
         samples = []  # t, open connections (servers), [gen rss], [gen fds], [serve rss], [serve fds]
         log(f"{args.shards} shards of {args.total} sessions against {args.shards} servers on {addr}")
         while any(p.poll() is None for p, _ in shards) and time.monotonic() - t0 < limit:
             time.sleep(1.0)
-            n = sum(stats(sf).get("active_connections", 0) for _, sf in servers)
+            n = sum(read_json(sf).get("active_connections", 0) for _, sf in servers)
             g = [proc_mem(p.pid)[0] if p.poll() is None else 0 for p, _ in shards]
             gf = [open_files(p.pid) for p, _ in shards]
             s = [proc_mem(p.pid)[0] for p, _ in servers]

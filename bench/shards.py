@@ -35,14 +35,7 @@ import tempfile
 import time
 
 from harness import (RESULTS, Sink, find_spate, fmt, free_port, log, median, stop, wait_listen,
-                     wait_quiet, ensure_tools, SINK_PORT, SERVE_PORT)
-
-
-def spawn(argv, out_path):
-    out = open(out_path, "wb")
-    p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    p._out = out
-    return p
+                     wait_quiet, ensure_tools, spawn, SINK_PORT, SERVE_PORT)
 
 
 def reap(p, deadline):

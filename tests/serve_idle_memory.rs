@@ -69,6 +69,25 @@ for s in held[-5:]:
 print("done", flush=True)
 "#;
 
+/// The embedded server on a runtime of its own, with IMAPS (`tls`) or IMAP alone.
+fn server(tls: bool) -> (tokio::runtime::Runtime, serve::Running) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut cfg = serve::Config::loopback();
+    cfg.listen.smtp = None;
+    let any = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+    if tls {
+        cfg.listen.imaps = any;
+    } else {
+        cfg.listen.imap = any;
+    }
+    let server = rt.block_on(serve::start(cfg)).unwrap();
+    (rt, server)
+}
+
 /// One test, so that the plain and the TLS measurements never run at once in this
 /// process (the allocator's count is the process's).
 #[test]
@@ -85,15 +104,7 @@ fn an_imap_session_in_idle_costs_the_server_little() {
 /// is the figure with a little room.
 fn tls_sessions() {
     use std::io::BufRead;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut cfg = serve::Config::loopback();
-    cfg.listen.smtp = None;
-    cfg.listen.imaps = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
-    let server = rt.block_on(serve::start(cfg)).unwrap();
+    let (rt, server) = server(true);
     let addr = server.addrs.imaps.unwrap();
     let n = 300;
     let mut py = std::process::Command::new("python3")
@@ -136,15 +147,7 @@ fn tls_sessions() {
 }
 
 fn plain_sessions() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut cfg = serve::Config::loopback();
-    cfg.listen.smtp = None;
-    cfg.listen.imap = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
-    let server = rt.block_on(serve::start(cfg)).unwrap();
+    let (rt, server) = server(false);
     let addr = server.addrs.imap.unwrap();
     let n = 300;
     let mut sessions: Vec<Option<TcpStream>> = (0..n + 20).map(|_| None).collect();

@@ -170,10 +170,7 @@ impl Endpoint {
         report: &mut UnitReport,
     ) -> Result<(), Failure> {
         let t = report.start(Phase::TLS);
-        let config = match config {
-            Some(c) => Ok(c),
-            None => self.tls_config(),
-        };
+        let config = config.map_or_else(|| self.tls_config(), Ok);
         let done = match config {
             Ok(c) => conn.start_tls(c, self.server_name.clone()).await,
             Err(e) => Err(e),

@@ -84,6 +84,14 @@ enum Step {
     Closed,
 }
 
+/// What a step sends once the handshake allows it.
+#[derive(Clone, Copy)]
+enum Outgoing<'a> {
+    Nothing,
+    Data(&'a [u8]),
+    CloseNotify,
+}
+
 /// A TLS connection over `io`.
 pub struct TlsIo<C, IO> {
     conn: C,
@@ -147,11 +155,6 @@ impl<C: Side, IO> TlsIo<C, IO> {
         }
     }
 
-    /// rustls' view of the connection (the handshake's kind, the peer's certificates).
-    pub fn state(&self) -> &rustls::CommonState {
-        self.conn.common()
-    }
-
     /// Whether the handshake resumed an earlier session.
     pub fn resumed(&self) -> bool {
         self.conn.common().handshake_kind() == Some(HandshakeKind::Resumed)
@@ -167,9 +170,9 @@ impl<C: Side, IO> TlsIo<C, IO> {
     }
 
     /// Processes every record at hand: decrypts application data into `plain`, encodes
-    /// what TLS itself has to send into `out`, and encrypts `data` once the handshake
+    /// what TLS itself has to send into `out`, and encrypts `send` once the handshake
     /// allows it.
-    fn step(&mut self, data: Option<&[u8]>) -> io::Result<Step> {
+    fn step(&mut self, send: Outgoing<'_>) -> io::Result<Step> {
         let Self {
             conn,
             incoming,
@@ -201,14 +204,20 @@ impl<C: Side, IO> TlsIo<C, IO> {
                 }
                 ConnectionState::BlockedHandshake => Some(Step::NeedInput),
                 ConnectionState::WriteTraffic(mut w) => {
-                    let n = match data {
-                        Some(d) if !d.is_empty() => {
+                    let n = match send {
+                        Outgoing::Data(d) if !d.is_empty() => {
                             let d = &d[..d.len().min(MAX_WRITE)];
                             let room = d.len() + (d.len() / (16 * 1024) + 1) * RECORD_OVERHEAD;
                             encode_into_sized(out, room, |buf| {
                                 w.encrypt(d, buf).map_err(encrypt_error)
                             })?;
                             d.len()
+                        }
+                        Outgoing::CloseNotify => {
+                            encode_into_sized(out, RECORD_OVERHEAD, |buf| {
+                                w.queue_close_notify(buf).map_err(encrypt_error)
+                            })?;
+                            0
                         }
                         _ => 0,
                     };
@@ -235,49 +244,11 @@ impl<C: Side, IO> TlsIo<C, IO> {
 
     /// Queues our close_notify (once).
     fn queue_close(&mut self) -> io::Result<()> {
-        if self.closing {
-            return Ok(());
+        if !self.closing {
+            self.closing = true;
+            self.step(Outgoing::CloseNotify)?;
         }
-        self.closing = true;
-        let Self {
-            conn,
-            incoming,
-            out,
-            ..
-        } = self;
-        loop {
-            let UnbufferedStatus { discard, state } = conn.process(incoming);
-            let state = state.map_err(tls_error)?;
-            let done = match state {
-                ConnectionState::WriteTraffic(mut w) => {
-                    encode_into_sized(out, RECORD_OVERHEAD, |buf| {
-                        w.queue_close_notify(buf).map_err(encrypt_error)
-                    })?;
-                    true
-                }
-                ConnectionState::EncodeTlsData(mut e) => {
-                    encode_into(out, |buf| e.encode(buf).map_err(encode_error))?;
-                    false
-                }
-                ConnectionState::TransmitTlsData(t) => {
-                    t.done();
-                    false
-                }
-                // Decrypted data is of no use to a side that closes; nothing to say
-                // in the middle of a handshake or after the peer's close.
-                ConnectionState::ReadTraffic(mut r) => {
-                    while r.next_record().is_some() {}
-                    false
-                }
-                _ => true,
-            };
-            if discard > 0 {
-                incoming.drain(..discard);
-            }
-            if done {
-                return Ok(());
-            }
-        }
+        Ok(())
     }
 
     /// Hands out what was decrypted; the buffer is freed once it is read.
@@ -330,7 +301,7 @@ impl<C: Side + Unpin, IO: AsyncRead + AsyncWrite + Unpin> TlsIo<C, IO> {
     pub fn poll_handshake(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         loop {
             std::task::ready!(self.poll_write_out(cx))?;
-            match self.step(None)? {
+            match self.step(Outgoing::Nothing)? {
                 Step::Traffic(_) if self.out.is_empty() => return Poll::Ready(Ok(())),
                 // What the step encoded goes out first.
                 Step::Traffic(_) => {}
@@ -361,7 +332,7 @@ impl<C: Side + Unpin, IO: AsyncRead + AsyncWrite + Unpin> TlsIo<C, IO> {
             return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
         }
         let had_plain = self.plain.len() > self.plain_at;
-        let n = match self.step(Some(data))? {
+        let n = match self.step(Outgoing::Data(data))? {
             Step::Traffic(n) => n,
             Step::NeedInput => {
                 return Poll::Ready(Err(io::Error::new(
@@ -392,35 +363,35 @@ impl<C: Side + Unpin, IO: AsyncRead + AsyncWrite + Unpin> TlsIo<C, IO> {
 /// asked for.
 fn encode_into(
     out: &mut Vec<u8>,
-    f: impl FnMut(&mut [u8]) -> Result<usize, Sized>,
+    f: impl FnMut(&mut [u8]) -> Result<usize, Room>,
 ) -> io::Result<()> {
     encode_into_sized(out, 1024, f)
 }
 
 /// Why an encode did not fit: the room it needs, or an error.
-enum Sized {
+enum Room {
     Need(usize),
     Failed(io::Error),
 }
 
-fn encode_error(e: EncodeError) -> Sized {
+fn encode_error(e: EncodeError) -> Room {
     match e {
-        EncodeError::InsufficientSize(s) => Sized::Need(s.required_size),
-        e => Sized::Failed(io::Error::other(e.to_string())),
+        EncodeError::InsufficientSize(s) => Room::Need(s.required_size),
+        e => Room::Failed(io::Error::other(e.to_string())),
     }
 }
 
-fn encrypt_error(e: EncryptError) -> Sized {
+fn encrypt_error(e: EncryptError) -> Room {
     match e {
-        EncryptError::InsufficientSize(s) => Sized::Need(s.required_size),
-        e => Sized::Failed(io::Error::other(e.to_string())),
+        EncryptError::InsufficientSize(s) => Room::Need(s.required_size),
+        e => Room::Failed(io::Error::other(e.to_string())),
     }
 }
 
 fn encode_into_sized(
     out: &mut Vec<u8>,
     mut room: usize,
-    mut f: impl FnMut(&mut [u8]) -> Result<usize, Sized>,
+    mut f: impl FnMut(&mut [u8]) -> Result<usize, Room>,
 ) -> io::Result<()> {
     let start = out.len();
     loop {
@@ -430,12 +401,12 @@ fn encode_into_sized(
                 out.truncate(start + n);
                 return Ok(());
             }
-            Err(Sized::Need(n)) if n > room => room = n,
-            Err(Sized::Need(_)) => {
+            Err(Room::Need(n)) if n > room => room = n,
+            Err(Room::Need(_)) => {
                 out.truncate(start);
                 return Err(io::Error::other("TLS record larger than asked for"));
             }
-            Err(Sized::Failed(e)) => {
+            Err(Room::Failed(e)) => {
                 out.truncate(start);
                 return Err(e);
             }
@@ -455,7 +426,7 @@ impl<C: Side + Unpin, IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for TlsIo<C,
                 return Poll::Ready(Ok(()));
             }
             if !me.incoming.is_empty() {
-                me.step(None)?;
+                me.step(Outgoing::Nothing)?;
                 if me.plain.len() > me.plain_at || me.eof {
                     continue;
                 }
@@ -470,7 +441,7 @@ impl<C: Side + Unpin, IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for TlsIo<C,
             match me.poll_fill(cx) {
                 Poll::Ready(Ok(0)) => me.eof = true,
                 Poll::Ready(Ok(_)) => {
-                    me.step(None)?;
+                    me.step(Outgoing::Nothing)?;
                 }
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => {

@@ -360,3 +360,36 @@ impl Drop for Web {
         outside_the_runtime(move || feed.wait_given(Duration::from_secs(5)));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::View;
+
+    #[test]
+    fn only_a_web_json_naming_this_views_address_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("web.json");
+        let ours: std::net::SocketAddr = "127.0.0.1:5665".parse().unwrap();
+        // Another view's (a shard's, a second watch's), or not JSON at all: left as it is.
+        for theirs in ["{\"address\": \"127.0.0.1:9\"}\n", "not json\n", "{}\n"] {
+            std::fs::write(&path, theirs).unwrap();
+            View::remove_address(dir.path(), ours);
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), theirs);
+        }
+        // Nothing there: nothing happens.
+        std::fs::remove_file(&path).unwrap();
+        View::remove_address(dir.path(), ours);
+        assert!(!path.exists());
+        // The one it wrote goes.
+        std::fs::write(&path, "{\"address\": \"127.0.0.1:5665\"}\n").unwrap();
+        View::remove_address(dir.path(), ours);
+        assert!(!path.exists());
+        // And the directory's other files stay.
+        std::fs::write(dir.path().join("notes.txt"), "mine").unwrap();
+        View::remove_address(dir.path(), ours);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("notes.txt")).unwrap(),
+            "mine"
+        );
+    }
+}
