@@ -24,7 +24,10 @@ fn user(i: usize) -> String {
 /// The embedded server with POP3(S) and IMAP(S), USERS accounts (password `pw`), and
 /// `per_box` messages in each mailbox.
 async fn bed(per_box: usize) -> Bed {
-    let mut config = Config::loopback();
+    bed_with(per_box, Config::loopback()).await
+}
+
+async fn bed_with(per_box: usize, mut config: Config) -> Bed {
     let any = Some("127.0.0.1:0".parse().unwrap());
     config.listen.pop3 = any;
     config.listen.pop3s = any;
@@ -113,6 +116,49 @@ async fn pop3_closed_load_with_deletes_leaves_the_predicted_counts() {
         assert_eq!(f[visit].is_empty(), f[accepted] == "0", "{l}");
     }
     assert_eq!((retrieved, deleted), (100, 50));
+    b.server.shutdown().await;
+}
+
+/// Visits of uneven length drift apart, and round-robin alone then hands an account to a
+/// visit while another still holds it: the server refuses the second login to the
+/// maildrop (-ERR [IN-USE]). Visits in flight hold their accounts, so none is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pop3_visits_in_flight_never_share_a_maildrop() {
+    let mut config = Config::loopback();
+    config
+        .faults
+        .delays
+        .push(spate::serve::faults::parse_delay("list:0ms..8ms").unwrap());
+    config.faults.seed = Some(3);
+    let b = bed_with(1, config).await;
+    let addr = b.server.addrs.pop3.unwrap().to_string();
+    let o = out(&b, "pop3-apart");
+    let r = spate(&[
+        "pop3",
+        &addr,
+        "--users-file",
+        &b.users_file,
+        "--users",
+        &(USERS - 1).to_string(),
+        "--count",
+        "200",
+        "-o",
+        &o,
+        "-q",
+    ])
+    .await;
+    assert!(r.ok, "{}\n{}", r.stdout, r.stderr);
+    let t = &summary(Path::new(&o))["totals"];
+    assert_eq!(
+        (
+            t["accepted"].as_u64(),
+            t["rejected"].as_u64(),
+            t["failed"].as_u64()
+        ),
+        (Some(200), Some(0), Some(0)),
+        "{}",
+        r.stdout
+    );
     b.server.shutdown().await;
 }
 

@@ -88,7 +88,9 @@ pub struct Common {
     #[command(flatten)]
     #[serde(flatten)]
     pub accounts: AccountsArgs,
-    /// How each visit picks its account (round-robin keeps concurrent visits apart).
+    /// How each visit picks its account. Either way a visit skips accounts that other
+    /// visits in flight hold (a POP3 server refuses a second login to a maildrop in use),
+    /// unless every account is held.
     #[arg(long, value_enum, default_value_t = PickArg::RoundRobin, help_heading = "Accounts")]
     pub pick: PickArg,
     /// How to log in: POP3 USER/PASS (auto), APOP when the greeting offers it, or AUTH
@@ -428,6 +430,7 @@ pub fn prepare(
         idle,
         mix,
         next_account: AtomicU64::new(0),
+        held: (0..plan.accounts).map(|_| AtomicBool::new(false)).collect(),
     };
     Ok((plan, settings))
 }

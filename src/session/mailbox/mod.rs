@@ -13,7 +13,7 @@ pub mod mix;
 pub mod phase;
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,7 +45,7 @@ pub struct Settings {
     /// Share of visits that are IMAP (100 for `spate imap`).
     pub imap_percent: u8,
     pub accounts: Vec<Account>,
-    /// Accounts in turn (keeps concurrent visits apart) rather than at random.
+    /// Accounts in turn rather than at random.
     pub round_robin: bool,
     pub login: Login,
     pub messages_per_connection: u32,
@@ -60,6 +60,43 @@ pub struct Settings {
     pub mix: mix::Mix,
     /// Round-robin position over the accounts.
     pub next_account: AtomicU64,
+    /// Which accounts a visit in flight holds (see [`Lease`]); one per account.
+    pub held: Vec<AtomicBool>,
+}
+
+/// An account a visit holds while it is in flight. Visits keep apart: a POP3 server
+/// refuses a second login to a maildrop in use (`-ERR [IN-USE]`, RFC 2449), and a person
+/// reads mail from one client at a time. Only when every account is held (more visits at
+/// once than accounts) does a visit share one, and then it holds nothing.
+pub struct Lease {
+    s: Arc<Settings>,
+    pub acct: usize,
+    held: bool,
+}
+
+impl Lease {
+    /// The first account not held from `start` on (wrapping), or `start` shared.
+    fn take(s: &Arc<Settings>, start: usize) -> Lease {
+        let n = s.held.len();
+        let free = (0..n).map(|k| (start + k) % n).find(|&i| {
+            s.held[i]
+                .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        });
+        Lease {
+            s: s.clone(),
+            acct: free.unwrap_or(start),
+            held: free.is_some(),
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.held {
+            self.s.held[self.acct].store(false, Ordering::Release);
+        }
+    }
 }
 
 /// A client's failure as the unit's failure; `transport` failures leave no usable
@@ -157,13 +194,15 @@ impl Visitor {
         }
     }
 
-    fn account(&mut self) -> usize {
+    /// The account of the next visit, held until the lease drops.
+    fn account(&mut self) -> Lease {
         let n = self.s.accounts.len();
-        if self.s.round_robin {
+        let start = if self.s.round_robin {
             self.s.next_account.fetch_add(1, Ordering::Relaxed) as usize % n
         } else {
             self.rng.random_range(0..n)
-        }
+        };
+        Lease::take(&self.s, start)
     }
 
     async fn open(
@@ -418,7 +457,8 @@ impl Driver for Visitor {
         // the mix's visit shares count over the IMAP visits (their own sequence).
         let imap = mix::share(seq, self.s.imap_percent);
         let imap_seq = mix::chosen_before(seq, self.s.imap_percent);
-        let acct = self.account();
+        let lease = self.account();
+        let acct = lease.acct;
         let s = self.s.clone();
         let result = match (imap, &s.imap, &s.pop3) {
             (true, Some(ep), _) | (false, Some(ep), None) => {
