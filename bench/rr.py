@@ -13,6 +13,11 @@ service is cheap, so the generator is what is measured. Configurations (--only):
   http-close    plain HTTP, a new connection per request: both send `Connection: close`
                 (spate --per-request --header 'Connection: close', wrk -H 'Connection:
                 close': nginx closes, the tools reconnect)
+  https-ka      HTTPS without a client certificate (the bed's benchmark port), keep-alive:
+                spate and wrk
+  https-close   the same, a new connection and handshake per request, `Connection: close`
+                as for http-close; both resume sessions (spate by default; wrk keeps its
+                OpenSSL session across reconnects, SSL_clear)
   tls-ka        TLS with a client certificate, keep-alive: spate only
   tls-perreq    TLS with a client certificate, a new connection and handshake per request
                 (session resumption on, spate's default): spate only
@@ -20,7 +25,7 @@ service is cheap, so the generator is what is measured. Configurations (--only):
                         --max-in-flight 40): generator CPU as a share of one core
   tls-perreq-rate-full  the same with --no-resumption (a full handshake every request)
 wrk cannot present a client certificate and has no rate limit (wrk2, which has one, is
-not in Debian): the TLS rows have no wrk figure.
+not in Debian): the tls rows have no wrk figure.
 
 Figures per run: the tool's own request count and duration (wrk's "N requests" and
 Requests/sec, spate's summary.json), the nginx worker's own count (/stats `requests`
@@ -58,6 +63,8 @@ RUN_LIMIT_PAD = 60  # seconds a run may exceed its planned duration before it is
 CONFIGS = [
     ("http-ka", "plain", "keep-alive", "closed", True, ("spate", "wrk")),
     ("http-close", "plain", "per-request", "closed", True, ("spate", "wrk")),
+    ("https-ka", "https", "keep-alive", "closed", True, ("spate", "wrk")),
+    ("https-close", "https", "per-request", "closed", True, ("spate", "wrk")),
     ("tls-ka", "tls", "keep-alive", "closed", True, ("spate",)),
     ("tls-perreq", "tls", "per-request", "closed", True, ("spate",)),
     ("tls-perreq-rate", "tls", "per-request", "rate", True, ("spate",)),
@@ -74,10 +81,10 @@ class Service:
     """The bed's nginx: its plain-HTTP benchmark port for /stats and warming the cache."""
 
     def __init__(self, env):
-        for k in ("SPATE_AUTHZ_HTTP_PORT", "SPATE_AUTHZ_PORT", "SPATE_AUTHZ_CA"):
+        for k in ("SPATE_AUTHZ_HTTP_PORT", "SPATE_AUTHZ_TLS", "SPATE_AUTHZ_PORT", "SPATE_AUTHZ_CA"):
             if k not in env:
-                sys.exit(f"the bed's env lacks {k}: a bed from before the plain-HTTP "
-                         "benchmark port? (scripts/testbed down, then up again)")
+                sys.exit(f"the bed's env lacks {k}: a bed from before the benchmark ports? "
+                         "(scripts/testbed down, then up again)")
         self.env = env
         self.http_port = int(env["SPATE_AUTHZ_HTTP_PORT"])
 
@@ -108,17 +115,23 @@ class Service:
 
 
 # ------------------------------------------------------------------------------- tools
+# The bed's variable naming each transport's address: plain HTTP and HTTPS without a
+# client certificate (benchmark ports), HTTPS with one (the service's own port).
+TARGET = {"plain": "SPATE_AUTHZ_HTTP", "https": "SPATE_AUTHZ_TLS", "tls": "SPATE_AUTHZ"}
+LABEL = {"plain": "HTTP", "https": "HTTPS, no client cert", "tls": "TLS+client cert"}
+
+
 def spate_argv(spate, cfg, args, env, resdir):
     name, transport, policy, load, resumption, _ = cfg
-    target = env["SPATE_AUTHZ_HTTP"] if transport == "plain" else env["SPATE_AUTHZ"]
-    argv = [spate, "rr", target, "--frame", "http", "--method", "POST", "--path", "/authz",
-            "--template", BODY, "--quiet", "-o", resdir]
+    argv = [spate, "rr", env[TARGET[transport]], "--frame", "http", "--method", "POST",
+            "--path", "/authz", "--template", BODY, "--quiet", "-o", resdir]
+    if transport != "plain":
+        argv += ["--tls", "--ca", env["SPATE_AUTHZ_CA"]]
     if transport == "tls":
-        argv += ["--tls", "--ca", env["SPATE_AUTHZ_CA"], "--cert", env["SPATE_AUTHZ_CERT"],
-                 "--key", env["SPATE_AUTHZ_KEY"]]
+        argv += ["--cert", env["SPATE_AUTHZ_CERT"], "--key", env["SPATE_AUTHZ_KEY"]]
     if policy == "per-request":
         argv.append("--per-request")
-        if transport == "plain":
+        if transport != "tls":
             # as wrk is told to: the server closes (without it spate closes each connection
             # itself, and the active close's TIME_WAIT costs the generator ~40 µs more)
             argv += ["--header", "Connection: close"]
@@ -145,7 +158,8 @@ def wrk_argv(cfg, args, env, script):
     argv = ["wrk", "-t2", f"-c{args.connections}", f"-d{args.duration}s", "-s", script]
     if policy == "per-request":
         argv += ["-H", "Connection: close"]
-    return argv + [f"http://{env['SPATE_AUTHZ_HTTP']}/authz"]
+    scheme = "https" if transport == "https" else "http"
+    return argv + [f"{scheme}://{env[TARGET[transport]]}/authz"]
 
 
 def parse_wrk(text):
@@ -312,7 +326,7 @@ def render(rows, configs, args, spate, started, bed_note):
     summary = {}
     for cfg in configs:
         name, transport, policy, load, resumption, can = cfg
-        what = (f"{'HTTP' if transport == 'plain' else 'TLS+client cert'}, {policy}"
+        what = (f"{LABEL[transport]}, {policy}"
                 + ("" if resumption else ", no resumption") + ", "
                 + (f"{args.connections} conn." if load == "closed" else f"{args.rate}/s"))
         for tool in args.tools:
@@ -329,7 +343,7 @@ def render(rows, configs, args, spate, started, bed_note):
                 out.append(f"| {name} ({what}) | {tool} | 0 | no data {notes} | | | | | | | | |")
                 continue
             hs = ""
-            if med("handshakes") is not None and transport == "tls":
+            if med("handshakes") is not None and transport != "plain":
                 hs = f"{fmt(med('handshakes'))} ({fmt(med('resumed'))})"
             out.append(
                 f"| {name} ({what}) | {tool} | {len(good)} | {fmt(med('req_per_s'))} "
@@ -357,14 +371,15 @@ def render(rows, configs, args, spate, started, bed_note):
         out += ratios
         out.append("")
     out.append("Targets:\n")
-    s, w = summary.get(("http-ka", "spate")), summary.get(("http-ka", "wrk"))
-    if s and w and s[0] and w[0]:
-        met = s[0] >= w[0] and s[1] <= w[1]
-        out.append(f"- keep-alive, {args.connections} connections: spate ≥ wrk's req/s at ≤ its "
-                   f"CPU-µs/req: {'met' if met else 'NOT met'} (req/s {fmt(s[0])} vs "
-                   f"{fmt(w[0])}, CPU-µs/req {fmt(s[1], 1)} vs {fmt(w[1], 1)})")
-    else:
-        out.append("- keep-alive target: not measured (http-ka with both tools not run)")
+    for name in ("http-ka", "http-close", "https-ka", "https-close"):
+        s, w = summary.get((name, "spate")), summary.get((name, "wrk"))
+        if s and w and s[0] and w[0] and s[1] and w[1]:
+            met = s[0] >= w[0] and s[1] <= w[1]
+            out.append(f"- {name}, {args.connections} connections: spate ≥ wrk's req/s at ≤ its "
+                       f"CPU-µs/req: {'met' if met else 'NOT met'} (req/s {fmt(s[0])} vs "
+                       f"{fmt(w[0])}, CPU-µs/req {fmt(s[1], 1)} vs {fmt(w[1], 1)})")
+        else:
+            out.append(f"- {name}: not measured (not run with both tools)")
     e3 = summary.get(("tls-perreq-rate", "spate"))
     if e3 and e3[2] is not None:
         out.append(f"- E3's load ({args.rate}/s, TLS per request): generator "
@@ -373,7 +388,8 @@ def render(rows, configs, args, spate, started, bed_note):
     if e3f and e3f[2] is not None:
         out.append(f"- the same with full handshakes (--no-resumption): {e3f[2]:.2f} % of a core")
     out.append("")
-    out.append("wrk cannot present a client certificate (the TLS rows are spate only) and "
+    out.append("wrk cannot present a client certificate (the tls rows are spate only; the "
+               "https rows use the bed's port that asks for none) and "
                "has no rate limit (wrk2 is not in Debian), so there is no wrk figure at a "
                "constant rate.")
     return "\n".join(out) + "\n"
@@ -431,7 +447,8 @@ def main():
         env = bed_env(bed_dir)
         svc = Service(env)
         bed_note = (f"`scripts/testbed up --authz --no-mail` (nginx {nginx_version()}, "
-                    f"https {env['SPATE_AUTHZ']}, plain http {env['SPATE_AUTHZ_HTTP']})")
+                    f"https {env['SPATE_AUTHZ']}, plain http {env['SPATE_AUTHZ_HTTP']}, "
+                    f"https without a client certificate {env['SPATE_AUTHZ_TLS']})")
         script = wrk_script(workdir)
         for cfg in configs:
             tools = [t for t in args.tools if t in cfg[5]]

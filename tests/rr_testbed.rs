@@ -251,6 +251,44 @@ fn nginx_hit_and_miss_classes_reconcile_with_the_servers_counters() {
     assert_ne!(again, master);
     let before = bed.authz_stats();
     assert!(before["requests"].is_u64(), "nginx answers again: {before}");
+    // The benchmarks' HTTPS port asks for no client certificate (wrk has none to show):
+    // spate without one, a connection and a handshake per request, is answered by the
+    // same worker, with no subject.
+    let (code, s, stdout) = rr(
+        &[
+            bed.var("SPATE_AUTHZ_TLS"),
+            "--frame",
+            "http",
+            "--path",
+            "/authz",
+            "--tls",
+            "--ca",
+            bed.var("SPATE_AUTHZ_CA"),
+            "--template",
+            "subject=- action=read resource=r{seq}",
+            "--per-request",
+            "--expect-status",
+            "200",
+            "--expect",
+            "(?m)^Permit subject=- key=[0-9a-f]{32}$",
+            "-n",
+            "20",
+        ],
+        &tmp.path().join("https-no-cert"),
+    );
+    assert_eq!(code, Some(0), "{stdout}");
+    let t = &s["totals"];
+    assert_eq!(
+        (t["accepted"].as_u64(), t["tls_connections"].as_u64()),
+        (Some(20), Some(20)),
+        "{t}"
+    );
+    let after = bed.authz_stats();
+    assert_eq!(
+        after["requests"].as_u64().unwrap() - before["requests"].as_u64().unwrap(),
+        20,
+        "{before} -> {after}"
+    );
 }
 
 /// E3's cache cliff on the real service: a sweep over `--variants` 100 and 400 with the
