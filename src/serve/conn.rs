@@ -290,7 +290,7 @@ impl Conn {
             idle,
             ..
         } = self;
-        let write = async {
+        let write = std::pin::pin!(async {
             match stream {
                 Stream::Plain(s) => s.write_all(wbuf).await,
                 Stream::Tls(s) => {
@@ -299,7 +299,7 @@ impl Conn {
                 }
                 Stream::Gone => Err(std::io::ErrorKind::NotConnected.into()),
             }
-        };
+        });
         timer
             .bound(write, None, *idle)
             .await
@@ -349,32 +349,34 @@ impl Conn {
         if self.ws_closed() {
             return Err(ConnError::Closed);
         }
-        let Conn {
-            stream,
-            rbuf,
-            shutdown,
-            timer,
-            idle,
-            ..
-        } = self;
-        let read = async {
-            wait_bare(stream, rbuf).await?;
-            take_spare(rbuf);
-            match stream {
-                Stream::Plain(s) => s.read_buf(rbuf).await,
-                Stream::Tls(s) => s.read_buf(rbuf).await,
-                Stream::Gone => Ok(0),
+        let result = {
+            let Conn {
+                stream,
+                rbuf,
+                shutdown,
+                timer,
+                idle,
+                ..
+            } = &mut *self;
+            let read = std::pin::pin!(async {
+                wait_bare(stream, rbuf).await?;
+                take_spare(rbuf);
+                match stream {
+                    Stream::Plain(s) => s.read_buf(rbuf).await,
+                    Stream::Tls(s) => s.read_buf(rbuf).await,
+                    Stream::Gone => Ok(0),
+                }
+            });
+            // The connection's one timer, not one per read (see `WaitTimer`).
+            let read = timer.bound(read, deadline, *idle);
+            if watch_shutdown {
+                tokio::select! {
+                    r = read => r,
+                    _ = shutdown.wait_for(|v| *v) => return Err(ConnError::Shutdown),
+                }
+            } else {
+                read.await
             }
-        };
-        // The connection's one timer, not one per read (see `WaitTimer`).
-        let read = timer.bound(read, deadline, *idle);
-        let result = if watch_shutdown {
-            tokio::select! {
-                r = read => r,
-                _ = shutdown.wait_for(|v| *v) => return Err(ConnError::Shutdown),
-            }
-        } else {
-            read.await
         };
         match result {
             Some(Ok(0)) => Err(ConnError::Closed),

@@ -36,14 +36,15 @@ impl WaitTimer {
 
     /// `fut`, bounded by this timer: None when `deadline` passed first. Without a
     /// deadline, `limit` from when `fut` first has to wait: a wait that never has to wait
-    /// reads no clock and arms no timer.
-    pub async fn bound<F: Future>(
+    /// reads no clock and arms no timer. The caller pins `fut` (`std::pin::pin!`), so
+    /// that a caller's future holds it once: taken by value, it would be stored twice in
+    /// this one (as the argument and pinned), in every connection's task.
+    pub async fn bound<F: Future + ?Sized>(
         &mut self,
-        fut: F,
+        mut fut: Pin<&mut F>,
         deadline: Option<Instant>,
         limit: std::time::Duration,
     ) -> Option<F::Output> {
-        let mut fut = std::pin::pin!(fut);
         let mut deadline = deadline;
         std::future::poll_fn(|cx| {
             if let Poll::Ready(r) = fut.as_mut().poll(cx) {
