@@ -11,7 +11,7 @@ service is cheap, so the generator is what is measured. Configurations (--only):
   http-ka       plain HTTP, keep-alive, --connections closed sessions, --duration s:
                 spate and wrk (wrk -t2 -cN -dDs)
   http-close    plain HTTP, a new connection per request: both send `Connection: close`
-                (spate --per-request --header 'Connection: close', wrk -H 'Connection:
+                (spate --per-request, which says it by default, wrk -H 'Connection:
                 close': nginx closes, the tools reconnect)
   https-ka      HTTPS without a client certificate (the bed's benchmark port), keep-alive:
                 spate and wrk
@@ -130,11 +130,10 @@ def spate_argv(spate, cfg, args, env, resdir):
     if transport == "tls":
         argv += ["--cert", env["SPATE_AUTHZ_CERT"], "--key", env["SPATE_AUTHZ_KEY"]]
     if policy == "per-request":
+        # over HTTP it says `Connection: close` by itself, as wrk is told to: the server
+        # closes (--client-close would close from spate's side, and the active close's
+        # TIME_WAIT costs the generator ~40 µs more a request)
         argv.append("--per-request")
-        if transport != "tls":
-            # as wrk is told to: the server closes (without it spate closes each connection
-            # itself, and the active close's TIME_WAIT costs the generator ~40 µs more)
-            argv += ["--header", "Connection: close"]
     if not resumption:
         argv.append("--no-resumption")
     if load == "closed":
