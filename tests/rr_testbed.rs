@@ -39,10 +39,11 @@ fn rr(args: &[&str], out: &Path) -> (Option<i32>, Value, String) {
     (o.status.code(), common::summary(out), stdout)
 }
 
-/// nginx's HTTPS authorization service with the bed's client certificate.
-fn https(bed: &Bed) -> [&str; 12] {
-    [
-        bed.var("SPATE_AUTHZ"),
+/// nginx's authorization service over HTTPS at the bed's address `var`, trusting the
+/// bed's CA.
+fn https_at<'a>(bed: &'a Bed, var: &str) -> Vec<&'a str> {
+    vec![
+        bed.var(var),
         "--frame",
         "http",
         "--path",
@@ -50,11 +51,19 @@ fn https(bed: &Bed) -> [&str; 12] {
         "--tls",
         "--ca",
         bed.var("SPATE_AUTHZ_CA"),
+    ]
+}
+
+/// nginx's HTTPS authorization service with the bed's client certificate.
+fn https(bed: &Bed) -> Vec<&str> {
+    let mut a = https_at(bed, "SPATE_AUTHZ");
+    a.extend([
         "--cert",
         bed.var("SPATE_AUTHZ_CERT"),
         "--key",
         bed.var("SPATE_AUTHZ_KEY"),
-    ]
+    ]);
+    a
 }
 
 /// The lines of the line service's request log (`PID SUBJECT KEY`).
@@ -256,24 +265,20 @@ fn nginx_hit_and_miss_classes_reconcile_with_the_servers_counters() {
     // same worker, with no subject.
     let (code, s, stdout) = rr(
         &[
-            bed.var("SPATE_AUTHZ_TLS"),
-            "--frame",
-            "http",
-            "--path",
-            "/authz",
-            "--tls",
-            "--ca",
-            bed.var("SPATE_AUTHZ_CA"),
-            "--template",
-            "subject=- action=read resource=r{seq}",
-            "--per-request",
-            "--expect-status",
-            "200",
-            "--expect",
-            "(?m)^Permit subject=- key=[0-9a-f]{32}$",
-            "-n",
-            "20",
-        ],
+            &https_at(&bed, "SPATE_AUTHZ_TLS")[..],
+            &[
+                "--template",
+                "subject=- action=read resource=r{seq}",
+                "--per-request",
+                "--expect-status",
+                "200",
+                "--expect",
+                "(?m)^Permit subject=- key=[0-9a-f]{32}$",
+                "-n",
+                "20",
+            ],
+        ]
+        .concat(),
         &tmp.path().join("https-no-cert"),
     );
     assert_eq!(code, Some(0), "{stdout}");

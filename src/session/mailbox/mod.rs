@@ -68,33 +68,32 @@ pub struct Settings {
 /// refuses a second login to a maildrop in use (`-ERR [IN-USE]`, RFC 2449), and a person
 /// reads mail from one client at a time. Only when every account is held (more visits at
 /// once than accounts) does a visit share one, and then it holds nothing.
-pub struct Lease {
-    s: Arc<Settings>,
-    pub acct: usize,
-    held: bool,
+struct Lease<'a> {
+    acct: usize,
+    /// Its flag in [`Settings::held`]; None when shared.
+    flag: Option<&'a AtomicBool>,
 }
 
-impl Lease {
+impl<'a> Lease<'a> {
     /// The first account not held from `start` on (wrapping), or `start` shared.
-    fn take(s: &Arc<Settings>, start: usize) -> Lease {
-        let n = s.held.len();
+    fn take(held: &'a [AtomicBool], start: usize) -> Lease<'a> {
+        let n = held.len();
         let free = (0..n).map(|k| (start + k) % n).find(|&i| {
-            s.held[i]
+            held[i]
                 .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
         });
         Lease {
-            s: s.clone(),
             acct: free.unwrap_or(start),
-            held: free.is_some(),
+            flag: free.map(|i| &held[i]),
         }
     }
 }
 
-impl Drop for Lease {
+impl Drop for Lease<'_> {
     fn drop(&mut self) {
-        if self.held {
-            self.s.held[self.acct].store(false, Ordering::Release);
+        if let Some(f) = self.flag {
+            f.store(false, Ordering::Release);
         }
     }
 }
@@ -194,15 +193,14 @@ impl Visitor {
         }
     }
 
-    /// The account of the next visit, held until the lease drops.
-    fn account(&mut self) -> Lease {
+    /// Where the next visit starts looking for an account (see [`Lease`]).
+    fn account(&mut self) -> usize {
         let n = self.s.accounts.len();
-        let start = if self.s.round_robin {
+        if self.s.round_robin {
             self.s.next_account.fetch_add(1, Ordering::Relaxed) as usize % n
         } else {
             self.rng.random_range(0..n)
-        };
-        Lease::take(&self.s, start)
+        }
     }
 
     async fn open(
@@ -457,9 +455,10 @@ impl Driver for Visitor {
         // the mix's visit shares count over the IMAP visits (their own sequence).
         let imap = mix::share(seq, self.s.imap_percent);
         let imap_seq = mix::chosen_before(seq, self.s.imap_percent);
-        let lease = self.account();
-        let acct = lease.acct;
         let s = self.s.clone();
+        // Held until the visit's end, or its cancellation.
+        let lease = Lease::take(&s.held, self.account());
+        let acct = lease.acct;
         let result = match (imap, &s.imap, &s.pop3) {
             (true, Some(ep), _) | (false, Some(ep), None) => {
                 Box::pin(self.imap(ep, imap_seq, acct, r)).await

@@ -376,20 +376,16 @@ mod tests {
             View::remove_address(dir.path(), ours);
             assert_eq!(std::fs::read_to_string(&path).unwrap(), theirs);
         }
-        // Nothing there: nothing happens.
-        std::fs::remove_file(&path).unwrap();
-        View::remove_address(dir.path(), ours);
-        assert!(!path.exists());
-        // The one it wrote goes.
+        // The one it wrote goes, and the directory's other files stay beside it.
+        let notes = dir.path().join("notes.txt");
+        std::fs::write(&notes, "mine").unwrap();
         std::fs::write(&path, "{\"address\": \"127.0.0.1:5665\"}\n").unwrap();
         View::remove_address(dir.path(), ours);
         assert!(!path.exists());
-        // And the directory's other files stay.
-        std::fs::write(dir.path().join("notes.txt"), "mine").unwrap();
+        assert_eq!(std::fs::read_to_string(&notes).unwrap(), "mine");
+        // Nothing there any more: nothing happens, the rest stays.
         View::remove_address(dir.path(), ours);
-        assert_eq!(
-            std::fs::read_to_string(dir.path().join("notes.txt")).unwrap(),
-            "mine"
-        );
+        assert_eq!(std::fs::read_to_string(&notes).unwrap(), "mine");
+        assert!(dir.path().exists());
     }
 }
