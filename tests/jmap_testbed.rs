@@ -25,21 +25,27 @@ struct Counts {
 /// STATUS INBOX (MESSAGES UNSEEN) of every account, asked of Cyrus's imapd with Python's
 /// imaplib (a client that is not spate).
 fn cyrus_counts(bed: &Bed, accounts: &[(String, String)]) -> Vec<Counts> {
+    cyrus_counts_of(bed, accounts, "INBOX")
+}
+
+/// The same of `mailbox`.
+fn cyrus_counts_of(bed: &Bed, accounts: &[(String, String)], mailbox: &str) -> Vec<Counts> {
     let script = r#"
 import imaplib, re, sys
 host, port = sys.argv[1].rsplit(":", 1)
-for pair in sys.argv[2:]:
+mailbox = sys.argv[2]
+for pair in sys.argv[3:]:
     user, password = pair.split(" ", 1)
     c = imaplib.IMAP4(host, int(port), timeout=60)
     c.login(user, password)
-    typ, data = c.status("INBOX", "(MESSAGES UNSEEN)")
+    typ, data = c.status(mailbox, "(MESSAGES UNSEEN)")
     assert typ == "OK", (typ, data)
     m = re.search(rb"MESSAGES (\d+) UNSEEN (\d+)", data[0])
     print(m.group(1).decode(), m.group(2).decode())
     c.logout()
 "#;
     let o = Command::new("python3")
-        .args(["-c", script, bed.var("SPATE_CYRUS_IMAP")])
+        .args(["-c", script, bed.var("SPATE_CYRUS_IMAP"), mailbox])
         .args(accounts.iter().map(|(u, p)| format!("{u} {p}")))
         .output()
         .expect("python3");
@@ -72,6 +78,14 @@ fn accounts(bed: &Bed, n: usize) -> Vec<(String, String)> {
             (u.to_string(), p.to_string())
         })
         .collect()
+}
+
+/// A users file of `accounts` in `dir`.
+fn users_file(dir: &Path, accounts: &[(String, String)]) -> std::path::PathBuf {
+    let all = dir.join("all.txt");
+    let lines: String = accounts.iter().map(|(u, p)| format!("{u} {p}\n")).collect();
+    std::fs::write(&all, lines).unwrap();
+    all
 }
 
 /// Runs `spate ARGS... -q -o out`, which must exit 0: the run's summary (every unit
@@ -161,9 +175,8 @@ fn per_account(bed: &Bed, dir: &Path, name: &str, visit: &[&str]) -> Vec<serde_j
         .collect()
 }
 
-#[test]
-fn cyrus_counts_what_spate_jmap_says_it_read_marked_and_destroyed() {
-    let tmp = tempfile::tempdir().unwrap();
+/// A bed with Cyrus alone and USERS accounts (None when it cannot run here: said why).
+fn cyrus_bed(dir: &Path) -> Option<Bed> {
     // Cyrus comes as Debian packages the bed downloads (once) and extracts itself.
     let cached = Path::new("/var/cache/spate-testbed/cyrus/.extracted").exists();
     let fetch = ["/usr/bin/apt-get", "/usr/bin/dpkg-deb"]
@@ -171,11 +184,11 @@ fn cyrus_counts_what_spate_jmap_says_it_read_marked_and_destroyed() {
         .all(|t| Path::new(t).exists());
     if !(cached || fetch) {
         common::cannot_run("the Cyrus test bed needs apt-get and dpkg-deb (Debian)");
-        return;
+        return None;
     }
     let users = USERS.to_string();
-    let Some(bed) = Bed::up(
-        &tmp.path().join("bed"),
+    Bed::up(
+        &dir.join("bed"),
         &[
             "--no-mail",
             "--jmap",
@@ -185,9 +198,16 @@ fn cyrus_counts_what_spate_jmap_says_it_read_marked_and_destroyed() {
             "--port-offset",
             "auto",
         ],
-    ) else {
+    )
+}
+
+#[test]
+fn cyrus_counts_what_spate_jmap_says_it_read_marked_and_destroyed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = cyrus_bed(tmp.path()) else {
         return;
     };
+    let users = USERS.to_string();
     let accounts = accounts(&bed, USERS);
     let empty = Counts {
         messages: 0,
@@ -274,15 +294,7 @@ fn cyrus_counts_what_spate_jmap_says_it_read_marked_and_destroyed() {
 
     // Emptying, all sessions at once (how the visits fall on the accounts is the
     // scheduler's business; what was destroyed is what Cyrus no longer has).
-    let all = tmp.path().join("all.txt");
-    std::fs::write(
-        &all,
-        accounts
-            .iter()
-            .map(|(u, p)| format!("{u} {p}\n"))
-            .collect::<String>(),
-    )
-    .unwrap();
+    let all = users_file(tmp.path(), &accounts);
     let before = after;
     let s = jmap(
         &bed,
@@ -309,5 +321,201 @@ fn cyrus_counts_what_spate_jmap_says_it_read_marked_and_destroyed() {
         before,
         total(&s, "deleted"),
         after
+    );
+}
+
+/// An SMTP server that is not spate (Python, one thread per connection) on `addr`: it
+/// takes every message and writes each to `dir` as N.eml, after a first line
+/// `MAIL FROM RCPT...` with the envelope.
+const SINK: &str = r#"
+import os, socket, sys, threading
+host, port = sys.argv[1].rsplit(":", 1)
+out = sys.argv[2]
+srv = socket.socket()
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind((host, int(port)))
+srv.listen(16)
+lock = threading.Lock()
+count = [0]
+def serve(c):
+    f = c.makefile("rb")
+    say = lambda *lines: c.sendall(b"".join(l.encode() + b"\r\n" for l in lines))
+    say("220 sink ESMTP")
+    env = []
+    while True:
+        line = f.readline()
+        if not line:
+            return
+        cmd = line.decode("latin-1").rstrip("\r\n")
+        verb = cmd[:4].upper()
+        if verb in ("EHLO", "HELO"):
+            say("250-sink", "250-8BITMIME", "250 SIZE 52428800")
+        elif verb == "MAIL":
+            env = [cmd[10:].split(">")[0].strip("<")]
+            say("250 ok")
+        elif verb == "RCPT":
+            env.append(cmd[8:].split(">")[0].strip("<"))
+            say("250 ok")
+        elif verb == "DATA":
+            say("354 go on")
+            body = []
+            while True:
+                l = f.readline()
+                if not l or l in (b".\r\n", b".\n"):
+                    break
+                body.append(l[1:] if l.startswith(b"..") else l)
+            with lock:
+                count[0] += 1
+                n = count[0]
+            tmp = os.path.join(out, f".{n}")
+            with open(tmp, "wb") as w:
+                w.write(" ".join(env).encode() + b"\n" + b"".join(body))
+            os.rename(tmp, os.path.join(out, f"{n}.eml"))
+            say("250 queued")
+        elif verb == "QUIT":
+            say("221 bye")
+            return
+        elif verb in ("RSET", "NOOP"):
+            say("250 ok")
+        else:
+            say("502 not here")
+while True:
+    c, _ = srv.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"#;
+
+/// What Cyrus sends for JMAP's EmailSubmission goes by SMTP to the bed's relay port (never
+/// to this machine's sendmail). With nothing listening there Cyrus offers no submission:
+/// every visit of a run that sends is refused at its login (and only there: a login that
+/// failed is made again by the next visit, which never asks for a mailbox it did not
+/// find). With an SMTP server there, every message spate says it submitted is one that
+/// server took, from the visiting account to another of the run, with spate's trace
+/// header, and every draft is destroyed.
+#[test]
+fn cyrus_relays_what_spate_jmap_submits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = cyrus_bed(tmp.path()) else {
+        return;
+    };
+    let accounts = accounts(&bed, USERS);
+    let relay = bed.var("SPATE_CYRUS_RELAY").to_string();
+    let all = users_file(tmp.path(), &accounts);
+
+    // Nothing listens on the relay: Cyrus lists no submission for the account, and
+    // Identity/get at the login says so.
+    let out = tmp.path().join("refused");
+    let o = Command::new(SPATE)
+        .args(["jmap", bed.var("SPATE_JMAP"), "--users-file"])
+        .arg(&all)
+        .args(["--users", "1", "-n", "3", "--submit", "100", "-q", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let s = common::summary(&out);
+    let t = &s["totals"];
+    assert_eq!(
+        (
+            t["attempted"].as_u64(),
+            t["rejected"].as_u64(),
+            t["submitted"].as_u64()
+        ),
+        (Some(3), Some(3), Some(0)),
+        "{t}"
+    );
+    let errors = std::fs::read_to_string(out.join("errors.jsonl")).unwrap();
+    let refusals: Vec<serde_json::Value> = errors
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        refusals
+            .iter()
+            .all(|e| e["phase"] == "mailbox" && e["text"] == "accountNotSupportedByMethod"),
+        "every visit refused at its login, and only there:\n{errors}"
+    );
+    // The session's login before its first visit, then one by each visit.
+    assert_eq!(
+        refusals
+            .iter()
+            .map(|e| e["count"].as_u64().unwrap())
+            .sum::<u64>(),
+        4,
+        "{errors}"
+    );
+
+    // An SMTP server on the relay: every submission goes through it.
+    let got = tmp.path().join("relayed");
+    std::fs::create_dir(&got).unwrap();
+    let _sink = common::Kill(
+        Command::new("python3")
+            .args(["-c", SINK, &relay])
+            .arg(&got)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("python3"),
+    );
+    common::wait_listen(&relay, std::time::Duration::from_secs(10));
+    let visits = 2 * USERS;
+    let s = jmap(
+        &bed,
+        &all,
+        USERS,
+        visits,
+        &[
+            "--download",
+            "0",
+            "--submit",
+            "100",
+            "--message-size",
+            "1k..4k",
+        ],
+        &tmp.path().join("submit"),
+    );
+    assert_eq!(total(&s, "submitted"), visits as u64, "{}", s["totals"]);
+    let users: Vec<&str> = accounts.iter().map(|(u, _)| u.as_str()).collect();
+    let mut relayed: Vec<String> = std::fs::read_dir(&got)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "eml"))
+        .map(|p| String::from_utf8_lossy(&std::fs::read(p).unwrap()).into_owned())
+        .collect();
+    relayed.sort();
+    assert_eq!(relayed.len(), visits, "messages the relay took");
+    for m in &relayed {
+        let (envelope, message) = m.split_once('\n').unwrap();
+        let parts: Vec<&str> = envelope.split(' ').collect();
+        assert_eq!(parts.len(), 2, "one sender, one recipient: {envelope}");
+        assert!(
+            users.contains(&parts[0]) && users.contains(&parts[1]) && parts[0] != parts[1],
+            "from one account of the run to another: {envelope}"
+        );
+        assert!(
+            message.contains("X-Spate-Trace:"),
+            "spate's trace header went out: {}",
+            &message[..message.len().min(400)]
+        );
+    }
+    // The drafts were destroyed with their submission; nothing reached an inbox (the
+    // relay delivers nowhere).
+    let none = Counts {
+        messages: 0,
+        unseen: 0,
+    };
+    assert_eq!(
+        cyrus_counts_of(&bed, &accounts, "Drafts"),
+        vec![none; USERS]
+    );
+    assert_eq!(cyrus_counts(&bed, &accounts), vec![none; USERS]);
+    eprintln!(
+        "refused without a relay: {}; submitted {} and the relay took {}",
+        t["rejected"],
+        total(&s, "submitted"),
+        relayed.len()
     );
 }

@@ -126,6 +126,10 @@ httpallowcompress: no
 conversations: yes
 conversations_db: twoskip
 syslog_prefix: spate-cyrus
+# What JMAP submits (EmailSubmission/set) goes by SMTP to the bed's relay port, where a
+# test that submits listens: never to this machine's sendmail (its Postfix queue).
+smtp_backend: host
+smtp_host: 127.0.0.1:$CYRUS_RELAY_PORT
 EOF
     local c=$CYD/conf/imapd.conf
     cat > "$CYD/conf/cyrus.conf" <<EOF

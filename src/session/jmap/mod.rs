@@ -194,8 +194,18 @@ impl Session {
         Err(refused(phase::SESSION, 0, "too many redirects", &path))
     }
 
-    /// The session resource and the inbox: what every visit uses.
+    /// The session resource and the inbox: what every visit uses. A login that fails part
+    /// way (its Mailbox/get refused, or its Identity/get) leaves nothing behind: the next
+    /// visit logs in again, rather than asking for a mailbox it never found.
     async fn log_in(&mut self, report: &mut UnitReport) -> Result<(), Failure> {
+        let done = self.log_in_steps(report).await;
+        if done.is_err() {
+            self.login = None;
+        }
+        done
+    }
+
+    async fn log_in_steps(&mut self, report: &mut UnitReport) -> Result<(), Failure> {
         let (session, at) = self.session_resource(report).await?;
         let tls = matches!(self.s.endpoint.tls, TlsMode::Implicit);
         let urls = client::urls(&session, tls, &self.s.host, &at)
