@@ -82,6 +82,11 @@ WHY_NO_WRK = {
 }
 
 
+def measured(*figures):
+    """Whether every (req/s, CPU-µs/req, ...) summary was measured, both figures non-zero."""
+    return all(f and f[0] and f[1] for f in figures)
+
+
 def why_no_wrk(transport, policy):
     if policy == "client-close":
         return WHY_NO_WRK["client-close"]
@@ -372,7 +377,7 @@ def render(rows, configs, args, spate, started, bed_note):
     for cfg in configs:
         name = cfg[0]
         s, w = summary.get((name, "spate")), summary.get((name, "wrk"))
-        if s and w and s[0] and w[0] and s[1] and w[1]:
+        if measured(s, w):
             paired = paired_ratios(rows, name)
             ratios.append(f"- {name}: spate/wrk req/s ×{s[0] / w[0]:.2f}, "
                           f"generator CPU-µs/req ×{s[1] / w[1]:.2f}"
@@ -381,7 +386,7 @@ def render(rows, configs, args, spate, started, bed_note):
                              f"(req/s ×{min(paired[2]):.2f}–×{max(paired[2]):.2f})"
                              if paired else ""))
     own, srv = summary.get(("http-client-close", "spate")), summary.get(("http-close", "spate"))
-    if own and srv and own[0] and srv[0] and own[1] and srv[1]:
+    if measured(own, srv):
         ratios.append(f"- spate closing each connection itself (http-client-close) against the "
                       f"server closing it (http-close): req/s ×{own[0] / srv[0]:.2f}, "
                       f"generator CPU-µs/req ×{own[1] / srv[1]:.2f} (the active close's "
@@ -393,7 +398,7 @@ def render(rows, configs, args, spate, started, bed_note):
     out.append("Targets:\n")
     for name in ("http-ka", "http-close", "https-ka", "https-close"):
         s, w = summary.get((name, "spate")), summary.get((name, "wrk"))
-        if s and w and s[0] and w[0] and s[1] and w[1]:
+        if measured(s, w):
             met = s[0] >= w[0] and s[1] <= w[1]
             out.append(f"- {name}, {args.connections} connections: spate ≥ wrk's req/s at ≤ its "
                        f"CPU-µs/req: {'met' if met else 'NOT met'} (req/s {fmt(s[0])} vs "
