@@ -195,6 +195,82 @@ fn a_fault_that_cannot_be_applied_is_refused_before_the_run() {
     }
 }
 
+/// Whether `pid` is a process that has not exited (a zombie has).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|t| t.rsplit_once(')').map(|(_, r)| r.trim_start().to_string()))
+        .is_some_and(|r| !r.starts_with('Z'))
+}
+
+/// Two processes of one name, one in the tree a fault names and one outside it (as an
+/// unrelated server of the same name on a shared host would be): the fault reaches the
+/// one inside only, and a name with no tree is refused before the run.
+#[test]
+fn a_fault_by_name_reaches_only_the_tree_it_names() {
+    let (_server, addr) = serve_process("--smtp", &[] as &[&OsStr]);
+    let tmp = tempfile::tempdir().unwrap();
+    let exe = tmp.path().join("spatevictim");
+    std::fs::copy("/bin/sleep", &exe).unwrap();
+    let outside = common::Kill(std::process::Command::new(&exe).arg("60").spawn().unwrap());
+    let root = common::Kill(
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "{} 60 & echo $! > {}/inside; wait",
+                exe.display(),
+                tmp.path().display()
+            ))
+            .spawn()
+            .unwrap(),
+    );
+    let inside_file = tmp.path().join("inside");
+    // The shell writes its child's PID once it started it (bounded wait).
+    let inside: u32 = (0..1000)
+        .find_map(|_| {
+            let pid = std::fs::read_to_string(&inside_file)
+                .ok()
+                .and_then(|t| t.trim().parse().ok());
+            if pid.is_none() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            pid
+        })
+        .expect("the shell started its child");
+
+    // Without a tree: refused, one line, exit 2, nothing written, nobody signalled.
+    let never = tmp.path().join("never");
+    let o = smtp(
+        &addr,
+        &never,
+        &["-n", "10", "--fault", "at=1s signal=KILL name=spatevictim"],
+    );
+    assert_eq!(o.code, Some(2), "{o:?}");
+    assert!(
+        o.stderr
+            .contains("would signal every process named spatevictim"),
+        "{}",
+        o.stderr
+    );
+    assert_eq!(o.stderr.trim().lines().count(), 1, "{}", o.stderr);
+    assert!(!never.exists());
+    assert!(running(outside.0.id()) && running(inside));
+
+    let out = tmp.path().join("r");
+    let fault = format!("at=500ms signal=KILL pid={} name=spatevictim", root.0.id());
+    let o = smtp(&addr, &out, &["-d", "2s", "--fault", &fault]);
+    assert!(o.ok, "{o:?}");
+    let ev = events(&out);
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!(ev[0]["what"], format!("KILL to PID {inside}"), "{ev:?}");
+    assert_eq!(ev[0]["ok"], true, "{ev:?}");
+    assert!(!running(inside), "the process in the tree was killed");
+    assert!(
+        running(outside.0.id()),
+        "the process outside the tree lives"
+    );
+}
+
 /// The run's one fault occurrence from its summary, after checking that the proxy's
 /// toxic was switched on (and off, for a lasting one) in faults.jsonl.
 fn net_fault(out: &Path, lasting: bool) -> serde_json::Value {

@@ -240,6 +240,8 @@ fn schedule(specs: &[Spec], log: &Arc<Log>) {
         .enumerate()
         .filter_map(|(i, s)| s.occurrence(0).map(|(at, _)| (at, i, 0, true)))
         .collect();
+    // The processes each lasting occurrence signalled, until its end.
+    let mut signalled: std::collections::HashMap<(usize, u32), Vec<u32>> = Default::default();
     let origin = Instant::now()
         - SystemTime::now()
             .duration_since(log.start)
@@ -263,16 +265,18 @@ fn schedule(specs: &[Spec], log: &Arc<Log>) {
         after_the_tick(when, log);
         let spec = &specs[i];
         if starting {
-            begin(spec, i, n, log);
+            let pids = begin(spec, i, n, log);
             let (_, end) = spec.occurrence(n).expect("a scheduled occurrence");
             if spec.lasts.is_some() {
+                signalled.insert((i, n), pids);
                 next.push((end, i, n, false));
             }
             if let Some((at, _)) = spec.occurrence(n + 1) {
                 next.push((at, i, n + 1, true));
             }
         } else {
-            end(spec, i, n, log);
+            let pids = signalled.remove(&(i, n)).unwrap_or_default();
+            end(spec, i, n, &pids, log);
         }
     }
 }
@@ -294,20 +298,22 @@ fn after_the_tick(when: Duration, log: &Log) {
 }
 
 /// A fault's start: the signal (and the restart of a momentary one), or its command.
-fn begin(spec: &Spec, i: usize, n: u32, log: &Arc<Log>) {
+/// The processes a signal went to (those a STOP stopped get the CONT at the end).
+fn begin(spec: &Spec, i: usize, n: u32, log: &Arc<Log>) -> Vec<u32> {
     match &spec.action {
         Action::Signal {
             signal,
             target,
             restart,
         } => {
-            let (what, r) = signal_to(target, *signal);
+            let (what, r, pids) = signal_to(target, *signal);
             log.record(i, n, "signal", what, r);
             if spec.lasts.is_none() {
                 if let Some(cmd) = restart {
                     restart_in_background(cmd, i, n, log);
                 }
             }
+            return pids;
         }
         Action::Command { run, .. } => {
             let r = run_command(run);
@@ -327,6 +333,7 @@ fn begin(spec: &Spec, i: usize, n: u32, log: &Arc<Log>) {
         }
         Action::Nothing => {}
     }
+    Vec::new()
 }
 
 /// The `net=` value of a fault's text.
@@ -336,17 +343,16 @@ fn toxic_text(spec: &str) -> &str {
         .unwrap_or(spec)
 }
 
-/// A lasting fault's end: CONT after STOP, the restart, the undo.
-fn end(spec: &Spec, i: usize, n: u32, log: &Arc<Log>) {
+/// A lasting fault's end: CONT after STOP (to the processes it stopped, not whatever the
+/// target names now), the restart, the undo.
+fn end(spec: &Spec, i: usize, n: u32, stopped: &[u32], log: &Arc<Log>) {
     match &spec.action {
         Action::Signal {
-            signal,
-            target,
-            restart,
+            signal, restart, ..
         } => {
-            if *signal == Signal::Stop {
-                let (what, r) = signal_to(target, Signal::Cont);
-                log.record(i, n, "continue", what, r);
+            if *signal == Signal::Stop && !stopped.is_empty() {
+                let what = format!("{} to {}", Signal::Cont.name(), pids_text(stopped));
+                log.record(i, n, "continue", what, send(stopped, Signal::Cont));
             }
             if let Some(cmd) = restart {
                 restart_in_background(cmd, i, n, log);
@@ -437,16 +443,19 @@ fn exit_result(r: std::io::Result<std::process::Output>) -> Result<(), String> {
     }
 }
 
-/// Sends `signal` to the target's processes now; what was done, and how it went.
-fn signal_to(target: &Target, signal: Signal) -> (String, Result<(), String>) {
+/// Sends `signal` to the target's processes now; what was done, how it went, and the
+/// processes it went to.
+fn signal_to(target: &Target, signal: Signal) -> (String, Result<(), String>, Vec<u32>) {
     match spec::resolve(target) {
         Ok(pids) => (
             format!("{} to {}", signal.name(), pids_text(&pids)),
             send(&pids, signal),
+            pids,
         ),
         Err(e) => (
-            format!("{} to {}", signal.name(), target_text(target)),
+            format!("{} to {}", signal.name(), target.text()),
             Err(e),
+            Vec::new(),
         ),
     }
 }
@@ -466,12 +475,4 @@ fn send(pids: &[u32], signal: Signal) -> Result<(), String> {
 fn pids_text(pids: &[u32]) -> String {
     let p: Vec<String> = pids.iter().map(u32::to_string).collect();
     format!("PID {}", p.join(","))
-}
-
-fn target_text(t: &Target) -> String {
-    match t {
-        Target::Pids(p) => pids_text(p),
-        Target::PidFile(f) => format!("the PID in {}", f.display()),
-        Target::Name(n) => format!("processes named {n}"),
-    }
 }

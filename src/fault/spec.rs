@@ -1,7 +1,10 @@
 //! What a `--fault` says: when (`at`, `for`, `every`), and what — a signal to the server's
-//! processes (by PID, a PID file read at the moment, or command name) with an optional
-//! restart command, or a command of its own with an optional undo. Everything is checked
-//! before the run starts: a fault that cannot be applied is one line and exit 2.
+//! processes (by PID or a PID file read at the moment, optionally narrowed to a command
+//! name among those processes and their descendants) with an optional restart command, or
+//! a command of its own with an optional undo. Everything is checked before the run
+//! starts: a fault that cannot be applied is one line and exit 2. A signal never reaches a
+//! process outside the trees the fault names: a command name alone is refused, since it
+//! would match every process of that name on the host.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -42,13 +45,21 @@ pub enum Action {
     Nothing,
 }
 
-/// Whose processes a signal goes to; a PID file and a name are looked up at the moment
-/// of the fault (after a restart, the server's PID is another).
+/// Whose processes a signal goes to: the roots (the system under test's processes), or
+/// with a name the processes of that name among the roots and their descendants. PID
+/// files and the descendants are looked up at the moment of the fault (after a restart,
+/// the server's PID is another).
 #[derive(Debug, Clone, PartialEq)]
-pub enum Target {
-    Pids(Vec<u32>),
+pub struct Target {
+    pub roots: Vec<Root>,
+    pub name: Option<String>,
+}
+
+/// One process a fault's scope starts from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Root {
+    Pid(u32),
     PidFile(PathBuf),
-    Name(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,7 +114,7 @@ impl Signal {
 
 /// What `--fault` accepts, for its errors.
 const SYNTAX: &str = "expected 'at=DURATION [for=DURATION] [every=DURATION]' and one of \
-    'signal=NAME pid=N[,N..]|pidfile=PATH|name=COMMAND [restart=CMD]', 'run=CMD [undo=CMD]' \
+    'signal=NAME pid=N[,N..]|pidfile=PATH.. [name=COMMAND] [restart=CMD]', 'run=CMD [undo=CMD]' \
     or 'net=latency:D|loss:P|bandwidth:RATE|blackhole|refuse|reset|cut:BYTES' or \
     'kernel=loss:P|partition|reject|rate:RATE netns=NAME' (root, in the server's namespace) \
     (quote a command with spaces: restart='scripts/testbed restart postfix')";
@@ -115,7 +126,8 @@ struct Keys {
     lasts: Option<Duration>,
     every: Option<Duration>,
     signal: Option<Signal>,
-    target: Option<Target>,
+    roots: Vec<Root>,
+    name: Option<String>,
     restart: Option<String>,
     run: Option<String>,
     undo: Option<String>,
@@ -128,8 +140,8 @@ impl Keys {
     fn read(words: &[String], bad: &dyn Fn(String) -> UsageError) -> Result<Keys, UsageError> {
         let mut at = None;
         let (mut lasts, mut every) = (None, None);
-        let (mut signal, mut target, mut restart, mut run, mut undo) =
-            (None, None, None, None, None);
+        let (mut signal, mut name, mut restart, mut run, mut undo) = (None, None, None, None, None);
+        let mut roots = Vec::new();
         let mut net = None;
         let (mut kernel, mut netns) = (None, None);
         for w in words {
@@ -137,12 +149,6 @@ impl Keys {
                 return Err(bad(format!("'{w}' is not KEY=VALUE; {SYNTAX}")));
             };
             let dur = |v: &str| parse_duration(v).map_err(|e| bad(format!("{k}: {e}")));
-            let set_target = |t: &mut Option<Target>, new: Target| {
-                if t.replace(new).is_some() {
-                    return Err(bad("give one of pid=, pidfile= and name=".into()));
-                }
-                Ok(())
-            };
             match k {
                 "at" => at = Some(dur(v)?),
                 "for" => lasts = Some(dur(v)?).filter(|d| !d.is_zero()),
@@ -158,20 +164,24 @@ impl Keys {
                     let pids: Result<Vec<u32>, _> = v.split(',').map(str::parse).collect();
                     match pids {
                         Ok(p) if !p.is_empty() && !p.contains(&0) => {
-                            set_target(&mut target, Target::Pids(p))?
+                            roots.extend(p.into_iter().map(Root::Pid))
                         }
                         _ => return Err(bad(format!("pid '{v}' is not a list of PIDs"))),
                     }
                 }
-                "pidfile" => set_target(&mut target, Target::PidFile(PathBuf::from(v)))?,
-                "name" if !v.is_empty() => set_target(&mut target, Target::Name(v.to_string()))?,
+                "pidfile" if !v.is_empty() => roots.push(Root::PidFile(PathBuf::from(v))),
+                "name" if !v.is_empty() => {
+                    if name.replace(v.to_string()).is_some() {
+                        return Err(bad("give name= once".into()));
+                    }
+                }
                 "restart" if !v.trim().is_empty() => restart = Some(v.to_string()),
                 "run" if !v.trim().is_empty() => run = Some(v.to_string()),
                 "undo" if !v.trim().is_empty() => undo = Some(v.to_string()),
                 "net" => net = Some(super::proxy::Toxic::parse(v).map_err(bad)?),
                 "kernel" => kernel = Some(super::kernel::Kernel::parse(v).map_err(bad)?),
                 "netns" if !v.is_empty() => netns = Some(v.to_string()),
-                "name" | "restart" | "run" | "undo" | "netns" => {
+                "name" | "pidfile" | "restart" | "run" | "undo" | "netns" => {
                     return Err(bad(format!("{k} is empty")))
                 }
                 _ => return Err(bad(format!("unknown key '{k}'; {SYNTAX}"))),
@@ -192,7 +202,8 @@ impl Keys {
             lasts,
             every,
             signal,
-            target,
+            roots,
+            name,
             restart,
             run,
             undo,
@@ -224,7 +235,8 @@ impl Spec {
             lasts,
             every,
             signal,
-            target,
+            roots,
+            name,
             restart,
             run,
             undo,
@@ -232,6 +244,17 @@ impl Spec {
             kernel,
             netns,
         } = Keys::read(&words, &bad)?;
+        let target = match (roots.is_empty(), name) {
+            (true, None) => None,
+            (true, Some(n)) => {
+                return Err(bad(format!(
+                    "name={n} alone would signal every process named {n} on this host: \
+                     give the tree it is in with pid= or pidfile= (the server's master; \
+                     name= then picks among it and its descendants)"
+                )))
+            }
+            (false, name) => Some(Target { roots, name }),
+        };
         let spec = |action| {
             Ok(Spec {
                 text: text.to_string(),
@@ -305,7 +328,7 @@ impl Spec {
                 }
             }
             (None, None) if signal.is_some() => {
-                return Err(bad("signal= needs pid=, pidfile= or name=".into()))
+                return Err(bad("signal= needs pid= or pidfile=".into()))
             }
             (None, None) => return Err(bad(format!("nothing to do; {SYNTAX}"))),
         };
@@ -343,23 +366,18 @@ impl Spec {
     }
 }
 
-/// A target that cannot be reached now is refused before the run.
+/// A target whose roots cannot be reached now is refused before the run. Processes of a
+/// name come and go (Postfix starts smtpd and cleanup as mail comes): they are looked for
+/// when the fault comes, and a miss is reported then.
 fn check_target(t: &Target) -> Result<(), String> {
-    match t {
-        Target::Pids(pids) => {
-            for &p in pids {
-                alive(p)?;
-            }
-            Ok(())
-        }
-        Target::PidFile(path) => {
-            let pid = read_pidfile(path)?;
-            alive(pid)
-        }
-        // Processes of a name come and go (Postfix starts smtpd and cleanup as mail
-        // comes): looked for when the fault comes, and a miss is reported then.
-        Target::Name(_) => Ok(()),
+    for root in &t.roots {
+        let pid = match root {
+            Root::Pid(p) => *p,
+            Root::PidFile(path) => read_pidfile(path)?,
+        };
+        alive(pid)?;
     }
+    Ok(())
 }
 
 /// Whether a signal can go to `pid`: it exists and this user may signal it.
@@ -385,15 +403,57 @@ pub fn read_pidfile(path: &std::path::Path) -> Result<u32, String> {
         .ok_or_else(|| format!("{}: no PID on its first line", path.display()))
 }
 
-/// The processes a target names now.
+/// The processes a target names now: its roots (a PID file read now; one that cannot be
+/// read while another root is there is skipped, as a server being restarted has none), or
+/// with a name the processes of that name among the roots and their descendants.
 pub fn resolve(t: &Target) -> Result<Vec<u32>, String> {
-    match t {
-        Target::Pids(p) => Ok(p.clone()),
-        Target::PidFile(path) => read_pidfile(path).map(|p| vec![p]),
-        Target::Name(n) => match crate::monitor::proc::pids_named(n) {
-            v if v.is_empty() => Err(format!("no process is named '{n}'")),
-            v => Ok(v),
-        },
+    let mut roots = Vec::new();
+    let mut first_err = None;
+    for root in &t.roots {
+        match root {
+            Root::Pid(p) => roots.push(*p),
+            Root::PidFile(path) => match read_pidfile(path) {
+                Ok(p) => roots.push(p),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            },
+        }
+    }
+    if roots.is_empty() {
+        return Err(first_err.unwrap_or_else(|| "no process to signal".into()));
+    }
+    let Some(name) = &t.name else {
+        return Ok(roots);
+    };
+    match crate::monitor::proc::pids_in_trees(&roots, Some(name)) {
+        v if v.is_empty() => Err(format!(
+            "no process named '{name}' in the tree of {}",
+            roots
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        )),
+        v => Ok(v),
+    }
+}
+
+impl Target {
+    /// What it names, for faults.jsonl when it cannot be resolved.
+    pub fn text(&self) -> String {
+        let roots: Vec<String> = self
+            .roots
+            .iter()
+            .map(|r| match r {
+                Root::Pid(p) => format!("PID {p}"),
+                Root::PidFile(f) => format!("the PID in {}", f.display()),
+            })
+            .collect();
+        match &self.name {
+            None => roots.join(", "),
+            Some(n) => format!("processes named {n} under {}", roots.join(", ")),
+        }
     }
 }
 
@@ -433,7 +493,10 @@ mod tests {
             s.action,
             Action::Signal {
                 signal: Signal::Stop,
-                target: Target::Pids(vec![std::process::id()]),
+                target: Target {
+                    roots: vec![Root::Pid(std::process::id())],
+                    name: None
+                },
                 restart: None
             }
         );
@@ -504,11 +567,61 @@ mod tests {
         assert!(e.contains("no PID on its first line"), "{e}");
         std::fs::write(&nopid, format!("{}\n", std::process::id())).unwrap();
         assert!(Spec::parse(&text).is_ok());
-        // A name is looked for when the fault comes.
-        let s = Spec::parse("at=3s name=no-such-process-xyz").unwrap();
+        // A name alone would reach every process of that name on the host: refused.
+        let e = Spec::parse("at=3s signal=KILL name=smtpd")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("name=smtpd alone would signal every process"),
+            "{e}"
+        );
+        // Within a tree, a name is looked for when the fault comes.
+        let s = Spec::parse(&format!("at=3s pid={} name=no-such-process-xyz", me())).unwrap();
         let Action::Signal { target, .. } = &s.action else {
             panic!()
         };
-        assert!(resolve(target).unwrap_err().contains("no process is named"));
+        let e = resolve(target).unwrap_err();
+        assert!(
+            e.contains("no process named 'no-such-process-xyz' in the tree of"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_name_picks_only_within_the_tree_it_is_given() {
+        // Two processes of one name: one below a shell this test starts, one not.
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("spatevictim");
+        std::fs::copy("/bin/sleep", &exe).unwrap();
+        let mut outside = std::process::Command::new(&exe).arg("30").spawn().unwrap();
+        let mut root = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("{} 30 & wait", exe.display()))
+            .spawn()
+            .unwrap();
+        let target = Target {
+            roots: vec![Root::Pid(root.id())],
+            name: Some("spatevictim".into()),
+        };
+        // The shell may not have started its child yet: wait for it (bounded).
+        let mut found = Vec::new();
+        for _ in 0..500 {
+            if let Ok(v) = resolve(&target) {
+                found = v;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = outside.kill();
+        let _ = outside.wait();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_ne!(found[0], outside.id(), "the process outside the tree");
+        assert_ne!(found[0], root.id(), "the root is sh, not the name");
+        let in_tree = crate::monitor::proc::pids_in_trees(&[root.id()], None);
+        assert!(in_tree.contains(&root.id()) && in_tree.contains(&found[0]));
+        assert!(!in_tree.contains(&outside.id()));
+        // SAFETY: kill(2) on the child of the shell this test started.
+        unsafe { libc::kill(found[0] as i32, libc::SIGKILL) };
+        let _ = root.wait();
     }
 }

@@ -29,6 +29,8 @@ pub struct Stat {
     pub comm: String,
     /// R, S, D, Z (zombie: exited, not yet reaped), ...
     pub state: char,
+    /// The parent's PID.
+    pub ppid: u32,
     /// utime + stime, in clock ticks.
     pub cpu_ticks: u64,
     /// Start time after boot, in clock ticks.
@@ -48,6 +50,7 @@ pub fn parse_stat(text: &str) -> Option<Stat> {
     Some(Stat {
         comm,
         state: f.first()?.chars().next()?,
+        ppid: u32::try_from(num(4)?).ok()?,
         cpu_ticks: num(14)? + num(15)?,
         start_ticks: num(22)?,
         rss_pages: num(24)?,
@@ -131,22 +134,43 @@ fn name_matches(name: &str, comm: &str) -> bool {
     comm == name || (name.len() > 15 && name.as_bytes()[..15] == *comm.as_bytes())
 }
 
-/// Every process named `name` now (as `--monitor-process` matches them), by PID.
-pub fn pids_named(name: &str) -> Vec<u32> {
+/// The processes of a tree now: each root that is alive and every descendant of one, by
+/// PID (sorted). With `name`, only those of that command name (as `--monitor-process`
+/// matches them). A process outside the trees is never in the answer, whatever its name.
+pub fn pids_in_trees(roots: &[u32], name: Option<&str>) -> Vec<u32> {
     let Ok(rd) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
-    let mut pids: Vec<u32> = rd
+    let all: Vec<(u32, Stat)> = rd
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|t| parse_stat(&t))
-                .is_some_and(|st| name_matches(name, &st.comm))
+        .filter_map(|pid: u32| {
+            let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            Some((pid, parse_stat(&text)?))
         })
         .collect();
-    pids.sort_unstable();
-    pids
+    let mut inside: std::collections::BTreeSet<u32> = roots
+        .iter()
+        .copied()
+        .filter(|r| all.iter().any(|(p, _)| p == r))
+        .collect();
+    // Parents come and go in any order in /proc: add children until nothing changes.
+    loop {
+        let before = inside.len();
+        for (pid, st) in &all {
+            if inside.contains(&st.ppid) {
+                inside.insert(*pid);
+            }
+        }
+        if inside.len() == before {
+            break;
+        }
+    }
+    all.iter()
+        .filter(|(pid, st)| inside.contains(pid) && name.is_none_or(|n| name_matches(n, &st.comm)))
+        .map(|(pid, _)| *pid)
+        .collect::<std::collections::BTreeSet<u32>>()
+        .into_iter()
+        .collect()
 }
 
 /// Every process group, sampled together.

@@ -73,13 +73,15 @@ pub struct MonitorArgs {
     /// A fault on a schedule (repeatable), each event in faults.jsonl and what the load
     /// did before, during and after it in the summary: 'at=30s for=10s signal=STOP
     /// pid=1234' (CONT at the end), 'at=1m signal=KILL pidfile=/run/postfix.pid
-    /// restart="postfix start"', 'at=10s every=1m name=slapd signal=TERM', 'at=20s
-    /// for=15s run="fill-disk" undo="free-disk"', 'at=10s for=5s net=blackhole' (through a
-    /// proxy of spate's own: latency:D, loss:P, bandwidth:RATE, blackhole, refuse, reset,
-    /// cut:N), 'at=10s for=5s kernel=loss:5% netns=srv' (as root, nftables or tc inside the
-    /// network namespace the server runs in: loss:P, partition, reject, rate:RATE).
-    /// Checked before the run: a PID that is not there is an error (a name is looked for
-    /// when the fault comes), as is a namespace that is not there
+    /// restart="postfix start"', 'at=10s every=1m signal=TERM pidfile=/run/postfix.pid
+    /// name=smtpd' (name= picks among the PID's process and its descendants, never
+    /// elsewhere on the host: a name alone is refused), 'at=20s for=15s run="fill-disk"
+    /// undo="free-disk"', 'at=10s for=5s net=blackhole' (through a proxy of spate's own:
+    /// latency:D, loss:P, bandwidth:RATE, blackhole, refuse, reset, cut:N), 'at=10s for=5s
+    /// kernel=loss:5% netns=srv' (as root, nftables or tc inside the network namespace the
+    /// server runs in: loss:P, partition, reject, rate:RATE). Checked before the run: a PID
+    /// that is not there is an error (a name is looked for when the fault comes), as is a
+    /// namespace that is not there
     #[arg(long, value_name = "SPEC", help_heading = "Faults")]
     pub fault: Vec<String>,
 }
