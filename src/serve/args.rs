@@ -1,7 +1,7 @@
 //! `spate serve` options and the command itself.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -264,8 +264,10 @@ pub struct Args {
     /// Server private key (PEM)
     #[arg(long, value_name = "FILE", requires = "cert", help_heading = "TLS")]
     pub key: Option<PathBuf>,
-    /// Write the server certificate (PEM) here, for clients' --ca [default for a generated
-    /// one: a file in the temporary directory, removed at exit]
+    /// Write the server certificate (PEM) here, for clients' --ca; a file already there is
+    /// replaced only if it holds one certificate (a previous serve's), never followed if a
+    /// symlink [default for a generated one: cert.pem in a private directory of its own
+    /// under the temporary directory, both removed at exit]
     #[arg(long, value_name = "PATH", help_heading = "TLS")]
     pub cert_out: Option<PathBuf>,
 
@@ -510,8 +512,18 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Listening before the listeners are announced: a SIGTERM sent as soon as a client
     // has seen the address stops the server gracefully, never by the default action.
     let mut signals = crate::engine::Signals::new();
+    let generated = config.identity.is_none();
+    let store_note = if config.store.discard {
+        "discarding bodies".to_string()
+    } else {
+        format!("memory cap {}", fmt_bytes(config.store.memory_cap))
+    };
+    // On a runtime of its own, of --threads threads.
+    let running = start_apart(config).await?;
+    // Said once the listeners are bound: an address that cannot be bound is an error,
+    // not a server to warn about.
     for kind in Listener::ALL {
-        if let Some(a) = config.listen.get(kind) {
+        if let Some(a) = running.addrs.get(kind) {
             if !a.ip().is_loopback() {
                 eprintln!(
                     "spate serve: warning: {} listens on {a}, which is not loopback; this is \
@@ -521,40 +533,29 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    let generated = config.identity.is_none();
-    let store_note = if config.store.discard {
-        "discarding bodies".to_string()
-    } else {
-        format!("memory cap {}", fmt_bytes(config.store.memory_cap))
-    };
-    // On a runtime of its own, of --threads threads.
-    let running = start_apart(config).await?;
     // A generated certificate is always written somewhere (removed again at exit), so
     // clients can trust it. Written before anything is printed: a script that waits for
     // the first line may read it at once.
-    let (cert_path, temporary) = match &args.cert_out {
-        Some(p) => (Some(p.clone()), false),
-        None if generated => (
-            Some(std::env::temp_dir().join(format!("spate-serve-{}.pem", std::process::id()))),
-            true,
-        ),
-        None => (None, false),
+    let cert_out = match &args.cert_out {
+        Some(p) => Some(CertOut::at(p, &running.cert_pem)?),
+        None if generated => Some(CertOut::private(&running.cert_pem)?),
+        None => None,
     };
-    if let Some(path) = &cert_path {
-        std::fs::write(path, &running.cert_pem)
-            .map_err(|e| UsageError(format!("cannot write {}: {e}", path.display())))?;
-    }
     for kind in Listener::ALL {
         if let Some(a) = running.addrs.get(kind) {
             println!("spate serve: {:<10} {a}", kind.name());
         }
     }
-    if let Some(path) = &cert_path {
+    if let Some(c) = &cert_out {
         println!(
             "spate serve: certificate {} (clients: --ca {}){}",
-            path.display(),
-            path.display(),
-            if temporary { ", removed at exit" } else { "" }
+            c.path.display(),
+            c.path.display(),
+            if c.dir.is_some() {
+                ", removed at exit"
+            } else {
+                ""
+            }
         );
     }
     println!(
@@ -565,11 +566,114 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     eprintln!("spate serve: shutting down");
     let stats = running.stats.clone();
     running.shutdown().await;
-    if let (Some(path), true) = (&cert_path, temporary) {
-        let _ = std::fs::remove_file(path);
+    if let Some(c) = cert_out {
+        c.remove();
     }
     eprintln!("{}", stats.snapshot().summary());
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where the server's certificate was written for clients' --ca.
+struct CertOut {
+    path: PathBuf,
+    /// The private directory it was created in, when spate chose the place: both are
+    /// removed at exit (and nothing else).
+    dir: Option<PathBuf>,
+}
+
+impl CertOut {
+    /// `cert.pem` in a directory of its own, created new (mode 0700) under the temporary
+    /// directory: nothing already there (a file, a symlink planted at a predictable name)
+    /// is written through or removed.
+    fn private(pem: &str) -> Result<CertOut, UsageError> {
+        use std::os::unix::fs::DirBuilderExt as _;
+        let tmp = std::env::temp_dir();
+        let mut last = None;
+        for _ in 0..16 {
+            let dir = tmp.join(format!(
+                "spate-serve-{}-{:08x}",
+                std::process::id(),
+                rand::random::<u32>()
+            ));
+            match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+                Ok(()) => {
+                    let path = dir.join("cert.pem");
+                    write_new(&path, pem)?;
+                    return Ok(CertOut {
+                        path,
+                        dir: Some(dir),
+                    });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+                Err(e) => {
+                    return Err(UsageError(format!(
+                        "cannot create a directory in {}: {e}",
+                        tmp.display()
+                    )))
+                }
+            }
+        }
+        Err(UsageError(format!(
+            "cannot create a directory in {}: {}",
+            tmp.display(),
+            last.map_or_else(|| "?".into(), |e| e.to_string())
+        )))
+    }
+
+    /// The user's `--cert-out PATH`: created, or replacing a file that holds one PEM
+    /// certificate and nothing else (a previous serve's); anything else there is refused.
+    fn at(path: &Path, pem: &str) -> Result<CertOut, UsageError> {
+        let refuse = |why: &str| {
+            UsageError(format!(
+                "--cert-out {}: {why}; not replaced",
+                path.display()
+            ))
+        };
+        match std::fs::symlink_metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => write_new(path, pem)?,
+            Err(e) => return Err(refuse(&e.to_string())),
+            Ok(m) if m.file_type().is_symlink() => return Err(refuse("is a symbolic link")),
+            Ok(m) if !m.is_file() => return Err(refuse("is not a regular file")),
+            Ok(_) => {
+                let old = std::fs::read_to_string(path).unwrap_or_default();
+                if !is_one_certificate(&old) {
+                    return Err(refuse("holds something other than one PEM certificate"));
+                }
+                std::fs::write(path, pem)
+                    .map_err(|e| UsageError(format!("cannot write {}: {e}", path.display())))?;
+            }
+        }
+        Ok(CertOut {
+            path: path.to_path_buf(),
+            dir: None,
+        })
+    }
+
+    fn remove(self) {
+        if let Some(dir) = self.dir {
+            let _ = std::fs::remove_file(&self.path);
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+/// Creates `path` (never through an existing file or symlink) and writes `text` to it.
+fn write_new(path: &Path, text: &str) -> Result<(), UsageError> {
+    use std::io::Write as _;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .map_err(|e| UsageError(format!("cannot write {}: {e}", path.display())))
+}
+
+/// Whether `text` is one PEM certificate and nothing else (what serve writes).
+fn is_one_certificate(text: &str) -> bool {
+    let t = text.trim();
+    t.starts_with("-----BEGIN CERTIFICATE-----")
+        && t.ends_with("-----END CERTIFICATE-----")
+        && t.matches("-----BEGIN").count() == 1
 }
 
 #[cfg(test)]
