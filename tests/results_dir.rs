@@ -146,3 +146,90 @@ async fn an_out_with_a_users_files_of_a_runs_names_is_refused() {
     assert!(mine.join("summary.json").exists());
     server.shutdown().await;
 }
+
+/// --overwrite leaves only what the new run wrote: the earlier run's verify.json (and its
+/// other files) would otherwise be read as the new run's by report.html and compare. A
+/// user's file of another name stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overwritten_run_keeps_nothing_of_the_earlier_one() {
+    let server = serve::start(serve::Config::loopback()).await.unwrap();
+    let addr = server.addrs.smtp.unwrap().to_string();
+    let cwd = tempfile::tempdir().unwrap();
+    let out = cwd.path().join("r");
+    let o_s = out.display().to_string();
+    let o = spate_in(cwd.path(), &["smtp", &addr, "-n", "20", "-q", "-o", &o_s]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // What a verify of the first run leaves, and a user's note beside it.
+    std::fs::write(
+        out.join("verify.json"),
+        "{\"expected\": 20, \"delivered\": 20}\n",
+    )
+    .unwrap();
+    std::fs::write(out.join("missing.tsv"), "seq\trcpt\n").unwrap();
+    std::fs::write(out.join("notes.txt"), "keep\n").unwrap();
+    let o = spate_in(
+        cwd.path(),
+        &["smtp", &addr, "-n", "7", "-q", "-o", &o_s, "--overwrite"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        !out.join("verify.json").exists(),
+        "the earlier run's verify.json"
+    );
+    assert!(
+        !out.join("missing.tsv").exists(),
+        "the earlier run's missing.tsv"
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.join("notes.txt")).unwrap(),
+        "keep\n"
+    );
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(s["totals"]["attempted"], 7);
+    let page = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        !page.contains("20 expected"),
+        "the report shows the old verify"
+    );
+    server.shutdown().await;
+}
+
+/// A directory that holds only a user's plan.json is not a run: refused like any user's
+/// file of a run's name, with or without --overwrite, and left as it was. A regular file
+/// named spate-results/latest is not replaced by the link (said on stderr).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_users_plan_json_and_latest_are_not_replaced() {
+    let server = serve::start(serve::Config::loopback()).await.unwrap();
+    let addr = server.addrs.smtp.unwrap().to_string();
+    let cwd = tempfile::tempdir().unwrap();
+    let mine = cwd.path().join("mine");
+    std::fs::create_dir(&mine).unwrap();
+    std::fs::write(mine.join("plan.json"), "{\"my\": \"plan\"}\n").unwrap();
+    let out = mine.display().to_string();
+    for extra in [&[][..], &["--overwrite"][..]] {
+        let args = [&["smtp", &addr, "-n", "5", "-q", "-o", &out][..], extra].concat();
+        let o = spate_in(cwd.path(), &args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains("plan.json"), "{err}");
+        assert_eq!(
+            std::fs::read_to_string(mine.join("plan.json")).unwrap(),
+            "{\"my\": \"plan\"}\n"
+        );
+        assert!(!mine.join("summary.json").exists());
+    }
+    let root = cwd.path().join("spate-results");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(root.join("latest"), "my file\n").unwrap();
+    let o = spate_in(cwd.path(), &["smtp", &addr, "-n", "5", "-q"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("is not a link spate made"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("latest")).unwrap(),
+        "my file\n"
+    );
+    assert_eq!(runs(&root).len(), 1);
+    server.shutdown().await;
+}

@@ -145,7 +145,11 @@ fn an_address_that_cannot_be_bound_is_not_announced() {
         Duration::from_secs(30),
     );
     assert!(!o.ok, "{o:?}");
-    assert!(o.stderr.contains("cannot listen on 192.0.2.1:2525"), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("cannot listen on 192.0.2.1:2525"),
+        "{}",
+        o.stderr
+    );
     assert!(!o.stderr.contains("listens on"), "{}", o.stderr);
     assert_eq!(o.stderr.trim().lines().count(), 1, "{}", o.stderr);
 }

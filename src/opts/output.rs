@@ -144,15 +144,61 @@ const RUN_MARKERS: [&str; 6] = [
 ];
 
 /// Whether `dir` holds a run: its own files, or those of runs in its subdirectories (a
-/// demo's or a scenario's parts).
+/// demo's or a scenario's parts). A marker counts only as spate writes it: a JSON one must
+/// be a JSON object (plan.json and summary.json with spate's `spate_version`), so a user's
+/// own `plan.json` does not make a directory a run to overwrite.
 pub fn holds_run(dir: &Path) -> bool {
-    let marked = |d: &Path| RUN_MARKERS.iter().any(|m| d.join(m).exists());
+    let marked = |d: &Path| RUN_MARKERS.iter().any(|m| is_marker(&d.join(m)));
     if marked(dir) {
         return true;
     }
     std::fs::read_dir(dir)
         .map(|rd| rd.flatten().any(|e| e.path().is_dir() && marked(&e.path())))
         .unwrap_or(false)
+}
+
+/// Whether `path` is a run's marker file as spate writes it.
+fn is_marker(path: &Path) -> bool {
+    if path.extension().is_some_and(|e| e != "json") {
+        return path.is_file();
+    }
+    let Ok(bytes) = std::fs::read(path) else {
+        return false;
+    };
+    let Ok(serde_json::Value::Object(doc)) = serde_json::from_slice(&bytes) else {
+        return false;
+    };
+    let named = |n: &str| path.file_name().is_some_and(|f| f == n);
+    !(named("plan.json") || named("summary.json")) || doc.contains_key("spate_version")
+}
+
+/// Removes the files an earlier run wrote in `dir` (by name, plain files only), so that
+/// an overwritten directory holds only what the new run writes: a verify.json or
+/// report.html of the old run would otherwise be read as the new one's. Anything else
+/// there (a user's notes, a subdirectory) stays.
+fn remove_earlier_run(dir: &Path) -> Result<(), UsageError> {
+    let mut phases = crate::results::outdir::declared_phases(dir);
+    phases.extend(
+        crate::session::all_phases()
+            .iter()
+            .map(|p| p.name().to_string()),
+    );
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let plain = e.file_type().is_ok_and(|t| t.is_file());
+        if plain && crate::results::outdir::is_results_file(&name, &phases) {
+            std::fs::remove_file(e.path()).map_err(|err| {
+                UsageError(format!(
+                    "cannot remove {} of the earlier run: {err}",
+                    e.path().display()
+                ))
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// The first file in `dir` (a directory that holds no run) with the name of a file a run
@@ -186,6 +232,7 @@ pub fn results_dir(out: Option<&Path>, overwrite: bool, kind: &str) -> anyhow::R
                     dir.display()
                 ));
             }
+            remove_earlier_run(dir)?;
         } else if let Some(name) = foreign_results_file(dir) {
             return usage(format!(
                 "{} holds {name}, which no run of spate's wrote and this run would replace: \
@@ -220,8 +267,18 @@ pub fn results_dir(out: Option<&Path>, overwrite: bool, kind: &str) -> anyhow::R
 }
 
 /// `root/latest` → `name`, replaced atomically (a symlink renamed over the old one). A
-/// file system without symlinks just has no `latest`.
+/// file system without symlinks just has no `latest`; a `latest` that is not a symlink
+/// (a user's file or directory) is left as it is, and said.
 fn point_latest(root: &Path, name: &str) {
+    let latest = root.join("latest");
+    if std::fs::symlink_metadata(&latest).is_ok_and(|m| !m.file_type().is_symlink()) {
+        eprintln!(
+            "spate: warning: {} is not a link spate made: left as it is (this run is {})",
+            latest.display(),
+            root.join(name).display()
+        );
+        return;
+    }
     let tmp = root.join(format!(".latest-{}", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
     if std::os::unix::fs::symlink(name, &tmp).is_ok()
