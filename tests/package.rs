@@ -49,8 +49,10 @@ fn the_debian_package_installs_runs_and_removes() {
         "/usr/bin/spate is there already"
     );
 
-    let out = tempfile::tempdir().unwrap();
-    let dir = out.path().to_str().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    // A directory that does not exist yet: made (cargo-deb alone wrote a file of its name).
+    let out_dir = tmp.path().join("debs").join("new");
+    let dir = out_dir.to_str().unwrap();
     let (ok, said) = run(
         "bash",
         &[
@@ -62,7 +64,11 @@ fn the_debian_package_installs_runs_and_removes() {
         ],
     );
     assert!(ok, "scripts/deb: {said}");
-    let deb = std::fs::read_dir(out.path())
+    assert!(
+        out_dir.is_dir(),
+        "--output {dir} is not a directory: {said}"
+    );
+    let deb = std::fs::read_dir(&out_dir)
         .unwrap()
         .flatten()
         .map(|e| e.path())
