@@ -328,3 +328,72 @@ fn a_server_that_acknowledges_before_storing_loses_exactly_what_it_says_when_kil
         "{s}"
     );
 }
+
+/// LMTP answers each recipient after the data: a server that acknowledges some of a
+/// message's recipients and then dies leaves the others unknown, but those it did
+/// acknowledge are promised. Each acknowledged recipient the server threw away (`--lose`)
+/// is missing, exactly the server's own count, even when the message's other recipients'
+/// replies never came (the whole message used to be filed as indeterminate, and such a
+/// loss went unseen). Recipients without a reply of their own are counted apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lmtp_losses_are_caught_per_recipient() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("mail");
+    let run = tmp.path().join("run");
+    let mut cfg = serve::Config::loopback();
+    cfg.listen.smtp = None;
+    cfg.listen.lmtp = Some("127.0.0.1:0".parse().unwrap());
+    cfg.store.maildir = Some(root.clone());
+    cfg.faults.lose = 0.05;
+    cfg.faults.duplicate = 0.03;
+    cfg.faults.seed = Some(9);
+    cfg.faults
+        .drops
+        .push(faults::parse_drop("stored:0.05").unwrap());
+    cfg.faults
+        .drops
+        .push(faults::parse_drop("dot:0.03").unwrap());
+    let server = serve::start(cfg).await.unwrap();
+    let addr = server.addrs.lmtp.unwrap().to_string();
+    let o = spate(&[
+        "smtp",
+        "--lmtp",
+        &addr,
+        "-n",
+        "600",
+        "-u",
+        "4",
+        "--rcpt",
+        "1..3",
+        "--to",
+        "user{0..9}@example.test",
+        "-q",
+        "-o",
+        run.to_str().unwrap(),
+    ])
+    .await;
+    let counts = server.stats.snapshot();
+    server.shutdown().await;
+    assert!(o.ok, "{o:?}");
+    let s = summary(&run);
+    let unsure_rcpts = s["totals"]["rcpt_indeterminate"].as_u64().unwrap();
+    // Some messages were cut off after some of their recipients' replies.
+    assert!(unsure_rcpts > 0, "{}", s["totals"]);
+    let sent = std::fs::read_to_string(run.join("sent.log")).unwrap();
+    let marked = sent.matches(",?").count() + sent.matches("\t?").count();
+    assert_eq!(marked as u64, unsure_rcpts, "{sent}");
+
+    let (v, j) = verify(&run, &root).await;
+    assert_eq!(v.code, Some(1), "{v:?}");
+    let g = |k: &str| j[k].as_u64().unwrap();
+    assert!(counts.recipients_lost > 0, "{counts:?}");
+    assert_eq!(g("missing"), counts.recipients_lost, "{j}\n{counts:?}");
+    assert_eq!(g("unsure_recipients"), unsure_rcpts, "{j}");
+    assert_eq!(
+        g("duplicated"),
+        counts.recipients_duplicated,
+        "{j}\n{counts:?}"
+    );
+    assert_eq!(g("unlogged"), 0, "{j}");
+    assert!(v.stdout.contains("unsure rcpts"), "{}", v.stdout);
+}

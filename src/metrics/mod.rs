@@ -13,4 +13,5 @@ pub(crate) use recorder::{counters, error_kinds};
 pub use recorder::{
     new_histogram, Counter, Counters, DeclaredCounter, Detail, ErrorKey, ErrorKind, ErrorStat,
     Interval, Own, Recorder, SentOutcome, SentRecord, Shard, HIST_MAX_US, OWN_COUNTERS,
+    UNSURE_RCPT,
 };

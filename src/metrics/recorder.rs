@@ -383,9 +383,15 @@ impl SentOutcome {
     }
 }
 
+/// Set on a recipient index (in `Shard::rcpts`) of an accepted message whose own final
+/// reply never came: LMTP answers each recipient after the data, and a connection that
+/// dies after some of those replies leaves the others' fate unknown (the server may have
+/// delivered to them). The sent log writes such a recipient with a leading `?`.
+pub const UNSURE_RCPT: u32 = 1 << 31;
+
 /// One message the server accepted or may have, for the sent log. Recipients are indices
 /// into the run's address pool, stored in the shard's `rcpts` vector at
-/// `rcpt_start..+rcpt_len`.
+/// `rcpt_start..+rcpt_len` (an index may carry [`UNSURE_RCPT`]).
 #[derive(Debug, Clone, Copy)]
 pub struct SentRecord {
     pub seq: u64,

@@ -484,6 +484,8 @@ impl Writer {
 /// The sent log's first two lines. v2 has a last column, the message's outcome:
 /// `accepted`, or `indeterminate`/`unfinished` (its end of data went out, no final reply
 /// came: the server may have it); a v1 log (no such column) lists accepted messages only.
+/// In an accepted LMTP message a recipient written `?rcpt` got no reply of its own (the
+/// connection died after the replies of others): the server may have delivered to it.
 pub fn sent_log_head(w: &mut impl Write, run: &str, note: &str) -> io::Result<()> {
     writeln!(
         w,
@@ -512,7 +514,13 @@ fn write_sent(
             if i > 0 {
                 sent.write_all(b",")?;
             }
-            sent.write_all(book.recipient(*idx).as_bytes())?;
+            if idx & crate::metrics::UNSURE_RCPT != 0 {
+                sent.write_all(b"?")?;
+            }
+            sent.write_all(
+                book.recipient(idx & !crate::metrics::UNSURE_RCPT)
+                    .as_bytes(),
+            )?;
         }
         sent.write_all(b"\t")?;
         sent.write_all(r.outcome.name().as_bytes())?;

@@ -612,13 +612,24 @@ impl Session<'_> {
             // Recipients answered 250, and of them those really stored (not --lose).
             let (mut delivered, mut kept) = (0u64, 0u64);
             for rcpt in &tx.rcpts {
-                if self.fault(FaultPoint::Dot).await? {
+                // A drop here still sends the replies of the recipients before this one:
+                // those were given (and a 250 for a recipient thrown away is a loss the
+                // client heard, as the server counts it).
+                let (delay, what) = self.faults.draw(FaultPoint::Dot, &self.sh.stats);
+                if what == Injected::Drop {
+                    self.conn.flush().await?;
+                }
+                if self.injected(FaultPoint::Dot, delay, what).await? {
                     continue;
                 }
                 match self.store(rcpt, message) {
                     Ok(stored) => {
                         if self.after_storing(stored).await? {
                             continue;
+                        }
+                        // Thrown away and now acknowledged: a loss the client hears of.
+                        if stored == 0 {
+                            self.sh.stats.lost(1);
                         }
                         delivered += 1;
                         kept += stored;
@@ -676,10 +687,10 @@ impl Session<'_> {
     }
 
     /// One recipient's delivery, with `--lose` and `--duplicate` drawn for it (LMTP
-    /// answers each recipient): Ok(1) when it was stored, Ok(0) when it was thrown away.
+    /// answers each recipient): Ok(1) when it was stored, Ok(0) when it was thrown away
+    /// (counted lost by the caller once it acknowledges it).
     fn store(&mut self, rcpt: &str, message: &[u8]) -> Result<u64, StoreError> {
         if self.faults.lose() {
-            self.sh.stats.lost(1);
             return Ok(0);
         }
         let twice = self.faults.duplicate();

@@ -103,6 +103,11 @@ pub struct Report {
     pub indeterminate: u64,
     /// Of `indeterminate`: those found in at least one of their recipients' mailboxes.
     pub recovered: u64,
+    /// Recipients of accepted LMTP messages that got no final reply of their own (the
+    /// connection died after others' replies): not expected, found or not.
+    pub unsure_rcpts: u64,
+    /// Of `unsure_rcpts`: those found in their mailbox.
+    pub unsure_found: u64,
     pub expected: u64,
     pub delivered: u64,
     pub duplicated: u64,
@@ -350,6 +355,8 @@ impl Ledger {
             messages: log.accepted().count() as u64,
             indeterminate: 0,
             recovered: 0,
+            unsure_rcpts: 0,
+            unsure_found: 0,
             expected: 0,
             delivered: 0,
             duplicated: 0,
@@ -374,14 +381,23 @@ impl Ledger {
                 continue;
             }
             let before = rep.expected;
-            for &r in log.recipients(m) {
+            for (&r, &unsure) in log.recipients(m).iter().zip(log.unsure(m)) {
                 if undelivered[r as usize] {
                     continue;
                 }
-                rep.expected += 1;
                 let found = run
                     .zip(mbx_of[r as usize])
                     .and_then(|(run, mbx)| self.finds.get(run, m.seq, mbx));
+                if unsure {
+                    rep.unsure_rcpts += 1;
+                    if let Some(f) = found {
+                        rep.unsure_found += 1;
+                        rep.duplicated += (f.copies - 1) as u64;
+                        rep.corrupted += f.corrupted as u64;
+                    }
+                    continue;
+                }
+                rep.expected += 1;
                 let Some(f) = found else {
                     rep.missing
                         .push((m.seq, log.addrs.name(r).to_string(), m.accepted_us));

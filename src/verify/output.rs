@@ -117,6 +117,8 @@ fn json(r: &Report, source: &str) -> serde_json::Value {
         "missing": r.missing_count(),
         "indeterminate": r.indeterminate,
         "recovered": r.recovered,
+        "unsure_recipients": r.unsure_rcpts,
+        "unsure_recipients_found": r.unsure_found,
         "duplicated": r.duplicated,
         "corrupted": r.corrupted,
         "foreign": r.foreign,
@@ -278,6 +280,20 @@ pub fn render(r: &Report, source: &str, dir: &Path, show: usize) -> String {
                     "end of data sent, no final reply: {} found (recovered), {} not (allowed: the client could not know)",
                     r.recovered,
                     r.indeterminate - r.recovered
+                ),
+            ),
+        );
+    }
+    if r.unsure_rcpts > 0 {
+        rows.insert(
+            3,
+            (
+                "unsure rcpts",
+                r.unsure_rcpts,
+                format!(
+                    "LMTP recipients with no reply of their own after others' 250: {} found, {} not (allowed: the client could not know)",
+                    r.unsure_found,
+                    r.unsure_rcpts - r.unsure_found
                 ),
             ),
         );

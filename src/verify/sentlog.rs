@@ -92,6 +92,9 @@ pub struct SentLog {
     pub run_id: String,
     pub messages: Vec<Sent>,
     rcpts: Vec<u32>,
+    /// Per entry of `rcpts`: written `?rcpt`, a recipient of an accepted LMTP message that
+    /// got no final reply of its own (the server may have delivered to it or not).
+    unsure: Vec<bool>,
     /// Senders and recipients share one table.
     pub addrs: Interner,
     /// Start of the run (µs since the epoch): summary.json's started_at, else the first
@@ -162,8 +165,13 @@ impl SentLog {
             let from = log.addrs.intern(from);
             let rcpt_start = log.rcpts.len() as u32;
             for r in rcpts.split(',').filter(|r| !r.is_empty()) {
+                let (unsure, r) = match r.strip_prefix('?') {
+                    Some(r) => (true, r),
+                    None => (false, r),
+                };
                 let id = log.addrs.intern(r);
                 log.rcpts.push(id);
+                log.unsure.push(unsure);
             }
             let rcpt_len = log.rcpts.len() as u32 - rcpt_start;
             if log.messages.last().is_some_and(|m| m.seq > seq) {
@@ -193,6 +201,12 @@ impl SentLog {
 
     pub fn recipients(&self, m: &Sent) -> &[u32] {
         &self.rcpts[m.rcpt_start as usize..][..m.rcpt_len as usize]
+    }
+
+    /// Per recipient of `m` (as [`SentLog::recipients`] lists them): whether its own
+    /// final reply never came (LMTP), so its delivery is neither expected nor missing.
+    pub fn unsure(&self, m: &Sent) -> &[bool] {
+        &self.unsure[m.rcpt_start as usize..][..m.rcpt_len as usize]
     }
 
     pub fn find(&self, seq: u64) -> Option<&Sent> {

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::{Endpoint, Failure};
 use crate::engine::{Ahead, Driver, Outcome, UnitReport};
 use crate::message::{Builder, Built, DOT};
-use crate::metrics::{Detail, ErrorKind, Phase, SentOutcome, SentRecord};
+use crate::metrics::{Detail, ErrorKind, Phase, SentOutcome, SentRecord, UNSURE_RCPT};
 use crate::proto::smtp::client as cmd;
 use crate::proto::smtp::reply::{self, Capabilities, Reply};
 use crate::transport::{Connection, TransportError};
@@ -122,6 +122,9 @@ struct Recipients {
     /// Indices (into the run's recipient pool) of the accepted ones.
     ok: Vec<u32>,
     rejected: u64,
+    /// LMTP: how many of `ok`, at its end, got no final reply of their own (the
+    /// connection died after the replies of those before them).
+    unsure: usize,
 }
 
 pub struct Session {
@@ -179,6 +182,7 @@ impl Session {
         self.fails.clear();
         self.rcpts.ok.clear();
         self.rcpts.rejected = 0;
+        self.rcpts.unsure = 0;
         // Built with the previous message, its envelope maybe written behind it.
         let early = match self.next.take() {
             Some(n) if n.seq == seq => {
@@ -239,6 +243,11 @@ impl Session {
         report
             .counters
             .count(phase::RCPT_REJECTED, self.rcpts.rejected);
+        if self.rcpts.unsure > 0 {
+            report
+                .counters
+                .count(phase::RCPT_INDETERMINATE, self.rcpts.unsure as u64);
+        }
         for f in self.fails.drain(..) {
             f.record(report);
         }
@@ -256,6 +265,10 @@ impl Session {
                 });
                 report.rcpts.clear();
                 report.rcpts.extend_from_slice(&self.rcpts.ok);
+                let n = report.rcpts.len();
+                for r in &mut report.rcpts[n - self.rcpts.unsure..] {
+                    *r |= UNSURE_RCPT;
+                }
             }
             (Outcome::Failed, Some(sent)) => {
                 sent.outcome = SentOutcome::Indeterminate;
@@ -455,7 +468,22 @@ impl Session {
         let mut kept = Vec::new();
         let mut refused = None;
         for i in 0..replies {
-            let r = read_reply(conn).await.map_err(tf(phase::BDAT))?;
+            let r = match read_reply(conn).await {
+                Ok(r) => r,
+                // LMTP: recipients already answered 2xx have the message; the rest are
+                // unknown. Not a failed message, then, but one with unsure recipients.
+                Err(e) if self.s.lmtp && taken && delivered > 0 => {
+                    self.fails.push(Failure::transport(phase::BDAT, e));
+                    let unsure = self.rcpts.ok[i..].to_vec();
+                    self.rcpts.rejected += (i - delivered) as u64;
+                    self.rcpts.unsure = unsure.len();
+                    kept.extend(unsure);
+                    self.rcpts.ok = kept;
+                    report.timed(phase::BDAT, t);
+                    return Ok(true);
+                }
+                Err(e) => return Err(tf(phase::BDAT)(e)),
+            };
             if r.code / 100 == 2 && taken {
                 delivered += 1;
                 if self.s.lmtp {
@@ -553,9 +581,25 @@ impl Session {
         let mut refused = Vec::new();
         let mut failed = None;
         for i in 0..replies {
-            let r = read_reply(conn)
-                .await
-                .map_err(|e| Failure::transport(phase::BODY, e))?;
+            let r = match read_reply(conn).await {
+                Ok(r) => r,
+                // LMTP: recipients already answered 2xx have the message; the rest are
+                // unknown. Not a failed message, then, but one with unsure recipients
+                // (moved to the end of `ok`, in their order).
+                Err(e) if lmtp && i > refused.len() => {
+                    self.fails.push(Failure::transport(phase::BODY, e));
+                    report.timed(phase::BODY, t);
+                    self.rcpts.rejected += refused.len() as u64;
+                    self.rcpts.unsure = replies - i;
+                    let mut k = 0;
+                    self.rcpts.ok.retain(|_| {
+                        k += 1;
+                        !refused.contains(&(k - 1))
+                    });
+                    return Ok(true);
+                }
+                Err(e) => return Err(Failure::transport(phase::BODY, e)),
+            };
             if r.is_positive() {
                 continue;
             } else if lmtp {
@@ -655,8 +699,11 @@ async fn rset(conn: &mut Connection) {
 impl Driver for Session {
     const WORDS: crate::results::UnitWords =
         crate::results::UnitWords::new("messages", "msg/s", "sent", &[phase::TRANSACTION], true);
-    const COUNTERS: &'static [crate::metrics::Counter] =
-        &[phase::RCPT_ACCEPTED, phase::RCPT_REJECTED];
+    const COUNTERS: &'static [crate::metrics::Counter] = &[
+        phase::RCPT_ACCEPTED,
+        phase::RCPT_REJECTED,
+        phase::RCPT_INDETERMINATE,
+    ];
     const PHASES: &'static [Phase] = &[
         Phase::CONNECT,
         Phase::TLS,

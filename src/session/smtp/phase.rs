@@ -20,4 +20,5 @@ crate::metrics::phases! {
 crate::metrics::counters! {
     pub RCPT_ACCEPTED => "rcpt_accepted", "recipients accepted";
     pub RCPT_REJECTED => "rcpt_rejected", "recipients refused";
+    pub RCPT_INDETERMINATE => "rcpt_indeterminate", "LMTP: recipients of an accepted message whose own final reply never came (the connection died after others' replies; the server may have delivered to them)";
 }
