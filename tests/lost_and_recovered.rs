@@ -102,6 +102,24 @@ async fn a_lying_server_is_caught_to_the_message() {
         counts.recipients_duplicated,
         "{j}\n{counts:?}"
     );
+    // Each one named, as missing.tsv names the missing: one copy too many apiece here.
+    let dups = std::fs::read_to_string(run.join("duplicates.tsv")).unwrap();
+    let rows: Vec<Vec<&str>> = dups
+        .lines()
+        .skip(1)
+        .map(|l| l.split('\t').collect())
+        .collect();
+    assert_eq!(rows.len() as u64, counts.recipients_duplicated, "{dups}");
+    assert!(
+        rows.iter()
+            .all(|r| r.len() == 4 && r[2] == "2" && r[3].starts_with("the server: sent once")),
+        "{dups}"
+    );
+    assert!(
+        v.stdout.contains("duplicated (seq recipient copies;"),
+        "{}",
+        v.stdout
+    );
     assert_eq!(g("indeterminate"), dropped, "{j}");
     assert_eq!(
         g("recovered"),

@@ -20,8 +20,8 @@ use crate::verify::{
     jmap://HOST:PORT[/PATH], jmaps://   the same over JMAP (PATH: the session resource,\n                                    \
     /.well-known/jmap by default; HTTP Basic); arrival times: receivedAt\n\n\
     OUTPUT: a report on stdout; verify.json, deliveries.csv (t_s,time,injected,delivered per\n\
-    second), delivery.hlog (latency HdrHistogram log, µs) and missing.tsv in the results\n\
-    directory (or --out).\n\n\
+    second), delivery.hlog (latency HdrHistogram log, µs), missing.tsv and duplicates.tsv\n\
+    (seq, recipient, copies, likely cause) in the results directory (or --out).\n\n\
     EXIT STATUS: 0 every expected delivery present once and intact and every rule met;\n\
     1 anything missing, duplicated or corrupted, a rule unmet, or an error; 2 bad usage.\n\
     Foreign messages (not from this run) are counted but do not fail the check.\n\n\
@@ -45,7 +45,8 @@ pub struct Args {
     pub common: Common,
     #[command(flatten)]
     pub remote: RemoteOptions,
-    /// Write verify.json, deliveries.csv, delivery.hlog, missing.tsv here instead of DIR.
+    /// Write verify.json, deliveries.csv, delivery.hlog, missing.tsv, duplicates.tsv here
+    /// instead of DIR.
     #[arg(long, short = 'o')]
     pub out: Option<PathBuf>,
 }

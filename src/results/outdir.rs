@@ -15,7 +15,7 @@ use crate::UsageError;
 /// log is one when its phase is among `phases` (the run's), so a user's `backup.hlog`
 /// is not.
 pub fn is_results_file(name: &str, phases: &[String]) -> bool {
-    const NAMES: [&str; 16] = [
+    const NAMES: [&str; 17] = [
         "plan.json",
         "summary.json",
         "intervals.csv",
@@ -31,6 +31,7 @@ pub fn is_results_file(name: &str, phases: &[String]) -> bool {
         "verify.json",
         "deliveries.csv",
         "missing.tsv",
+        "duplicates.tsv",
         "thresholds.json",
     ];
     let hlog = name.strip_suffix(".hlog").is_some_and(|stem| {

@@ -92,6 +92,42 @@ pub struct RuleResult {
     pub ok: bool,
 }
 
+/// A delivery found more than once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Duplicate {
+    pub seq: u64,
+    pub recipient: String,
+    pub copies: u32,
+    pub cause: Cause,
+}
+
+/// Why a delivery may be there more than once, as far as spate can tell: it sends each
+/// message once (a unit is never sent again), so every extra copy is the server's; what
+/// the client knew of the message says which of the server's paths made it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// Accepted once, stored more than once.
+    Accepted,
+    /// No final reply came for the message (a server that died or was cut off).
+    NoFinalReply,
+    /// LMTP: this recipient had no reply of its own.
+    NoOwnReply,
+}
+
+impl Cause {
+    pub fn text(self) -> &'static str {
+        match self {
+            Cause::Accepted => "the server: sent once, accepted once, stored more than once",
+            Cause::NoFinalReply => {
+                "the server: sent once, no final reply (it died or was cut off), stored more than once"
+            }
+            Cause::NoOwnReply => {
+                "the server: sent once, no reply for this recipient (LMTP), stored more than once"
+            }
+        }
+    }
+}
+
 /// The comparison of a ledger with a sent log.
 #[derive(Debug)]
 pub struct Report {
@@ -120,6 +156,8 @@ pub struct Report {
     pub misdelivered: u64,
     /// (seq, recipient, accepted at µs) of every missing delivery, by seq.
     pub missing: Vec<(u64, String, i64)>,
+    /// Every delivery found more than once: (seq, recipient, copies, the likely cause).
+    pub duplicates: Vec<Duplicate>,
     pub latency: Histogram<u64>,
     /// Why the latency cannot be measured from this source's arrival times (then
     /// `latency` is empty).
@@ -142,6 +180,20 @@ pub struct Report {
 pub const TO_THE_SECOND: &str = "arrival times to the second (IMAP INTERNALDATE, JMAP receivedAt and Date headers have whole seconds) for deliveries that take under a second";
 
 impl Report {
+    /// A delivery found `copies` times: the extra copies counted, and named when more
+    /// than one.
+    fn duplicate(&mut self, seq: u64, recipient: &str, copies: u32, cause: Cause) {
+        if copies > 1 {
+            self.duplicated += u64::from(copies - 1);
+            self.duplicates.push(Duplicate {
+                seq,
+                recipient: recipient.to_string(),
+                copies,
+                cause,
+            });
+        }
+    }
+
     /// The latency histogram from the arrivals, or why their times cannot give one: a
     /// source that records a message before the server's reply (the embedded server
     /// stores before it says 250), or times to the second when the latencies are below
@@ -365,6 +417,7 @@ impl Ledger {
             unlogged: 0,
             misdelivered: 0,
             missing: Vec::new(),
+            duplicates: Vec::new(),
             latency: Histogram::new(3).expect("3 significant figures is valid"),
             not_measurable: None,
             to_the_second: false,
@@ -392,7 +445,7 @@ impl Ledger {
                     rep.unsure_rcpts += 1;
                     if let Some(f) = found {
                         rep.unsure_found += 1;
-                        rep.duplicated += (f.copies - 1) as u64;
+                        rep.duplicate(m.seq, log.addrs.name(r), f.copies, Cause::NoOwnReply);
                         rep.corrupted += f.corrupted as u64;
                     }
                     continue;
@@ -404,7 +457,7 @@ impl Ledger {
                     continue;
                 };
                 rep.delivered += 1;
-                rep.duplicated += (f.copies - 1) as u64;
+                rep.duplicate(m.seq, log.addrs.name(r), f.copies, Cause::Accepted);
                 rep.corrupted += f.corrupted as u64;
                 if f.arrived_us == i64::MIN {
                     rep.no_time += 1;
@@ -446,7 +499,7 @@ impl Ledger {
                 .and_then(|(run, mbx)| self.finds.get(run, m.seq, mbx));
             if let Some(f) = f {
                 found = true;
-                rep.duplicated += (f.copies - 1) as u64;
+                rep.duplicate(m.seq, log.addrs.name(r), f.copies, Cause::NoFinalReply);
                 rep.corrupted += f.corrupted as u64;
             }
         }

@@ -1,5 +1,5 @@
 //! What `spate verify` leaves behind: verify.json, deliveries.csv, delivery.hlog,
-//! missing.tsv, and the text report. The HTML report reads these names and columns.
+//! missing.tsv, duplicates.tsv, and the text report. The HTML report reads these names and columns.
 
 use std::fmt::Write as _;
 use std::io::{self, BufWriter, Write};
@@ -41,6 +41,20 @@ pub fn write_files(r: &Report, out: &Path, source: &str) -> io::Result<()> {
         writeln!(missing, "{seq}\t{rcpt}\t{}", rfc3339(at(*us)))?;
     }
     missing.flush()?;
+
+    let mut dups = BufWriter::new(std::fs::File::create(out.join("duplicates.tsv"))?);
+    writeln!(dups, "seq\trecipient\tcopies\tlikely_cause")?;
+    for d in &r.duplicates {
+        writeln!(
+            dups,
+            "{}\t{}\t{}\t{}",
+            d.seq,
+            d.recipient,
+            d.copies,
+            d.cause.text()
+        )?;
+    }
+    dups.flush()?;
 
     // Per second: deliveries expected from the messages accepted then, and deliveries
     // that arrived then. A server falling behind shows as delivered lagging injected.
@@ -325,6 +339,17 @@ pub fn render(r: &Report, source: &str, dir: &Path, show: usize) -> String {
         );
         for (seq, rcpt, at_us) in r.missing.iter().take(n) {
             let _ = writeln!(s, "  {seq}\t{rcpt}\t{}", rfc3339(at(*at_us)));
+        }
+    }
+    if !r.duplicates.is_empty() {
+        let n = r.duplicates.len().min(show);
+        let _ = writeln!(
+            s,
+            "duplicated (seq recipient copies; {n} of {}, all with their likely cause in duplicates.tsv):",
+            r.duplicates.len()
+        );
+        for d in r.duplicates.iter().take(n) {
+            let _ = writeln!(s, "  {}\t{}\t{}", d.seq, d.recipient, d.copies);
         }
     }
     let _ = writeln!(s, "{}", verdict(r));
