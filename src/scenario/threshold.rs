@@ -253,10 +253,13 @@ impl Check {
             (Unit::Plain, None, "k") => Ok((n * 1e3, "")),
             (Unit::Plain, None, "M") => Ok((n * 1e6, "")),
             (Unit::Plain, None, "G") => Ok((n * 1e9, "")),
-            _ => Err(bad(&format!(
-                "unit '{suffix}' does not fit '{}'",
-                self.metric()
-            ))),
+            // A metric that does not exist is the error to name, not its unit.
+            _ => Err(self.check_static(&self.path).err().unwrap_or_else(|| {
+                bad(&format!(
+                    "unit '{suffix}' does not fit '{}'",
+                    self.metric()
+                ))
+            })),
         }
     }
 
@@ -611,6 +614,15 @@ mod tests {
         assert_eq!(at("extra.monitor.max.queue.depth"), Ok(5.0));
         assert!(at("extra.monitor.max.queue.postfix.deferred").is_err());
         assert!(at("extra.monitor.max.proc.slapd").is_err());
+    }
+
+    #[test]
+    fn an_unknown_metric_is_named_before_its_unit() {
+        let e = Check::parse("error_rate < 1%").unwrap_err();
+        assert!(e.contains("unknown metric 'error_rate'"), "{e}");
+        assert!(!e.contains("does not fit"), "{e}");
+        let e = Check::parse("errors.count < 1%").unwrap_err();
+        assert!(e.contains("does not fit"), "{e}");
     }
 
     #[test]
