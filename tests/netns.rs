@@ -335,9 +335,11 @@ fn kernel_faults_in_the_servers_namespace_are_applied_and_taken_out() {
     let srv = net.ns("srv");
     let target = net.serve(&srv, &stats);
     let run = tmp.path().join("run");
-    let (loss, partition) = (
+    let (loss, partition, rate) = (
         format!("at=2s for=2s kernel=loss:20% netns={srv}"),
         format!("at=5s for=2s kernel=partition netns={srv}"),
+        // Its generated command once broke on its own quoting and was never applied.
+        format!("at=8s for=1s kernel=rate:1mbit netns={srv}"),
     );
     let o = run_blocking(
         "ip",
@@ -351,7 +353,7 @@ fn kernel_faults_in_the_servers_namespace_are_applied_and_taken_out() {
             "--rate",
             "50/s",
             "-d",
-            "9s",
+            "10s",
             "--timeout",
             "1s",
             "--grace",
@@ -360,6 +362,8 @@ fn kernel_faults_in_the_servers_namespace_are_applied_and_taken_out() {
             &loss,
             "--fault",
             &partition,
+            "--fault",
+            &rate,
             "-q",
             "-o",
             run.to_str().unwrap(),
@@ -370,7 +374,7 @@ fn kernel_faults_in_the_servers_namespace_are_applied_and_taken_out() {
     assert!(o.ended(), "{o:?}");
     let s = common::summary(&run);
     let occ = s["extra"]["faults"]["occurrences"].as_array().unwrap();
-    assert_eq!(occ.len(), 2, "{s}");
+    assert_eq!(occ.len(), 3, "{s}");
     assert!(occ.iter().all(|o| o["applied"] == true), "{occ:?}");
     let p = &occ[1];
     assert!(
@@ -384,7 +388,7 @@ fn kernel_faults_in_the_servers_namespace_are_applied_and_taken_out() {
         .map(|l| serde_json::from_str(l).unwrap())
         .filter(|e: &serde_json::Value| e["event"] == "run" || e["event"] == "undo")
         .collect();
-    assert_eq!(done.len(), 4, "{events}");
+    assert_eq!(done.len(), 6, "{events}");
     assert!(done.iter().all(|e| e["ok"] == true), "{events}");
     let tables = run_blocking(
         "ip",
@@ -396,6 +400,13 @@ fn kernel_faults_in_the_servers_namespace_are_applied_and_taken_out() {
         tables.ok && !tables.stdout.contains("spate_fault"),
         "{tables:?}"
     );
+    let qdiscs = run_blocking(
+        "ip",
+        &["netns", "exec", &srv, "tc", "qdisc", "show"],
+        &[],
+        Duration::from_secs(10),
+    );
+    assert!(qdiscs.ok && !qdiscs.stdout.contains("tbf"), "{qdiscs:?}");
     net.stop_server();
     let counts: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();

@@ -97,12 +97,14 @@ impl Kernel {
         let exec = format!("ip netns exec {ns}");
         let links = "$(ip -o link show | awk -F': ' '{print $2}' | cut -d@ -f1 | grep -vx lo)";
         match self {
+            // The loop goes to sh on its standard input (a quoted here-document): the awk
+            // program's own quotes cannot end it, as they ended an `sh -c '…'`.
             Kernel::Rate(rate) => (
                 format!(
-                    "{exec} sh -c 'for d in {links}; do tc qdisc replace dev \"$d\" root tbf rate {rate} burst 32kbit latency 400ms || exit 1; done'"
+                    "{exec} sh <<'SPATE_TC'\nfor d in {links}; do tc qdisc replace dev \"$d\" root tbf rate {rate} burst 32kbit latency 400ms || exit 1; done\nSPATE_TC"
                 ),
                 format!(
-                    "{exec} sh -c 'for d in {links}; do tc qdisc del dev \"$d\" root 2>/dev/null; done; true'"
+                    "{exec} sh <<'SPATE_TC'\nfor d in {links}; do tc qdisc del dev \"$d\" root 2>/dev/null; done; true\nSPATE_TC"
                 ),
             ),
             _ => {
@@ -173,5 +175,14 @@ mod tests {
         let (run, undo) = Kernel::Rate("1mbit".into()).commands("srv");
         assert!(run.contains("tbf rate 1mbit"), "{run}");
         assert!(undo.contains("tc qdisc del"), "{undo}");
+        // The commands are valid shell: sh parses them (-n: reads, runs nothing).
+        for cmd in [&run, &undo] {
+            let ok = std::process::Command::new("sh")
+                .args(["-n", "-c", cmd])
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "{cmd}");
+        }
     }
 }

@@ -255,10 +255,7 @@ impl Check {
             (Unit::Plain, None, "G") => Ok((n * 1e9, "")),
             // A metric that does not exist is the error to name, not its unit.
             _ => Err(self.check_static(&self.path).err().unwrap_or_else(|| {
-                bad(&format!(
-                    "unit '{suffix}' does not fit '{}'",
-                    self.metric()
-                ))
+                bad(&format!("unit '{suffix}' does not fit '{}'", self.metric()))
             })),
         }
     }
