@@ -195,6 +195,46 @@ fn a_fault_that_cannot_be_applied_is_refused_before_the_run() {
     }
 }
 
+/// A fault that cannot be applied fails the run (exit 1, said in one line) unless it says
+/// `optional=yes`; a command fault is stamped when it started, not when it finished.
+#[test]
+fn a_fault_not_applied_fails_the_run_and_events_are_stamped_at_their_start() {
+    let (_server, addr) = serve_process("--smtp", &[] as &[&OsStr]);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("failing");
+    let o = smtp(
+        &addr,
+        &out,
+        &["-d", "2s", "--fault", "at=500ms run='exit 4'"],
+    );
+    assert_eq!(o.code, Some(1), "{o:?}");
+    assert!(
+        o.stdout.contains("failed to apply or undo a fault"),
+        "{}",
+        o.stdout
+    );
+    assert_eq!(summary(&out)["extra"]["faults"]["not_applied"], 1);
+    let out = tmp.path().join("optional");
+    let o = smtp(
+        &addr,
+        &out,
+        &["-d", "2s", "--fault", "at=500ms run='exit 4' optional=yes"],
+    );
+    assert!(o.ok, "{o:?}");
+    // A command that takes 3 s is stamped at its start (0.5 s), not at its end (3.5 s).
+    let out = tmp.path().join("stamped");
+    let o = smtp(
+        &addr,
+        &out,
+        &["-d", "4s", "--fault", "at=500ms run='sleep 3'"],
+    );
+    assert!(o.ok, "{o:?}");
+    let ev = events(&out);
+    assert_eq!(ev[0]["event"], "run", "{ev:?}");
+    let t = ev[0]["t_s"].as_f64().unwrap();
+    assert!((0.5..3.5).contains(&t), "{ev:?}");
+}
+
 /// Whether `pid` is a process that has not exited (a zombie has).
 fn running(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))

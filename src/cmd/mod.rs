@@ -100,15 +100,25 @@ pub fn observers(
 }
 
 /// How a load run ends: 130 or 143 when Ctrl-C (or q) or SIGTERM stopped it (after
-/// everything was written), else `otherwise`.
+/// everything was written); 1 when a `--fault` could not be applied or taken out again
+/// (said in one line: the run did not test what it was asked to); else `otherwise`.
 pub fn exit_code(summary: &Summary, otherwise: std::process::ExitCode) -> std::process::ExitCode {
-    match summary
+    if let Some(s) = summary
         .interrupted_by
         .as_deref()
         .and_then(crate::engine::Signal::from_name)
     {
-        Some(s) => std::process::ExitCode::from(s.exit_code()),
-        None => otherwise,
+        return std::process::ExitCode::from(s.exit_code());
+    }
+    match crate::fault::not_applied(summary) {
+        0 => otherwise,
+        n => {
+            println!(
+                "{n} fault event{} failed to apply or undo a fault (see faults.jsonl and the warnings; a fault that may fail says optional=yes): exit status 1",
+                if n == 1 { "" } else { "s" }
+            );
+            std::process::ExitCode::from(1)
+        }
     }
 }
 

@@ -28,6 +28,21 @@ use crate::results::{rfc3339, Summary};
 const COMMAND_LIMIT: Duration = Duration::from_secs(60);
 /// Events kept in memory for the summary (faults.jsonl has every one).
 const MAX_EVENTS: usize = 1000;
+/// The events that apply a fault or take it out again: one that failed fails the run
+/// (unless the fault says `optional=yes`). A restart that fails is the server's matter
+/// and only a warning.
+const APPLYING: [&str; 4] = ["signal", "run", "continue", "undo"];
+
+/// How many faults of the run were not applied (or not taken out again), from its
+/// summary; such a run exits 1.
+pub fn not_applied(summary: &Summary) -> u64 {
+    summary
+        .extra
+        .get("faults")
+        .and_then(|f| f.get("not_applied"))
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(0)
+}
 
 /// One thing that happened to a fault, as faults.jsonl has it.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -65,7 +80,20 @@ impl Log {
         what: String,
         r: Result<(), String>,
     ) {
-        let now = SystemTime::now();
+        self.record_at(SystemTime::now(), fault, occurrence, event, what, r);
+    }
+
+    /// As [`Log::record`], for something that began at `now` (a command is stamped when
+    /// it was started, not when it finished: the fault is in force from then).
+    fn record_at(
+        &self,
+        now: SystemTime,
+        fault: usize,
+        occurrence: u32,
+        event: &'static str,
+        what: String,
+        r: Result<(), String>,
+    ) {
         let t_s = now
             .duration_since(self.start)
             .map_or(0.0, |d| (d.as_secs_f64() * 1000.0).round() / 1000.0);
@@ -227,7 +255,14 @@ impl Observer for Faults {
                 e.error.as_deref().unwrap_or("?")
             ));
         }
-        let report = self.windows.report(&self.specs, &events);
+        let mut report = self.windows.report(&self.specs, &events);
+        // Not applied, or not taken out again: the run did not test what it said.
+        let not_applied = events
+            .iter()
+            .filter(|e| !e.ok && APPLYING.contains(&e.event))
+            .filter(|e| !self.specs[e.fault].optional)
+            .count();
+        report["not_applied"] = serde_json::json!(not_applied);
         summary.extra.insert("faults".into(), report);
     }
 }
@@ -316,8 +351,9 @@ fn begin(spec: &Spec, i: usize, n: u32, log: &Arc<Log>) -> Vec<u32> {
             return pids;
         }
         Action::Command { run, .. } => {
+            let started = SystemTime::now();
             let r = run_command(run);
-            log.record(i, n, "run", run.clone(), r);
+            log.record_at(started, i, n, "run", run.clone(), r);
         }
         Action::Net(t) => {
             proxy::set(Some(t.clone()));
@@ -360,8 +396,9 @@ fn end(spec: &Spec, i: usize, n: u32, stopped: &[u32], log: &Arc<Log>) {
         }
         Action::Command { undo, .. } => {
             if let Some(cmd) = undo {
+                let started = SystemTime::now();
                 let r = run_command(cmd);
-                log.record(i, n, "undo", cmd.clone(), r);
+                log.record_at(started, i, n, "undo", cmd.clone(), r);
             }
         }
         Action::Net(_) => {

@@ -25,6 +25,8 @@ pub struct Spec {
     /// It comes again this long after each start, until the run ends.
     pub every: Option<Duration>,
     pub action: Action,
+    /// `optional=yes`: the run goes on and may pass when it cannot be applied.
+    pub optional: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -116,7 +118,8 @@ impl Signal {
 const SYNTAX: &str = "expected 'at=DURATION [for=DURATION] [every=DURATION]' and one of \
     'signal=NAME pid=N[,N..]|pidfile=PATH.. [name=COMMAND] [restart=CMD]', 'run=CMD [undo=CMD]' \
     or 'net=latency:D|loss:P|bandwidth:RATE|blackhole|refuse|reset|cut:BYTES' or \
-    'kernel=loss:P|partition|reject|rate:RATE netns=NAME' (root, in the server's namespace) \
+    'kernel=loss:P|partition|reject|rate:RATE netns=NAME' (root, in the server's namespace); \
+    optional=yes lets the run pass when it cannot be applied \
     (quote a command with spaces: restart='scripts/testbed restart postfix')";
 
 /// A fault's KEY=VALUE words, each read and checked on its own, at= given, every=
@@ -134,6 +137,7 @@ struct Keys {
     net: Option<super::proxy::Toxic>,
     kernel: Option<super::kernel::Kernel>,
     netns: Option<String>,
+    optional: bool,
 }
 
 impl Keys {
@@ -144,6 +148,7 @@ impl Keys {
         let mut roots = Vec::new();
         let mut net = None;
         let (mut kernel, mut netns) = (None, None);
+        let mut optional = false;
         for w in words {
             let Some((k, v)) = w.split_once('=') else {
                 return Err(bad(format!("'{w}' is not KEY=VALUE; {SYNTAX}")));
@@ -181,6 +186,13 @@ impl Keys {
                 "net" => net = Some(super::proxy::Toxic::parse(v).map_err(bad)?),
                 "kernel" => kernel = Some(super::kernel::Kernel::parse(v).map_err(bad)?),
                 "netns" if !v.is_empty() => netns = Some(v.to_string()),
+                "optional" => {
+                    optional = match v {
+                        "yes" | "true" => true,
+                        "no" | "false" => false,
+                        _ => return Err(bad(format!("optional={v}: yes or no"))),
+                    }
+                }
                 "name" | "pidfile" | "restart" | "run" | "undo" | "netns" => {
                     return Err(bad(format!("{k} is empty")))
                 }
@@ -210,6 +222,7 @@ impl Keys {
             net,
             kernel,
             netns,
+            optional,
         })
     }
 }
@@ -243,6 +256,7 @@ impl Spec {
             net,
             kernel,
             netns,
+            optional,
         } = Keys::read(&words, &bad)?;
         let target = match (roots.is_empty(), name) {
             (true, None) => None,
@@ -262,6 +276,7 @@ impl Spec {
                 lasts,
                 every,
                 action,
+                optional,
             })
         };
         // Keys of a process fault, which neither kernel= nor net= takes.

@@ -81,7 +81,8 @@ pub struct MonitorArgs {
     /// kernel=loss:5% netns=srv' (as root, nftables or tc inside the network namespace the
     /// server runs in: loss:P, partition, reject, rate:RATE). Checked before the run: a PID
     /// that is not there is an error (a name is looked for when the fault comes), as is a
-    /// namespace that is not there
+    /// namespace that is not there. A fault that fails when it comes fails the run (exit
+    /// 1) unless it says optional=yes
     #[arg(long, value_name = "SPEC", help_heading = "Faults")]
     pub fault: Vec<String>,
 }
