@@ -129,3 +129,65 @@ fn a_slow_server_is_the_limit_and_a_starved_generator_says_it_was() {
         c.stdout
     );
 }
+
+/// Busy loops pinned to a CPU, stopped (by PID) when dropped.
+struct Busy(Vec<std::process::Child>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A generator that shares its one CPU with two busy loops (as `taskset -c 0` beside other
+/// work): closed sessions, so no late or dropped arrival gives it away, its own CPU share
+/// low, and yet most of its time runnable went waiting for the CPU. The run queue says so:
+/// `generator`, never `undetermined`.
+#[test]
+fn a_generator_starved_of_cpu_by_other_processes_says_so() {
+    if !common::have("taskset") {
+        common::cannot_run("taskset not found (util-linux)");
+    }
+    let (_server, addr) = serve_process("--smtp", &[]);
+    let busy = Busy(
+        (0..2)
+            .map(|_| {
+                std::process::Command::new("taskset")
+                    .args(["-c", "0", "sh", "-c", "while :; do :; done"])
+                    .spawn()
+                    .unwrap()
+            })
+            .collect(),
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("starved");
+    let o = run_blocking(
+        "taskset",
+        &[
+            "-c",
+            "0",
+            SPATE,
+            "smtp",
+            &addr,
+            "-u",
+            "8",
+            "-d",
+            "3s",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &[],
+        Duration::from_secs(120),
+    );
+    drop(busy);
+    assert!(o.ok, "{o:?}");
+    let s = summary(&out);
+    let (b, why) = bound(&s);
+    let ev = &s["extra"]["bound_by"]["evidence"];
+    assert_eq!(b, "generator", "{why}\n{ev}");
+    assert!(why.contains("run queue"), "{why}");
+    assert!(ev["runq_wait_s"].as_f64().unwrap() > 0.75, "{ev}");
+}

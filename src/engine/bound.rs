@@ -27,6 +27,12 @@ const LATE_GENERATOR: f64 = 0.01;
 /// Fewer late units than this are noise (one late unit of a 90-unit step is 1.1 %).
 const LATE_GENERATOR_MIN: u64 = 20;
 const THROTTLED_GENERATOR: f64 = 0.10;
+/// Time this process's threads spent runnable but waiting for a CPU (the run queue), as a
+/// share of the run: past this, other processes took the CPU it needed.
+const RUNQ_GENERATOR: f64 = 0.25;
+/// In a closed workload, an event-loop lag p99 up to this share of the response time's
+/// median leaves the sessions waiting on the server, not on spate.
+const LAG_OF_RESPONSE_SERVER: f64 = 0.25;
 
 /// How late the generator's event loop ran: a task that sleeps [`TICK`] again and again
 /// and records how much later than asked it woke (the time tasks waited for a thread).
@@ -101,6 +107,28 @@ pub fn throttled_s() -> Option<f64> {
     None
 }
 
+/// Seconds this process's threads have waited on the run queue so far (runnable, no CPU
+/// free for them): the second field of each `/proc/self/task/*/schedstat`, summed. None
+/// where the kernel keeps no schedstat.
+pub fn runq_wait_s() -> Option<f64> {
+    let mut ns = 0u64;
+    let mut any = false;
+    for e in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let Ok(t) = std::fs::read_to_string(e.path().join("schedstat")) else {
+            continue;
+        };
+        if let Some(w) = t
+            .split_whitespace()
+            .nth(1)
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            ns += w;
+            any = true;
+        }
+    }
+    any.then(|| ns as f64 / 1e9)
+}
+
 fn stat_field(file: &str, key: &str) -> Option<u64> {
     std::fs::read_to_string(file)
         .ok()?
@@ -120,6 +148,10 @@ pub struct Evidence {
     pub loop_lag: (u64, u64, u64, u64),
     /// Throttled during the run (s), when known.
     pub throttled_s: Option<f64>,
+    /// Waited on the run queue during the run (s, summed over threads), when known.
+    pub runq_wait_s: Option<f64>,
+    /// The median of the units' response time (µs), when timed.
+    pub response_p50_us: Option<u64>,
     /// An open workload's cap on units in flight (--max-in-flight), and the most that
     /// were: at the cap, arrivals wait for a session that waits on the server.
     pub in_flight_cap: Option<u64>,
@@ -139,8 +171,14 @@ pub fn verdict(e: &Evidence) -> Value {
     // the server's doing (or the cap's), not a starved generator's.
     let capped = e.open && e.in_flight_cap.is_some_and(|cap| e.in_flight_max >= cap);
     let generator = starved(e, late_share, capped);
+    // A closed workload's sessions each wait on the server between units: the event
+    // loop's lag matters only against how long they waited on it.
+    let lag_ok = lag99 <= LOOP_LAG_SERVER_US
+        || !e.open
+            && e.response_p50_us
+                .is_some_and(|r| lag99 as f64 <= LAG_OF_RESPONSE_SERVER * r as f64);
     let calm = samples > 0
-        && lag99 <= LOOP_LAG_SERVER_US
+        && lag_ok
         && e.cpu_pct <= CPU_SERVER_PCT
         && (!e.open || capped || late_share <= LATE_GENERATOR / 10.0);
     let (bound, why) = if c.attempted == 0 {
@@ -157,8 +195,15 @@ pub fn verdict(e: &Evidence) -> Value {
         (
             "server",
             format!(
-                "the generator kept up: its event loop ran on time (lag p99 {}), CPU {:.0}% of {} cores{}",
+                "the generator kept up: its event loop ran on time (lag p99 {}{}), CPU {:.0}% of {} cores{}",
                 ms(lag99),
+                match e.response_p50_us {
+                    Some(r) if !e.open && lag99 > LOOP_LAG_SERVER_US => format!(
+                        ", small beside the {} the sessions waited on the server's replies (response p50)",
+                        ms(r)
+                    ),
+                    _ => String::new(),
+                },
                 e.cpu_pct,
                 e.cores,
                 match (e.open, capped) {
@@ -198,6 +243,8 @@ pub fn verdict(e: &Evidence) -> Value {
             "cpu_pct": e.cpu_pct,
             "cores": e.cores,
             "throttled_s": e.throttled_s,
+            "runq_wait_s": e.runq_wait_s.map(|s| (s * 1000.0).round() / 1000.0),
+            "response_p50_us": e.response_p50_us,
             "late": c.late,
             "dropped": c.dropped,
             "open_workload": e.open,
@@ -239,6 +286,12 @@ fn starved(e: &Evidence, late_share: f64, capped: bool) -> Vec<String> {
             e.cpu_pct, e.cores
         ));
     }
+    if let Some(w) = e.runq_wait_s.filter(|w| *w > RUNQ_GENERATOR * e.elapsed_s) {
+        generator.push(format!(
+            "it waited {w:.1} s on the run queue (runnable, no CPU free for it) in a {:.1} s run: other processes took the CPU it needed",
+            e.elapsed_s
+        ));
+    }
     if let Some(t) = e
         .throttled_s
         .filter(|t| *t > THROTTLED_GENERATOR * e.elapsed_s)
@@ -275,9 +328,46 @@ mod tests {
             cores: 2,
             loop_lag: (100, lag99, lag99, 2000),
             throttled_s: None,
+            runq_wait_s: None,
+            response_p50_us: None,
             in_flight_cap: Some(200),
             in_flight_max: 10,
         }
+    }
+
+    #[test]
+    fn a_generator_kept_off_the_cpu_by_others_is_named() {
+        // At 20 % CPU with a calm-looking loop, but 5 s of a 10 s run on the run queue (a
+        // core shared with busy loops, as under taskset): the generator was the limit.
+        let mut t = ev(3_000, 20.0, 0, 0);
+        t.runq_wait_s = Some(5.0);
+        let v = verdict(&t);
+        assert_eq!(v["bound_by"], "generator", "{v}");
+        assert!(v["why"].as_str().unwrap().contains("run queue"), "{v}");
+        assert_eq!(v["evidence"]["runq_wait_s"], 5.0);
+        t.runq_wait_s = Some(0.2);
+        assert_eq!(verdict(&t)["bound_by"], "server");
+    }
+
+    #[test]
+    fn closed_sessions_waiting_on_a_slow_server_are_the_servers() {
+        // 10 closed sessions at 3 % CPU, loop lag p99 12 ms: beside a 200 ms response the
+        // sessions waited on the server, not on spate.
+        let mut t = ev(12_000, 3.0, 0, 0);
+        t.open = false;
+        t.in_flight_cap = None;
+        assert_eq!(verdict(&t)["bound_by"], "undetermined", "no response time");
+        t.response_p50_us = Some(200_000);
+        let v = verdict(&t);
+        assert_eq!(v["bound_by"], "server", "{v}");
+        assert!(v["why"].as_str().unwrap().contains("response p50"), "{v}");
+        // Against a 20 ms response, a 12 ms lag is not small: still undetermined.
+        t.response_p50_us = Some(20_000);
+        assert_eq!(verdict(&t)["bound_by"], "undetermined");
+        // An open workload is judged on the lag alone.
+        t.open = true;
+        t.response_p50_us = Some(200_000);
+        assert_eq!(verdict(&t)["bound_by"], "undetermined");
     }
 
     #[test]

@@ -267,6 +267,7 @@ pub async fn run<D: Driver>(
     let late_start = Instant::now().saturating_duration_since(r.clock.origin());
     let early = wait_for_start(r.clock.origin(), r.header.started, &r.stop).await;
     let throttled_before = bound::throttled_s();
+    let runq_before = bound::runq_wait_s();
     let mut workers = JoinSet::new();
     let scheduler = worker::spawn(r.workload, r.seed, &shared, &mut workers, make);
     let probe = {
@@ -295,6 +296,14 @@ pub async fn run<D: Driver>(
         throttled_s: bound::throttled_s()
             .zip(throttled_before)
             .map(|(after, before)| after - before),
+        runq_wait_s: bound::runq_wait_s()
+            .zip(runq_before)
+            .map(|(after, before)| (after - before).max(0.0)),
+        response_p50_us: summary
+            .phases
+            .iter()
+            .find(|p| p.phase == "response" && p.count > 0)
+            .map(|p| p.p50_us),
         in_flight_cap: match r.workload.model {
             Model::Open { max_in_flight, .. } => Some(u64::from(max_in_flight)),
             Model::Closed { .. } => None,
