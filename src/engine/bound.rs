@@ -28,8 +28,10 @@ const LATE_GENERATOR: f64 = 0.01;
 const LATE_GENERATOR_MIN: u64 = 20;
 const THROTTLED_GENERATOR: f64 = 0.10;
 /// Time this process's threads spent runnable but waiting for a CPU (the run queue), as a
-/// share of the run: past this, other processes took the CPU it needed.
+/// share of the run, past which other processes took the CPU it needed, when it also got
+/// less than [`RUNQ_GOT_GENERATOR`] of the CPU time it asked for (ran / (ran + waited)).
 const RUNQ_GENERATOR: f64 = 0.25;
+const RUNQ_GOT_GENERATOR: f64 = 0.5;
 /// In a closed workload, an event-loop lag p99 up to this share of the response time's
 /// median leaves the sessions waiting on the server, not on spate.
 const LAG_OF_RESPONSE_SERVER: f64 = 0.25;
@@ -107,13 +109,18 @@ pub fn throttled_s() -> Option<f64> {
     None
 }
 
-/// Seconds this process's threads have waited on the run queue so far (runnable, no CPU
-/// free for them): the second field of each `/proc/self/task/*/schedstat`, summed. None
-/// where the kernel keeps no schedstat.
+/// Seconds the generator's threads have waited on the run queue so far (runnable, no CPU
+/// free for them): the second field of each `/proc/self/task/*/schedstat`, summed, the
+/// embedded server's threads left out. None where the kernel keeps no schedstat.
 pub fn runq_wait_s() -> Option<f64> {
     let mut ns = 0u64;
     let mut any = false;
     for e in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let server = std::fs::read_to_string(e.path().join("comm"))
+            .is_ok_and(|c| c.trim_end().starts_with(crate::engine::cpu::SERVER_THREAD));
+        if server {
+            continue;
+        }
         let Ok(t) = std::fs::read_to_string(e.path().join("schedstat")) else {
             continue;
         };
@@ -286,9 +293,13 @@ fn starved(e: &Evidence, late_share: f64, capped: bool) -> Vec<String> {
             e.cpu_pct, e.cores
         ));
     }
-    if let Some(w) = e.runq_wait_s.filter(|w| *w > RUNQ_GENERATOR * e.elapsed_s) {
+    let ran_s = e.cpu_pct / 100.0 * e.cores as f64 * e.elapsed_s;
+    if let Some(w) = e
+        .runq_wait_s
+        .filter(|w| *w > RUNQ_GENERATOR * e.elapsed_s && ran_s < RUNQ_GOT_GENERATOR * (ran_s + *w))
+    {
         generator.push(format!(
-            "it waited {w:.1} s on the run queue (runnable, no CPU free for it) in a {:.1} s run: other processes took the CPU it needed",
+            "it waited {w:.1} s on the run queue (runnable, no CPU free for it) in a {:.1} s run and ran {ran_s:.1} s: other processes took the CPU it needed",
             e.elapsed_s
         ));
     }
@@ -339,7 +350,7 @@ mod tests {
     fn a_generator_kept_off_the_cpu_by_others_is_named() {
         // At 20 % CPU with a calm-looking loop, but 5 s of a 10 s run on the run queue (a
         // core shared with busy loops, as under taskset): the generator was the limit.
-        let mut t = ev(3_000, 20.0, 0, 0);
+        let mut t = ev(3_000, 10.0, 0, 0);
         t.runq_wait_s = Some(5.0);
         let v = verdict(&t);
         assert_eq!(v["bound_by"], "generator", "{v}");
@@ -347,6 +358,11 @@ mod tests {
         assert_eq!(v["evidence"]["runq_wait_s"], 5.0);
         t.runq_wait_s = Some(0.2);
         assert_eq!(verdict(&t)["bound_by"], "server");
+        // Waiting a quarter of the run while running 8 s of it (a machine shared with a
+        // server in the same process): it got most of what it asked for.
+        let mut t = ev(3_000, 40.0, 0, 0);
+        t.runq_wait_s = Some(3.0);
+        assert_ne!(verdict(&t)["bound_by"], "generator");
     }
 
     #[test]

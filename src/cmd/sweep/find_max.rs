@@ -59,6 +59,11 @@ pub struct FindArgs {
     /// At most this many probes, the hold included.
     #[arg(long, default_value_t = 20, value_name = "N")]
     pub max_probes: u32,
+    /// With --find-max rate: a probe passes only when the offered load was carried, at
+    /// most this share of its arrivals dropped or started more than 10 ms late (the
+    /// server not keeping up); over it, the probe fails whatever the objective says.
+    #[arg(long, default_value = "1%", value_name = "PCT")]
+    pub carried: String,
 }
 
 /// What a probe found.
@@ -154,6 +159,8 @@ struct Probe {
     /// "probe", "retry" (after a generator-bound probe) or "hold".
     kind: &'static str,
     outcome: Outcome,
+    /// The run's own verdict: server, generator or undetermined.
+    bound_by: String,
     why: String,
     throughput_per_s: f64,
     p99_ms: f64,
@@ -170,6 +177,8 @@ pub struct Plan {
     precision_pct: f64,
     hold: Duration,
     max_probes: u32,
+    /// Rate probes: the share of arrivals that may be dropped or late.
+    carried: f64,
 }
 
 impl Plan {
@@ -260,6 +269,18 @@ impl FindArgs {
             Some(h) => units::parse_duration(h)?,
             None => probe.unwrap_or(Duration::from_secs(10)) * 3,
         };
+        let carried = self
+            .carried
+            .trim()
+            .strip_suffix('%')
+            .and_then(|n| n.trim().parse::<f64>().ok())
+            .filter(|n| (0.0..100.0).contains(n))
+            .ok_or_else(|| {
+                UsageError(format!(
+                    "--carried {}: expected a share from 0 to below 100%, e.g. 1%",
+                    self.carried
+                ))
+            })?;
         Ok(Some(Plan {
             param,
             checks,
@@ -267,6 +288,7 @@ impl FindArgs {
             precision_pct: pct,
             hold,
             max_probes: self.max_probes,
+            carried: carried / 100.0,
         }))
     }
 }
@@ -327,7 +349,9 @@ pub async fn run(
         precision_pct,
         hold,
         max_probes,
+        carried,
     } = plan;
+    let carried = (param == Param::Rate).then_some(carried);
     let name = sw.name.as_str();
     let unit = if param == Param::Rate { "/s" } else { "" };
     let mut probes: Vec<Probe> = Vec::new();
@@ -366,7 +390,7 @@ pub async fn run(
         let (s, port) = run_step(a, step_dir.clone(), sw.progress, ctx).await?;
         let (probe, row) = judged(
             &s,
-            &checks,
+            (&checks, carried),
             (n, v, kind),
             (name, unit),
             (&step_dir, step_name),
@@ -415,7 +439,7 @@ pub async fn run(
 /// said on stderr.
 fn judged(
     s: &crate::results::Summary,
-    checks: &[Check],
+    (checks, carried): (&[Check], Option<f64>),
     (n, v, kind): (u32, u64, &'static str),
     (name, unit): (&str, &str),
     (step_dir, step_name): (&Path, String),
@@ -425,7 +449,7 @@ fn judged(
         .iter()
         .map(|c| c.evaluate(step_dir, &c.path, &s.protocol))
         .collect();
-    let (outcome, why) = judge(s, &verdicts);
+    let (outcome, why) = judge(s, &verdicts, carried);
     eprintln!(
         "spate sweep: {name}={v}{unit}: {} ({:.1}/s, p99 {:.2} ms){}",
         outcome.word(),
@@ -435,11 +459,18 @@ fn judged(
             .filter(|w| !w.is_empty())
             .map_or(String::new(), |w| format!(": {w}"))
     );
+    let bound_by = s
+        .extra
+        .get("bound_by")
+        .and_then(|b| b["bound_by"].as_str())
+        .unwrap_or("-")
+        .to_string();
     let probe = Probe {
         n,
         value: v,
         kind,
         outcome,
+        bound_by,
         why,
         throughput_per_s: row.throughput_per_s,
         p99_ms: row.latency_p99_ms,
@@ -541,24 +572,44 @@ fn next_step(
     }
 }
 
-/// A step's outcome and why: interrupted, the generator the limit, the objective met or
-/// the rules it broke.
-fn judge(s: &crate::results::Summary, verdicts: &[Verdict]) -> (Outcome, String) {
+/// A step's outcome and why: interrupted, the generator the limit, the offered load not
+/// carried (`carried`: the share of a rate probe's arrivals that may be dropped or late),
+/// the objective met or the rules it broke.
+fn judge(
+    s: &crate::results::Summary,
+    verdicts: &[Verdict],
+    carried: Option<f64>,
+) -> (Outcome, String) {
     let bound = s.extra.get("bound_by");
+    let t = &s.totals;
+    let offered = t.attempted + t.dropped;
+    let missed = t.dropped + t.late;
     if s.interrupted {
         (Outcome::Fail, "interrupted".to_string())
     } else if bound.is_some_and(|b| b["bound_by"] == "generator") {
         let why = bound.and_then(|b| b["why"].as_str()).unwrap_or("");
         (Outcome::Generator, format!("generator-bound: {why}"))
-    } else if verdicts.iter().all(|v| v.pass) {
-        (Outcome::Pass, String::new())
     } else {
-        let broken: Vec<&str> = verdicts
-            .iter()
-            .filter(|v| !v.pass)
-            .map(|v| v.message.as_str())
-            .collect();
-        (Outcome::Fail, broken.join("; "))
+        let mut broken: Vec<String> = Vec::new();
+        if let Some(share) = carried.filter(|c| offered > 0 && missed as f64 > c * offered as f64) {
+            broken.push(format!(
+                "the offered load was not carried: of {offered} arrivals {} were dropped and {} started late ({:.1}%, over --carried {}%)",
+                t.dropped,
+                t.late,
+                missed as f64 * 100.0 / offered as f64,
+                share * 100.0
+            ));
+        }
+        broken.extend(
+            verdicts
+                .iter()
+                .filter(|v| !v.pass)
+                .map(|v| v.message.clone()),
+        );
+        match broken.is_empty() {
+            true => (Outcome::Pass, String::new()),
+            false => (Outcome::Fail, broken.join("; ")),
+        }
     }
 }
 
@@ -575,17 +626,18 @@ fn render(name: &str, unit: &str, j: &Value, probes: &[Probe]) -> String {
     let _ = writeln!(o, "\nfind-max {name}: objective {}", objective.join(", "));
     let _ = writeln!(
         o,
-        "  {:>3}  {:<6} {:>10}  {:<15} {:>11} {:>10} {:>7}  why",
-        "#", "kind", name, "result", "throughput", "p99 ms", "errors"
+        "  {:>3}  {:<6} {:>10}  {:<15} {:<12} {:>11} {:>10} {:>7}  why",
+        "#", "kind", name, "result", "bound by", "throughput", "p99 ms", "errors"
     );
     for p in probes {
         let _ = writeln!(
             o,
-            "  {:>3}  {:<6} {:>10}  {:<15} {:>9.1}/s {:>10.2} {:>7}  {}",
+            "  {:>3}  {:<6} {:>10}  {:<15} {:<12} {:>9.1}/s {:>10.2} {:>7}  {}",
             p.n,
             p.kind,
             format!("{}{unit}", p.value),
             p.outcome.word(),
+            p.bound_by,
             p.throughput_per_s,
             p.p99_ms,
             p.errors,
