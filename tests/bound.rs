@@ -190,4 +190,41 @@ fn a_generator_starved_of_cpu_by_other_processes_says_so() {
     assert_eq!(b, "generator", "{why}\n{ev}");
     assert!(why.contains("run queue"), "{why}");
     assert!(ev["runq_wait_s"].as_f64().unwrap() > 0.75, "{ev}");
+    // The report says so at its top: its figures are not the server's.
+    let page = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        page.contains("<b>bound by: generator</b>"),
+        "no verdict on the page"
+    );
+}
+
+/// A run whose --threshold failed says so in its report's status line, not just
+/// "complete".
+#[test]
+fn a_report_says_its_thresholds_failed() {
+    let (_server, addr) = serve_process("--smtp", &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("t");
+    let o = run_blocking(
+        SPATE,
+        &[
+            "smtp",
+            &addr,
+            "-n",
+            "20",
+            "--threshold",
+            "totals.accepted > 1000",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &[],
+        Duration::from_secs(60),
+    );
+    assert_eq!(o.code, Some(1), "{o:?}");
+    let page = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        page.contains("1 threshold failed"),
+        "status line without it"
+    );
+    assert!(page.contains("<b>bound by: "), "no verdict on the page");
 }

@@ -160,6 +160,12 @@ pub fn finish(
             &dir.join("thresholds.json"),
             format!("{doc:#}\n").as_bytes(),
         )?;
+        // The report was written before the thresholds were judged: again, with them.
+        if dir.join("report.html").exists() {
+            if let Err(e) = crate::report::write_report(dir) {
+                eprintln!("spate: warning: no HTML report: {e:#}");
+            }
+        }
     }
     let broken = verdicts.iter().any(|v| !v.pass);
     let own_failure = code != ExitCode::SUCCESS;

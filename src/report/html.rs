@@ -223,6 +223,14 @@ pub fn render_body(run: &Run) -> (String, String) {
     } else {
         "<span class=\"ok\">complete</span>"
     };
+    let broken = broken_thresholds(run);
+    let status = match broken {
+        Some(n) if !run.running && n > 0 => format!(
+            "{status} — <span class=\"warn\">{n} threshold{} failed</span>",
+            if n == 1 { "" } else { "s" }
+        ),
+        _ => status.to_string(),
+    };
     let _ = writeln!(
         b,
         "<h1>{}</h1><div class=\"sub\">run {} — {}</div>",
@@ -230,6 +238,7 @@ pub fn render_body(run: &Run) -> (String, String) {
         esc(&s.run_id),
         status
     );
+    bound_by(&mut b, s);
 
     b.push_str("<h2>What ran</h2><table>");
     let rows = [
@@ -294,6 +303,35 @@ pub fn render_body(run: &Run) -> (String, String) {
         monitor(&mut b, m, &fault_bands(&run.summary));
     }
     (title, b)
+}
+
+/// How many of the run's thresholds failed, from thresholds.json (None: none were set).
+fn broken_thresholds(run: &Run) -> Option<usize> {
+    let text = std::fs::read_to_string(run.dir.join("thresholds.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let list = v["thresholds"].as_array()?;
+    Some(list.iter().filter(|t| t["pass"] == false).count())
+}
+
+/// The run's verdict on what limited it, at the top: figures of a generator-bound run say
+/// more about spate than about the server, and the page must not read as the server's.
+fn bound_by(b: &mut String, s: &crate::results::Summary) {
+    let Some(v) = s.extra.get("bound_by") else {
+        return;
+    };
+    let (Some(bound), why) = (v["bound_by"].as_str(), v["why"].as_str().unwrap_or("")) else {
+        return;
+    };
+    let class = match bound {
+        "generator" => "warn",
+        _ => "sub",
+    };
+    let _ = writeln!(
+        b,
+        "<p class=\"{class}\" id=\"bound-by\"><b>bound by: {}</b> — {}</p>",
+        esc(bound),
+        esc(why)
+    );
 }
 
 /// The `--threshold` rules and how each held: while the run goes, on its figures so far
