@@ -57,6 +57,9 @@ pub fn render_sweep(sw: &Sweep) -> String {
     let knee = f(&sw.meta, "knee_value");
     let usl = sw.meta.get("usl").filter(|u| !u.is_null());
     saturation(&mut b, sw, &param, knee, usl);
+    if let Some(why) = sw.meta["not_judged"].as_str() {
+        let _ = writeln!(b, "<p class=\"warn\">not judged: {}</p>", esc(why));
+    }
     if let Some(gb) = sw.meta["generator_bound"]
         .as_array()
         .filter(|v| !v.is_empty())

@@ -84,6 +84,10 @@ pub struct Analysis {
     pub usl: Option<Usl>,
     pub knee_value: Option<u64>,
     pub knee_rule: &'static str,
+    /// Why there is no knee and no fit although there were steps: they were too short to
+    /// judge, or the model did not describe them (said instead of a meaningless figure).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_judged: Option<String>,
     /// Values where a run's generator was the limit (`bound_by`): left out of the knee
     /// and the USL fit, which would otherwise describe spate rather than the server.
     pub generator_bound: Vec<u64>,
@@ -119,6 +123,12 @@ pub fn knee(points: &[(f64, f64)]) -> Option<usize> {
         gl > gx && gl > 1.05
     })
 }
+
+/// The shortest step whose figures judge a knee or fit a model: a step of a few tens of
+/// milliseconds is mostly its own start and end.
+const MIN_JUDGED_S: f64 = 1.0;
+/// Below this r², a USL fit describes noise, not the steps.
+const MIN_R2: f64 = 0.5;
 
 pub fn analyse(sw: &Swept<'_>, values: &[u64], rows: &[Row]) -> Analysis {
     let (param, name) = (sw.param, sw.name);
@@ -178,7 +188,34 @@ pub fn analyse(sw: &Swept<'_>, values: &[u64], rows: &[Row]) -> Analysis {
             )
         })
         .collect();
-    let knee_value = knee(&pts).map(|i| judged[i].value);
+    let mut knee_value = knee(&pts).map(|i| judged[i].value);
+    let mut usl = usl;
+    let mut not_judged = None;
+    let short: Vec<f64> = judged
+        .iter()
+        .filter_map(|s| s.test_time_s.map(|t| t.mean))
+        .filter(|t| *t < MIN_JUDGED_S)
+        .collect();
+    if !short.is_empty() {
+        let (lo, hi) = short
+            .iter()
+            .fold((f64::MAX, 0.0f64), |(lo, hi), t| (lo.min(*t), hi.max(*t)));
+        not_judged = Some(format!(
+            "{} step{} of {:.0}-{:.0} ms: too short to judge a knee or fit a model (each step needs at least {MIN_JUDGED_S:.0} s: give --duration)",
+            short.len(),
+            if short.len() == 1 { "" } else { "s" },
+            lo * 1000.0,
+            hi * 1000.0
+        ));
+        knee_value = None;
+        usl = None;
+    } else if let Some(u) = usl.as_ref().filter(|u| u.r2 < MIN_R2) {
+        not_judged = Some(format!(
+            "the scalability model does not describe these steps (r² {:.3}, under {MIN_R2}): no fit given",
+            u.r2
+        ));
+        usl = None;
+    }
     let slopes = matches!(param, Param::Value | Param::Size)
         .then(|| slopes(rows))
         .filter(|s| s.latency_p50_us.is_some());
@@ -188,6 +225,7 @@ pub fn analyse(sw: &Swept<'_>, values: &[u64], rows: &[Row]) -> Analysis {
         usl,
         knee_value,
         knee_rule: KNEE_RULE,
+        not_judged,
         generator_bound,
         cpu_basis: rows
             .first()
@@ -291,7 +329,14 @@ pub fn render(a: &Analysis, _rows: &[Row]) -> String {
         out.push_str("CPU: host user+system (% of all cores)\n");
     }
     models(&mut out, a);
+    if let Some(why) = &a.not_judged {
+        out.push_str(&format!("not judged: {why}\n"));
+    }
     match a.knee_value {
+        None if a
+            .not_judged
+            .as_deref()
+            .is_some_and(|w| w.contains("too short")) => {}
         Some(v) => out.push_str(&format!(
             "knee: from {} = {v}, latency grows faster than throughput\n",
             a.param
@@ -388,6 +433,7 @@ mod tests {
         // was the limit from 40 on, so it says nothing about the server.
         let row = |value: u64, tput: f64, lat: f64, bound: &str| Row {
             value,
+            test_time_s: 5.0,
             throughput_per_s: tput,
             latency_mean_ms: lat,
             bound_by: bound.into(),
@@ -414,6 +460,41 @@ mod tests {
         assert_eq!(a.generator_bound, [40, 80]);
         assert!(a.usl.is_none(), "two server-bound points fit no USL");
         assert!(render(&a, &rows).contains("generator-bound: users = 40, 80"));
+    }
+
+    #[test]
+    fn steps_too_short_or_a_fit_that_describes_nothing_are_not_judged() {
+        let row = |value: u64, t: f64, tput: f64, lat: f64| Row {
+            value,
+            test_time_s: t,
+            throughput_per_s: tput,
+            latency_mean_ms: lat,
+            bound_by: "server".into(),
+            ..Row::default()
+        };
+        let sw = Swept {
+            param: Param::Users,
+            name: "users",
+            concurrency: true,
+            unit: "msg/s",
+        };
+        let values = [10, 20, 40, 80];
+        // The README tour's steps: 57-89 ms each, a knee and an r² 0 fit from noise.
+        let rows = vec![
+            row(10, 0.057, 100.0, 10.0),
+            row(20, 0.089, 200.0, 10.0),
+            row(40, 0.070, 200.0, 20.0),
+            row(80, 0.080, 200.0, 40.0),
+        ];
+        let a = analyse(&sw, &values, &rows);
+        assert_eq!(a.knee_value, None);
+        assert!(a.usl.is_none());
+        let text = render(&a, &rows);
+        assert!(
+            text.contains("4 steps of 57-89 ms: too short to judge"),
+            "{text}"
+        );
+        assert!(!text.contains("knee: none"), "{text}");
     }
 
     #[test]
