@@ -1,6 +1,11 @@
 //! The two kinds of failure a command ends with, and their exit codes: the user's input
 //! was wrong (exit 2), or the run failed (exit 1).
 
+/// The exit status of a run that did what it was asked and broke only its thresholds
+/// (`--threshold`, a scenario's): apart from 1 (the run itself failed: nothing accepted,
+/// most units failed, a delivery check failed, a fault not applied), as k6 does.
+pub const THRESHOLDS_FAILED: u8 = 99;
+
 /// An error the user caused (bad option value, unreadable file, bad scenario). Exit code 2.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]

@@ -61,4 +61,4 @@ pub mod ui;
 pub mod units;
 pub mod verify;
 
-pub use error::{usage, UsageError};
+pub use error::{usage, UsageError, THRESHOLDS_FAILED};

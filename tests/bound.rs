@@ -79,8 +79,10 @@ fn a_slow_server_is_the_limit_and_a_starved_generator_says_it_was() {
     // The verdict follows its evidence: on a quiet machine the generator kept up; on a busy
     // one (its event loop late, its CPU high) it may not say `server`, and says why.
     let ev = &s["extra"]["bound_by"]["evidence"];
-    let calm =
-        ev["loop_lag_p99_us"].as_u64().unwrap() <= 5_000 && ev["cpu_pct"].as_f64().unwrap() <= 70.0;
+    // Closed sessions: a lag small beside the server's response time is calm too.
+    let lag = ev["loop_lag_p99_us"].as_u64().unwrap();
+    let response = ev["response_p50_us"].as_u64().unwrap();
+    let calm = (lag <= 5_000 || lag * 4 <= response) && ev["cpu_pct"].as_f64().unwrap() <= 70.0;
     assert_eq!(b == "server", calm, "{why}\n{ev}");
     assert_ne!(b, "generator", "4 sessions against a 20 ms server: {why}");
     assert!(o.stdout.contains(&format!("bound by: {b}")), "{}", o.stdout);
@@ -220,7 +222,8 @@ fn a_report_says_its_thresholds_failed() {
         &[],
         Duration::from_secs(60),
     );
-    assert_eq!(o.code, Some(1), "{o:?}");
+    // Only a threshold broke: its own exit status, apart from a failed run's 1.
+    assert_eq!(o.code, Some(99), "{o:?}");
     let page = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(
         page.contains("1 threshold failed"),

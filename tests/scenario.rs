@@ -161,7 +161,7 @@ fn thresholds_pass_and_fail_against_a_real_run() {
         ),
     );
     let o = spate(&["run", "s.toml", "--out", "res"], d.path());
-    assert_eq!(o.code, 1, "{}\n{}", o.stdout, o.stderr);
+    assert_eq!(o.code, 99, "{}\n{}", o.stdout, o.stderr);
     assert!(
         o.stderr
             .contains("threshold failed: p99(smtp.transaction) = "),
@@ -184,7 +184,7 @@ fn thresholds_pass_and_fail_against_a_real_run() {
     let j: Value =
         serde_json::from_str(&std::fs::read_to_string(d.path().join("res/scenario.json")).unwrap())
             .unwrap();
-    assert_eq!(j["exit"], 1);
+    assert_eq!(j["exit"], 99);
     let th = j["steps"][0]["thresholds"].as_array().unwrap();
     let passed: Vec<bool> = th.iter().map(|t| t["pass"].as_bool().unwrap()).collect();
     assert_eq!(passed, [true, true, false, true]);
@@ -822,7 +822,7 @@ run = "true"
         ],
         d.path(),
     );
-    assert_eq!(o.code, 1, "{}\n{}", o.stdout, o.stderr);
+    assert_eq!(o.code, 99, "{}\n{}", o.stdout, o.stderr);
     let said = common::junit_cases(&xml);
     // 2 steps + 2 step thresholds + 2 scenario thresholds.
     assert!(said.starts_with("6 "), "{said}");

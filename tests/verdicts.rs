@@ -27,7 +27,7 @@ fn run_scenario(file: &Path) -> (Output, std::path::PathBuf) {
 
 /// A run whose latency objective has already failed stops at its first check after the
 /// grace instead of running its minute: as after SIGTERM, every unit counted, the
-/// summary, report and thresholds.json saying which threshold stopped it and when, exit 1.
+/// summary, report and thresholds.json saying which threshold stopped it and when, exit 99 (only thresholds failed).
 #[test]
 fn a_threshold_that_ends_in_abort_stops_a_failing_run() {
     // Every message's final reply waits 50 ms: p99 < 10 ms cannot hold.
@@ -52,7 +52,8 @@ fn a_threshold_that_ends_in_abort_stops_a_failing_run() {
         "--junit",
         xml.to_str().unwrap(),
     ]);
-    assert_eq!(o.code, Some(1), "{}\n{}", o.stdout, o.stderr);
+    // Only thresholds failed: 99, apart from a run that failed of itself (1).
+    assert_eq!(o.code, Some(99), "{}\n{}", o.stdout, o.stderr);
     let s = summary(&out);
     // Stopped long before its minute (at its first check from 1 s, plus the grace for
     // the messages in flight).
@@ -97,6 +98,36 @@ fn a_threshold_that_ends_in_abort_stops_a_failing_run() {
         "{said}"
     );
     assert!(said.contains("it stopped the run at"), "{said}");
+    // The run's case is named the same from run to run (CI keeps its history); the run
+    // id and the results directory are the suite's properties.
+    let text = std::fs::read_to_string(&xml).unwrap();
+    assert!(text.contains("name=\"spate smtp\""), "{text}");
+    assert!(
+        text.contains(&format!(
+            "<property name=\"run_id\" value=\"{}\"/>",
+            s["run_id"].as_str().unwrap()
+        )),
+        "{text}"
+    );
+    // An unreachable server still leaves a JUnit file: one failed case saying why.
+    let gone = tmp.path().join("gone.xml");
+    let port = common::free_port();
+    let o = spate(&[
+        "smtp",
+        &format!("127.0.0.1:{port}"),
+        "-n",
+        "5",
+        "-o",
+        tmp.path().join("never").to_str().unwrap(),
+        "--junit",
+        gone.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, Some(1), "{}\n{}", o.stdout, o.stderr);
+    let said = junit(&gone);
+    assert!(
+        said.starts_with("1 [('spate smtp', 'step failed: cannot connect"),
+        "{said}"
+    );
 }
 
 /// Without `abort` a threshold is judged at the end: a broken one makes exit 1 after the
@@ -130,7 +161,7 @@ fn thresholds_are_judged_at_the_end_and_bad_ones_refused() {
     assert!(o.stdout.contains("thresholds 2/2 held"), "{}", o.stdout);
     assert_eq!(summary(&out)["interrupted"], false);
     let (o, out) = run("broken", &["totals.accepted > 30"]);
-    assert_eq!(o.code, Some(1), "{}\n{}", o.stdout, o.stderr);
+    assert_eq!(o.code, Some(99), "{}\n{}", o.stdout, o.stderr);
     assert!(
         o.stderr
             .contains("threshold failed: totals.accepted = 30, limit > 30"),

@@ -630,7 +630,11 @@ pub async fn load(
     let mut observers = observers(&output, &monitor, &plan, progress, title, "visit", &stop)?;
     let mut checked = crate::session::Preflight::default();
     for ep in settings.pop3.iter().chain(settings.imap.iter()) {
-        checked = checked.and(crate::session::preflight(&plan.head.target, ep).await?);
+        checked = checked.and(super::thresholds::or_junit(
+            &output,
+            plan.head.protocol,
+            crate::session::preflight(&plan.head.target, ep).await,
+        )?);
     }
     observers.push(Box::new(checked));
     // Created only now that the options are good and the server answers: a run that

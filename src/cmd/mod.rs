@@ -99,6 +99,8 @@ pub fn observers(
     Ok(observers)
 }
 
+pub use crate::THRESHOLDS_FAILED;
+
 /// How a load run ends: 130 or 143 when Ctrl-C (or q) or SIGTERM stopped it (after
 /// everything was written); 1 when a `--fault` could not be applied or taken out again
 /// (said in one line: the run did not test what it was asked to); else `otherwise`.

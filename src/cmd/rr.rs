@@ -547,9 +547,11 @@ pub async fn load(args: Args, command: Vec<String>, progress: bool) -> anyhow::R
             "requests": plan.requests, "variants": plan.variants, "pick": args.pick,
         }),
     }));
-    obs.push(Box::new(
-        crate::session::preflight(&plan.head.target, &settings.endpoint).await?,
-    ));
+    obs.push(Box::new(super::thresholds::or_junit(
+        &args.output,
+        plan.head.protocol,
+        crate::session::preflight(&plan.head.target, &settings.endpoint).await,
+    )?));
     let out =
         crate::opts::output::results_dir(args.output.out.as_deref(), args.output.overwrite, "rr")?;
     let hook_stats = stats.clone();

@@ -27,8 +27,9 @@ EXAMPLES:\n  \
     spate run e1.toml --set smtp=127.0.0.1:25 --out results/e1\n  \
     spate run e1.toml --dry-run\n  \
     spate smtp 127.0.0.1:2525 --users 5 --count 100 --dump-scenario > s.toml\n\n\
-Exit status: 0 every step succeeded and every threshold held; 1 a step failed or a \
-threshold was broken; 2 the scenario is invalid (file:line:col: what was expected).\n\
+Exit status: 0 every step succeeded and every threshold held; 1 a step failed of itself; \
+99 only thresholds broke (the scenario's, a step's, or a step command's own); 2 the \
+scenario is invalid (file:line:col: what was expected); 130/143 stopped by Ctrl-C/SIGTERM.\n\
 Format reference: scenarios/README.md.")]
 pub struct Args {
     /// The scenario file (TOML).

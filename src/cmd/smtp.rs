@@ -29,8 +29,10 @@ use crate::{usage, UsageError};
     SPATE_PASSWORD=secret spate smtp 127.0.0.1:587 --starttls --ca ca.pem \\\n      \
     --auth-user me@example.test\n\n\
 EXIT STATUS: 0 the run ended and the server accepted messages (refusals and failures are \
-counted, not fatal); 1 no message was accepted at all, or --verify found messages missing; \
-2 bad input; 130/143 stopped by Ctrl-C/SIGTERM (results complete).")]
+counted, not fatal); 1 the run failed: the server could not be reached, no message was \
+accepted, most messages failed (transport or protocol), --verify found messages missing, or \
+a --fault could not be applied; 99 the run did what it was asked and only a --threshold \
+broke; 2 bad input; 130/143 stopped by Ctrl-C/SIGTERM (results complete).")]
 pub struct Args {
     /// Server to load, HOST[:PORT] (port 25 by default; 24 with --lmtp).
     pub target: String,
@@ -332,9 +334,11 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     }
     let stop = Arc::new(AtomicBool::new(false));
     let mut observers = observers(&output, &monitor, &plan, progress, title, "msg", &stop)?;
-    observers.push(Box::new(
-        crate::session::preflight(&plan.head.target, &settings.endpoint).await?,
-    ));
+    observers.push(Box::new(super::thresholds::or_junit(
+        &output,
+        plan.head.protocol,
+        crate::session::preflight(&plan.head.target, &settings.endpoint).await,
+    )?));
     // Created only now that the options are good and the server answers: a run that
     // cannot start writes nothing.
     let out = crate::opts::output::results_dir(output.out.as_deref(), output.overwrite, "smtp")?;

@@ -118,6 +118,34 @@ impl Observer for Watch {
     }
 }
 
+/// A check before the run that failed (the server cannot be reached): with --junit, the
+/// file still says so, as the run's one failed case, so a CI job shows a red test rather
+/// than none at all.
+pub fn or_junit<T>(output: &OutputArgs, protocol: &str, r: anyhow::Result<T>) -> anyhow::Result<T> {
+    let (Err(e), Some(file)) = (&r, &output.junit) else {
+        return r;
+    };
+    let step = json!({
+        "name": protocol,
+        "case": format!("spate {protocol}"),
+        "status": "failed",
+        "error": format!("{e:#}"),
+        "elapsed_s": 0.0,
+        "dir": "",
+        "thresholds": [],
+    });
+    let doc = json!({
+        "elapsed_s": 0.0,
+        "started_at": crate::results::rfc3339(std::time::SystemTime::now()),
+        "steps": [step],
+    });
+    let title = format!("spate {protocol}");
+    if let Err(w) = crate::scenario::junit::write(file, &title, &[(protocol.to_string(), doc)]) {
+        eprintln!("spate: warning: --junit {}: {w}", file.display());
+    }
+    r
+}
+
 /// After the run: every threshold checked on the results directory (verify.json
 /// included), printed, written to thresholds.json, and as JUnit XML with --junit; the
 /// exit status is 1 when one failed and `code` was 0.
@@ -170,14 +198,17 @@ pub fn finish(
     let broken = verdicts.iter().any(|v| !v.pass);
     let own_failure = code != ExitCode::SUCCESS;
     let code = if broken && code == ExitCode::SUCCESS {
-        ExitCode::from(1)
+        ExitCode::from(super::THRESHOLDS_FAILED)
     } else {
         code
     };
     if let Some(file) = &output.junit {
         let step = json!({
             "name": summary.protocol,
-            "case": format!("run {}", summary.run_id),
+            // A name that is the same from run to run, so a CI server keeps its history;
+            // the run id goes with the suite's properties.
+            "case": format!("spate {}", summary.protocol),
+            "run_id": summary.run_id,
             "status": if own_failure { "failed" } else { "ok" },
             "error": own_failure.then(|| match &summary.interrupted_by {
                 Some(by) => format!("the run was interrupted ({by})"),
@@ -191,6 +222,11 @@ pub fn finish(
             "elapsed_s": summary.elapsed_s,
             "started_at": summary.started_at,
             "steps": [step],
+            "properties": {
+                "run_id": summary.run_id,
+                "target": summary.target,
+                "results": dir.display().to_string(),
+            },
         });
         let title = format!("spate {}", summary.protocol);
         crate::scenario::junit::write(file, &title, &[(summary.protocol.clone(), doc)])

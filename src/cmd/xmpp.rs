@@ -675,9 +675,11 @@ pub async fn load(args: Args, command: Vec<String>, progress: bool) -> anyhow::R
     )?;
     let ledger = Arc::new(Ledger::default());
     obs.push(Box::new(LedgerReport(ledger.clone(), args.roster)));
-    obs.push(Box::new(
-        crate::session::preflight(&plan.head.target, &endpoint).await?,
-    ));
+    obs.push(Box::new(super::thresholds::or_junit(
+        &args.output,
+        plan.head.protocol,
+        crate::session::preflight(&plan.head.target, &endpoint).await,
+    )?));
     let out = crate::opts::output::results_dir(
         args.output.out.as_deref(),
         args.output.overwrite,

@@ -102,7 +102,7 @@ pub struct OutputArgs {
     /// A pass/fail rule checked on the run's results when it ends: METRIC OP LIMIT, such
     /// as 'p99(response) < 500ms', 'errors.rate < 0.1%', 'totals.late == 0' or (with
     /// --verify) 'verify.missing == 0' (repeatable). Each is printed and written to
-    /// thresholds.json; a broken one makes the exit status 1. Ending in `abort` (or
+    /// thresholds.json; a broken one makes the exit status 99. Ending in `abort` (or
     /// `abort after 30s`, not before that point of the run) it is also checked every
     /// second on the figures so far: the first time it fails the run stops as after
     /// SIGTERM, everything written, the summary naming the threshold and when.

@@ -223,19 +223,33 @@ fn global_verdict(g: &Global, dir: Option<(PathBuf, String)>) -> threshold::Verd
 }
 
 /// 2 when a step had bad input; 130 or 143 when Ctrl-C or SIGTERM (`signal`, 0 for
-/// none) stopped the scenario; 1 when anything failed or was skipped.
+/// none) stopped the scenario; 1 when a step failed of itself; 99 when only thresholds
+/// failed (the scenario's, a step's, or a step command's own `--threshold`; steps skipped
+/// after one are its consequence).
 fn exit_code(records: &[StepRecord], globals: &[threshold::Verdict], signal: u8) -> u8 {
-    let worst_step = records.iter().map(|r| r.exit).max().unwrap_or(0);
+    const THRESHOLDS: u8 = crate::THRESHOLDS_FAILED;
+    let worst_step = records
+        .iter()
+        .map(|r| r.exit)
+        .filter(|e| *e != THRESHOLDS)
+        .max()
+        .unwrap_or(0);
     let failed_step = records
         .iter()
-        .any(|r| r.status == "failed" || r.status == "skipped");
+        .any(|r| r.status == "failed" && r.exit != THRESHOLDS);
     let failed_threshold = globals.iter().any(|v| !v.pass)
-        || records.iter().any(|r| all_thresholds(r).any(|v| !v.pass));
+        || records.iter().any(|r| all_thresholds(r).any(|v| !v.pass))
+        || records.iter().any(|r| r.exit == THRESHOLDS);
+    let skipped = records.iter().any(|r| r.status == "skipped");
     if worst_step == 2 {
         2
     } else if signal != 0 {
         signal
-    } else if failed_step || failed_threshold {
+    } else if failed_step {
+        1
+    } else if failed_threshold {
+        THRESHOLDS
+    } else if skipped {
         1
     } else {
         0

@@ -18,6 +18,8 @@ pub fn write(file: &Path, title: &str, runs: &[(String, Value)]) -> std::io::Res
 struct Case {
     name: String,
     time: f64,
+    /// What the case measured, as `<system-out>` (a find-max answer).
+    out: Option<String>,
     /// (message, details) when it failed.
     failure: Option<(String, String)>,
     skipped: Option<String>,
@@ -40,6 +42,7 @@ fn cases(doc: &Value) -> Vec<Case> {
         out.push(Case {
             name: own.map_or_else(|| format!("step {:02} {name}", i + 1), str::to_string),
             time: s["elapsed_s"].as_f64().unwrap_or(0.0),
+            out: s["out"].as_str().map(str::to_string),
             failure,
             skipped: (status == "skipped")
                 .then(|| "not run: an earlier step failed or the run was stopped".to_string()),
@@ -64,6 +67,7 @@ fn threshold(prefix: &str, t: &Value) -> Case {
     Case {
         name: format!("{prefix}threshold {text}"),
         time: 0.0,
+        out: None,
         failure: (t["pass"] != true).then(|| (message.clone(), message)),
         skipped: None,
     }
@@ -90,17 +94,32 @@ fn render(title: &str, runs: &[(String, Value)]) -> String {
         count(&|c| c.skipped.is_some()),
         suites.iter().map(|s| s.1["elapsed_s"].as_f64().unwrap_or(0.0)).sum::<f64>()
     );
+    let host = hostname();
     for (name, doc, cases) in &suites {
         let _ = writeln!(
             x,
-            "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"0\" skipped=\"{}\" time=\"{:.3}\" timestamp=\"{}\">",
+            "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"0\" skipped=\"{}\" time=\"{:.3}\" timestamp=\"{}\" hostname=\"{}\">",
             esc(name),
             cases.len(),
             cases.iter().filter(|c| c.failure.is_some()).count(),
             cases.iter().filter(|c| c.skipped.is_some()).count(),
             doc["elapsed_s"].as_f64().unwrap_or(0.0),
-            esc(doc["started_at"].as_str().unwrap_or(""))
+            esc(doc["started_at"].as_str().unwrap_or("")),
+            esc(&host)
         );
+        if let Some(props) = doc["properties"].as_object().filter(|p| !p.is_empty()) {
+            x.push_str("    <properties>\n");
+            for (k, v) in props {
+                let v = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+                let _ = writeln!(
+                    x,
+                    "      <property name=\"{}\" value=\"{}\"/>",
+                    esc(k),
+                    esc(&v)
+                );
+            }
+            x.push_str("    </properties>\n");
+        }
         for c in cases {
             let _ = write!(
                 x,
@@ -125,13 +144,31 @@ fn render(title: &str, runs: &[(String, Value)]) -> String {
                         esc(why)
                     );
                 }
-                (None, None) => x.push_str("/>\n"),
+                (None, None) => match &c.out {
+                    Some(out) => {
+                        let _ = writeln!(
+                            x,
+                            ">\n      <system-out>{}</system-out>\n    </testcase>",
+                            esc(out)
+                        );
+                    }
+                    None => x.push_str("/>\n"),
+                },
             }
         }
         x.push_str("  </testsuite>\n");
     }
     x.push_str("</testsuites>\n");
     x
+}
+
+/// This machine's name, for the suites' `hostname` (JUnit's schema requires it).
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
 }
 
 /// XML's five escapes, and control characters (not allowed in XML 1.0) as spaces.

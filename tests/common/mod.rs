@@ -727,6 +727,8 @@ pub fn junit_cases(file: &std::path::Path) -> String {
 import sys, xml.etree.ElementTree as ET
 root = ET.parse(sys.argv[1]).getroot()
 assert root.tag == "testsuites", root.tag
+for s in root.findall("testsuite"):
+    assert s.get("hostname"), s.attrib
 cases = [c for s in root.findall("testsuite") for c in s.findall("testcase")]
 for c in cases:
     assert c.get("classname") and c.get("name") and c.get("time") is not None, c.attrib

@@ -51,11 +51,20 @@ pub fn write(
     };
     let started = chrono::DateTime::<chrono::Local>::from(std::time::SystemTime::now() - elapsed)
         .to_rfc3339_opts(chrono::SecondsFormat::Millis, false);
-    let doc = json!({
+    let mut doc = json!({
         "elapsed_s": elapsed.as_secs_f64(),
         "started_at": started,
         "steps": steps,
     });
+    if let Some(f) = found {
+        doc["properties"] = json!({
+            "find_max_param": f.json["param"],
+            "find_max_answer": f.json["answer"],
+            "find_max_highest_pass": f.json["highest_pass"],
+            "find_max_lowest_fail": f.json["lowest_fail"],
+            "find_max_held": f.json["held"],
+        });
+    }
     crate::scenario::junit::write(file, "spate sweep", &[("sweep".to_string(), doc)])
         .map_err(|e| anyhow::anyhow!("--junit {}: {e}", file.display()))
 }
