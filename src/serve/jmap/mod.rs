@@ -20,8 +20,15 @@
 //! it; a client finds it again with `Email/query`). Each message is its own thread. The
 //! text body is the message's body as received (MIME parts are not taken apart).
 
+mod body;
 mod email;
+mod email_set;
+mod emails;
+mod headers;
+mod mailbox;
 mod methods;
+mod submission;
+mod sync;
 
 use std::time::Duration;
 
@@ -38,6 +45,18 @@ const MAX_REQUEST: usize = 16 << 20;
 pub(super) const MAX_CALLS: usize = 64;
 pub(super) const MAX_OBJECTS: usize = 1000;
 const MAX_UPLOAD: usize = 16 << 20;
+
+/// JMAP's state in what every session shares: the accounts' states (for `*/changes`)
+/// and their submissions.
+#[derive(Debug, Default)]
+pub(crate) struct Service {
+    states: sync::States,
+    submissions: submission::Submissions,
+}
+
+fn service(sh: &Shared) -> &Service {
+    sh.service()
+}
 
 /// One HTTP request, as far as JMAP needs it.
 struct Request {
@@ -72,21 +91,27 @@ fn request(head: &[u8], body: Vec<u8>) -> Option<Request> {
         let value = value.trim();
         match name.trim().to_ascii_lowercase().as_str() {
             "host" => r.host = value.to_string(),
-            "authorization" => {
-                let b64 = value
-                    .strip_prefix("Basic ")
-                    .or_else(|| value.strip_prefix("basic "))?;
-                let raw = base64::engine::general_purpose::STANDARD
-                    .decode(b64.trim())
-                    .ok()?;
-                let raw = String::from_utf8(raw).ok()?;
-                let (u, p) = raw.split_once(':')?;
-                r.basic = Some((u.to_string(), p.to_string()));
-            }
+            // Another scheme (Bearer), or Basic that does not decode, is no login: 401
+            // with the Basic challenge (RFC 9110 §11.6.1), not a malformed request.
+            "authorization" => r.basic = basic(value),
             _ => {}
         }
     }
     Some(r)
+}
+
+/// The user and password of a Basic authorization's value.
+fn basic(value: &str) -> Option<(String, String)> {
+    let (scheme, b64) = value.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(b64.trim())
+        .ok()?;
+    let raw = String::from_utf8(raw).ok()?;
+    let (u, p) = raw.split_once(':')?;
+    Some((u.to_string(), p.to_string()))
 }
 
 /// Serves one JMAP connection, request after request, until the client closes (or an
@@ -196,7 +221,7 @@ fn answer(conn: &mut Conn, sh: &Shared, req: &Request) {
             );
         }
         ("POST", _) => {
-            let (status, body) = methods::upload(&account, path, &req.body);
+            let (status, body) = email_set::upload(&account, path, &req.body);
             reply(
                 conn,
                 status,
@@ -205,7 +230,7 @@ fn answer(conn: &mut Conn, sh: &Shared, req: &Request) {
                 false,
             );
         }
-        _ => match methods::download(sh, &user, &account, path) {
+        _ => match email_set::download(sh, &user, &account, path) {
             Some(bytes) => reply(conn, 200, "message/rfc822", &bytes, false),
             None => reply(conn, 404, "text/plain", b"no such blob\n", false),
         },
