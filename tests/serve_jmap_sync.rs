@@ -505,6 +505,22 @@ async fn mailbox_query_filters_and_email_get_forms_and_refusals() {
         error_of(addr, "Mailbox/query", json!({"filter": {"color": "red"}})),
         "unsupportedFilter"
     );
+    // Null is as good as absent, and a comparator may carry members of its own (jmapc
+    // sends anchor and limit in each one).
+    let r = call(
+        addr,
+        "Mailbox/query",
+        json!({"position": null, "calculateTotal": null, "limit": null,
+        "sort": [{"property": "name", "anchor": null, "limit": null, "calculateTotal": false}]}),
+    );
+    assert_eq!(r["ids"].as_array().unwrap().len(), 4, "{r}");
+    let r = call(
+        addr,
+        "Email/query",
+        json!({"position": null, "anchorOffset": null,
+        "sort": [{"property": "receivedAt", "isAscending": false, "position": 0}]}),
+    );
+    assert_eq!(r["position"], 0, "{r}");
     assert_eq!(
         error_of(addr, "Mailbox/get", json!({"properties": ["colour"]})),
         "invalidArguments"

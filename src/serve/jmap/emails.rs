@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 use super::super::store::{Account, Mailbox};
 use super::email::{self, email_id, mailbox_id, parse_id};
 use super::mailbox::{cannot, ChangesArgs, Comparator};
-use super::methods::{self, fail, parse, Answer, Ctx, Failure};
+use super::methods::{self, fail, or_default, parse, Answer, Ctx, Failure};
 use super::{body, service, sync, MAX_OBJECTS};
 
 /// Runs `f` on the message an email (or blob, or thread) id names: its mailbox and index.
@@ -107,16 +107,16 @@ struct QueryArgs {
     account_id: String,
     filter: Option<Value>,
     sort: Option<Vec<Comparator>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "or_default")]
     position: i64,
     anchor: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "or_default")]
     anchor_offset: i64,
     limit: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "or_default")]
     calculate_total: bool,
     /// Each message is its own thread: collapsing changes nothing.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "or_default")]
     #[allow(dead_code)]
     collapse_threads: bool,
 }
@@ -162,13 +162,17 @@ struct GetArgs {
     ids: Option<Vec<String>>,
     properties: Option<Vec<String>>,
     body_properties: Option<Vec<String>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "or_default")]
     fetch_text_body_values: bool,
-    #[serde(default, rename = "fetchHTMLBodyValues")]
+    #[serde(
+        default,
+        deserialize_with = "or_default",
+        rename = "fetchHTMLBodyValues"
+    )]
     fetch_html_body_values: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "or_default")]
     fetch_all_body_values: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "or_default")]
     max_body_value_bytes: u64,
 }
 
@@ -270,9 +274,9 @@ struct QueryChangesArgs {
     since_query_state: String,
     max_changes: Option<u64>,
     up_to_id: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "or_default")]
     calculate_total: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "or_default")]
     #[allow(dead_code)]
     collapse_threads: bool,
 }

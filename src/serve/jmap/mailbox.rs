@@ -12,7 +12,7 @@ use serde_json::{json, Map, Value};
 use super::super::imap::special_use;
 use super::super::store::{flags, Account};
 use super::email::mailbox_id;
-use super::methods::{self, fail, parse, Answer, Ctx, Failure};
+use super::methods::{self, fail, or_default, parse, Answer, Ctx, Failure};
 use super::{service, sync};
 
 /// A Mailbox as JMAP shows it.
@@ -162,22 +162,23 @@ struct QueryArgs {
     account_id: String,
     filter: Option<Value>,
     sort: Option<Vec<Comparator>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "or_default")]
     position: i64,
     anchor: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "or_default")]
     anchor_offset: i64,
     limit: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "or_default")]
     calculate_total: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "or_default")]
     sort_as_tree: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "or_default")]
     filter_as_tree: bool,
 }
 
+/// A sort comparator (RFC 8620 §5.5); other members a client adds are ignored.
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(rename_all = "camelCase")]
 pub struct Comparator {
     pub property: String,
     #[serde(default = "yes")]

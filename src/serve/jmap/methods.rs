@@ -73,6 +73,15 @@ pub fn parse<T: DeserializeOwned>(args: &Map<String, Value>) -> Result<T, Failur
         .map_err(|e| fail("invalidArguments", e.to_string()))
 }
 
+/// An argument given as null is the same as one not given (RFC 8620 §5: "default").
+pub fn or_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + serde::Deserialize<'de>,
+{
+    Ok(<Option<T> as serde::Deserialize>::deserialize(d)?.unwrap_or_default())
+}
+
 /// A map of a /set response: null when empty.
 pub fn nullable(m: Map<String, Value>) -> Value {
     if m.is_empty() {

@@ -16,7 +16,7 @@ use super::email_set;
 use super::emails::with_message;
 use super::headers::{self, Form};
 use super::mailbox::{cannot, ChangesArgs};
-use super::methods::{self, fail, nullable, parse, Answer, Ctx, IDENTITY};
+use super::methods::{self, fail, nullable, or_default, parse, Answer, Ctx, IDENTITY};
 use super::service;
 
 /// Submissions kept per account, and entries of its change log.
@@ -27,7 +27,7 @@ const MAX_LOG: usize = 4096;
 #[serde(rename_all = "camelCase")]
 struct Address {
     email: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "or_default")]
     parameters: Option<Value>,
 }
 
@@ -447,10 +447,10 @@ struct QueryArgs {
     account_id: String,
     filter: Option<Map<String, Value>>,
     sort: Option<Vec<super::mailbox::Comparator>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "or_default")]
     position: u64,
     limit: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "or_default")]
     calculate_total: bool,
 }
 
