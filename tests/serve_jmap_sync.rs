@@ -37,11 +37,17 @@ async fn start() -> Running {
 
 /// One message delivered over SMTP (its reply to the data checked).
 fn smtp_deliver(addr: SocketAddr, to: &str, subject: &str) {
+    let message = format!(
+        "From: {BOB}\r\nTo: {to}\r\nSubject: {subject}\r\nMessage-ID: <{subject}@x>\r\n\r\nbody of {subject}\r\n"
+    );
+    smtp_send(addr, to, &message);
+}
+
+/// `message` (CRLF lines, no line a lone dot) delivered over SMTP.
+fn smtp_send(addr: SocketAddr, to: &str, message: &str) {
     let mut c = Raw::connect(addr);
     assert!(c.last().starts_with("220"));
-    let message = format!(
-        "From: {BOB}\r\nTo: {to}\r\nSubject: {subject}\r\nMessage-ID: <{subject}@x>\r\n\r\nbody of {subject}\r\n.\r\n"
-    );
+    let message = format!("{message}.\r\n");
     for (send, want) in [
         ("EHLO client.test\r\n".to_string(), "250"),
         (format!("MAIL FROM:<{BOB}>\r\n"), "250"),
@@ -722,3 +728,135 @@ async fn a_submission_sends_then_updates_or_destroys_its_draft_and_is_kept() {
     );
     running.shutdown().await;
 }
+
+/// jmap-jam (a JMAP client for Node.js and browsers) against the server. It speaks only
+/// Bearer, so its fetch sends the same credentials as Basic. Run explicitly, with the
+/// client installed: `(cd target/tools/js && npm install jmap-jam@0.13.1 @xmpp/client@0.14.0
+/// ws@8)` then `cargo test --test serve_jmap_sync -- --ignored`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs node and jmap-jam in target/tools/js"]
+async fn jmap_jam_reads_syncs_sends_and_downloads() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/tools/js");
+    if !common::have("node") || !dir.join("node_modules/jmap-jam").is_dir() {
+        common::cannot_run("jmap-jam is not installed in target/tools/js");
+        return;
+    }
+    let running = start().await;
+    let (addr, smtp) = (running.addrs.jmap.unwrap(), running.addrs.smtp.unwrap());
+    for i in 0..2 {
+        let message = format!(
+            "From: {BOB}\r\nTo: {ALICE}\r\nSubject: =?UTF-8?Q?h=C3=A9llo_{i}?=\r\nX-Mailer: a\r\n\
+             X-Mailer: b\r\nContent-Type: multipart/alternative; boundary=zz\r\n\r\n--zz\r\n\
+             Content-Type: text/plain\r\n\r\nplain\r\n--zz\r\nContent-Type: text/html\r\n\r\n\
+             <p>html</p>\r\n--zz--\r\n"
+        );
+        smtp_send(smtp, ALICE, &message);
+    }
+    // Written next to its node_modules, so that its imports resolve there.
+    let script = dir.join("jam-check.mjs");
+    std::fs::write(&script, JAM_CHECK).unwrap();
+    let o = common::run_tool_env(
+        "node",
+        [
+            script.to_str().unwrap(),
+            &format!("http://{addr}"),
+            ALICE,
+            "s3cret",
+        ]
+        .map(String::from)
+        .to_vec(),
+        vec![],
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(
+        o.ok && o.stdout.contains("\n0 failed"),
+        "{}\n{}",
+        o.stdout,
+        o.stderr
+    );
+    running.shutdown().await;
+}
+
+const JAM_CHECK: &str = r##"import JamClient from "jmap-jam";
+const [url, user, password] = process.argv.slice(2);
+const basic = Buffer.from(`${user}:${password}`).toString("base64");
+const realFetch = globalThis.fetch;
+// jmap-jam only speaks Bearer: the same credentials as Basic.
+globalThis.fetch = (u, init = {}) => {
+  const h = new Headers(init.headers || {});
+  h.set("Authorization", `Basic ${basic}`);
+  return realFetch(u, { ...init, headers: h });
+};
+const jam = new JamClient({ sessionUrl: `${url}/.well-known/jmap`, bearerToken: "x" });
+let failed = 0;
+const step = async (name, f) => {
+  try { const r = await f(); console.log(`ok   ${name}${r ? " " + r : ""}`); return r; }
+  catch (e) { failed++; console.log(`FAIL ${name}: ${JSON.stringify(e?.cause ?? e)} ${e?.stack ?? ""}`); }
+};
+const accountId = await jam.getPrimaryAccount();
+let inbox, drafts, state0, q0, emailIds;
+await step("Mailbox/get", async () => {
+  const [r] = await jam.api.Mailbox.get({ accountId });
+  inbox = r.list.find((m) => m.role === "inbox").id;
+
+});
+await step("Mailbox/query", async () => {
+  const [r] = await jam.api.Mailbox.query({ accountId, filter: { role: "inbox" } });
+  if (r.ids.length !== 1 || r.ids[0] !== inbox) throw r;
+});
+await step("Email/query+get", async () => {
+  const [r] = await jam.requestMany((t) => {
+    const q = t.Email.query({ accountId, filter: { inMailbox: inbox }, sort: [{ property: "receivedAt", isAscending: false }], calculateTotal: true });
+    const g = t.Email.get({ accountId, ids: q.$ref("/ids"), properties: ["subject", "from", "header:Subject:asText", "headers", "bodyStructure", "header:X-Mailer:all"] });
+    return { q, g };
+  });
+  q0 = r.q.queryState; state0 = r.g.state; emailIds = r.q.ids;
+  const first = r.g.list[0];
+  if (r.q.total !== 2 || first.subject !== "héllo 1" || first.bodyStructure.subParts.length !== 2
+      || JSON.stringify(first["header:X-Mailer:all"]) !== '[" a"," b"]') throw r;
+});
+await step("upload+import", async () => {
+  const msg = `From: ${user}\r\nTo: bob@example.test\r\nSubject: jam draft\r\n\r\nhi bob\r\n`;
+  const up = await jam.uploadBlob(accountId, new Blob([msg], { type: "message/rfc822" }));
+  const [r] = await jam.api.Email.import({ accountId, emails: { d: { blobId: up.blobId, mailboxIds: { [inbox]: true }, keywords: { $draft: true } } } });
+  if (!r.created?.d?.id) throw r;
+});
+await step("EmailSubmission/set onSuccessDestroyEmail", async () => {
+  const [ids] = await jam.api.Email.query({ accountId, filter: { inMailbox: inbox }, sort: [{ property: "receivedAt", isAscending: false }] });
+  const [r, meta] = await jam.requestMany((t) => ({
+    s: t.EmailSubmission.set({ accountId, create: { s: { identityId: "i1", emailId: ids.ids[0] } }, onSuccessDestroyEmail: ["#s"] }),
+  }));
+  // jmap-jam keys responses by call id: the implicit Email/set (same id) is the one kept.
+  if (JSON.stringify(r.s.destroyed) !== JSON.stringify([ids.ids[0]])) throw r;
+});
+await step("Email/changes", async () => {
+  await jam.api.Email.set({ accountId, update: { [emailIds[0]]: { "keywords/$seen": true } } });
+  const [r] = await jam.api.Email.changes({ accountId, sinceState: state0 });
+  const got = `created=${r.created.length} updated=${r.updated} destroyed=${r.destroyed.length}`;
+  // The draft came and went (sent, destroyed on success): only the keyword is news.
+  if (got !== `created=0 updated=${emailIds[0]} destroyed=0`) throw got;
+  return got;
+});
+await step("Email/queryChanges", async () => {
+  const [r] = await jam.api.Email.queryChanges({ accountId, filter: { inMailbox: inbox }, sort: [{ property: "receivedAt", isAscending: false }], sinceQueryState: q0 });
+  if (r.added.length !== 0 || r.removed.length !== 0) throw r;
+});
+await step("EmailSubmission/get", async () => {
+  const [r] = await jam.api.EmailSubmission.get({ accountId });
+  if (r.list.length !== 1 || r.list[0].undoStatus !== "final") throw r;
+});
+await step("Mailbox/changes", async () => {
+  const [m] = await jam.api.Mailbox.get({ accountId, ids: [] });
+  const [r] = await jam.api.Mailbox.changes({ accountId, sinceState: m.state });
+  if (r.newState !== m.state || r.hasMoreChanges) throw r;
+});
+await step("download", async () => {
+  const [g] = await jam.api.Email.get({ accountId, ids: emailIds.slice(0, 1), properties: ["blobId"] });
+  const res = await jam.downloadBlob({ accountId, blobId: g.list[0].blobId, mimeType: "message/rfc822", fileName: "m.eml" });
+  const text = await res.text();
+  if (res.status !== 200 || !text.includes("Subject:")) throw text;
+});
+console.log(`${failed} failed`);
+process.exit(failed ? 1 : 0);
+"##;

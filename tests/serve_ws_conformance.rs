@@ -3,6 +3,8 @@
 //! `<close/>` and a WebSocket Close frame before TCP closes (never 1006), and the HTTP
 //! refusals carry the fields RFC 6455 §4.4 and RFC 9110 want.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
@@ -169,3 +171,81 @@ async fn refusals_name_the_upgrade_and_the_version() {
     assert!(post.contains("\r\nallow: get"), "{post}");
     running.shutdown().await;
 }
+
+/// @xmpp/client (the XMPP client library for Node.js and browsers) over ws://: a session
+/// that ends cleanly, and a stream error that reaches it with `not-well-formed` and a
+/// Close frame (code 1000, not 1006). Run explicitly, with the client installed:
+/// `(cd target/tools/js && npm install @xmpp/client@0.14.0 ws@8)` then
+/// `cargo test --test serve_ws_conformance -- --ignored`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs node and @xmpp/client in target/tools/js"]
+async fn the_xmpp_client_library_ends_cleanly_even_after_a_stream_error() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/tools/js");
+    if !common::have("node") || !dir.join("node_modules/@xmpp/client").is_dir() {
+        common::cannot_run("@xmpp/client is not installed in target/tools/js");
+        return;
+    }
+    let running = start().await;
+    let url = format!("ws://{}/xmpp-websocket", running.addrs.xmpp_ws.unwrap());
+    // Written next to its node_modules, so that its imports resolve there.
+    let script = dir.join("xmpp-check.mjs");
+    std::fs::write(&script, XMPP_CHECK).unwrap();
+    let o = common::run_tool_env(
+        "node",
+        [script.to_str().unwrap(), &url, DOMAIN, "user0", "s3cret"]
+            .map(String::from)
+            .to_vec(),
+        vec![],
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(
+        o.ok && o.stdout.contains("\n0 failed"),
+        "{}\n{}",
+        o.stdout,
+        o.stderr
+    );
+    running.shutdown().await;
+}
+
+const XMPP_CHECK: &str = r##"import { WebSocket } from "ws";
+globalThis.WebSocket ??= WebSocket;
+const { client, xml } = await import("@xmpp/client");
+const [service, domain, user, password] = process.argv.slice(2);
+const timer = setTimeout(() => { console.log("FAIL timeout"); process.exit(2); }, 30000);
+let failed = 0;
+const check = (ok, what) => { console.log(`${ok ? "ok  " : "FAIL"} ${what}`); if (!ok) failed++; };
+
+// One session: log in, a message to itself, then the client closes.
+function session(broken) {
+  return new Promise((resolve) => {
+    const xmpp = client({ service, domain, username: user, password, resource: broken ? "b" : "a" });
+    xmpp.reconnect.stop();
+    let condition = null;
+    xmpp.on("error", (e) => { condition = e?.condition ?? String(e); });
+    xmpp.on("disconnect", ({ clean, reason }) => {
+      resolve({ clean, code: reason?.code, condition });
+    });
+    xmpp.on("stanza", async (st) => {
+      if (st.is("message") && st.getChildText("body") === "ping") await xmpp.stop();
+    });
+    xmpp.on("online", async (jid) => {
+      if (broken) {
+        // Not well-formed: the server's stream error, <close/>, a Close frame.
+        xmpp.socket.write("<message><body>x</message>");
+      } else {
+        await xmpp.send(xml("message", { to: jid.toString(), type: "chat" }, xml("body", {}, "ping")));
+      }
+    });
+    xmpp.start().catch((e) => { condition = condition ?? String(e); });
+  });
+}
+const a = await session(false);
+check(a.clean && a.condition === null, `a session logs in and ends cleanly: ${JSON.stringify(a)}`);
+const b = await session(true);
+check(b.clean && b.code === 1000 && b.condition === "not-well-formed",
+      `a stream error ends with a Close frame: ${JSON.stringify(b)}`);
+clearTimeout(timer);
+console.log(`${failed} failed`);
+process.exit(failed ? 1 : 0);
+"##;
