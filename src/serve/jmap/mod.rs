@@ -1,24 +1,28 @@
 //! The embedded server's JMAP listeners (RFC 8620 core, RFC 8621 mail) over the same store
-//! as IMAP and POP3: enough of JMAP for `spate jmap`'s load mix and for a client library's
-//! basic flows (jmapc's: session, Mailbox/get, Email/query, Email/get, Email/set).
+//! as IMAP and POP3: the core a client syncs against, and `spate jmap`'s load mix.
 //!
 //! - `GET /.well-known/jmap`: the session resource (its URLs absolute, from the request's
 //!   Host and the listener's scheme; its state constant, so that a client never fetches it
 //!   again for a request's `sessionState`).
-//! - `POST /jmap/api/`: method calls ([`methods`]), result references included.
+//! - `POST /jmap/api/`: method calls ([`methods`]), result references and creation ids
+//!   included: Mailbox ([`mailbox`]), Email and Thread ([`emails`], [`email_set`]),
+//!   EmailSubmission ([`submission`]), each `*/changes` from the states of [`sync`].
 //! - `POST /jmap/upload/{account}/`, `GET /jmap/download/{account}/{blob}/{name}`: blobs
-//!   (a message's blob is the message; uploads are kept in memory, bounded).
+//!   (a message's blob is the message, a part's its content; uploads are kept in memory,
+//!   bounded).
 //! - `GET /jmap/eventsource/`: push (Server-Sent Events), a `state` event whenever the
 //!   account changes, `ping` every `ping` seconds when asked.
 //!
-//! Authentication is HTTP Basic against the users file (without one, any password). Every
-//! request is one HTTP/1.1 exchange on a kept connection.
+//! Authentication is HTTP Basic against the users file (without one, any password); any
+//! other scheme is answered 401 with the Basic challenge. Every request is one HTTP/1.1
+//! exchange on a kept connection.
 //!
 //! Decisions a user can rely on: a mailbox's id is its UIDVALIDITY (`m7`), a message's
 //! its mailbox's and its UID (`e7-12`): the store keeps IMAP's per-mailbox UIDs, so a
-//! message moved by `Email/set` gets a new id (the response's `updated` says nothing of
-//! it; a client finds it again with `Email/query`). Each message is its own thread. The
-//! text body is the message's body as received (MIME parts are not taken apart).
+//! message moved by `Email/set` gets a new id (the response's `updated` gives it;
+//! `Email/changes` reports the old id destroyed and the new one created). Each message is
+//! its own thread. `textBody` is the message's body as received, as one part;
+//! `bodyStructure` takes the MIME parts apart.
 
 mod body;
 mod email;
