@@ -573,6 +573,33 @@ async fn mailbox_query_filters_and_email_get_forms_and_refusals() {
         b"",
     );
     assert_eq!((code, bytes.as_slice()), (200, &b"hi"[..]));
+    // The bodies as RFC 8621 §4.1.4 picks them: the text part both bodies, the binary
+    // one an attachment.
+    let b = call(
+        addr,
+        "Email/get",
+        json!({"ids": ids_now, "properties": ["textBody", "htmlBody",
+        "attachments", "hasAttachment", "bodyValues", "preview"], "fetchTextBodyValues": true,
+        "bodyProperties": ["partId", "type"]}),
+    );
+    let e = &b["list"][0];
+    assert_eq!(
+        e["textBody"],
+        json!([{"partId": "1", "type": "text/plain"}]),
+        "{e}"
+    );
+    assert_eq!(e["htmlBody"], e["textBody"]);
+    assert_eq!(
+        e["attachments"],
+        json!([{"partId": "2", "type": "application/octet-stream"}])
+    );
+    assert_eq!(e["hasAttachment"], true);
+    assert_eq!(
+        e["bodyValues"]["1"]["value"].as_str().unwrap().trim_end(),
+        "hello"
+    );
+    assert_eq!(e["bodyValues"].as_object().unwrap().len(), 1);
+    assert_eq!(e["preview"], "hello");
     for bad in [
         json!({"properties": ["subjekt"]}),
         json!({"properties": ["header:Subject:asAddresses"]}),

@@ -1,6 +1,5 @@
 //! A stored message as a JMAP Email object (RFC 8621 §4): its header fields in every form
-//! ([`headers`]), its MIME structure ([`body`]); `textBody` and `bodyValues` give the
-//! message's body as one text part (as received: MIME parts are not taken apart there).
+//! ([`headers`]), its MIME structure and bodies ([`body`]).
 
 use serde_json::{json, Map, Value};
 
@@ -129,23 +128,48 @@ pub fn known(p: &str) -> bool {
 pub struct Want<'a> {
     pub properties: &'a [String],
     pub body_properties: &'a [String],
-    /// Fill `bodyValues` with the text body's value.
-    pub body_values: bool,
+    /// Which parts' values `bodyValues` holds: textBody's, htmlBody's, every text part's.
+    pub text_values: bool,
+    pub html_values: bool,
+    pub all_values: bool,
     /// Cut values at this many bytes (0: never).
     pub max_value: usize,
+}
+
+/// A value of `bodyValues`, cut at `max` bytes (0: never) on a character boundary.
+fn body_value(part: &body::Node, max: usize) -> Value {
+    let text = part.text.as_deref().unwrap_or("");
+    let truncated = max > 0 && text.len() > max;
+    let mut cut = if truncated { max } else { text.len() };
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    json!({"value": &text[..cut], "isEncodingProblem": part.is_encoding_problem,
+           "isTruncated": truncated})
 }
 
 /// The Email object of message `i` of mailbox `mb` with the properties `want` asks for.
 pub fn object(mb: &Mailbox, i: usize, want: &Want<'_>) -> Value {
     let m = &mb.messages[i];
     let uv = mb.uid_validity;
-    let (head, body) = split(&m.data);
+    let (head, _) = split(&m.data);
     let fields = headers::fields(head);
-    let text = String::from_utf8_lossy(body);
     let blob = format!("b{uv}-{}", m.uid);
+    // The MIME structure, parsed only for the properties that need it.
+    let structure = std::cell::OnceCell::new();
+    let structure = || structure.get_or_init(|| body::Structure::parse(&m.data, &blob));
+    let bodies = std::cell::OnceCell::new();
+    let bodies = || bodies.get_or_init(|| structure().as_ref().map(|s| s.bodies()));
+    let parts = |which: usize| -> Value {
+        match (structure(), bodies()) {
+            (Some(s), Some(b)) => [&b.text, &b.html, &b.attachments][which]
+                .iter()
+                .map(|p| s.object(p, want.body_properties))
+                .collect(),
+            _ => json!([]),
+        }
+    };
     let mut o = Map::new();
-    let part = json!({"partId": "1", "blobId": &blob, "size": body.len(),
-                      "type": "text/plain", "charset": "utf-8"});
     let form = |name: &str, form: Form| {
         Property {
             name: name.into(),
@@ -170,27 +194,41 @@ pub fn object(mb: &Mailbox, i: usize, want: &Want<'_>) -> Value {
             "replyTo" => form("Reply-To", Form::Addresses),
             "subject" => form("Subject", Form::Text),
             "sentAt" => form("Date", Form::Date),
-            "hasAttachment" => json!(false),
+            "hasAttachment" => json!(bodies().as_ref().is_some_and(|b| !b.attachments.is_empty())),
             "preview" => {
+                let text = bodies()
+                    .as_ref()
+                    .and_then(|b| b.text.iter().find(|p| p.kind == "text/plain"))
+                    .and_then(|p| p.text.as_deref())
+                    .unwrap_or("");
                 let words: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
                 json!(words.chars().take(256).collect::<String>())
             }
-            "textBody" => json!([part.clone()]),
-            "htmlBody" => json!([part.clone()]),
-            "attachments" => json!([]),
+            "textBody" => parts(0),
+            "htmlBody" => parts(1),
+            "attachments" => parts(2),
             "bodyValues" => {
                 let mut values = Map::new();
-                if want.body_values {
-                    let max = want.max_value;
-                    let truncated = max > 0 && text.len() > max;
-                    let mut cut = if truncated { max } else { text.len() };
-                    while !text.is_char_boundary(cut) {
-                        cut -= 1;
+                if let (Some(s), Some(b)) = (structure(), bodies()) {
+                    let mut chosen: Vec<&body::Node> = Vec::new();
+                    if want.all_values {
+                        chosen.extend(
+                            s.leaves()
+                                .into_iter()
+                                .filter(|p| p.kind.starts_with("text/")),
+                        );
                     }
-                    values.insert(
-                        "1".into(),
-                        json!({"value": &text[..cut], "isEncodingProblem": false, "isTruncated": truncated}),
-                    );
+                    if want.text_values {
+                        chosen.extend(b.text.iter().filter(|p| p.kind.starts_with("text/")));
+                    }
+                    if want.html_values {
+                        chosen.extend(b.html.iter().filter(|p| p.kind.starts_with("text/")));
+                    }
+                    for p in chosen {
+                        if let Some(id) = &p.part_id {
+                            values.insert(id.clone(), body_value(p, want.max_value));
+                        }
+                    }
                 }
                 Value::Object(values)
             }
@@ -198,7 +236,10 @@ pub fn object(mb: &Mailbox, i: usize, want: &Want<'_>) -> Value {
                 .iter()
                 .map(|(n, v)| json!({"name": n, "value": v}))
                 .collect(),
-            "bodyStructure" => body::structure(&m.data, &blob, want.body_properties),
+            "bodyStructure" => match structure() {
+                Some(s) => s.object(&s.root, want.body_properties),
+                None => Value::Null,
+            },
             other => match Property::parse(other) {
                 Some(h) => h.value(&fields),
                 None => continue,

@@ -205,9 +205,9 @@ pub fn get(ctx: &Ctx<'_>, args: &Map<String, Value>) -> Answer {
     let w = email::Want {
         properties: &properties,
         body_properties: &body_properties,
-        body_values: g.fetch_text_body_values
-            || g.fetch_html_body_values
-            || g.fetch_all_body_values,
+        text_values: g.fetch_text_body_values,
+        html_values: g.fetch_html_body_values,
+        all_values: g.fetch_all_body_values,
         max_value: g.max_body_value_bytes as usize,
     };
     ctx.with(|a| {

@@ -21,8 +21,8 @@
 //! its mailbox's and its UID (`e7-12`): the store keeps IMAP's per-mailbox UIDs, so a
 //! message moved by `Email/set` gets a new id (the response's `updated` gives it;
 //! `Email/changes` reports the old id destroyed and the new one created). Each message is
-//! its own thread. `textBody` is the message's body as received, as one part;
-//! `bodyStructure` takes the MIME parts apart.
+//! its own thread. The MIME parts are taken apart (`bodyStructure`, and `textBody`,
+//! `htmlBody`, `attachments` as RFC 8621 §4.1.4's algorithm picks them).
 
 mod body;
 mod email;
