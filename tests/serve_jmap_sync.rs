@@ -724,6 +724,71 @@ async fn a_submission_sends_then_updates_or_destroys_its_draft_and_is_kept() {
     assert_eq!(kw["list"][0]["keywords"], json!({"$seen": true}));
     let sub2 = r[0][1]["created"]["s"]["id"].as_str().unwrap().to_string();
 
+    // A draft made by Email/set from its properties (both bodies and an attachment) and
+    // sent in the same request by its creation id.
+    let r = api_as(
+        addr,
+        ALICE,
+        json!([
+            ["Email/set", {"accountId": account, "create": {"d": {"mailboxIds": {&drafts: true},
+                "keywords": {"$draft": true}, "from": [{"name": "Alice", "email": ALICE}],
+                "to": [{"email": BOB}], "subject": "made by set",
+                "textBody": [{"partId": "t", "type": "text/plain"}],
+                "htmlBody": [{"partId": "h", "type": "text/html"}],
+                "attachments": [{"blobId": blob["blobId"], "type": "message/rfc822", "name": "fwd.eml"}],
+                "bodyValues": {"t": {"value": "plain words"}, "h": {"value": "<p>html words</p>"}}}}}, "e"],
+            ["EmailSubmission/set", {"accountId": account, "create": {"s": {"identityId": "i1",
+                "emailId": "#d"}}, "onSuccessUpdateEmail": {"#s": {"keywords/$draft": null}}}, "s"],
+        ]),
+    );
+    let made = r[0][1]["created"]["d"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r:?}"))
+        .to_string();
+    let sub3 = r[1][1]["created"]["s"]["id"].as_str().unwrap().to_string();
+    assert_eq!(r[2][1]["updated"], json!({&made: null}), "{r:?}");
+    let g = call(
+        addr,
+        "Email/get",
+        json!({"ids": [&made], "properties": ["subject", "from", "keywords",
+        "textBody", "htmlBody", "attachments", "bodyValues"], "fetchAllBodyValues": true,
+        "bodyProperties": ["partId", "type", "name"]}),
+    );
+    let e = &g["list"][0];
+    assert_eq!(e["subject"], "made by set");
+    assert_eq!(e["from"], json!([{"name": "Alice", "email": ALICE}]));
+    assert_eq!(e["keywords"], json!({}));
+    let value = |list: &str| {
+        let id = e[list][0]["partId"].as_str().unwrap();
+        e["bodyValues"][id]["value"].as_str().unwrap().to_string()
+    };
+    assert_eq!(
+        (value("textBody"), value("htmlBody")),
+        ("plain words".into(), "<p>html words</p>".into()),
+        "{e}"
+    );
+    assert_eq!(e["attachments"][0]["name"], "fwd.eml", "{e}");
+    let bob_got = running.store.with_account(BOB, |a| a.inbox.messages.len());
+    assert_eq!(bob_got, 3);
+
+    // A create without a mailbox, or with a body part without its value: refused, each.
+    let bad = call(
+        addr,
+        "Email/set",
+        json!({"create": {"a": {"subject": "x"},
+        "b": {"mailboxIds": {&drafts: true}, "textBody": [{"partId": "t", "type": "text/plain"}]}}}),
+    );
+    assert_eq!(
+        bad["notCreated"]["a"]["properties"],
+        json!(["mailboxIds"]),
+        "{bad}"
+    );
+    assert_eq!(
+        bad["notCreated"]["b"]["properties"],
+        json!(["bodyValues"]),
+        "{bad}"
+    );
+
     // Destroyed: gone from get, and a change.
     let d = call(addr, "EmailSubmission/set", json!({"destroy": [&sub]}));
     assert_eq!(d["destroyed"], json!([sub]));
@@ -734,7 +799,7 @@ async fn a_submission_sends_then_updates_or_destroys_its_draft_and_is_kept() {
     );
     assert_eq!(
         (c["created"].clone(), c["destroyed"].clone()),
-        (json!([sub2]), json!([sub]))
+        (json!([sub2, sub3]), json!([sub]))
     );
     assert_eq!(
         call(addr, "EmailSubmission/get", json!({"ids": [&sub]}))["notFound"],

@@ -1,5 +1,5 @@
-//! Changing Emails (RFC 8621 §4.6, §4.8): Email/set (keywords, a move by `mailboxIds`,
-//! destroy; creation is Email/import's), Email/import of an uploaded blob, and the blobs
+//! Changing Emails (RFC 8621 §4.6, §4.8): Email/set (creation from properties, keywords,
+//! a move by `mailboxIds`, destroy), Email/import of an uploaded blob, and the blobs
 //! themselves: uploads (kept in memory, bounded), messages (`b7-12`) and their parts
 //! (`b7-12-1`).
 
@@ -13,7 +13,7 @@ use super::super::store::{Account, StoredMessage};
 use super::email::{self, email_id, mailbox_id, parse_id};
 use super::emails::{mailbox_by_id, with_message};
 use super::methods::{fail, nullable, true_keys, Answer, Ctx};
-use super::{body, problem};
+use super::{body, compose, problem};
 
 /// Uploaded blobs kept (the oldest go first), and their total size at most.
 const MAX_BLOBS: usize = 256;
@@ -109,15 +109,18 @@ fn update(a: &mut Account, id: &str, patch: &Map<String, Value>) -> Result<Optio
     Ok(Some(email_id(dest.uid_validity, uid)))
 }
 
-/// Email/set: updates and destroys (`ifInState` checked against the Email state).
+/// Email/set: creations, updates and destroys (`ifInState` checked against the Email
+/// state).
 pub fn set(ctx: &mut Ctx<'_>, args: &Map<String, Value>) -> Answer {
-    let (old, outcome) = ctx.with(|a| {
-        let old = ctx.state(a);
-        if let Some(want) = args.get("ifInState").and_then(Value::as_str) {
-            if want != old {
-                return (old, Err(fail("stateMismatch", "the state changed")));
-            }
+    let old = ctx.with(|a| ctx.state(a));
+    if let Some(want) = args.get("ifInState").and_then(Value::as_str) {
+        if want != old {
+            return Err(fail("stateMismatch", "the state changed"));
         }
+    }
+    // Creations first, so that updates and destroys may name them (RFC 8620 §5.3).
+    let (created, not_created) = create(ctx, args.get("create").and_then(Value::as_object));
+    let outcome = ctx.with(|a| {
         let update = args.get("update").and_then(Value::as_object);
         let destroy: Vec<String> = args
             .get("destroy")
@@ -127,29 +130,101 @@ pub fn set(ctx: &mut Ctx<'_>, args: &Map<String, Value>) -> Answer {
             .filter_map(Value::as_str)
             .filter_map(|id| ctx.id(id))
             .collect();
-        let mut r = apply(a, update.into_iter().flatten(), &destroy);
+        let update: Vec<(String, &Value)> = update
+            .into_iter()
+            .flatten()
+            .filter_map(|(id, patch)| Some((ctx.id(id)?, patch)))
+            .collect();
+        let mut r = apply(a, update.iter().map(|(id, p)| (id, *p)), &destroy);
         r["newState"] = json!(ctx.state(a));
-        (old, Ok(r))
+        r
     });
-    let mut r = outcome?;
-    let mut not_created = Map::new();
-    for cid in args
-        .get("create")
-        .and_then(Value::as_object)
-        .into_iter()
-        .flatten()
-        .map(|(k, _)| k)
-    {
-        not_created.insert(
-            cid.clone(),
-            json!({"type": "forbidden", "description": "create messages with Email/import"}),
-        );
-    }
+    let mut r = outcome;
     r["accountId"] = json!(ctx.account);
     r["oldState"] = json!(old);
-    r["created"] = Value::Null;
+    r["created"] = nullable(created);
     r["notCreated"] = nullable(not_created);
     Ok(r)
+}
+
+/// The blobs of an account, for the parts of a created message.
+struct AccountBlobs<'a>(&'a Shared, &'a str, &'a str);
+
+impl compose::Blobs for AccountBlobs<'_> {
+    fn blob(&self, id: &str) -> Option<Arc<[u8]>> {
+        blob(self.0, self.1, self.2, id)
+    }
+}
+
+/// Email/set's creations: each a message made from its properties, stored in its one
+/// mailbox with its keywords. The created and notCreated maps.
+fn create(
+    ctx: &mut Ctx<'_>,
+    create: Option<&Map<String, Value>>,
+) -> (Map<String, Value>, Map<String, Value>) {
+    let (mut created, mut not_created) = (Map::new(), Map::new());
+    for (cid, e) in create.into_iter().flatten() {
+        let Some(e) = e.as_object() else {
+            not_created.insert(cid.clone(), json!({"type": "invalidProperties"}));
+            continue;
+        };
+        let on = true_keys(e.get("mailboxIds").unwrap_or(&Value::Null));
+        let [mid] = on.as_slice() else {
+            not_created.insert(
+                cid.clone(),
+                json!({"type": "invalidProperties", "properties": ["mailboxIds"],
+                       "description": "exactly one mailbox (maxMailboxesPerEmail 1)"}),
+            );
+            continue;
+        };
+        let blobs = AccountBlobs(ctx.sh, ctx.user, ctx.account);
+        let data = match compose::message(e, &blobs, &ctx.sh.hostname, ctx.sh.next_id()) {
+            Ok(d) => Arc::<[u8]>::from(d),
+            Err(r) => {
+                not_created.insert(
+                    cid.clone(),
+                    json!({"type": r.kind, "properties": r.properties, "description": r.description}),
+                );
+                continue;
+            }
+        };
+        let keywords: Vec<String> = e
+            .get("keywords")
+            .and_then(Value::as_object)
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
+        let made = ctx.with(|a| {
+            let mb = mailbox_by_id(a, mid)?;
+            let uid = mb.push(StoredMessage::new(
+                0,
+                data.clone(),
+                std::time::SystemTime::now(),
+            ));
+            let i = mb.find(uid)?;
+            for k in &keywords {
+                email::set_keyword(mb, i, k, true);
+            }
+            Some((mb.uid_validity, uid))
+        });
+        match made {
+            Some((uv, uid)) => {
+                ctx.created.insert(cid.clone(), email_id(uv, uid));
+                created.insert(
+                    cid.clone(),
+                    json!({"id": email_id(uv, uid), "blobId": format!("b{uv}-{uid}"),
+                           "threadId": format!("t{uv}-{uid}"), "size": data.len()}),
+                );
+            }
+            None => {
+                not_created.insert(
+                    cid.clone(),
+                    json!({"type": "invalidProperties", "properties": ["mailboxIds"],
+                           "description": "no such mailbox"}),
+                );
+            }
+        }
+    }
+    (created, not_created)
 }
 
 /// Applies updates and destroys to the account: the /set response's updated, destroyed,

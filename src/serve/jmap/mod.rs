@@ -25,6 +25,7 @@
 //! `htmlBody`, `attachments` as RFC 8621 §4.1.4's algorithm picks them).
 
 mod body;
+mod compose;
 mod email;
 mod email_set;
 mod emails;
