@@ -565,14 +565,43 @@ async fn mailbox_query_filters_and_email_get_forms_and_refusals() {
     assert_eq!(parts[0]["type"], "text/plain");
     assert_eq!(parts[1]["size"], 2);
     let part_blob = parts[1]["blobId"].as_str().unwrap();
-    let (code, _, bytes) = http(
+    let account = account_of(addr);
+    let (code, head, bytes) = http(
         addr,
         "GET",
-        &format!("/jmap/download/{}/{part_blob}/x.bin", account_of(addr)),
+        &format!("/jmap/download/{account}/{part_blob}/x.bin"),
         &basic(ALICE),
         b"",
     );
     assert_eq!((code, bytes.as_slice()), (200, &b"hi"[..]));
+    assert!(
+        head.contains("Content-Type: application/octet-stream\r\n"),
+        "{head}"
+    );
+    // An upload keeps its type; a download is of the type asked for.
+    let (code, _, up) = http(
+        addr,
+        "POST",
+        &format!("/jmap/upload/{account}/"),
+        &format!(
+            "{}Content-Type: text/plain; charset=utf-8\r\n",
+            basic(ALICE)
+        ),
+        b"note",
+    );
+    let up: Value = serde_json::from_slice(&up).unwrap();
+    assert_eq!((code, &up["type"]), (201, &json!("text/plain")), "{up}");
+    let (_, head, _) = http(
+        addr,
+        "GET",
+        &format!(
+            "/jmap/download/{account}/{}/n.txt?type=text/plain",
+            up["blobId"].as_str().unwrap()
+        ),
+        &basic(ALICE),
+        b"",
+    );
+    assert!(head.contains("Content-Type: text/plain\r\n"), "{head}");
     // The bodies as RFC 8621 §4.1.4 picks them: the text part both bodies, the binary
     // one an attachment.
     let b = call(

@@ -15,6 +15,9 @@ use std::time::SystemTime;
 
 use tokio::sync::watch;
 
+mod removals;
+pub use removals::Removals;
+
 /// IMAP system flags, as bits.
 pub mod flags {
     pub const SEEN: u8 = 1;
@@ -27,40 +30,8 @@ pub mod flags {
 /// At most this many keywords per mailbox (they are bits of a `u64`).
 pub const MAX_KEYWORDS: usize = 64;
 
-/// Removals a mailbox remembers (for JMAP's `*/changes`), and deleted mailboxes an
-/// account remembers; older ones are forgotten, and a client that synced before them
-/// is told it cannot catch up.
-const MAX_REMOVED: usize = 4096;
+/// Deleted mailboxes whose removals an account remembers (for JMAP's `*/changes`).
 const MAX_RETIRED: usize = 64;
-
-/// The UIDs removed from a mailbox, each with the mailbox's version after its removal,
-/// oldest first; removals at versions up to `floor` may be forgotten.
-#[derive(Debug, Default)]
-pub struct Removals {
-    log: VecDeque<(u64, u32)>,
-    floor: u64,
-}
-
-impl Removals {
-    fn record(&mut self, version: u64, uid: u32) {
-        self.log.push_back((version, uid));
-        while self.log.len() > MAX_REMOVED {
-            if let Some((v, _)) = self.log.pop_front() {
-                self.floor = self.floor.max(v);
-            }
-        }
-    }
-
-    /// The UIDs removed after `version`, or `None` when some of them are forgotten.
-    pub fn since(&self, version: u64) -> Option<impl Iterator<Item = u32> + '_> {
-        (version >= self.floor).then(|| {
-            self.log
-                .iter()
-                .filter(move |(v, _)| *v > version)
-                .map(|(_, uid)| *uid)
-        })
-    }
-}
 
 #[derive(Debug, Clone)]
 pub struct StoredMessage {

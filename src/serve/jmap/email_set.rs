@@ -364,7 +364,7 @@ pub fn import(ctx: &mut Ctx<'_>, args: &Map<String, Value>) -> Answer {
 }
 
 /// `POST /jmap/upload/{account}/`: the blob kept (bounded); 201 and its id.
-pub fn upload(account: &str, path: &str, body: &[u8]) -> (u16, Value) {
+pub fn upload(account: &str, path: &str, body: &[u8], kind: Option<&str>) -> (u16, Value) {
     let for_account = path
         .trim_start_matches("/jmap/upload/")
         .trim_end_matches('/');
@@ -392,7 +392,8 @@ pub fn upload(account: &str, path: &str, body: &[u8]) -> (u16, Value) {
     }
     (
         201,
-        json!({"accountId": account, "blobId": id, "type": "message/rfc822", "size": body.len()}),
+        json!({"accountId": account, "blobId": id, "size": body.len(),
+               "type": kind.unwrap_or("application/octet-stream")}),
     )
 }
 

@@ -40,7 +40,7 @@ pub struct Ctx<'a> {
 
 impl Ctx<'_> {
     /// The state of the account as it is now (`a` is the account, locked).
-    pub fn state(&self, a: &Account) -> String {
+    pub fn state(&self, a: &mut Account) -> String {
         service(self.sh).states.current(self.account, sync::seen(a))
     }
 

@@ -69,6 +69,7 @@ struct Request {
     path: String,
     query: String,
     host: String,
+    content_type: Option<String>,
     /// The user and password of a Basic Authorization.
     basic: Option<(String, String)>,
     body: Vec<u8>,
@@ -86,6 +87,7 @@ fn request(head: &[u8], body: Vec<u8>) -> Option<Request> {
         path: path.to_string(),
         query: query.to_string(),
         host: String::new(),
+        content_type: None,
         basic: None,
         body,
     };
@@ -96,6 +98,7 @@ fn request(head: &[u8], body: Vec<u8>) -> Option<Request> {
         let value = value.trim();
         match name.trim().to_ascii_lowercase().as_str() {
             "host" => r.host = value.to_string(),
+            "content-type" => r.content_type = media_type(value),
             // Another scheme (Bearer), or Basic that does not decode, is no login: 401
             // with the Basic challenge (RFC 9110 §11.6.1), not a malformed request.
             "authorization" => r.basic = basic(value),
@@ -103,6 +106,19 @@ fn request(head: &[u8], body: Vec<u8>) -> Option<Request> {
         }
     }
     Some(r)
+}
+
+/// A media type (`type/subtype`, lowercase) from a Content-Type value or a `type`
+/// parameter, parameters dropped; `None` when it is not one.
+fn media_type(value: &str) -> Option<String> {
+    let t = value.split(';').next()?.trim().to_ascii_lowercase();
+    let ok = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$&-^_.+".contains(&b))
+    };
+    let (a, b) = t.split_once('/')?;
+    (ok(a) && ok(b)).then_some(t)
 }
 
 /// The user and password of a Basic authorization's value.
@@ -226,7 +242,8 @@ fn answer(conn: &mut Conn, sh: &Shared, req: &Request) {
             );
         }
         ("POST", _) => {
-            let (status, body) = email_set::upload(&account, path, &req.body);
+            let (status, body) =
+                email_set::upload(&account, path, &req.body, req.content_type.as_deref());
             reply(
                 conn,
                 status,
@@ -236,7 +253,20 @@ fn answer(conn: &mut Conn, sh: &Shared, req: &Request) {
             );
         }
         _ => match email_set::download(sh, &user, &account, path) {
-            Some(bytes) => reply(conn, 200, "message/rfc822", &bytes, false),
+            Some(bytes) => {
+                // The type the client asked for (the downloadUrl's `type`, RFC 8620 §6.2).
+                let asked = param(&req.query, "type")
+                    .and_then(|t| media_type(&t.replace("%2F", "/").replace("%2f", "/")));
+                let whole_message = path
+                    .rsplit('/')
+                    .nth(1)
+                    .is_some_and(|b| b.starts_with('b') && b.matches('-').count() == 1);
+                let kind = asked.as_deref().unwrap_or(match whole_message {
+                    true => "message/rfc822",
+                    false => "application/octet-stream",
+                });
+                reply(conn, 200, kind, &bytes, false)
+            }
             None => reply(conn, 404, "text/plain", b"no such blob\n", false),
         },
     }
@@ -363,7 +393,7 @@ async fn events(conn: &mut Conn, sh: &Shared, req: &Request) -> Result<(), ConnE
         let state = methods::state(sh, &user);
         if state != last {
             conn.queue_fmt(format_args!(
-                "event: state\ndata: {{\"@type\":\"StateChange\",\"changed\":{{\"{account}\":{{\"Email\":\"{state}\",\"Mailbox\":\"{state}\"}}}}}}\n\n"
+                "event: state\ndata: {{\"@type\":\"StateChange\",\"changed\":{{\"{account}\":{{\"Email\":\"{state}\",\"Mailbox\":\"{state}\",\"Thread\":\"{state}\"}}}}}}\n\n"
             ));
             last = state;
             changes += 1;

@@ -46,8 +46,11 @@ pub fn all_mailboxes(a: &Account) -> impl Iterator<Item = (&str, &Mailbox)> {
     std::iter::once(("INBOX", &a.inbox)).chain(a.folders.iter().map(|(n, m)| (n.as_str(), m)))
 }
 
-/// What a state records of an account.
-pub fn seen(a: &Account) -> Vec<Seen> {
+/// What a state records of an account (from now on the store keeps what is removed
+/// from each of its mailboxes).
+pub fn seen(a: &mut Account) -> Vec<Seen> {
+    a.inbox.removals.keep();
+    a.folders.values_mut().for_each(|m| m.removals.keep());
     all_mailboxes(a)
         .map(|(name, mb)| Seen {
             uid_validity: mb.uid_validity,
@@ -156,7 +159,7 @@ pub fn email_changes(a: &Account, base: &[Seen]) -> Option<Vec<Change>> {
 
 /// The changes of mailboxes (JMAP Mailboxes: placeholders are none) since `base`, and
 /// whether the updated ones changed only in their counts.
-pub fn mailbox_changes(a: &Account, base: &[Seen]) -> (Vec<Change>, bool) {
+pub fn mailbox_changes(a: &mut Account, base: &[Seen]) -> (Vec<Change>, bool) {
     let now = seen(a);
     let mut counts_only = true;
     let mut out = Vec::new();
@@ -375,5 +378,27 @@ mod tests {
         assert_eq!(again.updated, ["a"]);
         assert_eq!(again.destroyed, ["b"]);
         assert!(again.created.is_empty());
+    }
+
+    #[test]
+    fn removals_are_kept_once_a_state_names_the_mailbox() {
+        use super::super::super::store::{Store, StoreOptions};
+        let store = Store::new(StoreOptions::default());
+        for _ in 0..3 {
+            store
+                .deliver("a@x.test", b"Subject: s\r\n\r\nb\r\n")
+                .unwrap();
+        }
+        store.with_account("a@x.test", |a| {
+            // Before any state: not kept (a load without JMAP pays nothing).
+            a.inbox.remove_where(|m| m.uid == 1);
+            assert!(a.removals(a.inbox.uid_validity).unwrap().since(0).is_none());
+            let base = seen(a);
+            a.inbox.remove_where(|m| m.uid == 2);
+            let uv = a.inbox.uid_validity;
+            let changes = email_changes(a, &base).unwrap();
+            let ids: Vec<(&str, Kind)> = changes.iter().map(|c| (c.id.as_str(), c.kind)).collect();
+            assert_eq!(ids, [(email_id(uv, 2).as_str(), Kind::Destroyed)]);
+        });
     }
 }
