@@ -167,6 +167,10 @@ pub struct Conn {
     /// After a WebSocket handshake: the client's frames taken apart as they are read;
     /// each [`Conn::queue_message`] is one frame.
     ws: Option<Box<Decoder>>,
+    /// The status of the WebSocket Close this side sends (1002 once the client broke
+    /// the framing), and whether it is queued already: sent once, before TCP closes.
+    ws_close_code: u16,
+    ws_close_sent: bool,
 }
 
 impl Conn {
@@ -187,6 +191,8 @@ impl Conn {
             timer: WaitTimer::default(),
             pace: None,
             ws: None,
+            ws_close_code: 1000,
+            ws_close_sent: false,
         }
     }
 
@@ -255,7 +261,14 @@ impl Conn {
         let Some(dec) = self.ws.as_mut() else {
             return Ok(());
         };
-        let (end, controls) = dec.decode(&mut self.rbuf[from..], 0)?;
+        let (end, controls) = match dec.decode(&mut self.rbuf[from..], 0) {
+            Ok(d) => d,
+            Err(e) => {
+                // RFC 6455 §7.4.1: the endpoint that fails the connection says why.
+                self.ws_close_code = 1002;
+                return Err(e.into());
+            }
+        };
         self.rbuf.truncate(from + end);
         for c in controls {
             if let Control::Ping(payload) = c {
@@ -559,16 +572,20 @@ impl Conn {
         Ok(())
     }
 
+    /// Over WebSocket, queues this side's Close frame (once): RFC 6455 §7.1.1 wants it
+    /// before the TCP connection closes, or the client sees 1006 (abnormal closure).
+    fn queue_ws_close(&mut self) {
+        if self.ws.is_none() || self.ws_close_sent {
+            return;
+        }
+        self.ws_close_sent = true;
+        let code = self.ws_close_code.to_be_bytes();
+        websocket::frame_into(&mut self.wbuf, websocket::OP_CLOSE, &[&code], None);
+    }
+
     /// Flushes what is queued and closes (bounded in time; errors do not matter here).
     pub async fn close(&mut self) {
-        if self.ws.is_some() {
-            websocket::frame_into(
-                &mut self.wbuf,
-                websocket::OP_CLOSE,
-                &[&1000u16.to_be_bytes()],
-                None,
-            );
-        }
+        self.queue_ws_close();
         let _ = self.flush().await;
         let fut = async {
             match &mut self.stream {
@@ -591,6 +608,7 @@ impl Conn {
     /// unread input would make the kernel answer with a reset, which can destroy the
     /// error the client has not read yet.
     pub async fn linger(&mut self, limit: Duration) {
+        self.queue_ws_close();
         if self.flush().await.is_err() {
             return;
         }

@@ -21,6 +21,7 @@ use crate::proto::sasl;
 mod envelope;
 mod fetch;
 mod mailbox;
+pub(super) use mailbox::special_use;
 mod mime;
 mod search;
 mod updates;

@@ -159,7 +159,8 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         reject_bare_lf: config.reject_bare_lf,
         services: Services::default()
             .with(Hub::new(&config.domains, config.xmpp))
-            .with(rr::Service::new(config.rr.clone(), rr_tls)),
+            .with(rr::Service::new(config.rr.clone(), rr_tls))
+            .with(super::jmap::Service::default()),
         queue_connections: config.queue_connections,
         conn_seq: AtomicU64::new(0),
         msg_seq: AtomicU64::new(1),

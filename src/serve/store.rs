@@ -7,13 +7,16 @@
 //! One mutex guards the mailbox map; every operation under it is short (a push, a scan of
 //! one mailbox), and bodies are shared `Arc<[u8]>`s so readers copy no message bytes.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 
 use tokio::sync::watch;
+
+mod removals;
+pub use removals::Removals;
 
 /// IMAP system flags, as bits.
 pub mod flags {
@@ -26,6 +29,9 @@ pub mod flags {
 
 /// At most this many keywords per mailbox (they are bits of a `u64`).
 pub const MAX_KEYWORDS: usize = 64;
+
+/// Deleted mailboxes whose removals an account remembers (for JMAP's `*/changes`).
+const MAX_RETIRED: usize = 64;
 
 #[derive(Debug, Clone)]
 pub struct StoredMessage {
@@ -77,6 +83,8 @@ pub struct Mailbox {
     /// stays flat however long the server runs.
     pub discarded: u64,
     pub discarded_bytes: u64,
+    /// What was removed, and when (by version).
+    pub removals: Removals,
     bytes: u64,
     changes: watch::Sender<u64>,
 }
@@ -93,6 +101,7 @@ impl Mailbox {
             noselect: false,
             discarded: 0,
             discarded_bytes: 0,
+            removals: Removals::default(),
             bytes: 0,
             changes: watch::channel(0).0,
         }
@@ -147,11 +156,13 @@ impl Mailbox {
     /// the order IMAP EXPUNGE responses must be sent (each valid after the previous ones).
     pub fn remove_where(&mut self, mut gone: impl FnMut(&StoredMessage) -> bool) -> Vec<u32> {
         let mut removed = Vec::new();
+        let mut uids = Vec::new();
         let mut kept = Vec::with_capacity(self.messages.len());
         for m in self.messages.drain(..) {
             if gone(&m) {
                 self.bytes -= m.size;
                 removed.push(kept.len() as u32 + 1);
+                uids.push(m.uid);
             } else {
                 kept.push(m);
             }
@@ -159,6 +170,10 @@ impl Mailbox {
         self.messages = kept;
         if !removed.is_empty() {
             self.touch();
+            let version = self.version();
+            for uid in uids {
+                self.removals.record(version, uid);
+            }
         }
         removed
     }
@@ -196,6 +211,8 @@ pub struct Account {
     /// By full name (case-sensitive; INBOX is not here).
     pub folders: BTreeMap<String, Mailbox>,
     pub subscribed: BTreeSet<String>,
+    /// The removals of deleted mailboxes, by UIDVALIDITY (the newest last, bounded).
+    retired: VecDeque<(u32, Removals)>,
 }
 
 /// Is this name INBOX (case-insensitive, RFC 3501 5.1)?
@@ -222,6 +239,29 @@ impl Account {
 
     fn bytes(&self) -> u64 {
         self.inbox.bytes + self.folders.values().map(|m| m.bytes).sum::<u64>()
+    }
+
+    /// Keeps what a deleted mailbox (emptied with [`Mailbox::remove_where`]) removed.
+    pub fn retire(&mut self, mb: Mailbox) {
+        self.retired.push_back((mb.uid_validity, mb.removals));
+        if self.retired.len() > MAX_RETIRED {
+            self.retired.pop_front();
+        }
+    }
+
+    /// The removals of the mailbox with this UIDVALIDITY, live or deleted; `None` when
+    /// it is forgotten.
+    pub fn removals(&self, uid_validity: u32) -> Option<&Removals> {
+        std::iter::once(&self.inbox)
+            .chain(self.folders.values())
+            .find(|m| m.uid_validity == uid_validity)
+            .map(|m| &m.removals)
+            .or_else(|| {
+                self.retired
+                    .iter()
+                    .find(|(uv, _)| *uv == uid_validity)
+                    .map(|(_, r)| r)
+            })
     }
 }
 
@@ -447,6 +487,7 @@ impl Store {
             folders: BTreeMap::new(),
             // Clients that only show subscribed mailboxes show INBOX.
             subscribed: BTreeSet::from(["INBOX".to_string()]),
+            retired: VecDeque::new(),
         }
     }
 

@@ -120,7 +120,7 @@ fn matches(pattern: &str, name: &str) -> bool {
 }
 
 /// SPECIAL-USE (RFC 6154) attribute of a top-level mailbox by its usual name.
-fn special_use(name: &str) -> Option<&'static str> {
+pub(in crate::serve) fn special_use(name: &str) -> Option<&'static str> {
     Some(match name.to_ascii_lowercase().as_str() {
         "sent" | "sent messages" | "sent items" => "\\Sent",
         "drafts" => "\\Drafts",
@@ -236,6 +236,7 @@ impl Session<'_> {
             } else if let Some(mut mb) = a.folders.remove(name) {
                 mb.remove_where(|_| true);
                 mb.touch();
+                a.retire(mb);
             }
             ok("DELETE completed")
         })

@@ -1,10 +1,11 @@
-//! A stored message as a JMAP Email object (RFC 8621 §4): its header fields read from the
-//! message as received (unfolded; RFC 2047 encoded words left as they are), its body the
-//! message's body as one text part.
+//! A stored message as a JMAP Email object (RFC 8621 §4): its header fields in every form
+//! ([`headers`]), its MIME structure and bodies ([`body`]).
 
 use serde_json::{json, Map, Value};
 
 use super::super::store::{flags, Mailbox, StoredMessage};
+use super::body;
+use super::headers::{self, Form, Property};
 
 /// The properties an Email/get without `properties` returns (RFC 8621 §4.2).
 pub const DEFAULT: &[&str] = &[
@@ -51,7 +52,7 @@ pub fn parse_id(id: &str) -> Option<(u32, u32)> {
 }
 
 /// The head and body of a message.
-fn split(data: &[u8]) -> (&[u8], &[u8]) {
+pub fn split(data: &[u8]) -> (&[u8], &[u8]) {
     match data.windows(4).position(|w| w == b"\r\n\r\n") {
         Some(p) => (&data[..p + 2], &data[p + 4..]),
         None => match data.windows(2).position(|w| w == b"\n\n") {
@@ -59,49 +60,6 @@ fn split(data: &[u8]) -> (&[u8], &[u8]) {
             None => (data, &[]),
         },
     }
-}
-
-/// The value of header field `name` (the first one), unfolded.
-pub fn header(data: &[u8], name: &str) -> Option<String> {
-    let (head, _) = split(data);
-    let text = String::from_utf8_lossy(head);
-    let mut found: Option<String> = None;
-    for line in text.split('\n') {
-        let line = line.trim_end_matches('\r');
-        if line.starts_with([' ', '\t']) {
-            if let Some(f) = found.as_mut() {
-                f.push(' ');
-                f.push_str(line.trim());
-            }
-            continue;
-        }
-        if found.is_some() {
-            break;
-        }
-        if let Some((n, v)) = line.split_once(':') {
-            if n.trim().eq_ignore_ascii_case(name) {
-                found = Some(v.trim().to_string());
-            }
-        }
-    }
-    found
-}
-
-/// An address list (`Ann <ann@x>, bob@y`) as JMAP EmailAddress objects.
-fn addresses(value: &str) -> Value {
-    let list: Vec<Value> = value
-        .split(',')
-        .map(str::trim)
-        .filter(|a| !a.is_empty())
-        .map(|a| match (a.rfind('<'), a.rfind('>')) {
-            (Some(l), Some(r)) if l < r => {
-                let name = a[..l].trim().trim_matches('"');
-                json!({"name": (!name.is_empty()).then_some(name), "email": &a[l + 1..r]})
-            }
-            _ => json!({"name": null, "email": a}),
-        })
-        .collect();
-    Value::Array(list)
 }
 
 /// RFC 3339 of a time.
@@ -161,81 +119,131 @@ pub fn set_keyword(mb: &mut Mailbox, i: usize, name: &str, on: bool) -> bool {
     true
 }
 
-/// The Email object of message `i` of mailbox `mb` (UIDVALIDITY `uv`), with the
-/// `properties` asked for; `body_values` adds the text body's value.
-pub fn object(
-    mb: &Mailbox,
-    i: usize,
-    properties: &[String],
-    body_values: bool,
-    max_value: usize,
-) -> Value {
+/// Is `p` an Email property this server returns (RFC 8621 §4.1)?
+pub fn known(p: &str) -> bool {
+    DEFAULT.contains(&p) || p == "headers" || p == "bodyStructure" || Property::parse(p).is_some()
+}
+
+/// What an Email/get asks of each message.
+pub struct Want<'a> {
+    pub properties: &'a [String],
+    pub body_properties: &'a [String],
+    /// Which parts' values `bodyValues` holds: textBody's, htmlBody's, every text part's.
+    pub text_values: bool,
+    pub html_values: bool,
+    pub all_values: bool,
+    /// Cut values at this many bytes (0: never).
+    pub max_value: usize,
+}
+
+/// A value of `bodyValues`, cut at `max` bytes (0: never) on a character boundary.
+fn body_value(part: &body::Node, max: usize) -> Value {
+    let text = part.text.as_deref().unwrap_or("");
+    let truncated = max > 0 && text.len() > max;
+    let mut cut = if truncated { max } else { text.len() };
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    json!({"value": &text[..cut], "isEncodingProblem": part.is_encoding_problem,
+           "isTruncated": truncated})
+}
+
+/// The Email object of message `i` of mailbox `mb` with the properties `want` asks for.
+pub fn object(mb: &Mailbox, i: usize, want: &Want<'_>) -> Value {
     let m = &mb.messages[i];
     let uv = mb.uid_validity;
-    let (_, body) = split(&m.data);
-    let text = String::from_utf8_lossy(body);
+    let (head, _) = split(&m.data);
+    let fields = headers::fields(head);
+    let blob = format!("b{uv}-{}", m.uid);
+    // The MIME structure, parsed only for the properties that need it.
+    let structure = std::cell::OnceCell::new();
+    let structure = || structure.get_or_init(|| body::Structure::parse(&m.data, &blob));
+    let bodies = std::cell::OnceCell::new();
+    let bodies = || bodies.get_or_init(|| structure().as_ref().map(|s| s.bodies()));
+    let parts = |which: usize| -> Value {
+        match (structure(), bodies()) {
+            (Some(s), Some(b)) => [&b.text, &b.html, &b.attachments][which]
+                .iter()
+                .map(|p| s.object(p, want.body_properties))
+                .collect(),
+            _ => json!([]),
+        }
+    };
     let mut o = Map::new();
-    let part = json!({"partId": "1", "blobId": format!("b{uv}-{}", m.uid), "size": body.len(),
-                      "type": "text/plain", "charset": "utf-8"});
-    for p in properties {
+    let form = |name: &str, form: Form| {
+        Property {
+            name: name.into(),
+            form,
+            all: false,
+        }
+        .value(&fields)
+    };
+    for p in want.properties {
         let v = match p.as_str() {
             "id" => json!(email_id(uv, m.uid)),
-            "blobId" => json!(format!("b{uv}-{}", m.uid)),
+            "blobId" => json!(&blob),
             "threadId" => json!(format!("t{uv}-{}", m.uid)),
             "mailboxIds" => json!({ mailbox_id(uv): true }),
             "keywords" => Value::Object(keywords(mb, m)),
             "size" => json!(m.size),
             "receivedAt" => json!(utc(m.received)),
-            "messageId" | "inReplyTo" | "references" => {
-                let name = match p.as_str() {
-                    "messageId" => "message-id",
-                    "inReplyTo" => "in-reply-to",
-                    _ => "references",
-                };
-                match header(&m.data, name) {
-                    Some(v) => json!(v
-                        .split_whitespace()
-                        .map(|id| id.trim_matches(['<', '>']))
-                        .collect::<Vec<_>>()),
-                    None => Value::Null,
-                }
-            }
-            "sender" | "from" | "to" | "cc" | "bcc" | "replyTo" => {
-                let name = if p == "replyTo" {
-                    "reply-to"
-                } else {
-                    p.as_str()
-                };
-                header(&m.data, name).map_or(Value::Null, |v| addresses(&v))
-            }
-            "subject" => header(&m.data, "subject").map_or(Value::Null, Value::from),
-            "sentAt" => header(&m.data, "date")
-                .and_then(|d| chrono::DateTime::parse_from_rfc2822(&d).ok())
-                .map_or(Value::Null, |d| json!(d.to_rfc3339())),
-            "hasAttachment" => json!(false),
+            "messageId" => form("Message-ID", Form::MessageIds),
+            "inReplyTo" => form("In-Reply-To", Form::MessageIds),
+            "references" => form("References", Form::MessageIds),
+            "sender" | "from" | "to" | "cc" | "bcc" => form(p, Form::Addresses),
+            "replyTo" => form("Reply-To", Form::Addresses),
+            "subject" => form("Subject", Form::Text),
+            "sentAt" => form("Date", Form::Date),
+            "hasAttachment" => json!(bodies().as_ref().is_some_and(|b| !b.attachments.is_empty())),
             "preview" => {
+                let text = bodies()
+                    .as_ref()
+                    .and_then(|b| b.text.iter().find(|p| p.kind == "text/plain"))
+                    .and_then(|p| p.text.as_deref())
+                    .unwrap_or("");
                 let words: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
                 json!(words.chars().take(256).collect::<String>())
             }
-            "textBody" => json!([part.clone()]),
-            "htmlBody" => json!([part.clone()]),
-            "attachments" => json!([]),
+            "textBody" => parts(0),
+            "htmlBody" => parts(1),
+            "attachments" => parts(2),
             "bodyValues" => {
                 let mut values = Map::new();
-                if body_values {
-                    let truncated = max_value > 0 && text.len() > max_value;
-                    let mut cut = if truncated { max_value } else { text.len() };
-                    while !text.is_char_boundary(cut) {
-                        cut -= 1;
+                if let (Some(s), Some(b)) = (structure(), bodies()) {
+                    let mut chosen: Vec<&body::Node> = Vec::new();
+                    if want.all_values {
+                        chosen.extend(
+                            s.leaves()
+                                .into_iter()
+                                .filter(|p| p.kind.starts_with("text/")),
+                        );
                     }
-                    values.insert(
-                        "1".into(),
-                        json!({"value": &text[..cut], "isEncodingProblem": false, "isTruncated": truncated}),
-                    );
+                    if want.text_values {
+                        chosen.extend(b.text.iter().filter(|p| p.kind.starts_with("text/")));
+                    }
+                    if want.html_values {
+                        chosen.extend(b.html.iter().filter(|p| p.kind.starts_with("text/")));
+                    }
+                    for p in chosen {
+                        if let Some(id) = &p.part_id {
+                            values.insert(id.clone(), body_value(p, want.max_value));
+                        }
+                    }
                 }
                 Value::Object(values)
             }
-            _ => continue,
+            "headers" => fields
+                .iter()
+                .map(|(n, v)| json!({"name": n, "value": v}))
+                .collect(),
+            "bodyStructure" => match structure() {
+                Some(s) => s.object(&s.root, want.body_properties),
+                None => Value::Null,
+            },
+            other => match Property::parse(other) {
+                Some(h) => h.value(&fields),
+                None => continue,
+            },
         };
         o.insert(p.clone(), v);
     }
@@ -249,19 +257,25 @@ mod tests {
     #[test]
     fn header_fields_are_unfolded_and_addresses_taken_apart() {
         let m = b"From: \"Ann Example\" <ann@example.test>\r\nTo: bob@example.test,\r\n carol@example.test\r\nSubject: a long\r\n  subject\r\n\r\nbody\r\n";
-        assert_eq!(header(m, "subject").as_deref(), Some("a long subject"));
+        let fields = headers::fields(split(m).0);
+        let form = |name: &str, form: Form| {
+            Property {
+                name: name.into(),
+                form,
+                all: false,
+            }
+            .value(&fields)
+        };
+        assert_eq!(form("subject", Form::Text), json!("a long subject"));
         assert_eq!(
-            addresses(&header(m, "from").unwrap()),
+            form("TO", Form::Addresses),
+            json!([{"name": null, "email": "bob@example.test"}, {"name": null, "email": "carol@example.test"}])
+        );
+        assert_eq!(
+            form("From", Form::Addresses),
             json!([{"name": "Ann Example", "email": "ann@example.test"}])
         );
-        assert_eq!(
-            addresses(&header(m, "TO").unwrap())
-                .as_array()
-                .unwrap()
-                .len(),
-            2
-        );
-        assert_eq!(header(m, "cc"), None);
+        assert_eq!(form("cc", Form::Addresses), Value::Null);
         assert_eq!(parse_id("e7-12"), Some((7, 12)));
         assert_eq!(parse_id("x"), None);
     }

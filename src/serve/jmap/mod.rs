@@ -1,27 +1,39 @@
 //! The embedded server's JMAP listeners (RFC 8620 core, RFC 8621 mail) over the same store
-//! as IMAP and POP3: enough of JMAP for `spate jmap`'s load mix and for a client library's
-//! basic flows (jmapc's: session, Mailbox/get, Email/query, Email/get, Email/set).
+//! as IMAP and POP3: the core a client syncs against, and `spate jmap`'s load mix.
 //!
 //! - `GET /.well-known/jmap`: the session resource (its URLs absolute, from the request's
 //!   Host and the listener's scheme; its state constant, so that a client never fetches it
 //!   again for a request's `sessionState`).
-//! - `POST /jmap/api/`: method calls ([`methods`]), result references included.
+//! - `POST /jmap/api/`: method calls ([`methods`]), result references and creation ids
+//!   included: Mailbox ([`mailbox`]), Email and Thread ([`emails`], [`email_set`]),
+//!   EmailSubmission ([`submission`]), each `*/changes` from the states of [`sync`].
 //! - `POST /jmap/upload/{account}/`, `GET /jmap/download/{account}/{blob}/{name}`: blobs
-//!   (a message's blob is the message; uploads are kept in memory, bounded).
+//!   (a message's blob is the message, a part's its content; uploads are kept in memory,
+//!   bounded).
 //! - `GET /jmap/eventsource/`: push (Server-Sent Events), a `state` event whenever the
 //!   account changes, `ping` every `ping` seconds when asked.
 //!
-//! Authentication is HTTP Basic against the users file (without one, any password). Every
-//! request is one HTTP/1.1 exchange on a kept connection.
+//! Authentication is HTTP Basic against the users file (without one, any password); any
+//! other scheme is answered 401 with the Basic challenge. Every request is one HTTP/1.1
+//! exchange on a kept connection.
 //!
 //! Decisions a user can rely on: a mailbox's id is its UIDVALIDITY (`m7`), a message's
 //! its mailbox's and its UID (`e7-12`): the store keeps IMAP's per-mailbox UIDs, so a
-//! message moved by `Email/set` gets a new id (the response's `updated` says nothing of
-//! it; a client finds it again with `Email/query`). Each message is its own thread. The
-//! text body is the message's body as received (MIME parts are not taken apart).
+//! message moved by `Email/set` gets a new id (the response's `updated` gives it;
+//! `Email/changes` reports the old id destroyed and the new one created). Each message is
+//! its own thread. The MIME parts are taken apart (`bodyStructure`, and `textBody`,
+//! `htmlBody`, `attachments` as RFC 8621 §4.1.4's algorithm picks them).
 
+mod body;
+mod compose;
 mod email;
+mod email_set;
+mod emails;
+mod headers;
+mod mailbox;
 mod methods;
+mod submission;
+mod sync;
 
 use std::time::Duration;
 
@@ -39,12 +51,25 @@ pub(super) const MAX_CALLS: usize = 64;
 pub(super) const MAX_OBJECTS: usize = 1000;
 const MAX_UPLOAD: usize = 16 << 20;
 
+/// JMAP's state in what every session shares: the accounts' states (for `*/changes`)
+/// and their submissions.
+#[derive(Debug, Default)]
+pub(crate) struct Service {
+    states: sync::States,
+    submissions: submission::Submissions,
+}
+
+fn service(sh: &Shared) -> &Service {
+    sh.service()
+}
+
 /// One HTTP request, as far as JMAP needs it.
 struct Request {
     method: String,
     path: String,
     query: String,
     host: String,
+    content_type: Option<String>,
     /// The user and password of a Basic Authorization.
     basic: Option<(String, String)>,
     body: Vec<u8>,
@@ -62,6 +87,7 @@ fn request(head: &[u8], body: Vec<u8>) -> Option<Request> {
         path: path.to_string(),
         query: query.to_string(),
         host: String::new(),
+        content_type: None,
         basic: None,
         body,
     };
@@ -72,21 +98,41 @@ fn request(head: &[u8], body: Vec<u8>) -> Option<Request> {
         let value = value.trim();
         match name.trim().to_ascii_lowercase().as_str() {
             "host" => r.host = value.to_string(),
-            "authorization" => {
-                let b64 = value
-                    .strip_prefix("Basic ")
-                    .or_else(|| value.strip_prefix("basic "))?;
-                let raw = base64::engine::general_purpose::STANDARD
-                    .decode(b64.trim())
-                    .ok()?;
-                let raw = String::from_utf8(raw).ok()?;
-                let (u, p) = raw.split_once(':')?;
-                r.basic = Some((u.to_string(), p.to_string()));
-            }
+            "content-type" => r.content_type = media_type(value),
+            // Another scheme (Bearer), or Basic that does not decode, is no login: 401
+            // with the Basic challenge (RFC 9110 §11.6.1), not a malformed request.
+            "authorization" => r.basic = basic(value),
             _ => {}
         }
     }
     Some(r)
+}
+
+/// A media type (`type/subtype`, lowercase) from a Content-Type value or a `type`
+/// parameter, parameters dropped; `None` when it is not one.
+fn media_type(value: &str) -> Option<String> {
+    let t = value.split(';').next()?.trim().to_ascii_lowercase();
+    let ok = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$&-^_.+".contains(&b))
+    };
+    let (a, b) = t.split_once('/')?;
+    (ok(a) && ok(b)).then_some(t)
+}
+
+/// The user and password of a Basic authorization's value.
+fn basic(value: &str) -> Option<(String, String)> {
+    let (scheme, b64) = value.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(b64.trim())
+        .ok()?;
+    let raw = String::from_utf8(raw).ok()?;
+    let (u, p) = raw.split_once(':')?;
+    Some((u.to_string(), p.to_string()))
 }
 
 /// Serves one JMAP connection, request after request, until the client closes (or an
@@ -196,7 +242,8 @@ fn answer(conn: &mut Conn, sh: &Shared, req: &Request) {
             );
         }
         ("POST", _) => {
-            let (status, body) = methods::upload(&account, path, &req.body);
+            let (status, body) =
+                email_set::upload(&account, path, &req.body, req.content_type.as_deref());
             reply(
                 conn,
                 status,
@@ -205,8 +252,21 @@ fn answer(conn: &mut Conn, sh: &Shared, req: &Request) {
                 false,
             );
         }
-        _ => match methods::download(sh, &user, &account, path) {
-            Some(bytes) => reply(conn, 200, "message/rfc822", &bytes, false),
+        _ => match email_set::download(sh, &user, &account, path) {
+            Some(bytes) => {
+                // The type the client asked for (the downloadUrl's `type`, RFC 8620 §6.2).
+                let asked = param(&req.query, "type")
+                    .and_then(|t| media_type(&t.replace("%2F", "/").replace("%2f", "/")));
+                let whole_message = path
+                    .rsplit('/')
+                    .nth(1)
+                    .is_some_and(|b| b.starts_with('b') && b.matches('-').count() == 1);
+                let kind = asked.as_deref().unwrap_or(match whole_message {
+                    true => "message/rfc822",
+                    false => "application/octet-stream",
+                });
+                reply(conn, 200, kind, &bytes, false)
+            }
             None => reply(conn, 404, "text/plain", b"no such blob\n", false),
         },
     }
@@ -333,7 +393,7 @@ async fn events(conn: &mut Conn, sh: &Shared, req: &Request) -> Result<(), ConnE
         let state = methods::state(sh, &user);
         if state != last {
             conn.queue_fmt(format_args!(
-                "event: state\ndata: {{\"@type\":\"StateChange\",\"changed\":{{\"{account}\":{{\"Email\":\"{state}\",\"Mailbox\":\"{state}\"}}}}}}\n\n"
+                "event: state\ndata: {{\"@type\":\"StateChange\",\"changed\":{{\"{account}\":{{\"Email\":\"{state}\",\"Mailbox\":\"{state}\",\"Thread\":\"{state}\"}}}}}}\n\n"
             ));
             last = state;
             changes += 1;

@@ -151,7 +151,9 @@ pub(super) async fn run_websocket(conn: &mut Conn, sh: &Shared, conn_no: u64) {
     run(conn, sh, conn_no).await;
 }
 
-/// Answers a request that is no WebSocket upgrade with `code` and why, then closes.
+/// Answers a request that is no WebSocket upgrade with `code` and why, then closes. A 426
+/// names the upgrade (RFC 9110 §15.5.22) and the version spoken (RFC 6455 §4.4); a 405
+/// the method allowed.
 async fn refuse(conn: &mut Conn, code: u16, why: &str) {
     let reason = match code {
         400 => "Bad Request",
@@ -160,10 +162,18 @@ async fn refuse(conn: &mut Conn, code: u16, why: &str) {
         431 => "Request Header Fields Too Large",
         _ => "Error",
     };
+    let (fields, connection) = match code {
+        426 => (
+            "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n",
+            "Upgrade, close",
+        ),
+        405 => ("Allow: GET\r\n", "close"),
+        _ => ("", "close"),
+    };
     conn.queue(
         format!(
-            "HTTP/1.1 {code} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
-             Connection: close\r\n\r\n{why}\n",
+            "HTTP/1.1 {code} {reason}\r\n{fields}Content-Type: text/plain\r\n\
+             Content-Length: {}\r\nConnection: {connection}\r\n\r\n{why}\n",
             why.len() + 1
         )
         .as_bytes(),

@@ -62,7 +62,8 @@ pub(super) fn injected_condition(code: u16) -> &'static str {
     }
 }
 
-/// The features before authentication: STARTTLS until TLS is up, the SASL mechanisms
+/// The features before authentication: STARTTLS until TLS is up (never over WebSocket,
+/// where TLS is wss://'s, RFC 7395 §3.8), the SASL mechanisms
 /// (SCRAM only when the server knows the passwords), and in-band registration.
 fn features(st: &Stream<'_>) -> String {
     let mechanisms: &[&str] = if Accounts::knows_passwords(&st.sh.users) {
@@ -70,7 +71,8 @@ fn features(st: &Stream<'_>) -> String {
     } else {
         &["PLAIN"]
     };
-    let f = xmpp::features(!st.conn.is_tls(), mechanisms, false);
+    let starttls = !st.conn.is_tls() && !st.conn.is_websocket();
+    let f = xmpp::features(starttls, mechanisms, false);
     f.replace(
         "</stream:features>",
         &format!("{REGISTER_FEATURE}</stream:features>"),
@@ -85,7 +87,9 @@ async fn before_auth(st: &mut Stream<'_>) -> Result<Step, End> {
         let e = st.element().await?;
         match (e.local_name(), e.ns()) {
             ("starttls", Some(NS_TLS)) => {
-                if st.conn.is_tls() {
+                // Not offered (TLS already, or WebSocket): RFC 6120 §5.4.2.2's failure
+                // case, the stream closed.
+                if st.conn.is_tls() || st.conn.is_websocket() {
                     st.send(&format!("<failure xmlns='{NS_TLS}'/>"));
                     return Err(End::Close);
                 }
