@@ -851,11 +851,10 @@ async fn a_submission_sends_then_updates_or_destroys_its_draft_and_is_kept() {
 }
 
 /// jmap-jam (a JMAP client for Node.js and browsers) against the server. It speaks only
-/// Bearer, so its fetch sends the same credentials as Basic. Run explicitly, with the
-/// client installed: `(cd target/tools/js && npm install jmap-jam@0.13.1 @xmpp/client@0.14.0
-/// ws@8)` then `cargo test --test serve_jmap_sync -- --ignored`.
+/// Bearer, so its fetch sends the same credentials as Basic. scripts/test installs it in
+/// target/tools/js (npm install jmap-jam@0.13.1); missing, the test fails through
+/// common::cannot_run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs node and jmap-jam in target/tools/js"]
 async fn jmap_jam_reads_syncs_sends_and_downloads() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/tools/js");
     if !common::have("node") || !dir.join("node_modules/jmap-jam").is_dir() {

@@ -174,11 +174,9 @@ async fn refusals_name_the_upgrade_and_the_version() {
 
 /// @xmpp/client (the XMPP client library for Node.js and browsers) over ws://: a session
 /// that ends cleanly, and a stream error that reaches it with `not-well-formed` and a
-/// Close frame (code 1000, not 1006). Run explicitly, with the client installed:
-/// `(cd target/tools/js && npm install @xmpp/client@0.14.0 ws@8)` then
-/// `cargo test --test serve_ws_conformance -- --ignored`.
+/// Close frame (code 1000, not 1006). scripts/test installs it in target/tools/js (npm
+/// install @xmpp/client@0.14.0 ws@8); missing, the test fails through common::cannot_run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs node and @xmpp/client in target/tools/js"]
 async fn the_xmpp_client_library_ends_cleanly_even_after_a_stream_error() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/tools/js");
     if !common::have("node") || !dir.join("node_modules/@xmpp/client").is_dir() {

@@ -5,7 +5,7 @@
 //! id, the message its blob downloaded whole, the arrival its `receivedAt`.
 //!
 //! New messages are found with Email/changes since the last state; a server that cannot
-//! calculate changes (the embedded one) is asked with Email/query, newest first, down to
+//! calculate changes (answers cannotCalculateChanges) is asked with Email/query, newest first, down to
 //! the newest `receivedAt` already handed over: what is kept per mailbox is that time and
 //! the ids that have it, not every id.
 
