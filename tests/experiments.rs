@@ -504,7 +504,7 @@ fn e3_a_leaking_service_is_caught_and_spate_stays_flat() {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     );
-    assert_eq!(o.status.code(), Some(1), "{said}");
+    assert_eq!(o.status.code(), Some(99), "{said}");
     assert!(
         said.contains(&format!(
             "threshold failed: soak.extra.monitor.memory_slope_mb_per_h.proc.pid{worker}"
