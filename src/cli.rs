@@ -16,7 +16,8 @@ use crate::ctx::{CommandFuture, Ctx, Runner};
     version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("SPATE_COMMIT"), ")"),
     about = "Load generator and measuring instrument for messaging servers",
     long_about = "spate generates load on mail, chat and request/response servers (SMTP, \
-                  LMTP, POP3, IMAP, XMPP, line/length/HTTP framed requests; closed users or \
+                  LMTP, POP3, IMAP, JMAP, XMPP over TCP or WebSocket, line/length/HTTP \
+                  framed requests; closed users or \
                   open arrival rates), times every protocol phase in HDR histograms, \
                   classifies every error, accounts for every unit of work and proves \
                   delivery, and writes a results directory that reports are made from. \
@@ -48,10 +49,11 @@ pub enum Command {
     /// Time a few probe messages phase by phase: SMTP (smtpping's job), or an XMPP login
     /// and round trips to oneself.
     Ping(cmd::ping::Args),
-    /// Run the embedded mail server (SMTP, submission, LMTP, POP3, IMAP) on loopback.
+    /// Run the embedded server (SMTP, submission, LMTP, POP3, IMAP, JMAP, XMPP over TCP and
+    /// WebSocket, request/response) on loopback.
     ///
-    /// An open test target that stores mail in memory (or a Maildir), offers STARTTLS and
-    /// AUTH, can inject faults, and counts everything it does. Without a listener flag it
+    /// An open test target that stores mail in memory (or a Maildir), routes chat, answers
+    /// requests, offers STARTTLS and AUTH, can inject faults, and counts everything it does. Without a listener flag it
     /// listens for SMTP on 127.0.0.1:2525. Ctrl-C or SIGTERM stops it gracefully and prints
     /// its counters.
     Serve(cmd::serve::Args),
@@ -193,8 +195,8 @@ pub fn context(argv: Vec<String>) -> Ctx {
     }
 }
 
-/// Exit codes: 0 success, 1 the run failed (server unreachable, thresholds broken,
-/// messages missing), 2 the user's input was wrong.
+/// Exit codes: 0 success, 1 the run failed (server unreachable, messages missing, ...),
+/// 99 only thresholds broke, 2 the user's input was wrong.
 pub fn main<I, T>(args: I) -> ExitCode
 where
     I: IntoIterator<Item = T>,
