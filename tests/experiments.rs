@@ -511,6 +511,39 @@ fn e3_a_leaking_service_is_caught_and_spate_stays_flat() {
         )),
         "{said}"
     );
+    // The open variant catches the same leak (it had no memory threshold: a 2 KB-per-request
+    // leak passed with 'thresholds 2/2 held', exit 0).
+    let open = tmp.path().join("leak-scenario-open");
+    let o = Command::new(SPATE)
+        .args([
+            "run",
+            &scenario("e3-authz-soak-open.toml"),
+            "--set",
+            "duration=8s",
+        ])
+        .args([
+            "--set",
+            "rate=150/s",
+            "--set",
+            "leak_mb_per_h=1000",
+            "--out",
+        ])
+        .arg(&open)
+        .envs(&bed.env)
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(o.status.code(), Some(99), "{said}");
+    assert!(
+        said.contains(&format!(
+            "threshold failed: soak.extra.monitor.memory_slope_mb_per_h.proc.pid{worker}"
+        )),
+        "{said}"
+    );
     let own = &m["self_rss_mb"];
     let (after, end) = (
         own["after_warmup"].as_f64().unwrap(),

@@ -415,3 +415,87 @@ async fn lmtp_losses_are_caught_per_recipient() {
     assert_eq!(g("unlogged"), 0, "{j}");
     assert!(v.stdout.contains("unsure rcpts"), "{}", v.stdout);
 }
+
+/// A message the MTA still holds in its queue when the check ends is not lost: `spate
+/// verify --queue DIR` (and `--verify` with the run's `--monitor-queue`) finds its trace
+/// header in the queue's files and counts it `still queued`, apart from missing; the
+/// verdict is INCOMPLETE, not a loss. Here the queue is a Postfix-shaped directory holding
+/// a copy of the messages the server threw away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_still_in_the_queue_is_not_called_lost() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("mail");
+    let run = tmp.path().join("run");
+    let mut cfg = serve::Config::loopback();
+    cfg.store.maildir = Some(root.clone());
+    cfg.faults.lose = 0.2;
+    cfg.faults.seed = Some(5);
+    let server = serve::start(cfg).await.unwrap();
+    let addr = server.addrs.smtp.unwrap().to_string();
+    let o = spate(&[
+        "smtp",
+        &addr,
+        "-n",
+        "40",
+        "--to",
+        "user{0..4}@example.test",
+        "-q",
+        "-o",
+        run.to_str().unwrap(),
+    ])
+    .await;
+    let lost = server.stats.snapshot().recipients_lost;
+    server.shutdown().await;
+    assert!(o.ok, "{o:?}");
+    assert!(lost > 1, "{lost}");
+    let (_, j) = verify(&run, &root).await;
+    assert_eq!(j["missing"].as_u64(), Some(lost), "{j}");
+    // Queue files as Postfix keeps them (a hashed subdirectory of deferred), each with the
+    // message's header lines; the first lost message is not there (really lost).
+    let run_id = summary(&run)["run_id"].as_str().unwrap().to_string();
+    let missing: Vec<u64> = std::fs::read_to_string(run.join("missing.tsv"))
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| l.split('\t').next().unwrap().parse().unwrap())
+        .collect();
+    let queue = tmp.path().join("postfix-queue");
+    let deferred = queue.join("deferred").join("A");
+    std::fs::create_dir_all(&deferred).unwrap();
+    std::fs::create_dir_all(queue.join("active")).unwrap();
+    for (i, seq) in missing.iter().enumerate().skip(1) {
+        std::fs::write(
+            deferred.join(format!("4Q{i:06X}")),
+            format!("C\x00\x00\x00S\x1bfrom@example.test\x00N\x2aX-Spate-Trace: run={run_id}; seq={seq}; sent=1; digest=0; size=1\x00"),
+        )
+        .unwrap();
+    }
+    let (v, j) = {
+        let (run, root) = (run.clone(), root.to_str().unwrap().to_string());
+        let q = queue.to_str().unwrap().to_string();
+        tokio::task::spawn_blocking(move || common::verify_maildir(&run, &root, &["--queue", &q]))
+            .await
+            .unwrap()
+    };
+    assert_eq!(j["missing"], 1, "{j}");
+    assert_eq!(j["still_queued"].as_u64(), Some(lost - 1), "{j}");
+    assert_eq!(v.code, Some(1), "{v:?}");
+    assert!(v.stdout.contains("still queued"), "{}", v.stdout);
+    // With the really lost one gone from the count, only queued ones left: INCOMPLETE.
+    let lost_seq = missing[0];
+    std::fs::write(
+        deferred.join("4Q000000"),
+        format!("N\x2aX-Spate-Trace: run={run_id}; seq={lost_seq}; sent=1\x00"),
+    )
+    .unwrap();
+    let (v, j) = {
+        let (run, root) = (run.clone(), root.to_str().unwrap().to_string());
+        let q = queue.to_str().unwrap().to_string();
+        tokio::task::spawn_blocking(move || common::verify_maildir(&run, &root, &["--queue", &q]))
+            .await
+            .unwrap()
+    };
+    assert_eq!(j["missing"], 0, "{j}");
+    assert!(v.stdout.contains("INCOMPLETE: "), "{}", v.stdout);
+    assert!(!v.stdout.contains("lost\n"), "{}", v.stdout);
+}

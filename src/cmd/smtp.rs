@@ -328,7 +328,8 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
             timeout: a.transport.timeout.clone(),
         },
         &recipients,
-    )?;
+    )?
+    .map(|w| w.with_queue(a.monitor.monitor_queue.clone()));
     if let Some(w) = &watch {
         w.ready().await;
     }

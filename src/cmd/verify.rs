@@ -49,6 +49,10 @@ pub struct Args {
     /// instead of DIR.
     #[arg(long, short = 'o')]
     pub out: Option<PathBuf>,
+    /// The MTA's queue directory (Postfix's queue_directory): a delivery not found whose
+    /// message is still queued there is counted as `still queued`, not missing (lost).
+    #[arg(long, value_name = "DIR")]
+    pub queue: Option<PathBuf>,
 }
 
 /// `spate verify`.
@@ -76,6 +80,7 @@ pub async fn run(args: Args, _ctx: &Ctx) -> anyhow::Result<ExitCode> {
         wait: parse_wait(args.common.wait.as_deref())?,
         show: args.common.show,
         progress: true,
+        queue: args.queue.clone(),
     };
     let report = tokio::task::spawn_blocking(move || {
         let mut ledger = Ledger::new(rules);

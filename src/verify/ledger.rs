@@ -158,6 +158,9 @@ pub struct Report {
     pub missing: Vec<(u64, String, i64)>,
     /// Every delivery found more than once: (seq, recipient, copies, the likely cause).
     pub duplicates: Vec<Duplicate>,
+    /// Of the deliveries not found, those whose message was still in the MTA's queue when
+    /// the check ended (as `missing`): not delivered yet, not lost.
+    pub queued: Vec<(u64, String, i64)>,
     pub latency: Histogram<u64>,
     /// Why the latency cannot be measured from this source's arrival times (then
     /// `latency` is empty).
@@ -236,9 +239,10 @@ impl Report {
         self.missing.len() as u64
     }
 
-    /// Nothing missing, duplicated, corrupted or misdelivered, every rule met.
+    /// Nothing missing, still queued, duplicated, corrupted or misdelivered, every rule met.
     pub fn ok(&self) -> bool {
         self.missing.is_empty()
+            && self.queued.is_empty()
             && self.duplicated == 0
             && self.corrupted == 0
             && self.misdelivered == 0
@@ -418,6 +422,7 @@ impl Ledger {
             misdelivered: 0,
             missing: Vec::new(),
             duplicates: Vec::new(),
+            queued: Vec::new(),
             latency: Histogram::new(3).expect("3 significant figures is valid"),
             not_measurable: None,
             to_the_second: false,

@@ -105,6 +105,64 @@ pub struct Job {
     pub wait: Option<Duration>,
     pub show: usize,
     pub progress: bool,
+    /// An MTA's queue directory (Postfix's): a delivery not found whose message is still
+    /// there is `queued`, not missing.
+    pub queue: Option<PathBuf>,
+}
+
+/// The sequence numbers of run `run`'s messages in an MTA's queue directory now: the
+/// files under its incoming, active, deferred and hold queues (hashed subdirectories
+/// too) whose content carries the message's trace header. Postfix keeps a message's
+/// header lines as they came, at the start of its content records.
+pub fn queued_seqs(queue: &Path, run: &str) -> std::io::Result<std::collections::HashSet<u64>> {
+    use std::io::Read as _;
+    fn walk(dir: &Path, depth: u32, files: &mut Vec<PathBuf>) -> std::io::Result<()> {
+        for e in std::fs::read_dir(dir)?.flatten() {
+            match e.file_type() {
+                Ok(t) if t.is_dir() && depth > 0 => walk(&e.path(), depth - 1, files)?,
+                Ok(t) if t.is_file() => files.push(e.path()),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+    let mut files = Vec::new();
+    for q in crate::monitor::queue::QUEUES {
+        let d = queue.join(q);
+        if d.is_dir() {
+            walk(&d, 6, &mut files)?;
+        }
+    }
+    let needle = format!("{}: run={run}; seq=", crate::message::TRACE_HEADER);
+    let mut seqs = std::collections::HashSet::new();
+    let mut buf = Vec::new();
+    for f in files {
+        // A file may go (delivered) between the listing and the read.
+        let Ok(file) = std::fs::File::open(&f) else {
+            continue;
+        };
+        buf.clear();
+        if file.take(256 * 1024).read_to_end(&mut buf).is_err() {
+            continue;
+        }
+        let mut at = 0;
+        while let Some(i) = find(&buf[at..], needle.as_bytes()) {
+            let digits = &buf[at + i + needle.len()..];
+            let n = digits.iter().take_while(|b| b.is_ascii_digit()).count();
+            if let Some(seq) = std::str::from_utf8(&digits[..n])
+                .ok()
+                .and_then(|s| s.parse().ok())
+            {
+                seqs.insert(seq);
+            }
+            at += i + needle.len();
+        }
+    }
+    Ok(seqs)
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 /// Polls until complete or out of time, then writes the files and prints the report.
@@ -160,6 +218,22 @@ pub fn run_blocking(job: &mut Job, ledger: &mut Ledger) -> anyhow::Result<Report
     }
     let mut report = report.expect("the loop runs at least once");
     report.notes = job.reader.notes();
+    if let (Some(q), false) = (&job.queue, report.missing.is_empty()) {
+        match queued_seqs(q, &log.run_id) {
+            Ok(seqs) if !seqs.is_empty() => {
+                let (queued, missing) = std::mem::take(&mut report.missing)
+                    .into_iter()
+                    .partition(|m| seqs.contains(&m.0));
+                report.queued = queued;
+                report.missing = missing;
+            }
+            Ok(_) => {}
+            Err(e) => report.notes.push(format!(
+                "the MTA's queue {} could not be read ({e}): deliveries not found are counted missing",
+                q.display()
+            )),
+        }
+    }
     std::fs::create_dir_all(&job.out)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", job.out.display()))?;
     output::write_files(&report, &job.out, &job.source.describe())
@@ -204,6 +278,8 @@ pub struct Watch {
     ledger: Arc<Mutex<Ledger>>,
     stop: Arc<AtomicBool>,
     task: Option<tokio::task::JoinHandle<()>>,
+    /// The MTA's queue directory (`--monitor-queue`), if the run watches one.
+    queue: Option<PathBuf>,
 }
 
 impl Watch {
@@ -258,7 +334,15 @@ impl Watch {
             ledger,
             stop,
             task,
+            queue: None,
         }))
+    }
+
+    /// The MTA's queue directory (the run's `--monitor-queue`): a message still there when
+    /// the check ends is `still queued`, not missing.
+    pub fn with_queue(mut self, queue: Option<PathBuf>) -> Watch {
+        self.queue = queue;
+        self
     }
 
     /// Waits until the mailboxes followed by push are watched (or their watchers gave
@@ -324,6 +408,7 @@ impl Watch {
             wait: Some(self.wait.saturating_sub(waited)),
             show: 20,
             progress: true,
+            queue: self.queue.clone(),
         };
         let ledger = self.ledger.clone();
         let report = tokio::task::spawn_blocking(move || {

@@ -129,6 +129,7 @@ fn json(r: &Report, source: &str) -> serde_json::Value {
         "expected": r.expected,
         "delivered": r.delivered,
         "missing": r.missing_count(),
+        "still_queued": r.queued.len(),
         "indeterminate": r.indeterminate,
         "recovered": r.recovered,
         "unsure_recipients": r.unsure_rcpts,
@@ -198,6 +199,12 @@ pub fn verdict(r: &Report) -> String {
                 String::new()
             }
         ));
+    }
+    if why.is_empty() && !r.queued.is_empty() {
+        return format!(
+            "INCOMPLETE: {} deliveries still in the MTA's queue when the check ended (not lost, not delivered yet): verify again once the queue has drained, or wait longer",
+            r.queued.len()
+        );
     }
     format!("FAILED: {}", why.join("; "))
 }
@@ -295,6 +302,16 @@ pub fn render(r: &Report, source: &str, dir: &Path, show: usize) -> String {
                     r.recovered,
                     r.indeterminate - r.recovered
                 ),
+            ),
+        );
+    }
+    if !r.queued.is_empty() {
+        rows.insert(
+            3,
+            (
+                "still queued",
+                r.queued.len() as u64,
+                "in the MTA's queue when the check ended: not delivered yet, not lost".into(),
             ),
         );
     }
