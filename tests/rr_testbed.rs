@@ -258,6 +258,12 @@ fn nginx_hit_and_miss_classes_reconcile_with_the_servers_counters() {
     bed.script(&["restart", "authz"]);
     let again = bed.pid("SPATE_AUTHZ_NGINX_PIDFILE");
     assert_ne!(again, master);
+    // `testbed env` exports the new master's PID, not the dead one's.
+    let env = std::fs::read_to_string(bed.dir.join("env.sh")).unwrap();
+    assert!(
+        env.contains(&format!("SPATE_AUTHZ_NGINX_PID={again} ")),
+        "{env}"
+    );
     let before = bed.authz_stats();
     assert!(before["requests"].is_u64(), "nginx answers again: {before}");
     // The benchmarks' HTTPS port asks for no client certificate (wrk has none to show):
