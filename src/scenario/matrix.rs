@@ -121,6 +121,20 @@ fn summarise(
     Ok(())
 }
 
+/// What a slope says: `measured` (told apart from zero), `zero` (within two standard
+/// errors of it: no cost per unit can be claimed), or `exact` (no scatter at all: a
+/// column the run sets, such as a count it was told to make, not a measurement); and the
+/// words printed after it.
+fn slope_word(m: f64, se: f64) -> (&'static str, &'static str) {
+    if se == 0.0 {
+        ("exact", "  (no scatter: set by the run, not a measurement)")
+    } else if m.abs() <= 2.0 * se {
+        ("zero", "  (within its error of zero: not told apart from none)")
+    } else {
+        ("measured", "")
+    }
+}
+
 /// With one numeric matrix variable, the least-squares slope of every report column
 /// against it (E5's cost per destination: a column in µs over `addresses` gives µs per
 /// address), printed and returned for matrix.json; none with fewer than 3 rows.
@@ -150,12 +164,31 @@ fn slopes(sc: &Scenario, header: &[String], rows: &[Vec<String>]) -> Option<serd
     }
     println!("\nslope per {var} (least squares over the rows, ± its standard error):");
     let w = found.keys().map(|k| k.chars().count()).max().unwrap_or(0);
+    let mut judged = serde_json::Map::new();
     for (k, v) in &found {
+        let (m, se) = (v.as_f64().unwrap_or(0.0), errors[k].as_f64().unwrap_or(0.0));
+        let (word, note) = slope_word(m, se);
+        judged.insert(k.clone(), json!(word));
         println!(
-            "  {k:<w$}  {} ± {}",
+            "  {k:<w$}  {} ± {}{note}",
             table::show(v.as_f64()),
             table::show(errors[k].as_f64())
         );
     }
-    Some(json!({"per": var, "columns": found, "standard_errors": errors}))
+    Some(json!({"per": var, "columns": found, "standard_errors": errors, "judged": judged}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slope_within_its_error_of_zero_or_without_scatter_is_said_so() {
+        // E5 on ejabberd: 469 ± 517 µs per destination cannot be told from none.
+        assert_eq!(slope_word(469.0, 517.0).0, "zero");
+        assert_eq!(slope_word(561.0, 174.0).0, "measured");
+        // deliveries = 60 × addresses exactly: set by the run.
+        assert_eq!(slope_word(60.0, 0.0).0, "exact");
+        assert!(slope_word(469.0, 517.0).1.contains("not told apart"));
+    }
 }
