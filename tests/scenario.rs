@@ -670,6 +670,41 @@ fn matrix_runs_every_combination() {
     assert_eq!(o.stdout.matches("== procs=").count(), 4, "{}", o.stdout);
 }
 
+/// A matrix over one numeric variable has a page of its own (report.html beside
+/// matrix.json, and `spate report DIR` makes it again): the runs' table and each report
+/// column against the variable, with its slope and what it can be said to be — here the
+/// accepted count is set by the run (exact, no scatter).
+#[test]
+fn a_numeric_matrix_has_a_page_with_each_column_against_its_variable() {
+    let d = tempfile::tempdir().unwrap();
+    write(
+        d.path(),
+        "s.toml",
+        &format!(
+            "report = [\"accepted = inject.totals.accepted\", \"mean [us] = inject.phases.transaction.mean_us\"]\n{SERVER}\n[matrix]\nn = [1, 2, 3, 4]\n\n[[step]]\nname = \"inject\"\ncommand = \"smtp\"\ntarget = \"${{server.smtp}}\"\ncount = \"${{n}}0\"\nquiet = true\n"
+        ),
+    );
+    let o = spate(&["run", "s.toml", "--out", "res"], d.path());
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    let res = d.path().join("res");
+    let m: Value =
+        serde_json::from_str(&std::fs::read_to_string(res.join("matrix.json")).unwrap()).unwrap();
+    assert_eq!(m["slopes"]["columns"]["accepted"], 10.0, "{m}");
+    assert_eq!(m["slopes"]["judged"]["accepted"], "exact", "{m}");
+    assert!(
+        o.stdout.contains("set by the run, not a measurement"),
+        "{}",
+        o.stdout
+    );
+    let page = std::fs::read_to_string(res.join("report.html")).unwrap();
+    assert!(page.contains("<h2>Against n</h2>"), "no chart section");
+    assert!(page.matches("<svg").count() >= 2, "a chart per column");
+    std::fs::remove_file(res.join("report.html")).unwrap();
+    let o = spate(&["report", "res"], d.path());
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    assert!(res.join("report.html").is_file());
+}
+
 /// `shards = 3`: the step runs as three shards of one run, merged into the step's
 /// directory, and its thresholds read the merged run; only a load command is sharded.
 #[test]

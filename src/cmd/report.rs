@@ -37,7 +37,9 @@ pub fn run(args: Args, _ctx: &Ctx) -> anyhow::Result<ExitCode> {
         return crate::usage(format!("{}: no such directory", args.dir.display()));
     }
     let a_run = args.dir.join("summary.json").is_file();
+    let a_matrix = crate::report::matrix::is_matrix(&args.dir);
     if !a_run
+        && !a_matrix
         && !Sweep::is_sweep(&args.dir)
         && crate::report::data::result_subdirs(&args.dir).is_empty()
     {
@@ -45,6 +47,10 @@ pub fn run(args: Args, _ctx: &Ctx) -> anyhow::Result<ExitCode> {
             "{}: no summary.json: not the results directory of a run",
             args.dir.display()
         ));
+    }
+    if args.text && a_matrix {
+        print!("{}", std::fs::read_to_string(args.dir.join("matrix.csv"))?);
+        return Ok(ExitCode::SUCCESS);
     }
     if args.text {
         let run = Run::read(&args.dir)?;
@@ -55,6 +61,7 @@ pub fn run(args: Args, _ctx: &Ctx) -> anyhow::Result<ExitCode> {
     let subs = crate::report::data::result_subdirs(&args.dir);
     if args.html.is_none()
         && !args.dir.join("summary.json").exists()
+        && !a_matrix
         && !Sweep::is_sweep(&args.dir)
         && !subs.is_empty()
     {

@@ -6,6 +6,7 @@ pub mod classes;
 pub mod compare;
 pub mod data;
 pub mod html;
+pub mod matrix;
 pub mod sweep;
 pub mod text;
 
@@ -15,10 +16,12 @@ use anyhow::Context as _;
 
 use data::{Run, Sweep};
 
-/// Renders the HTML report of `dir` (a run or a sweep) into `out`.
+/// Renders the HTML report of `dir` (a run, a sweep or a scenario matrix) into `out`.
 pub fn render_to(dir: &Path, out: &Path) -> anyhow::Result<()> {
     let html = if Sweep::is_sweep(dir) {
         sweep::render_sweep(&Sweep::read(dir)?)
+    } else if matrix::is_matrix(dir) {
+        matrix::render_matrix(dir)?
     } else {
         html::render_run(&Run::read(dir)?)
     };

@@ -118,6 +118,10 @@ fn summarise(
         doc["slopes"] = sl;
     }
     std::fs::write(out.join("matrix.json"), format!("{doc:#}\n"))?;
+    match crate::report::write_report(out) {
+        Ok(page) => println!("report: {}", page.display()),
+        Err(e) => eprintln!("spate: warning: no HTML report: {e:#}"),
+    }
     Ok(())
 }
 
@@ -129,7 +133,10 @@ fn slope_word(m: f64, se: f64) -> (&'static str, &'static str) {
     if se == 0.0 {
         ("exact", "  (no scatter: set by the run, not a measurement)")
     } else if m.abs() <= 2.0 * se {
-        ("zero", "  (within its error of zero: not told apart from none)")
+        (
+            "zero",
+            "  (within its error of zero: not told apart from none)",
+        )
     } else {
         ("measured", "")
     }
