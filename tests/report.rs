@@ -395,7 +395,7 @@ async fn real_runs_report_compare_and_render_in_chromium() {
     no_network(&page);
     for want in [
         "bdat latency over time",
-        "Active sessions",
+        "Units in flight",
         "Latency distribution",
     ] {
         assert!(page.contains(want), "missing {want}");

@@ -578,7 +578,7 @@ fn overlaid_charts(c: &Comparison, runs: &[Run]) -> [Chart; 5] {
         "percentile",
         "latency (ms)",
     );
-    let mut active = Chart::time("Active sessions", "sessions");
+    let mut active = Chart::time("Units in flight", "units of work at once");
     for (i, (r, info)) in runs.iter().zip(&c.runs).enumerate() {
         let l = info.label.clone();
         if let Some(p) = r.rate("accepted") {

@@ -514,9 +514,11 @@ fn throughput(b: &mut String, run: &Run) {
             pts.into_iter().map(|(t, v)| (t, v / 1024.0)).collect(),
         ));
     }
-    let mut active = Chart::time("Active sessions", "sessions");
+    // intervals.csv's `active` is units of work in flight, not sessions logged in (an
+    // XMPP fan-out holds 300 sessions with no unit in flight between multicasts).
+    let mut active = Chart::time("Units in flight", "units of work at once");
     if let Some(pts) = run.intervals.xy("t_s", "active") {
-        active.push(Series::line("active", pts));
+        active.push(Series::line("in flight", pts));
     }
     let mut conns = Chart::time("Connections", "connections per second");
     for col in ["connections", "connect_failures"] {
