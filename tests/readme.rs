@@ -163,6 +163,14 @@ fn links_resolve_inside_the_repository() {
                     panic!("{at}: no such file");
                 };
                 assert!(target.starts_with(&root), "{at}: outside the repository");
+                // The manual is a book (and in the package) of docs/ alone: a link out of
+                // it is dead there.
+                if f.starts_with(root.join("docs")) {
+                    assert!(
+                        target.starts_with(root.join("docs")),
+                        "{at}: leaves docs/, dead in the book and the package"
+                    );
+                }
                 if let Some(a) = anchor {
                     let t = std::fs::read_to_string(&target).unwrap();
                     assert!(anchors(&t).iter().any(|h| h == a), "{at}: no heading #{a}");
@@ -172,6 +180,52 @@ fn links_resolve_inside_the_repository() {
         }
     }
     assert!(checked >= 50, "only {checked} links: are the docs there?");
+}
+
+/// What mdBook would warn about or mangle in the manual, checked without it: an HTML-like
+/// `<placeholder>` outside code (mdBook takes it for an unclosed tag and drops it:
+/// `spate_<name>_total` read `spate__total`), and smart punctuation, which turned 220
+/// option names into `–rate`.
+#[test]
+fn the_manual_has_no_stray_tags_and_keeps_its_dashes() {
+    let book = std::fs::read_to_string(Path::new(ROOT).join("docs/book.toml")).unwrap();
+    assert!(
+        book.lines()
+            .any(|l| l.trim() == "smart-punctuation = false"),
+        "docs/book.toml: smart-punctuation must be off"
+    );
+    let tag = regex::Regex::new(r"<[a-zA-Z][a-zA-Z0-9_-]*>").unwrap();
+    for f in docs() {
+        let text = std::fs::read_to_string(&f).unwrap();
+        for (n, (line, code)) in blocks(&text).into_iter().enumerate() {
+            if code.is_some() {
+                continue;
+            }
+            // Code spans are shown as they are.
+            let prose: String = line.split('`').step_by(2).collect::<Vec<_>>().join(" ");
+            for m in tag.find_iter(&prose) {
+                let t = m.as_str();
+                if [
+                    "<br>",
+                    "<b>",
+                    "<i>",
+                    "<code>",
+                    "<details>",
+                    "<summary>",
+                    "<kbd>",
+                ]
+                .contains(&t)
+                {
+                    continue;
+                }
+                panic!(
+                    "{}:{}: {t} outside code is an HTML tag to mdBook",
+                    f.display(),
+                    n + 1
+                );
+            }
+        }
+    }
 }
 
 #[test]

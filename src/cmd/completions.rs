@@ -152,6 +152,23 @@ pub fn markdown(cli: &clap::Command) -> String {
     out
 }
 
+/// Help text as Markdown prose: a `<placeholder>` would be taken for an HTML tag (and
+/// vanish from the page: `spate_<name>_total` read `spate__total`), and `*` for emphasis.
+/// Code spans (between backticks) are left as they are: Markdown shows them literally.
+fn prose(text: &str) -> String {
+    text.split('`')
+        .enumerate()
+        .map(|(i, part)| match i % 2 {
+            0 => part
+                .replace('<', "&lt;")
+                .replace('>', "&gt;")
+                .replace('*', "\\*"),
+            _ => part.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("`")
+}
+
 /// One option: its spellings and value, what it does, its default, choices and variable.
 fn arg_line(a: &clap::Arg) -> String {
     let mut names = Vec::new();
@@ -187,7 +204,7 @@ fn arg_line(a: &clap::Arg) -> String {
         .or(a.get_help())
         .map(|h| h.to_string())
         .unwrap_or_default();
-    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    let help = prose(&help.split_whitespace().collect::<Vec<_>>().join(" "));
     if !help.is_empty() {
         line.push_str(": ");
         line.push_str(&help);
