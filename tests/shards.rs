@@ -382,3 +382,81 @@ async fn merge_never_deletes_what_it_did_not_write() {
     assert!(o.stderr.contains("holds notes.csv"), "{o:?}");
     assert_eq!(snapshot(tmp.path()), kept, "nothing deleted or left behind");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_that_starts_late_says_so_and_the_merge_flags_it() {
+    let server = serve::start(serve::Config::loopback()).await.unwrap();
+    let addr = server.addrs.smtp.unwrap().to_string();
+    let tmp = tempfile::tempdir().unwrap();
+    // Shard 0 makes the start file and runs its 2 s from the shared start; shard 1 is
+    // started only once shard 0 has ended: its shared start (the same file's time, the
+    // same plan) is more than 2 s past when it begins.
+    let mut dirs = Vec::new();
+    for i in 0..2 {
+        let mut args = common::shard_args(&addr, i, 2, tmp.path());
+        args.extend(["--rate", "20/s", "--duration", "2s"].map(String::from));
+        let o = common::run_tool(common::SPATE, args, std::time::Duration::from_secs(120)).await;
+        assert_eq!(o.code, Some(0), "shard {i}: {o:?}");
+        dirs.push(tmp.path().join(format!("shard-{i}")));
+    }
+    server.shutdown().await;
+    let warned = |s: &Value, what: &str| {
+        s["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .filter(|w| w.contains(what))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let on_time = summary(&dirs[0]);
+    assert!(on_time["extra"].get("late_start_s").is_none(), "{on_time}");
+    assert!(warned(&on_time, "after its shared start").is_empty());
+    let late = summary(&dirs[1]);
+    let late_s = late["extra"]["late_start_s"].as_f64().unwrap_or_else(|| {
+        panic!("the late shard does not say so: {late}");
+    });
+    assert!(late_s >= 2.0, "started after shard 0's 2 s: {late_s}");
+    let said = warned(&late, "after its shared start (--start-at)");
+    assert_eq!(said.len(), 1, "{late}");
+
+    let merged = tmp.path().join("merged");
+    let o = spate(&[
+        "merge",
+        strs(&dirs)[0],
+        strs(&dirs)[1],
+        "-o",
+        merged.to_str().unwrap(),
+    ])
+    .await;
+    assert_eq!(o.code, Some(0), "{o:?}");
+    let m = summary(&merged);
+    let flagged = &m["extra"]["late_shards"];
+    assert_eq!(flagged["after"], "start_at", "{m}");
+    let shards = flagged["shards"].as_array().unwrap();
+    assert_eq!(shards.len(), 1, "only shard 1 was late: {flagged}");
+    assert_eq!(shards[0]["shard"], 1, "{flagged}");
+    let merged_late = shards[0]["late_s"].as_f64().unwrap();
+    assert!(
+        (merged_late - late_s).abs() < 0.1,
+        "the merge's {merged_late} s, the shard's own {late_s} s"
+    );
+    // The merged run spans both shards, one after the other: said, not passed off as the
+    // run's length.
+    let span = m["elapsed_s"].as_f64().unwrap();
+    let ran = flagged["shards_ran_s"].as_f64().unwrap();
+    assert!(span >= ran + late_s - 0.5, "span {span}, shards ran {ran}");
+    assert!(
+        (flagged["span_s"].as_f64().unwrap() - span).abs() < 0.01,
+        "{flagged}"
+    );
+    let said = warned(
+        &m,
+        "shards started late, after the shared start (--start-at): shard 1 by",
+    );
+    assert_eq!(said.len(), 1, "{m}");
+    assert!(said[0].contains("the merged run spans"), "{said:?}");
+    // The shard's own warning is carried too, under its name.
+    assert_eq!(warned(&m, "shard 1: this run started").len(), 1, "{m}");
+}

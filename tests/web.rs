@@ -1,7 +1,7 @@
 //! The live view (`--web`) and `spate ctl`, end to end against `spate serve`: the page,
 //! its event stream of the report, pause, resume, rate, users and stop as the API and
 //! `spate ctl` give them, what the results say of them, and the guards (token, another
-//! site's page, bad input).
+//! site's page, bad input, a rate the scheduler cannot keep).
 
 mod common;
 
@@ -317,16 +317,173 @@ fn a_closed_run_is_given_fewer_sessions_and_refuses_more_than_it_started() {
     common::assert_every_unit_counted(&dir, &summary(&dir));
 }
 
+/// The rows of intervals.csv so far: (t_s, attempted, dropped).
+fn arrivals(dir: &Path) -> Vec<(f64, u64, u64)> {
+    let text = std::fs::read_to_string(dir.join("intervals.csv")).unwrap_or_default();
+    let mut lines = text.lines();
+    let head: Vec<&str> = lines.next().unwrap_or_default().split(',').collect();
+    let col = |name: &str| head.iter().position(|h| *h == name).unwrap();
+    let (attempted, dropped) = (col("attempted"), col("dropped"));
+    lines
+        .filter(|l| l.ends_with(|c: char| c.is_ascii_digit()))
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            Some((
+                f.first()?.parse().ok()?,
+                f.get(attempted)?.parse().ok()?,
+                f.get(dropped)?.parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
 #[test]
-fn steering_needs_the_token_when_one_is_set_and_never_comes_from_another_site() {
+fn a_rate_the_scheduler_cannot_keep_is_refused_and_a_low_one_after_a_high_one_takes_effect() {
     let (_server, target) = serve_process("--smtp", &[]);
     let tmp = tempfile::tempdir().unwrap();
-    let env = [("SPATE_WEB_TOKEN", "s3cret-token")];
+    let dir = tmp.path().join("r");
+    let run_dir = dir.to_str().unwrap();
+    let args = [
+        "--rate",
+        "20/s",
+        "--duration",
+        "120s",
+        "--max-in-flight",
+        "8",
+    ];
+    let (mut run, addr) = start_run(&target, &args, tmp.path(), &[]);
+    // No page watches: the status's time is the run's all the same.
+    wait_interval(&dir, 2.0);
+    let t = status(&addr)["t_s"].as_f64().unwrap();
+    assert!(t >= 2.0, "t_s {t} once intervals.csv reached 2 s");
+    let o = ctl(run_dir, &["status"], &[]);
+    assert!(o.ok, "{o:?}");
+    let json = o.stdout.split_once(": ").unwrap().1;
+    let ctl_t = serde_json::from_str::<serde_json::Value>(json).unwrap()["t_s"]
+        .as_f64()
+        .unwrap();
+    assert!(ctl_t >= t, "ctl status t_s {ctl_t} after {t}");
+
+    // Far above what the arrival thread can hand out: refused with the reason, untold.
+    let (code, said) = http(&addr, "POST", "/api/rate", &[], "1000000000000/s");
+    assert_eq!(code, 409, "{said}");
+    assert!(said.contains("at most 1000000/s"), "{said}");
+    let o = ctl(run_dir, &["rate", "2000000/s"], &[]);
+    assert_eq!(o.code, Some(1), "{o:?}");
+    assert!(
+        o.stdout.contains("refused (409)") && o.stdout.contains("--shard"),
+        "{o:?}"
+    );
+    assert_eq!(status(&addr)["actions_total"], 0);
+
+    // The most it schedules, far more than 8 sessions take: arrivals are dropped.
+    let o = ctl(run_dir, &["rate", "1000000/s"], &[]);
+    assert!(o.ok, "{o:?}");
+    let high_at = last_action_t(&addr);
+    let t0 = Instant::now();
+    while !arrivals(&dir)
+        .iter()
+        .any(|r| r.0 - 1.0 >= high_at && r.2 > 0)
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "nothing dropped at 1000000/s: {:?}",
+            arrivals(&dir)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Then 50/s: from the next second on, 50 arrivals a second, none dropped (at the
+    // high rate a second had hundreds of thousands).
+    let o = ctl(run_dir, &["rate", "50/s"], &[]);
+    assert!(o.ok, "{o:?}");
+    let low_at = last_action_t(&addr);
+    wait_interval(&dir, low_at.ceil() + 4.0);
+    let rows = arrivals(&dir);
+    let after: Vec<_> = rows.iter().filter(|r| r.0 - 1.0 >= low_at + 1.0).collect();
+    assert!(after.len() >= 2, "{rows:?} (50/s at {low_at})");
+    for r in &after {
+        assert!(
+            r.2 == 0 && (30..=75).contains(&r.1),
+            "{r:?} of {rows:?} (1000000/s at {high_at}, 50/s at {low_at})"
+        );
+    }
+    let (code, _) = http(&addr, "POST", "/api/stop", &[], "");
+    assert_eq!(code, 200);
+    assert_eq!(wait_exit(&mut run), Some(143));
+    let s = summary(&dir);
+    let told: Vec<&str> = s["extra"]["control"]["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        told,
+        ["rate", "rate", "stop"],
+        "the refused ones are not kept"
+    );
+}
+
+#[test]
+fn with_a_token_set_reading_and_steering_need_it_and_never_come_from_another_site() {
+    let (_server, target) = serve_process("--smtp", &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let env = [("SPATE_WEB_TOKEN", "s3cret token+")];
     let args = ["--rate", "10/s", "--duration", "120s"];
     let (mut run, addr) = start_run(&target, &args, tmp.path(), &env);
     let dir = tmp.path().join("r");
     let run_dir = dir.to_str().unwrap();
-    // No token, a wrong one: 401, and said on the run's stderr.
+    // The page's shell needs no token, and names no run.
+    let (code, page) = http(&addr, "GET", "/", &[], "");
+    assert_eq!(code, 200);
+    assert!(page.contains("<title>spate: live view</title>"), "{page}");
+    assert!(!page.contains(&target), "the shell names the target");
+    // Everything else does: reading (the plan holds the whole command line) and steering.
+    wait_interval(&dir, 1.0);
+    for path in [
+        "/api/status",
+        "/api/plan",
+        "/api/intervals?after=0",
+        "/events",
+    ] {
+        let (code, body) = http(&addr, "GET", path, &[], "");
+        assert_eq!(code, 401, "{path}: {body}");
+        assert!(body.contains("needs its token"), "{path}: {body}");
+        let (code, _) = http(&addr, "GET", path, &["X-Spate-Token: guess"], "");
+        assert_eq!(code, 401, "{path}");
+    }
+    let auth = "Authorization: Bearer s3cret token+";
+    for path in ["/api/status", "/api/plan", "/api/intervals?after=0"] {
+        let (code, body) = http(&addr, "GET", path, &[auth], "");
+        assert_eq!(code, 200, "{path}: {body}");
+    }
+    let (code, plan) = http(&addr, "GET", "/api/plan", &[auth], "");
+    assert!(code == 200 && plan.contains("\"command\""), "{plan}");
+    let (code, status) = http(&addr, "GET", "/api/status", &[auth], "");
+    assert!(
+        code == 200 && status.contains("spate: SMTP load on"),
+        "the status has the page's title: {status}"
+    );
+    // The event stream, which a browser opens without headers, takes it in its query.
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "GET /events?token=s3cret%20token%2B HTTP/1.1\r\nHost: {addr}\r\n\r\n"
+    )
+    .unwrap();
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200", "{}", String::from_utf8_lossy(&head));
+    drop(s);
+    // spate ctl's status needs it too.
+    let o = ctl(run_dir, &["status"], &[]);
+    assert_eq!(o.code, Some(1), "{o:?}");
+    assert!(o.stdout.contains("refused (401)"), "{o:?}");
+    let right = [("SPATE_WEB_TOKEN".to_string(), "s3cret token+".to_string())];
+    let o = ctl(run_dir, &["status"], &right);
+    assert!(o.ok && o.stdout.contains("\"t_s\""), "{o:?}");
+    // Steering: no token, a wrong one: 401, and said on the run's stderr.
     let (code, _) = http(&addr, "POST", "/api/pause", &[], "");
     assert_eq!(code, 401);
     let wrong = [("SPATE_WEB_TOKEN".to_string(), "guess".to_string())];
@@ -334,7 +491,6 @@ fn steering_needs_the_token_when_one_is_set_and_never_comes_from_another_site() 
     assert_eq!(o.code, Some(1), "{o:?}");
     assert!(o.stdout.contains("refused (401)"), "{o:?}");
     // The right token, but sent by another site's page, or to a rebound name: 403.
-    let auth = "Authorization: Bearer s3cret-token";
     let (code, _) = http(
         &addr,
         "POST",
@@ -353,9 +509,8 @@ fn steering_needs_the_token_when_one_is_set_and_never_comes_from_another_site() 
     s.read_to_string(&mut answer).unwrap();
     assert!(answer.starts_with("HTTP/1.1 403 "), "{answer}");
     // Nothing was done so far; the right token stops the run.
-    let (_, status) = http(&addr, "GET", "/api/status", &[], "");
+    let (_, status) = http(&addr, "GET", "/api/status", &[auth], "");
     assert!(status.contains("\"actions\":[]"), "{status}");
-    let right = [("SPATE_WEB_TOKEN".to_string(), "s3cret-token".to_string())];
     let o = ctl(run_dir, &["stop"], &right);
     assert!(o.ok, "{o:?}");
     assert_eq!(wait_exit(&mut run), Some(143));

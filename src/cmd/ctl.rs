@@ -14,11 +14,13 @@ use crate::engine::Action;
     after_help = "The run must have been started with --web. Actions: pause, resume, \
                   stop (as SIGTERM: work in flight finishes, everything is written), rate \
                   RATE (an open workload: --rate or --stages; the whole run's rate, shards \
-                  included), users N (a closed one: --users; at most the sessions it \
-                  started), status (print what the run is told, as JSON). Each action is \
+                  included; from 1/h to 1000000/s per process, each shard's share), users \
+                  N (a closed one: --users; at most the sessions it started), status \
+                  (print what the run is told and its time, as JSON). Each action is \
                   written to the run's control.jsonl and marked on its report's charts. \
-                  A run listening elsewhere than on loopback needs its token in \
-                  SPATE_WEB_TOKEN.\n\n\
+                  An action the run refuses exits 1 with its reason. A run started with \
+                  SPATE_WEB_TOKEN set (needed off loopback) wants the same token in \
+                  SPATE_WEB_TOKEN for everything, status included.\n\n\
                   EXAMPLES:\n  spate ctl http://127.0.0.1:5665 pause\n  \
                   spate ctl 127.0.0.1:5665 rate 200/s\n  \
                   spate ctl spate-results/ users 50\n  \

@@ -17,6 +17,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use super::schedule::{Model, Workload};
+use super::worker::{MAX_RATE, MIN_RATE};
 use crate::metrics::Clock;
 use crate::results::ShardOf;
 
@@ -98,17 +99,16 @@ impl std::fmt::Display for Action {
             Action::Pause => f.write_str("pause"),
             Action::Resume => f.write_str("resume"),
             Action::Stop => f.write_str("stop"),
-            Action::Rate(r) => {
-                let r = format!("{r:.3}");
-                write!(
-                    f,
-                    "rate {}/s",
-                    r.trim_end_matches('0').trim_end_matches('.')
-                )
-            }
+            Action::Rate(r) => write!(f, "rate {}", per_s(*r)),
             Action::Users(n) => write!(f, "users {n}"),
         }
     }
+}
+
+/// A rate as `200/s`, `2.5/s`: to the thousandth, without trailing zeros.
+fn per_s(r: f64) -> String {
+    let r = format!("{r:.3}");
+    format!("{}/s", r.trim_end_matches('0').trim_end_matches('.'))
 }
 
 /// An action as the results keep it (control.jsonl, summary.json's `extra.control`).
@@ -138,6 +138,8 @@ pub struct Control {
     shard: Option<ShardOf>,
     stop: Arc<AtomicBool>,
     clock: OnceLock<Clock>,
+    /// The run's length, once it is over (its time stops there).
+    ended_s: OnceLock<f64>,
     records: Mutex<Vec<Record>>,
     /// Records handed out by [`Control::take_new`] so far.
     taken: Mutex<usize>,
@@ -163,6 +165,7 @@ impl Control {
             shard: workload.shard.clone(),
             stop,
             clock: OnceLock::new(),
+            ended_s: OnceLock::new(),
             records: Mutex::new(Vec::new()),
             taken: Mutex::new(0),
         })
@@ -232,6 +235,7 @@ impl Control {
                     )));
                 }
                 let share = self.shard.as_ref().map_or(r, |s| r / f64::from(s.count));
+                self.schedulable(action, share)?;
                 self.tx.send_modify(|s| s.rate = Some(share));
                 format!("{action} from now on")
             }
@@ -266,8 +270,49 @@ impl Control {
         Ok(said)
     }
 
+    /// Refuses a rate whose share (this process's) the arrival scheduler cannot keep:
+    /// above [`MAX_RATE`] it would fall behind for good, and no later rate would be
+    /// reached; below [`MIN_RATE`] finding each next arrival would take it too long.
+    fn schedulable(&self, action: Action, share: f64) -> Result<(), Refused> {
+        let whose = match &self.shard {
+            Some(s) => format!(
+                "a shard, whose share here would be {} (the run's over {} shards)",
+                per_s(share),
+                s.count
+            ),
+            None => "a process".to_string(),
+        };
+        if share > MAX_RATE {
+            return Err(Refused(format!(
+                "{action}: more than the arrival scheduler keeps up with: at most {} for {whose} (it hands out up to 256 arrivals per 250 µs); split the run into more shards (--shard) for more",
+                per_s(MAX_RATE)
+            )));
+        }
+        if share < MIN_RATE {
+            return Err(Refused(format!(
+                "{action}: less than the arrival scheduler takes: at least 1/h for {whose}; pause stops the arrivals"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Seconds on the run's clock now: 0 until it starts (a shard waiting for
+    /// --start-at), then the run's time, whether or not anything watches; once the run
+    /// is over, its length.
+    pub fn t_s(&self) -> f64 {
+        if let Some(&end) = self.ended_s.get() {
+            return end;
+        }
+        self.clock.get().map_or(0.0, |c| c.now_us() as f64 / 1e6)
+    }
+
+    /// The run is over, `elapsed_s` long: its time stops there.
+    pub fn finished(&self, elapsed_s: f64) {
+        let _ = self.ended_s.set(elapsed_s);
+    }
+
     fn record(&self, action: Action, by: &str) {
-        let t_s = self.clock.get().map_or(0.0, |c| c.now_us() as f64 / 1e6);
+        let t_s = self.t_s();
         let (name, value) = match action {
             Action::Pause => ("pause", None),
             Action::Resume => ("resume", None),
@@ -395,6 +440,30 @@ mod tests {
         let c = Control::new(&w, Arc::new(AtomicBool::new(false)));
         c.apply(Action::Rate(200.0), "t").unwrap();
         assert_eq!(c.now().rate, Some(50.0));
+    }
+
+    #[test]
+    fn a_rate_the_scheduler_cannot_keep_is_refused_with_its_bounds() {
+        let o = Control::new(&open(), Arc::new(AtomicBool::new(false)));
+        let e = o.apply(Action::Rate(1e12), "t").unwrap_err();
+        assert!(
+            e.0.contains("rate 1000000000000/s: more than") && e.0.contains("at most 1000000/s"),
+            "{e}"
+        );
+        let e = o.apply(Action::Rate(0.1 / 3600.0), "t").unwrap_err();
+        assert!(e.0.contains("at least 1/h"), "{e}");
+        assert!(o.records().is_empty() && o.now().rate.is_none());
+        o.apply(Action::Rate(MAX_RATE), "t").unwrap();
+        o.apply(Action::Rate(1.0 / 3600.0), "t").unwrap();
+        // A shard's share is what its process schedules: four shards take four times more.
+        let mut w = open();
+        w.shard = Some(ShardOf { index: 3, count: 4 });
+        let s = Control::new(&w, Arc::new(AtomicBool::new(false)));
+        s.apply(Action::Rate(4e6), "t").unwrap();
+        assert_eq!(s.now().rate, Some(1e6));
+        let e = s.apply(Action::Rate(4.1e6), "t").unwrap_err();
+        assert!(e.0.contains("share here would be 1025000/s"), "{e}");
+        assert!(s.apply(Action::Rate(2.0 / 3600.0), "t").is_err());
     }
 
     #[test]

@@ -262,10 +262,16 @@ pub async fn run<D: Driver>(
         control: r.control.clone(),
     });
     r.control.begin(r.clock);
-    // A shard that gets here after the shared start (a throttled batch system, a stale
-    // start file) runs late: said in its summary, and flagged by the merge.
-    let late_start = Instant::now().saturating_duration_since(r.clock.origin());
     let early = wait_for_start(r.clock.origin(), r.header.started, &r.stop).await;
+    // A shard that gets here after the shared start (a throttled batch system, a stale
+    // start file) runs late: said in its summary, and flagged by the merge. Measured on
+    // the wall clock against --start-at itself: the run's clock starts when the run
+    // does (Setup::new never starts it in the past), so it cannot tell.
+    let late_start = r
+        .workload
+        .start
+        .and_then(|at| SystemTime::now().duration_since(at).ok())
+        .unwrap_or_default();
     let throttled_before = bound::throttled_s();
     let runq_before = bound::runq_wait_s();
     let mut workers = JoinSet::new();
@@ -315,7 +321,7 @@ pub async fn run<D: Driver>(
         .insert("bound_by".into(), bound::verdict(&evidence));
     if r.workload.start.is_some() && late_start > LATE_START {
         summary.warnings.push(format!(
-            "this run started {} after its shared start (--start-at): its schedule was already that far along, so it ran short of its share; start the shards nearer together, or give a later --start-at",
+            "this run started {} after its shared start (--start-at): it ran its whole schedule that much later than shards that started on time, so their seconds do not line up and a merge of them spans that much longer; start the shards nearer together, or give a later --start-at",
             units::fmt_duration(late_start)
         ));
         summary.extra.insert(

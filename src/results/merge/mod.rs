@@ -19,6 +19,7 @@ use crate::results::ShardOf;
 use crate::UsageError;
 
 mod hlog;
+mod late;
 mod live;
 use hlog::{check_values, hlog_buckets, HlogCursor};
 pub use live::LiveMerge;
@@ -704,6 +705,7 @@ fn merged_summary(
                 .push(format!("shard {}: {warning}", i.shard.index));
         }
     }
+    late::flag(inputs, t0, elapsed, &mut s.warnings, &mut s.extra);
     let versions: std::collections::BTreeSet<&str> = inputs
         .iter()
         .map(|i| i.summary.spate_version.as_str())

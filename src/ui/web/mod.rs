@@ -28,7 +28,8 @@ use feed::Feed;
 use live::{Ask, Live};
 use server::{Ctx, Server, Steering};
 
-/// The environment variable that holds the token steering needs.
+/// The environment variable that holds the token the view needs (all but its page's
+/// shell: steering, the status, the intervals, the plan).
 pub const TOKEN_VAR: &str = "SPATE_WEB_TOKEN";
 
 /// The page, its styles filled in.
@@ -77,7 +78,7 @@ pub fn observer(
     }))
 }
 
-/// A listener for a live view, checked: loopback, or a token to steer with.
+/// A listener for a live view, checked: loopback, or a token to read and steer with.
 pub struct Listening {
     listener: TcpListener,
     token: Option<String>,
@@ -122,6 +123,11 @@ impl Listening {
         control: Arc<dyn Steering>,
         feed: Option<Arc<Feed>>,
     ) -> anyhow::Result<View> {
+        // With a token, the page's shell names no run: what it shows comes with the token.
+        let shell_title = match self.token {
+            Some(_) => "spate: live view",
+            None => title,
+        };
         let page = PAGE
             .replace(
                 "{{CSS}}",
@@ -131,14 +137,14 @@ impl Listening {
                     crate::report::chart::CSS
                 ),
             )
-            .replace("{{TITLE}}", &crate::report::chart::escape(title));
+            .replace("{{TITLE}}", &crate::report::chart::escape(shell_title));
         let live = Arc::new(Live::default());
         let ctx = Arc::new(Ctx::new(
             live.clone(),
             control,
             feed,
             self.token,
-            page,
+            (page, title.to_string()),
             about,
             self.loopback,
         ));
@@ -332,6 +338,8 @@ impl Observer for Web {
     }
 
     fn finish(&mut self, summary: &mut Summary) {
+        // The status's time stops at the run's end, watched or not.
+        self.control.finished(summary.elapsed_s);
         if let Some(dir) = self.dir.clone() {
             if let Err(e) = self.write_actions(&dir) {
                 summary.warnings.push(format!("{e:#}"));

@@ -4,11 +4,16 @@
 //! - `GET /`: the page (its script and styles inline: it needs no network).
 //! - `GET /events`: Server-Sent Events: `report` (the report's body, drawn anew),
 //!   `status` (JSON: paused, rate, users, actions), and `end` with the last report.
-//! - `GET /api/status`: that JSON.
+//! - `GET /api/status`: that JSON; `GET /api/intervals?after=N` and `GET /api/plan`:
+//!   what `spate watch` reads.
 //! - `POST /api/pause`, `/api/resume`, `/api/stop`, `/api/rate` (body `200/s`),
 //!   `/api/users` (body `50`): steer the run; JSON `{"ok":true,"said":...}`, or
 //!   `{"ok":false,"error":...}` with 400 (bad value), 401 (token), 403 (another site),
 //!   409 (not for this run).
+//!
+//! With a token set (`SPATE_WEB_TOKEN`), every request but `GET /` (the page's shell,
+//! which names no run) needs it: `Authorization: Bearer`, `X-Spate-Token`, or, for a GET
+//! (the page's event stream, which cannot send headers), `?token=`; else 401.
 //!
 //! A page from another site cannot steer the run: a request whose Origin is not this
 //! server's is refused, and so is a Host that is a name other than `localhost` (DNS
@@ -42,7 +47,8 @@ pub trait Steering: Send + Sync {
     /// Applies `action` asked by `by`; what was done, in words, or why not.
     fn apply(&self, action: Action, by: &str) -> Result<String, Refused>;
     /// The status's part on steering: `open`, `paused`, `rate`, `users`, `ended`,
-    /// `actions_total` and the latest `actions`.
+    /// `actions_total` and the latest `actions`; and `t_s`, the run's time now, when it
+    /// knows it (else the status has the latest drawing's).
     fn status(&self) -> serde_json::Map<String, serde_json::Value>;
 }
 
@@ -62,6 +68,8 @@ impl Steering for Control {
                 .and_then(|r| r.value)
         };
         let v = serde_json::json!({
+            // The run's clock, not the latest drawing's: drawn only while a page watches.
+            "t_s": (self.t_s() * 1000.0).round() / 1000.0,
             "open": self.open(),
             "paused": steer.paused,
             "rate": last("rate"),
@@ -90,6 +98,9 @@ pub struct Ctx {
     pub page: String,
     /// The run as the status says it: run id, protocol, target.
     pub about: serde_json::Value,
+    /// The page's title (the shell leaves it out when a token is set; the page sets it
+    /// from the status).
+    pub title: String,
     /// Where the server listens on loopback (then only IP or `localhost` hosts).
     pub loopback: bool,
     pub stop: AtomicBool,
@@ -102,7 +113,7 @@ impl Ctx {
         control: Arc<dyn Steering>,
         feed: Option<Arc<Feed>>,
         token: Option<String>,
-        page: String,
+        (page, title): (String, String),
         about: serde_json::Value,
         loopback: bool,
     ) -> Ctx {
@@ -113,6 +124,7 @@ impl Ctx {
             token,
             page,
             about,
+            title,
             loopback,
             stop: AtomicBool::new(false),
             connections: AtomicUsize::new(0),
@@ -125,7 +137,12 @@ impl Ctx {
         let mut s = self.control.status();
         let ended = frame.ended || s.get("ended").is_some_and(|e| e == true);
         s.insert("run".into(), self.about.clone());
-        s.insert("t_s".into(), frame.t_s.into());
+        s.insert("title".into(), self.title.clone().into());
+        // The run's own time while it goes; once the last drawing is made, the time it
+        // shows (the run's end).
+        let now = s.get("t_s").and_then(serde_json::Value::as_f64);
+        let t_s = now.filter(|_| !frame.ended).unwrap_or(frame.t_s);
+        s.insert("t_s".into(), t_s.into());
         s.insert("ended".into(), ended.into());
         s.insert("token_required".into(), self.token.is_some().into());
         serde_json::Value::Object(s)
@@ -287,6 +304,15 @@ fn serve(mut stream: TcpStream, peer: SocketAddr, ctx: &Ctx) -> std::io::Result<
     if ctx.loopback && req.host.as_deref().is_some_and(|h| !host_is_ours(h)) {
         return text(&mut stream, "403 Forbidden", "unknown host\n");
     }
+    // With a token set, everything but the page's shell needs it: the status, the
+    // intervals and the plan (the whole command line) tell as much as steering does.
+    if req.path != "/" && !authorized(&req, peer, ctx) {
+        let body = serde_json::json!({
+            "ok": false,
+            "error": "this run needs its token (SPATE_WEB_TOKEN)",
+        });
+        return json(&mut stream, "401 Unauthorized", &body);
+    }
     match (req.method.as_str(), req.path.as_str()) {
         ("GET", "/") => reply(
             &mut stream,
@@ -339,18 +365,6 @@ fn steer(
             return Ok(("403 Forbidden", fail("a request from another site's page")));
         }
     }
-    if let Some(want) = &ctx.token {
-        if !req.token.as_deref().is_some_and(|t| same(t, want)) {
-            eprintln!(
-                "spate: web: refused a request from {peer}: {} token",
-                if req.token.is_some() { "wrong" } else { "no" }
-            );
-            return Ok((
-                "401 Unauthorized",
-                fail("this run needs its token (SPATE_WEB_TOKEN)"),
-            ));
-        }
-    }
     let len = req.content_length.unwrap_or(0);
     if len > MAX_BODY {
         return Ok((
@@ -384,6 +398,53 @@ fn steer(
         Ok(said) => Ok(("200 OK", serde_json::json!({"ok": true, "said": said}))),
         Err(e) => Ok(("409 Conflict", fail(&e.0))),
     }
+}
+
+/// Whether `req` may be answered: no token is set, or it carries the token (a header,
+/// or `?token=` for the page's event stream, which cannot send headers). A refusal is
+/// said on the run's stderr.
+fn authorized(req: &Request, peer: SocketAddr, ctx: &Ctx) -> bool {
+    let Some(want) = &ctx.token else {
+        return true;
+    };
+    let given = req.token.clone().or_else(|| {
+        (req.method == "GET")
+            .then(|| query_value(&req.query, "token").map(percent_decoded))
+            .flatten()
+    });
+    if given.as_deref().is_some_and(|t| same(t, want)) {
+        return true;
+    }
+    eprintln!(
+        "spate: web: refused a request from {peer} for {}: {} token",
+        req.path,
+        if given.is_some() { "wrong" } else { "no" }
+    );
+    false
+}
+
+/// A query value with its `%XX` escapes (and `+` for a space) decoded.
+fn percent_decoded(v: &str) -> String {
+    let b = v.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match b[i] {
+            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push((h * 16 + l) as u8);
+                    i += 3;
+                    continue;
+                }
+                _ => out.push(b'%'),
+            },
+            b'+' => out.push(b' '),
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The value of `name` in a query string (`after=12&x=1`).
@@ -513,6 +574,14 @@ mod tests {
         for h in ["evil.example:5665", "127.0.0.1.nip.io", "[nonsense]"] {
             assert!(!host_is_ours(h), "{h}");
         }
+    }
+
+    #[test]
+    fn a_query_token_is_percent_decoded() {
+        assert_eq!(percent_decoded("a%2Bb+c%2fd"), "a+b c/d");
+        assert_eq!(percent_decoded("50%"), "50%");
+        assert_eq!(percent_decoded("%zz%4"), "%zz%4");
+        assert_eq!(percent_decoded("%C3%A9"), "é");
     }
 
     #[test]
