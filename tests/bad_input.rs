@@ -155,6 +155,15 @@ async fn inputs_that_once_ran_anyway_are_refused() {
             &["smtp", &addr, "--rate", "-5/s", "-o", o_],
             "--rate: bad rate",
         ),
+        // A rate the arrival thread cannot keep would leave it behind for good.
+        (
+            &["smtp", &addr, "--rate", "1000000000000/s", "-o", o_],
+            "more than spate schedules",
+        ),
+        (
+            &["smtp", &addr, "--stages", "1m:2000000/s", "-o", o_],
+            "more than spate schedules",
+        ),
     ];
     for (args, want) in cases {
         let o = spate(args).await;

@@ -20,6 +20,8 @@ pub mod signals;
 pub mod unit;
 mod worker;
 
+pub(crate) use worker::{MAX_RATE, MIN_RATE};
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

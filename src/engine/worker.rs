@@ -424,13 +424,13 @@ const BATCH_MAX: usize = 256;
 /// hands out while it keeps to its windows. Far above what a session's work allows, so
 /// it refuses only a mistake (`rate 1000000000000/s`), which would leave the thread
 /// forever behind: every arrival due, and the next rate never reached.
-pub(super) const MAX_RATE: f64 = 1_000_000.0;
+pub(crate) const MAX_RATE: f64 = 1_000_000.0;
 const _: () = assert!(MAX_RATE <= BATCH_MAX as f64 / BATCH_WINDOW_S);
 /// The lowest, per second: one an hour. The thread finds each next arrival by stepping
 /// through the schedule a millisecond at a time (exact for ramps), and does not look at
 /// the run while it does: at one an hour that is 3.6 million steps, a few milliseconds;
 /// far fewer a second and a run with no end would not hear of the next rate.
-pub(super) const MIN_RATE: f64 = 1.0 / 3600.0;
+pub(crate) const MIN_RATE: f64 = 1.0 / 3600.0;
 
 /// Hands out open-model arrivals at their times until the profile, the count or the
 /// duration ends, each to the most recently idle session; an arrival that finds every

@@ -88,6 +88,33 @@ pub struct WorkloadArgs {
 }
 
 /// A value's parse error as a usage error that names its option.
+/// An open workload's rates, as this process (its shard) schedules them, within what the
+/// arrival thread can keep: above [`crate::engine::MAX_RATE`] it would fall behind for
+/// good; a rate between 0 and [`crate::engine::MIN_RATE`] would keep it from hearing the
+/// run (the live view's `rate` refuses the same).
+fn check_rates(w: &Workload) -> anyhow::Result<()> {
+    let Model::Open { profile, .. } = &w.model else {
+        return Ok(());
+    };
+    let shards = w.shard.as_ref().map_or(1, |s| s.count);
+    let rates = std::iter::once(profile.start_rate).chain(profile.stages.iter().map(|s| s.rate));
+    for r in rates {
+        if r > crate::engine::MAX_RATE {
+            return usage(format!(
+                "a rate of {r:.0}/s in one process is more than spate schedules ({:.0}/s a process): split it over more shards (--shard I/N{})",
+                crate::engine::MAX_RATE,
+                if shards > 1 { format!(", now {shards}") } else { String::new() }
+            ));
+        }
+        if r > 0.0 && r < crate::engine::MIN_RATE {
+            return usage(format!(
+                "a rate of {r}/s is below one an hour, the lowest spate schedules"
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn named<T, E: std::fmt::Display>(flag: &str, r: Result<T, E>) -> anyhow::Result<T> {
     r.map_err(|e| crate::UsageError(format!("{flag}: {e}")).into())
 }
@@ -197,6 +224,7 @@ impl WorkloadArgs {
             w.split(&of, self.users.is_some())?;
             w.shard = Some(of);
         }
+        check_rates(&w)?;
         Ok(w)
     }
 
