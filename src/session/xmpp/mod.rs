@@ -15,6 +15,7 @@ pub mod ledger;
 pub(crate) mod login;
 pub mod phase;
 mod reader;
+mod refused;
 mod sm;
 
 pub use kinds::{Account, Gate, Mix, RosterMode, Sasl, Traffic};
@@ -309,73 +310,6 @@ impl Session {
             }
             Err(f) => Some(self.login_failed(f, report)),
         }
-    }
-
-    /// A login that did not succeed: its failure recorded once, and what comes next
-    /// decided (none for good after a refusal, else a back-off before the next try).
-    /// The outcome of a unit that ended with it.
-    fn login_failed(&mut self, f: Failure, report: &mut UnitReport) -> Outcome {
-        let refusal = refusal(&f);
-        f.record(report);
-        match refusal {
-            Some(Refusal::ForGood) => {
-                self.retry = None;
-                if !self.refused {
-                    self.refused = true;
-                    self.s.refused.fetch_add(1, Ordering::SeqCst);
-                }
-                return Outcome::Rejected;
-            }
-            Some(Refusal::ForNow) | None => {}
-        }
-        // The dead writer stays, so that a later unit tries again.
-        let backoff = self.retry.map_or(Duration::from_millis(100), |(_, b)| {
-            (b * 2).min(Duration::from_secs(30))
-        });
-        self.retry = Some((tokio::time::Instant::now() + backoff, backoff));
-        match refusal {
-            Some(_) => Outcome::Rejected,
-            None => Outcome::Failed,
-        }
-    }
-
-    /// Waits until `at`, or the run's end if that comes first.
-    async fn until(&self, at: tokio::time::Instant) {
-        while !self.s.stop.load(Ordering::SeqCst) && tokio::time::Instant::now() < at {
-            let step = at.saturating_duration_since(tokio::time::Instant::now());
-            tokio::time::sleep(step.min(STOP_POLL)).await;
-        }
-    }
-
-    /// A unit of a session whose login the server refused for good: it has nothing to
-    /// send with, and does not log in again (the account will not be let in later in the
-    /// run; trying at every unit would count one refusal many times over and hammer the
-    /// server). It is rejected at once (its response time is nothing of the server's),
-    /// but it holds its place until the sessions that can send are done sending (or the
-    /// run ends), so that a refused session neither spins through units nor takes the
-    /// share of those that can send. When no session is left that could send, a run
-    /// bounded by its count is done at once, one bounded by its duration at its end.
-    async fn refused_unit(&mut self, report: &mut UnitReport) -> Outcome {
-        report.done();
-        let s = &*self.s;
-        let ready = || {
-            let refused = s.refused.load(Ordering::SeqCst);
-            let others_done = s.finishing.count() + refused >= s.sessions;
-            s.stop.load(Ordering::SeqCst) || (others_done && (s.counted || refused < s.sessions))
-        };
-        while !ready() {
-            tokio::time::sleep(STOP_POLL).await;
-        }
-        // Not a busy loop when every unit comes here at once.
-        tokio::task::yield_now().await;
-        let mut f = failure(
-            phase::SEND,
-            errors::NOT_LOGGED_IN,
-            "the server refused this session's login (not tried again)",
-        );
-        f.fatal = false;
-        f.record(report);
-        Outcome::Rejected
     }
 
     /// Waits for this session's turn under `--login-rate`.
@@ -709,38 +643,6 @@ pub(super) fn framing<'a>(
 /// How long a unit waits for another session to be logged in before it fails for want of
 /// a recipient.
 const NOBODY_ONLINE_WAIT: Duration = Duration::from_millis(100);
-
-/// How often a session waiting for the run's end (a back-off, a refused session's unit)
-/// looks whether it came: the engine sets it at most once a second.
-const STOP_POLL: Duration = Duration::from_millis(20);
-
-/// A login the server refused: for good (its SASL failure other than
-/// `temporary-auth-failure`, a registration refused), or for now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Refusal {
-    ForGood,
-    ForNow,
-}
-
-/// Whether a login's failure is the server's refusal (RFC 6120 §6.5: every SASL
-/// condition but `temporary-auth-failure` is final; XEP-0077: a registration error), and
-/// of which kind; None when the login broke (transport, protocol, a stream error).
-fn refusal(f: &Failure) -> Option<Refusal> {
-    let for_now = match f.kind {
-        k if k == errors::SASL => f.text == "temporary-auth-failure",
-        k if k == errors::STANZA && f.phase == phase::REGISTER => {
-            matches!(
-                f.text.as_str(),
-                "resource-constraint" | "service-unavailable"
-            )
-        }
-        _ => return None,
-    };
-    Some(match for_now {
-        true => Refusal::ForNow,
-        false => Refusal::ForGood,
-    })
-}
 
 fn failure(phase: Phase, kind: ErrorKind, text: &str) -> Failure {
     Failure {
