@@ -137,7 +137,7 @@ async fn thresholds_on_jmaps_own_phases_are_judged() {
         "--threshold",
         "count(mailbox) == 2",
         "--threshold",
-        "totals.retrieved == 0",
+        "totals.flagged == 0",
         "-o",
         out.to_str().unwrap(),
     ]))
