@@ -227,6 +227,7 @@ where
             | Command::Pop3(_)
             | Command::Imap(_)
             | Command::Xmpp(_)
+            | Command::Jmap(_)
             | Command::Rr(_)
             | Command::Ping(_)
             | Command::Sweep(_)

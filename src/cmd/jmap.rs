@@ -129,6 +129,13 @@ fn target(t: &str) -> Result<(bool, String, u16, String), UsageError> {
     Ok((tls, authority, port, path))
 }
 
+impl Args {
+    /// The server's port (a sweep waits for it to be idle between steps).
+    pub fn port(&self) -> anyhow::Result<u16> {
+        Ok(target(&self.target)?.2)
+    }
+}
+
 /// Builds the plan and what the sessions share (no network I/O).
 fn prepare(args: &Args, command: Vec<String>) -> anyhow::Result<(Plan, Settings)> {
     let (tls, authority, port, path) = target(&args.target)?;

@@ -685,7 +685,7 @@ pub async fn load(args: Args, command: Vec<String>, progress: bool) -> anyhow::R
         args.output.overwrite,
         "xmpp",
     )?;
-    let run = engine::Setup::new(&plan, Some(&out), None, obs, stop)?;
+    let run = engine::Setup::new(&plan, Some(&out), None, obs, stop.clone())?;
     let settings = Arc::new(Settings {
         endpoint,
         websocket: ws.map(|w| WebSocket {
@@ -697,6 +697,10 @@ pub async fn load(args: Args, command: Vec<String>, progress: bool) -> anyhow::R
         domain: plan.domain.clone(),
         sessions: plan.sessions,
         online: (0..plan.sessions).map(|_| AtomicBool::new(false)).collect(),
+        logged_in: AtomicUsize::new(0),
+        refused: AtomicUsize::new(0),
+        counted: plan.workload.count.is_some(),
+        stop: stop.clone(),
         accounts,
         sasl: args.sasl,
         roster: args.roster.unwrap_or(RosterMode::Off),
@@ -795,9 +799,9 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         );
     }
     println!("results: {}", finished.dir.display());
-    let nothing = finished.summary.totals.accepted == 0 && finished.summary.totals.attempted > 0;
-    if nothing {
-        println!("no stanza could be sent (no session logged in?): see the error table");
+    let verdict = Verdict::of(&finished.summary, &settings);
+    if let Some(why) = verdict.why() {
+        println!("{why}: exit status 1");
     }
     let duplicated = a.total.duplicates;
     if duplicated > 0 {
@@ -807,14 +811,66 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     if bounced > 0 {
         println!("{bounced} deliveries were refused by the server (error bounces: see the error table): exit status 1");
     }
-    let failing = !nothing && super::mostly_failed(&finished.summary, "stanza");
-    let ok = if missing > 0 || nothing || duplicated > 0 || bounced > 0 || failing {
+    let failing = verdict.why().is_none() && super::mostly_failed(&finished.summary, "stanza");
+    let ok = if missing > 0 || verdict.why().is_some() || duplicated > 0 || bounced > 0 || failing {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
     };
     let code = super::exit_code(&finished.summary, ok);
     super::thresholds::finish(&output, &finished.dir, &finished.summary, code)
+}
+
+/// Why a run failed of itself, whatever else it measured: most of its sessions never
+/// logged in, no stanza could be sent, or nothing sent was delivered.
+struct Verdict {
+    sessions: usize,
+    never_logged_in: usize,
+    refused: usize,
+    nothing_sent: bool,
+    /// Stanzas that should have reached someone went out, and none did.
+    nothing_delivered: Option<u64>,
+}
+
+impl Verdict {
+    fn of(summary: &Summary, s: &Settings) -> Verdict {
+        use std::sync::atomic::Ordering::SeqCst;
+        let t = &summary.totals;
+        let ledger = s.ledger.account().total;
+        let nothing_sent = t.attempted > 0 && t.accepted == 0;
+        // Raw stanzas are not in the ledger: a run of them alone expects no delivery.
+        let sent_for_delivery = ledger.sent > 0 || ledger.expected > 0;
+        Verdict {
+            sessions: s.sessions,
+            never_logged_in: s.sessions.saturating_sub(s.logged_in.load(SeqCst)),
+            refused: s.refused.load(SeqCst),
+            nothing_sent,
+            nothing_delivered: (!nothing_sent && sent_for_delivery && ledger.delivered == 0)
+                .then_some(ledger.sent),
+        }
+    }
+
+    /// The one line that says why the run failed of itself, if it did.
+    fn why(&self) -> Option<String> {
+        if self.never_logged_in * 2 > self.sessions {
+            let how = match self.refused {
+                0 => String::new(),
+                n => format!("{n} refused by the server; "),
+            };
+            return Some(format!(
+                "{} of {} sessions never logged in ({how}see the error table)",
+                self.never_logged_in, self.sessions
+            ));
+        }
+        if self.nothing_sent {
+            return Some(
+                "no stanza could be sent (no session logged in?): see the error table".into(),
+            );
+        }
+        self.nothing_delivered.map(|sent| {
+            format!("nothing was delivered: {sent} stanzas sent, none arrived at a recipient (see the error table)")
+        })
+    }
 }
 
 /// --multicast-service: a domain JID (the service's address), checked before the run.

@@ -480,7 +480,7 @@ impl<'a> Loader<'a> {
 /// A command step's `shards = N`: the step runs as N shards (`--shard I/N`) started
 /// together, merged into the step's directory.
 fn shards(src: &Source, e: &Entry, inv: &Invocation, label: &str) -> Res<u32> {
-    const LOAD: [&str; 5] = ["smtp", "pop3", "imap", "xmpp", "rr"];
+    const LOAD: [&str; 6] = ["smtp", "pop3", "imap", "xmpp", "jmap", "rr"];
     if !LOAD.contains(&inv.command.as_str()) {
         return Err(src.err(
             &e.key_span,

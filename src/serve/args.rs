@@ -233,6 +233,11 @@ pub struct Args {
     /// server; `spate xmpp --roster all` builds them)
     #[arg(long, value_name = "KIND", default_value = "shared", value_parser = ["shared", "subscriptions"], help_heading = "XMPP")]
     pub xmpp_roster: String,
+    /// End every XMPP stream with a system-shutdown stream error at its first message
+    /// (not routed): a server that logs sessions in and delivers nothing, to check a
+    /// client's verdict
+    #[arg(long, help_heading = "XMPP")]
+    pub xmpp_end_at_message: bool,
 
     /// Framing of --rr/--rrs requests and answers (as spate rr --frame)
     #[arg(long, value_enum, value_name = "FRAME", default_value_t = crate::proto::rr::Frame::Line, help_heading = "Request/response")]
@@ -408,6 +413,7 @@ impl Args {
             multicast_limit: self.xmpp_multicast_limit,
             queue: self.xmpp_queue,
             subscriptions: self.xmpp_roster == "subscriptions",
+            end_at_message: self.xmpp_end_at_message,
         };
         if let (Some(cert), Some(key)) = (&self.cert, &self.key) {
             let id =

@@ -163,6 +163,10 @@ pub struct XmppOptions {
     pub queue: usize,
     /// Rosters built from presence subscriptions instead of one shared roster.
     pub subscriptions: bool,
+    /// Every stream ends with a `system-shutdown` stream error at its first message
+    /// stanza, which is not routed: a server that delivers nothing (a client's check of
+    /// its own verdicts).
+    pub end_at_message: bool,
 }
 
 impl Default for XmppOptions {
@@ -171,6 +175,7 @@ impl Default for XmppOptions {
             multicast_limit: 10_000,
             queue: 4096,
             subscriptions: false,
+            end_at_message: false,
         }
     }
 }

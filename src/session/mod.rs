@@ -34,6 +34,7 @@ pub fn all_phases() -> Vec<Phase> {
         mailbox::Visitor::PHASES,
         xmpp::Session::PHASES,
         rr::Session::PHASES,
+        jmap::Session::PHASES,
         crate::engine::unit::ENGINE_PHASES,
     ]
     .concat()
@@ -53,6 +54,7 @@ pub fn all_counters() -> Vec<crate::metrics::Counter> {
         mailbox::Visitor::COUNTERS,
         xmpp::Session::COUNTERS,
         rr::Session::COUNTERS,
+        jmap::Session::COUNTERS,
     ]
     .concat()
 }
@@ -402,7 +404,7 @@ mod tests {
             Ok(serde_json::Value::Object(m)) => m.keys().cloned().collect(),
             _ => unreachable!("Counters serializes as an object"),
         };
-        let drivers: [(&str, &[crate::metrics::Counter], &[Phase]); 4] = [
+        let drivers: [(&str, &[crate::metrics::Counter], &[Phase]); 5] = [
             ("smtp", smtp::Session::COUNTERS, smtp::Session::PHASES),
             (
                 "mailbox",
@@ -411,6 +413,7 @@ mod tests {
             ),
             ("xmpp", xmpp::Session::COUNTERS, xmpp::Session::PHASES),
             ("rr", rr::Session::COUNTERS, rr::Session::PHASES),
+            ("jmap", jmap::Session::COUNTERS, jmap::Session::PHASES),
         ];
         for (name, counters, phases) in drivers {
             assert!(counters.len() <= OWN_COUNTERS, "{name}: {counters:?}");

@@ -45,7 +45,7 @@ const EXAMPLES: &str = "EXAMPLES:
       distinct requests outnumber its entries.
 
 Everything after -- is a `spate smtp` command line (target and options), or `xmpp`,
-`rr`, `pop3` or `imap` and that command's line, used for every step; the swept option is
+`rr`, `pop3`, `imap` or `jmap` and that command's line, used for every step; the swept option is
 set per step.
 --param NAME --values V sets any option of that command line (--NAME V) per step, and
 the sweep reports the slope of each figure per unit of it. Host monitoring is on for every step (add
@@ -116,8 +116,8 @@ pub struct Args {
     /// Write into --out even when it holds an earlier run (its files are replaced).
     #[arg(long)]
     pub overwrite: bool,
-    /// The step command: the `spate smtp` target and options, or `xmpp`, `rr`, `pop3` or
-    /// `imap` followed by that command's target and options.
+    /// The step command: the `spate smtp` target and options, or `xmpp`, `rr`, `pop3`,
+    /// `imap` or `jmap` followed by that command's target and options.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub smtp: Vec<String>,
     /// Write the sweep's verdicts as JUnit XML to FILE: a test case per step with its
@@ -191,6 +191,7 @@ enum Base {
     Xmpp(super::xmpp::Args),
     Rr(super::rr::Args),
     Mailbox(super::mailbox::Protocol, super::mailbox::Args),
+    Jmap(super::jmap::Args),
 }
 
 impl Base {
@@ -213,6 +214,9 @@ impl Base {
             Some("rr") => super::rr::Args::from_words(&words[1..])
                 .map(Base::Rr)
                 .map_err(|e| first(e, "rr").into()),
+            Some("jmap") => super::args_from_words::<super::jmap::Args, _, _>("jmap", &words[1..])
+                .map(Base::Jmap)
+                .map_err(|e| first(e, "jmap").into()),
             Some("smtp") => Base::parse(&words[1..]),
             Some("pop3") => {
                 super::args_from_words::<super::mailbox::Pop3Args, _, _>("pop3", &words[1..])
@@ -236,6 +240,7 @@ impl Base {
             Base::Smtp(a) => (&mut a.workload, &mut a.output, &mut a.monitor),
             Base::Xmpp(a) => (&mut a.workload, &mut a.output, &mut a.monitor),
             Base::Rr(a) => (&mut a.workload, &mut a.output, &mut a.monitor),
+            Base::Jmap(a) => (&mut a.workload, &mut a.output, &mut a.monitor),
             Base::Mailbox(_, a) => {
                 let c = &mut a.common;
                 (&mut c.workload, &mut c.output, &mut c.monitor)
@@ -341,6 +346,7 @@ fn step_args(
             Base::Mailbox(..) => {
                 return crate::usage("--size: a mailbox visit reads the messages its mailbox holds")
             }
+            Base::Jmap(j) => j.message_size = v.to_string(),
         },
         Param::MessagesPerConnection => match &mut a {
             Base::Smtp(s) => s.messages_per_connection = (v as u32).to_string(),
@@ -353,6 +359,11 @@ fn step_args(
                 )
             }
             Base::Mailbox(_, m) => m.common.messages_per_connection = v as u32,
+            Base::Jmap(_) => {
+                return crate::usage(
+                    "--messages-per-connection: a JMAP session keeps its connection",
+                )
+            }
         },
         Param::Value => {}
     }
@@ -407,6 +418,13 @@ async fn load_step(
             a.output.out = Some(out);
             let l = super::rr::load(a, command, progress).await?;
             return Ok((l.finished.summary, l.port));
+        }
+        Base::Jmap(mut a) => {
+            a.output.out = Some(out);
+            let port = a.port()?;
+            let progress = progress && a.output.progress_enabled();
+            let f = super::jmap::load(a, command, progress).await?;
+            return Ok((f.summary, port));
         }
         Base::Mailbox(proto, mut a) => {
             a.common.output.out = Some(out);
@@ -492,6 +510,10 @@ impl Args {
                     super::xmpp::workload(&a)?;
                 }
                 Base::Rr(a) => a.check()?,
+                Base::Jmap(a) => {
+                    a.workload.resolve()?;
+                    a.port()?;
+                }
                 Base::Mailbox(proto, a) => {
                     super::mailbox::prepare(proto, a, Vec::new())?;
                 }
@@ -600,7 +622,7 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         },
         unit: match sw.base.base {
             Base::Rr(_) => "req/s",
-            Base::Mailbox(..) => "visit/s",
+            Base::Mailbox(..) | Base::Jmap(_) => "visit/s",
             _ => "msg/s",
         },
     };

@@ -138,6 +138,9 @@ async fn stanza(st: &mut Stream<'_>, me: &Bound<'_>, e: &Element) -> Result<(), 
     if let Some(code) = st.fault(FaultPoint::XmppStanza).await? {
         return Err(End::Error(injected_condition(code)));
     }
+    if e.local_name() == "message" && st.hub.options.end_at_message {
+        return Err(End::Error("system-shutdown"));
+    }
     match e.local_name() {
         "message" => message(st, me, e),
         "presence" => presence(st, me, e),

@@ -397,10 +397,13 @@ impl Driver for Session {
 
     async fn run_one(&mut self, seq: u64, r: &mut UnitReport) -> Outcome {
         let result = self.visit(seq, r).await;
+        // A refusal is the server's answer, whatever it costs the session: a refused
+        // login (HTTP 401) is rejected, as IMAP's NO and POP3's -ERR to a login are, and
+        // the next visit logs in again.
         let outcome = match &result {
             Ok(()) => Outcome::Accepted,
-            Err(f) if f.fatal || f.kind != phase::REFUSAL => Outcome::Failed,
-            Err(_) => Outcome::Rejected,
+            Err(f) if f.kind == phase::REFUSAL => Outcome::Rejected,
+            Err(_) => Outcome::Failed,
         };
         match result {
             Ok(()) => {

@@ -189,6 +189,11 @@ impl Gate {
         self.notify.notify_waiters();
     }
 
+    /// How many have said so.
+    pub(super) fn count(&self) -> usize {
+        self.tried.load(Ordering::SeqCst)
+    }
+
     /// Waits until `sessions` logins were tried, or `limit` passed.
     pub(super) async fn wait(&self, sessions: usize, limit: Duration) {
         let all = async {

@@ -5,8 +5,9 @@
 //! process, so there is no clock skew) and entered in the run's [`ledger::Ledger`].
 //!
 //! Outcome of a unit: accepted = the stanza was written (XMPP does not acknowledge a
-//! message; its arrival is what the arrival phase and the ledger measure); failed = the
-//! session is not logged in or its stream broke.
+//! message; its arrival is what the arrival phase and the ledger measure); rejected =
+//! the server refused the session's login (a SASL failure, a registration refused), as a
+//! refused login is in every command; failed = the login or the stream broke.
 
 pub mod errors;
 mod kinds;
@@ -14,6 +15,7 @@ pub mod ledger;
 pub(crate) mod login;
 pub mod phase;
 mod reader;
+mod refused;
 mod sm;
 
 pub use kinds::{Account, Gate, Mix, RosterMode, Sasl, Traffic};
@@ -113,6 +115,15 @@ pub struct Settings {
     pub finishing: Gate,
     /// Which sessions are logged in now.
     pub online: Vec<AtomicBool>,
+    /// Sessions that logged in at least once, and sessions whose login the server refused
+    /// (those do not try again: see [`Session::refused_unit`]).
+    pub logged_in: AtomicUsize,
+    pub refused: AtomicUsize,
+    /// The run ends by its count (rather than by its duration alone).
+    pub counted: bool,
+    /// Set when the run is ending (its duration passed, or it was stopped): read only, so
+    /// that no session waits past the run's end for a back-off or for the others.
+    pub stop: Arc<AtomicBool>,
     pub ledger: Arc<Ledger>,
     pub recorder: Arc<Recorder>,
     pub clock: Clock,
@@ -144,6 +155,10 @@ impl Settings {
             gate: Gate::default(),
             finishing: Gate::default(),
             online: vec![AtomicBool::new(false)],
+            logged_in: AtomicUsize::new(0),
+            refused: AtomicUsize::new(0),
+            counted: true,
+            stop: Arc::new(AtomicBool::new(false)),
             subs_pending: AtomicUsize::new(0),
             ledger: Arc::new(Ledger::default()),
             recorder: Arc::new(Recorder::new(1)),
@@ -174,6 +189,9 @@ pub struct Session {
     /// After a failed login again: no new try before this time, and the back-off that
     /// set it (see [`Session::reconnect`]).
     retry: Option<(tokio::time::Instant, Duration)>,
+    /// The session logged in once; the server refused its login (it does not try again).
+    ever_online: bool,
+    refused: bool,
 }
 
 /// IQs waiting for their reply, by id: the reader hands each reply over.
@@ -196,6 +214,8 @@ impl Session {
             asked: Arc::default(),
             replies: Arc::default(),
             retry: None,
+            ever_online: false,
+            refused: false,
         }
     }
 
@@ -216,6 +236,10 @@ impl Session {
         }
         self.alive.store(true, Ordering::SeqCst);
         self.s.online[self.id].store(true, Ordering::SeqCst);
+        if !self.ever_online {
+            self.ever_online = true;
+            self.s.logged_in.fetch_add(1, Ordering::SeqCst);
+        }
         let reader = reader::Reader {
             id: self.id,
             s: self.s.clone(),
@@ -231,14 +255,27 @@ impl Session {
     }
 
     /// The session is not logged in (its login failed, or the server ended its stream):
-    /// logs in again at once, as a client would; after a failed login, only once a
-    /// back-off has passed (100 ms, doubling up to 30 s), which this unit waits for, so
-    /// that a server refusing logins is not hammered with them and a session that cannot
-    /// log in does not spin through units. The login's phases and errors are this
-    /// unit's; a reconnection is counted when it is tried. Whether it logged in.
-    async fn reconnect(&mut self, report: &mut UnitReport) -> bool {
+    /// logs in again at once, as a client would; after a login that failed (broke, or
+    /// was refused for now: `temporary-auth-failure`), only once a back-off has passed
+    /// (100 ms, doubling up to 30 s), which this unit waits for, so that a server that
+    /// cannot take logins is not hammered with them and a session that cannot log in
+    /// does not spin through units; the wait ends with the run. A login the server
+    /// refused for good is not tried again (see [`Session::refused_unit`]). The login's
+    /// phases and errors are this unit's; a reconnection is counted when it is tried.
+    /// The unit's outcome when it did not log in.
+    async fn reconnect(&mut self, report: &mut UnitReport) -> Option<Outcome> {
         if let Some((at, _)) = self.retry {
-            tokio::time::sleep_until(at).await;
+            self.until(at).await;
+            if self.s.stop.load(Ordering::SeqCst) {
+                // The run ended during the back-off: no login now that it would not use.
+                failure(
+                    phase::SEND,
+                    ErrorKind::CLOSED,
+                    "the session is not logged in",
+                )
+                .record(report);
+                return Some(Outcome::Failed);
+            }
         }
         if let Some(r) = self.reader.take() {
             // Already ended (that is how the stream was found dead).
@@ -269,17 +306,9 @@ impl Session {
                 // The roster lives on the server: a --roster all run subscribed already.
                 self.online(l);
                 self.retry = None;
-                true
+                None
             }
-            Err(f) => {
-                // The dead writer stays, so that a later unit tries again.
-                f.record(report);
-                let backoff = self.retry.map_or(Duration::from_millis(100), |(_, b)| {
-                    (b * 2).min(Duration::from_secs(30))
-                });
-                self.retry = Some((tokio::time::Instant::now() + backoff, backoff));
-                false
-            }
+            Err(f) => Some(self.login_failed(f, report)),
         }
     }
 
@@ -697,9 +726,8 @@ impl Driver for Session {
                 self.online(l);
             }
             Err(f) => {
-                f.record(report);
-                let backoff = Duration::from_millis(100);
-                self.retry = Some((tokio::time::Instant::now() + backoff, backoff));
+                // Not a unit: its outcome is the next unit's business.
+                let _ = self.login_failed(f, report);
             }
         }
         self.s.gate.tried();
@@ -724,12 +752,18 @@ impl Driver for Session {
     }
 
     async fn run_one(&mut self, seq: u64, report: &mut UnitReport) -> Outcome {
-        let down = self.writer.is_none() || !self.alive.load(Ordering::SeqCst);
         // The rare paths (logging in again, waiting for someone to be online, a raw IQ's
-        // reply) are boxed: inline, their state would be part of every session's future.
-        if down && !Box::pin(self.reconnect(report)).await {
-            // The login failed: its error is this unit's.
-            return Outcome::Failed;
+        // reply, a refused session's unit) are boxed: inline, their state would be part
+        // of every session's future.
+        if self.refused {
+            return Box::pin(self.refused_unit(report)).await;
+        }
+        let down = self.writer.is_none() || !self.alive.load(Ordering::SeqCst);
+        if down {
+            if let Some(outcome) = Box::pin(self.reconnect(report)).await {
+                // The login failed: its error is this unit's.
+                return outcome;
+            }
         }
         let Some(writer) = self
             .writer
@@ -815,7 +849,7 @@ impl Driver for Session {
         // though this session has nothing left to send: the server kept for it what was
         // on its way to it when the stream died, and hands that over on resumption.
         let resumable = self.sm.as_ref().is_some_and(|s| s.resumption().is_some());
-        if !self.alive.load(Ordering::SeqCst) && resumable {
+        if !self.alive.load(Ordering::SeqCst) && resumable && !self.refused {
             // Boxed: rare, and inline it would be part of every waiting session's future.
             Box::pin(self.reconnect(report)).await;
         }
