@@ -154,8 +154,15 @@ fn words(line: &str) -> Vec<String> {
 fn is_spate(words: &[String]) -> bool {
     words
         .iter()
-        .find(|w| !(w.contains('=') && !w.starts_with('-')))
+        .find(|w| !is_assignment(w))
         .is_some_and(|w| w == "spate")
+}
+
+/// `NAME=value`, as the shell takes it before a command.
+fn is_assignment(word: &str) -> bool {
+    word.split_once('=').is_some_and(|(name, _)| {
+        !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    })
 }
 
 /// What one line left behind: its exit status and printed text.
