@@ -3,8 +3,8 @@
 //! its OK line.
 //!
 //! The tour is the section from its heading to the next heading (its `### Real servers on
-//! loopback` subsection needs Postfix, Dovecot, Cyrus and Prosody; tests/testbed*.rs run
-//! those). Each line runs under `sh -c` in a temporary directory, with this build's spate
+//! loopback` subsection needs Postfix, Dovecot, Cyrus and Prosody installed: the
+//! tests/*testbed*.rs tests use that bed). Each line runs under `sh -c` in a temporary directory, with this build's spate
 //! first on the PATH, as a reader would type it, except for these changes:
 //! - every `127.0.0.1:PORT` of the text becomes a free port chosen here, the same port
 //!   number always the same free port (tests use no fixed ports);
