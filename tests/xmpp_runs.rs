@@ -205,3 +205,48 @@ async fn a_run_that_delivered_nothing_fails() {
     assert!(common::errors_of_kind(&out, "stream-error") > 0);
     running.shutdown().await;
 }
+
+/// One multicast to one address: the server's CPU over the window divided by one delivery
+/// is the window's fixed cost, not a cost per delivery, and the line says so (it read
+/// "642 512 µs per delivery" as if it were E5's figure).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cpu_per_delivery_over_a_handful_of_deliveries_says_so() {
+    let running = start(&accounts(2, |_| "right"), |_| {}).await;
+    let target = running.addrs.xmpp.unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("one");
+    let me = std::process::id().to_string();
+    let args: Vec<String> = [
+        "xmpp",
+        &target,
+        "--user-pattern",
+        "user{0..1}@example.test",
+        "--users",
+        "2",
+        "-n",
+        "1",
+        "--multicast-rate",
+        "10/s",
+        "--addresses",
+        "1",
+        // The embedded server runs in this test's process.
+        "--monitor-pid",
+        &me,
+        "-o",
+        out.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let env = vec![("SPATE_PASSWORD".to_string(), "right".to_string())];
+    let o = run_tool_env(common::SPATE, args, env, LIMIT).await;
+    running.shutdown().await;
+    assert!(o.ok, "{o:?}");
+    let line = o
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("server CPU:"))
+        .unwrap_or_else(|| panic!("no server CPU line: {}", o.stdout));
+    assert!(line.contains("over only 1 deliveries"), "{line}");
+    assert!(line.contains("not a cost per delivery"), "{line}");
+}

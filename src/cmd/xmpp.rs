@@ -216,6 +216,10 @@ pub struct Plan {
 
 crate::plan_info!(Plan);
 
+/// Fewer deliveries than this in the window, and the server's CPU per delivery is printed
+/// with a caveat (one multicast to one address read "642 512 µs per delivery").
+const MIN_DELIVERIES_FOR_A_COST: u64 = 100;
+
 fn accounts(args: &Args) -> anyhow::Result<Vec<Account>> {
     let creds = args.accounts.credentials("log in")?;
     creds
@@ -511,6 +515,7 @@ impl Observer for LedgerReport {
             x["server"] = serde_json::json!({
                 "cpu_s": (cpu * 1000.0).round() / 1000.0,
                 "cpu_us_per_delivery": per,
+                "deliveries": t.delivered,
                 "window": window,
                 "basis": format!("the monitored server processes (--monitor-pid, --monitor-process), {window}"),
             });
@@ -774,7 +779,15 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     let server = finished.summary.extra.get("xmpp").map(|x| &x["server"]);
     if let Some(per) = server.and_then(|s| s["cpu_us_per_delivery"].as_f64()) {
         let window = server.and_then(|s| s["window"].as_str()).unwrap_or("");
-        println!("server CPU: {per:.0} µs per delivery ({window})");
+        let n = server.and_then(|s| s["deliveries"].as_u64()).unwrap_or(0);
+        // The window's CPU holds the server's fixed costs too (logins, presence): over a
+        // handful of deliveries it says nothing of what one costs.
+        let caveat = if n < MIN_DELIVERIES_FOR_A_COST {
+            format!("; over only {n} deliveries: the window's fixed costs, not a cost per delivery")
+        } else {
+            String::new()
+        };
+        println!("server CPU: {per:.0} µs per delivery ({window}{caveat})");
     }
     if register {
         let reg =
