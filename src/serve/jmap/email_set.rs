@@ -188,41 +188,7 @@ fn create(
                 continue;
             }
         };
-        let keywords: Vec<String> = e
-            .get("keywords")
-            .and_then(Value::as_object)
-            .map(|m| m.keys().cloned().collect())
-            .unwrap_or_default();
-        let made = ctx.with(|a| {
-            let mb = mailbox_by_id(a, mid)?;
-            let uid = mb.push(StoredMessage::new(
-                0,
-                data.clone(),
-                std::time::SystemTime::now(),
-            ));
-            let i = mb.find(uid)?;
-            for k in &keywords {
-                email::set_keyword(mb, i, k, true);
-            }
-            Some((mb.uid_validity, uid))
-        });
-        match made {
-            Some((uv, uid)) => {
-                ctx.created.insert(cid.clone(), email_id(uv, uid));
-                created.insert(
-                    cid.clone(),
-                    json!({"id": email_id(uv, uid), "blobId": format!("b{uv}-{uid}"),
-                           "threadId": format!("t{uv}-{uid}"), "size": data.len()}),
-                );
-            }
-            None => {
-                not_created.insert(
-                    cid.clone(),
-                    json!({"type": "invalidProperties", "properties": ["mailboxIds"],
-                           "description": "no such mailbox"}),
-                );
-            }
-        }
+        store_new(ctx, (cid, e, mid, &data), &mut created, &mut not_created);
     }
     (created, not_created)
 }
@@ -291,6 +257,52 @@ fn blob(sh: &Shared, user: &str, account: &str, id: &str) -> Option<Arc<[u8]>> {
     }
 }
 
+/// Stores a new message (Email/set's create, Email/import) in its one mailbox with its
+/// keywords, and says so under its creation id: created (its ids and size, the id kept
+/// for `#cid` references later in the request) or not (no such mailbox).
+fn store_new(
+    ctx: &mut Ctx<'_>,
+    (cid, e, mid, data): (&String, &Map<String, Value>, &str, &Arc<[u8]>),
+    created: &mut Map<String, Value>,
+    not_created: &mut Map<String, Value>,
+) {
+    let keywords: Vec<String> = e
+        .get("keywords")
+        .and_then(Value::as_object)
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    let made = ctx.with(|a| {
+        let mb = mailbox_by_id(a, mid)?;
+        let uid = mb.push(StoredMessage::new(
+            0,
+            data.clone(),
+            std::time::SystemTime::now(),
+        ));
+        let i = mb.find(uid)?;
+        for k in &keywords {
+            email::set_keyword(mb, i, k, true);
+        }
+        Some((mb.uid_validity, uid))
+    });
+    match made {
+        Some((uv, uid)) => {
+            ctx.created.insert(cid.clone(), email_id(uv, uid));
+            created.insert(
+                cid.clone(),
+                json!({"id": email_id(uv, uid), "blobId": format!("b{uv}-{uid}"),
+                       "threadId": format!("t{uv}-{uid}"), "size": data.len()}),
+            );
+        }
+        None => {
+            not_created.insert(
+                cid.clone(),
+                json!({"type": "invalidProperties", "properties": ["mailboxIds"],
+                       "description": "no such mailbox"}),
+            );
+        }
+    }
+}
+
 /// Email/import: each uploaded (or stored) blob as a new message in its one mailbox.
 pub fn import(ctx: &mut Ctx<'_>, args: &Map<String, Value>) -> Answer {
     let (sh, user, account) = (ctx.sh, ctx.user, ctx.account);
@@ -322,39 +334,11 @@ pub fn import(ctx: &mut Ctx<'_>, args: &Map<String, Value>) -> Answer {
             );
             continue;
         };
-        let keywords: Vec<String> = e["keywords"]
-            .as_object()
-            .map(|m| m.keys().cloned().collect())
-            .unwrap_or_default();
-        let made = sh.store.with_account(user, |a| {
-            let mb = mailbox_by_id(a, mid)?;
-            let uid = mb.push(StoredMessage::new(
-                0,
-                data.clone(),
-                std::time::SystemTime::now(),
-            ));
-            let i = mb.find(uid)?;
-            for k in &keywords {
-                email::set_keyword(mb, i, k, true);
-            }
-            Some((mb.uid_validity, uid))
-        });
-        match made {
-            Some((uv, uid)) => {
-                ctx.created.insert(cid.clone(), email_id(uv, uid));
-                created.insert(
-                    cid.clone(),
-                    json!({"id": email_id(uv, uid), "blobId": format!("b{uv}-{uid}"),
-                    "threadId": format!("t{uv}-{uid}"), "size": data.len()}),
-                );
-            }
-            None => {
-                not_created.insert(
-                    cid.clone(),
-                    json!({"type": "invalidProperties", "properties": ["mailboxIds"]}),
-                );
-            }
-        }
+        let Some(e) = e.as_object() else {
+            not_created.insert(cid.clone(), json!({"type": "invalidProperties"}));
+            continue;
+        };
+        store_new(ctx, (cid, e, mid, &data), &mut created, &mut not_created);
     }
     let new = ctx.with(|a| ctx.state(a));
     Ok(
