@@ -21,6 +21,20 @@ async fn verify(run: &Path, root: &Path) -> (common::Output, serde_json::Value) 
         .unwrap()
 }
 
+/// A server storing into the Maildir `root` that lies on purpose: (lose, duplicate, seed)
+/// and two drop points.
+fn lying(root: &Path, (lose, duplicate, seed): (f64, f64, u64), drops: [&str; 2]) -> serve::Config {
+    let mut cfg = serve::Config::loopback();
+    cfg.store.maildir = Some(root.to_path_buf());
+    cfg.faults.lose = lose;
+    cfg.faults.duplicate = duplicate;
+    cfg.faults.seed = Some(seed);
+    for d in drops {
+        cfg.faults.drops.push(faults::parse_drop(d).unwrap());
+    }
+    cfg
+}
+
 /// Lines of the run's sent log with this outcome (its last column).
 fn sent_lines(dir: &Path, outcome: &str) -> usize {
     std::fs::read_to_string(dir.join("sent.log"))
@@ -36,17 +50,7 @@ async fn a_lying_server_is_caught_to_the_message() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("mail");
     let run = tmp.path().join("run");
-    let mut cfg = serve::Config::loopback();
-    cfg.store.maildir = Some(root.clone());
-    cfg.faults.lose = 0.05;
-    cfg.faults.duplicate = 0.05;
-    cfg.faults.seed = Some(11);
-    cfg.faults
-        .drops
-        .push(faults::parse_drop("stored:0.05").unwrap());
-    cfg.faults
-        .drops
-        .push(faults::parse_drop("dot:0.04").unwrap());
+    let cfg = lying(&root, (0.05, 0.05, 11), ["stored:0.05", "dot:0.04"]);
     let server = serve::start(cfg).await.unwrap();
     let addr = server.addrs.smtp.unwrap().to_string();
     // One recipient per message: a message and its delivery are the same count.
@@ -358,19 +362,9 @@ async fn lmtp_losses_are_caught_per_recipient() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("mail");
     let run = tmp.path().join("run");
-    let mut cfg = serve::Config::loopback();
+    let mut cfg = lying(&root, (0.05, 0.03, 9), ["stored:0.05", "dot:0.03"]);
     cfg.listen.smtp = None;
     cfg.listen.lmtp = Some("127.0.0.1:0".parse().unwrap());
-    cfg.store.maildir = Some(root.clone());
-    cfg.faults.lose = 0.05;
-    cfg.faults.duplicate = 0.03;
-    cfg.faults.seed = Some(9);
-    cfg.faults
-        .drops
-        .push(faults::parse_drop("stored:0.05").unwrap());
-    cfg.faults
-        .drops
-        .push(faults::parse_drop("dot:0.03").unwrap());
     let server = serve::start(cfg).await.unwrap();
     let addr = server.addrs.lmtp.unwrap().to_string();
     let o = spate(&[
