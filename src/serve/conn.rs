@@ -166,11 +166,16 @@ pub struct Conn {
     pace: Option<u64>,
     /// After a WebSocket handshake: the client's frames taken apart as they are read;
     /// each [`Conn::queue_message`] is one frame.
-    ws: Option<Box<Decoder>>,
-    /// The status of the WebSocket Close this side sends (1002 once the client broke
-    /// the framing), and whether it is queued already: sent once, before TCP closes.
-    ws_close_code: u16,
-    ws_close_sent: bool,
+    ws: Option<Box<Ws>>,
+}
+
+/// A WebSocket connection's own state, boxed: a plain session pays one pointer for it.
+struct Ws {
+    dec: Decoder,
+    /// The status of the Close this side sends (1002 once the client broke the framing),
+    /// and whether it is queued already: sent once, before TCP closes.
+    close_code: u16,
+    close_sent: bool,
 }
 
 impl Conn {
@@ -191,8 +196,6 @@ impl Conn {
             timer: WaitTimer::default(),
             pace: None,
             ws: None,
-            ws_close_code: 1000,
-            ws_close_sent: false,
         }
     }
 
@@ -246,7 +249,11 @@ impl Conn {
     /// The connection speaks WebSocket from here on (the 101 answer is queued): what
     /// is already buffered past the request and every read after are frames.
     pub fn websocket(&mut self) -> Result<(), ConnError> {
-        self.ws = Some(Box::new(Decoder::new(true)));
+        self.ws = Some(Box::new(Ws {
+            dec: Decoder::new(true),
+            close_code: 1000,
+            close_sent: false,
+        }));
         let start = self.rpos;
         self.ws_decode(start)
     }
@@ -258,14 +265,14 @@ impl Conn {
     /// Takes the frames in `rbuf[from..]` apart in place; a ping is answered, a close
     /// ends the input (answered with ours at [`Conn::close`]).
     fn ws_decode(&mut self, from: usize) -> Result<(), ConnError> {
-        let Some(dec) = self.ws.as_mut() else {
+        let Some(ws) = self.ws.as_mut() else {
             return Ok(());
         };
-        let (end, controls) = match dec.decode(&mut self.rbuf[from..], 0) {
+        let (end, controls) = match ws.dec.decode(&mut self.rbuf[from..], 0) {
             Ok(d) => d,
             Err(e) => {
                 // RFC 6455 §7.4.1: the endpoint that fails the connection says why.
-                self.ws_close_code = 1002;
+                ws.close_code = 1002;
                 return Err(e.into());
             }
         };
@@ -280,7 +287,7 @@ impl Conn {
 
     /// The client sent its WebSocket close: nothing more comes.
     fn ws_closed(&self) -> bool {
-        self.ws.as_ref().is_some_and(|d| d.closed)
+        self.ws.as_ref().is_some_and(|w| w.dec.closed)
     }
 
     /// Queues formatted text, written straight into the output buffer.
@@ -575,11 +582,11 @@ impl Conn {
     /// Over WebSocket, queues this side's Close frame (once): RFC 6455 §7.1.1 wants it
     /// before the TCP connection closes, or the client sees 1006 (abnormal closure).
     fn queue_ws_close(&mut self) {
-        if self.ws.is_none() || self.ws_close_sent {
+        let Some(ws) = self.ws.as_mut().filter(|w| !w.close_sent) else {
             return;
-        }
-        self.ws_close_sent = true;
-        let code = self.ws_close_code.to_be_bytes();
+        };
+        ws.close_sent = true;
+        let code = ws.close_code.to_be_bytes();
         websocket::frame_into(&mut self.wbuf, websocket::OP_CLOSE, &[&code], None);
     }
 

@@ -211,8 +211,9 @@ pub struct Account {
     /// By full name (case-sensitive; INBOX is not here).
     pub folders: BTreeMap<String, Mailbox>,
     pub subscribed: BTreeSet<String>,
-    /// The removals of deleted mailboxes, by UIDVALIDITY (the newest last, bounded).
-    retired: VecDeque<(u32, Removals)>,
+    /// The removals of deleted mailboxes whose removals were kept, by UIDVALIDITY (the
+    /// newest last, bounded); boxed, as most accounts never have one.
+    retired: Option<Box<VecDeque<(u32, Removals)>>>,
 }
 
 /// Is this name INBOX (case-insensitive, RFC 3501 5.1)?
@@ -243,9 +244,13 @@ impl Account {
 
     /// Keeps what a deleted mailbox (emptied with [`Mailbox::remove_where`]) removed.
     pub fn retire(&mut self, mb: Mailbox) {
-        self.retired.push_back((mb.uid_validity, mb.removals));
-        if self.retired.len() > MAX_RETIRED {
-            self.retired.pop_front();
+        if !mb.removals.kept() {
+            return;
+        }
+        let retired = self.retired.get_or_insert_with(Box::default);
+        retired.push_back((mb.uid_validity, mb.removals));
+        if retired.len() > MAX_RETIRED {
+            retired.pop_front();
         }
     }
 
@@ -258,6 +263,7 @@ impl Account {
             .map(|m| &m.removals)
             .or_else(|| {
                 self.retired
+                    .as_deref()?
                     .iter()
                     .find(|(uv, _)| *uv == uid_validity)
                     .map(|(_, r)| r)
@@ -487,7 +493,7 @@ impl Store {
             folders: BTreeMap::new(),
             // Clients that only show subscribed mailboxes show INBOX.
             subscribed: BTreeSet::from(["INBOX".to_string()]),
-            retired: VecDeque::new(),
+            retired: None,
         }
     }
 

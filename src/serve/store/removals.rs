@@ -12,26 +12,35 @@ const MAX_REMOVED: usize = 4096;
 /// someone [`Removals::keep`]s them (JMAP, when it hands out a state that names the
 /// mailbox): a load over SMTP, IMAP or POP3 alone pays nothing for it.
 #[derive(Debug, Default)]
-pub struct Removals {
+pub struct Removals(Option<Box<Log>>);
+
+/// The kept removals: a mailbox that was never synced over JMAP holds only the empty
+/// pointer above (every IMAP session's mailbox carries one: a few bytes, not a log).
+#[derive(Debug, Default)]
+struct Log {
     log: VecDeque<(u64, u32)>,
     floor: u64,
-    kept: bool,
 }
 
 impl Removals {
+    /// Whether removals are kept (JMAP handed out a state naming the mailbox).
+    pub fn kept(&self) -> bool {
+        self.0.is_some()
+    }
+
     /// Keeps the removals from now on.
     pub fn keep(&mut self) {
-        self.kept = true;
+        self.0.get_or_insert_with(Box::default);
     }
 
     pub(super) fn record(&mut self, version: u64, uid: u32) {
-        if !self.kept {
+        let Some(l) = self.0.as_mut() else {
             return;
-        }
-        self.log.push_back((version, uid));
-        while self.log.len() > MAX_REMOVED {
-            if let Some((v, _)) = self.log.pop_front() {
-                self.floor = self.floor.max(v);
+        };
+        l.log.push_back((version, uid));
+        while l.log.len() > MAX_REMOVED {
+            if let Some((v, _)) = l.log.pop_front() {
+                l.floor = l.floor.max(v);
             }
         }
     }
@@ -39,8 +48,9 @@ impl Removals {
     /// The UIDs removed after `version`, or `None` when some of them are forgotten (or
     /// were never kept).
     pub fn since(&self, version: u64) -> Option<impl Iterator<Item = u32> + '_> {
-        (self.kept && version >= self.floor).then(|| {
-            self.log
+        let l = self.0.as_deref()?;
+        (version >= l.floor).then(|| {
+            l.log
                 .iter()
                 .filter(move |(v, _)| *v > version)
                 .map(|(_, uid)| *uid)
