@@ -512,24 +512,45 @@ hold = "1s"
 warm-up = "0s"
 cool-down = "0s"
 smtp = ["${server.smtp}", "--duration", "1s"]
-thresholds = ["sweep.find_max.answer == 3", "sweep.find_max.held == 1"]
+thresholds = ["sweep.find_max.answer >= 1", "sweep.find_max.held == 1"]
 "#,
     )
     .unwrap();
     let (o, out) = run_scenario(&file);
     assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
+    let fm = &sweep_json(&out.join("01-max"))["find_max"];
+    let answer = fm["answer"].as_u64().unwrap();
     assert!(
-        o.stdout.contains("threshold ok: sweep.find_max.answer = 3"),
+        o.stdout
+            .contains(&format!("threshold ok: sweep.find_max.answer = {answer}")),
         "{}",
         o.stdout
     );
-    let fm = &sweep_json(&out.join("01-max"))["find_max"];
     let values: Vec<u64> = fm["probes"]
         .as_array()
         .unwrap()
         .iter()
         .map(|p| p["value"].as_u64().unwrap())
         .collect();
-    // 1, 2, then 4 capped at --up-to 3, then the hold at 3.
-    assert_eq!(values, vec![1, 2, 3, 3], "{fm:#}");
+    match fm["generator_limit"].as_u64() {
+        // 1, 2, then 4 capped at --up-to 3, then the hold at 3.
+        None => {
+            assert_eq!(answer, 3, "{fm:#}");
+            assert_eq!(values, vec![1, 2, 3, 3], "{fm:#}");
+        }
+        // On a machine busy with other work the generator, sharing it with its embedded
+        // server, may be the limit first: that load is probed twice (a retry), never
+        // counted as the server's failure, and the answer is the load below it.
+        Some(g) => {
+            assert!(answer < g, "{fm:#}");
+            let at_limit: Vec<&str> = fm["probes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|p| p["value"] == g && p["kind"] != "hold")
+                .map(|p| p["outcome"].as_str().unwrap())
+                .collect();
+            assert_eq!(at_limit, ["generator", "generator"], "{fm:#}");
+        }
+    }
 }
