@@ -180,7 +180,6 @@ pub struct Session {
     alive: Arc<AtomicBool>,
     /// The session is closing its stream: what the server does next is not an error.
     closing: Arc<AtomicBool>,
-    next_rr: usize,
     stanza: String,
     /// --roster all: the bare JIDs (lowercase) asked for a subscription and not answered.
     asked: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
@@ -192,6 +191,9 @@ pub struct Session {
     /// The session logged in once; the server refused its login (it does not try again).
     ever_online: bool,
     refused: bool,
+    /// Where the round robin over recipients goes on (u32: beside the flags above it
+    /// fits the word a usize took; a waiting session's size is held to 4 KiB).
+    next_rr: u32,
 }
 
 /// IQs waiting for their reply, by id: the reader hands each reply over.
@@ -209,7 +211,7 @@ impl Session {
             sm: None,
             alive: Arc::new(AtomicBool::new(false)),
             closing: Arc::new(AtomicBool::new(false)),
-            next_rr: id + 1,
+            next_rr: (id + 1) as u32,
             stanza: String::new(),
             asked: Arc::default(),
             replies: Arc::default(),
@@ -333,9 +335,9 @@ impl Session {
             }
         }
         for k in 0..n {
-            let i = (self.next_rr + k) % n;
+            let i = (self.next_rr as usize + k) % n;
             if ok(i) {
-                self.next_rr = i + 1;
+                self.next_rr = (i + 1) as u32;
                 return Some(i);
             }
         }
