@@ -15,10 +15,23 @@ use spate::serve::{self, faults};
 
 /// `spate verify RUN --maildir ROOT`, and the verify.json it wrote.
 async fn verify(run: &Path, root: &Path) -> (common::Output, serde_json::Value) {
+    verify_with(run, root, &[]).await
+}
+
+/// [`verify`] with more options.
+async fn verify_with(
+    run: &Path,
+    root: &Path,
+    extra: &[&str],
+) -> (common::Output, serde_json::Value) {
     let (run, root) = (run.to_path_buf(), root.to_str().unwrap().to_string());
-    tokio::task::spawn_blocking(move || common::verify_maildir(&run, &root, &[]))
-        .await
-        .unwrap()
+    let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        common::verify_maildir(&run, &root, &extra)
+    })
+    .await
+    .unwrap()
 }
 
 /// A server storing into the Maildir `root` that lies on purpose: (lose, duplicate, seed)
@@ -464,13 +477,7 @@ async fn a_message_still_in_the_queue_is_not_called_lost() {
         )
         .unwrap();
     }
-    let (v, j) = {
-        let (run, root) = (run.clone(), root.to_str().unwrap().to_string());
-        let q = queue.to_str().unwrap().to_string();
-        tokio::task::spawn_blocking(move || common::verify_maildir(&run, &root, &["--queue", &q]))
-            .await
-            .unwrap()
-    };
+    let (v, j) = verify_with(&run, &root, &["--queue", queue.to_str().unwrap()]).await;
     assert_eq!(j["missing"], 1, "{j}");
     assert_eq!(j["still_queued"].as_u64(), Some(lost - 1), "{j}");
     assert_eq!(v.code, Some(1), "{v:?}");
@@ -482,13 +489,7 @@ async fn a_message_still_in_the_queue_is_not_called_lost() {
         format!("N\x2aX-Spate-Trace: run={run_id}; seq={lost_seq}; sent=1\x00"),
     )
     .unwrap();
-    let (v, j) = {
-        let (run, root) = (run.clone(), root.to_str().unwrap().to_string());
-        let q = queue.to_str().unwrap().to_string();
-        tokio::task::spawn_blocking(move || common::verify_maildir(&run, &root, &["--queue", &q]))
-            .await
-            .unwrap()
-    };
+    let (v, j) = verify_with(&run, &root, &["--queue", queue.to_str().unwrap()]).await;
     assert_eq!(j["missing"], 0, "{j}");
     assert!(v.stdout.contains("INCOMPLETE: "), "{}", v.stdout);
     assert!(!v.stdout.contains("lost\n"), "{}", v.stdout);

@@ -167,6 +167,12 @@ async fn an_overwritten_run_keeps_nothing_of_the_earlier_one() {
     .unwrap();
     std::fs::write(out.join("missing.tsv"), "seq\trcpt\n").unwrap();
     std::fs::write(out.join("notes.txt"), "keep\n").unwrap();
+    // A symlink of a results file's name pointing at a user's file: what it points at is
+    // never removed or written through (only plain files spate writes are removed).
+    let users = cwd.path().join("users-report.html");
+    std::fs::write(&users, "mine\n").unwrap();
+    std::fs::remove_file(out.join("report.html")).unwrap();
+    std::os::unix::fs::symlink(&users, out.join("report.html")).unwrap();
     let o = spate_in(
         cwd.path(),
         &["smtp", &addr, "-n", "7", "-q", "-o", &o_s, "--overwrite"],
@@ -184,6 +190,7 @@ async fn an_overwritten_run_keeps_nothing_of_the_earlier_one() {
         std::fs::read_to_string(out.join("notes.txt")).unwrap(),
         "keep\n"
     );
+    assert_eq!(std::fs::read_to_string(&users).unwrap(), "mine\n");
     let s: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     assert_eq!(s["totals"]["attempted"], 7);
