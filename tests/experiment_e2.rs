@@ -81,7 +81,7 @@ fn e2_postfix_ldap_one_minute_with_outage() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    let inject = out.join("03-inject");
+    let inject = out.join("04-inject");
     let summary: Value = serde_json::from_str(&read(&inject.join("summary.json"))).unwrap();
     let accepted = summary["totals"]["accepted"].as_f64().unwrap();
     let rejected = summary["totals"]["rejected"].as_f64().unwrap();
@@ -222,13 +222,27 @@ fn e2_postfix_ldap_one_minute_with_outage() {
 
 /// The directory slowed down instead of stopped (a delaying proxy in front of slapd):
 /// answers later than Postfix's 5 s lookup timeout bring 451s while the delay lasts, and
-/// none before or after; every accepted message still arrives.
+/// none before or after; every accepted message still arrives. The same run on a bed
+/// whose store costs 100 ms a message, one at a time (`--delivery-cost`, E2's queue
+/// variant): delivery cannot keep up with 20 messages a second, so the queue grows while
+/// the load runs, fewer are delivered than injected when it ends, and the rest arrive
+/// during the drain — the two causes (a slow directory, a slow store) in one report.
 #[test]
-fn e2_postfix_ldap_slow_directory() {
+fn e2_postfix_ldap_slow_directory_and_slow_store() {
     let tmp = tempfile::tempdir().unwrap();
     let Some(bed) = Bed::up(
         &tmp.path().join("bed"),
-        &["--ldap", "--users", "500", "--port-offset", "auto"],
+        &[
+            "--ldap",
+            "--users",
+            "500",
+            "--port-offset",
+            "auto",
+            "--delivery-cost",
+            "100ms",
+            "--in-flow-delay",
+            "1s",
+        ],
     ) else {
         return;
     };
@@ -241,7 +255,8 @@ fn e2_postfix_ldap_slow_directory() {
         .args(["--set", "sessions=20", "--set", "rate=1200/min"])
         .args(["--set", "outage=slow", "--set", "slow_delay=6s"])
         .args(["--set", "outage_at=8s", "--set", "outage_for=12s"])
-        .args(["--set", "verify_wait=1m", "--out"])
+        .args(["--set", "queue_every=1s"])
+        .args(["--set", "verify_wait=2m", "--out"])
         .arg(&out)
         .envs(&bed.env)
         .output()
@@ -263,7 +278,7 @@ fn e2_postfix_ldap_slow_directory() {
         )
     };
     let (slowing, fast) = (at("slowing "), at("fast "));
-    let inject = out.join("03-inject");
+    let inject = out.join("04-inject");
     let mut n451 = 0.0;
     for line in read(&inject.join("errors.jsonl")).lines() {
         let e: Value = serde_json::from_str(line).unwrap();
@@ -283,10 +298,81 @@ fn e2_postfix_ldap_slow_directory() {
     assert_eq!(summary["totals"]["rejected"].as_f64().unwrap(), n451);
     let verify: Value = serde_json::from_str(&read(&inject.join("verify.json"))).unwrap();
     assert_eq!(verify["ok"], true, "{verify}");
-    // The proxy is gone and Postfix asks slapd directly again.
+    // The proxy stayed in Postfix's path with no delay: the spell changed only its delay,
+    // and Postfix was never reloaded during the load (a reload restarts the queue manager,
+    // and the deliveries it had in flight stay in the queue, already delivered, until the
+    // next queue manager's 300 s wakeup, which it logs as "skipped, still being delivered").
     let cf = read(&bed.dir.join("postfix/ldap-vmailbox.cf"));
-    assert!(cf.contains(bed.var("SPATE_LDAP")), "{cf}");
-    assert!(!bed.dir.join("ldap/proxy.pid").exists());
+    assert!(cf.contains(bed.var("SPATE_LDAP_PROXY")), "{cf}");
+    assert_eq!(read(&bed.dir.join("ldap/proxy.delay")).trim(), "0");
+    let log = read(Path::new(bed.var("SPATE_POSTFIX_LOG")));
+    assert!(
+        !log.contains("still being delivered"),
+        "the queue manager restarted"
+    );
+
+    // The slow store. Every delivery went through its relay and paid the cost: the relay
+    // counted exactly the accepted messages (one recipient each).
+    let accepted = summary["totals"]["accepted"].as_f64().unwrap();
+    assert!(accepted >= 200.0, "{accepted}");
+    let stats = read(Path::new(bed.var("SPATE_STORE_STATS")));
+    assert!(
+        stats.starts_with(&format!("messages={accepted} ")),
+        "{stats} vs {accepted} accepted"
+    );
+    // Fewer delivered than injected when the load ended; the rest during the drain.
+    let deliveries = csv(&inject.join("deliveries.csv"));
+    let (ti, tdl) = (col(&deliveries, "injected"), col(&deliveries, "delivered"));
+    let end = deliveries
+        .iter()
+        .rposition(|r| r[ti] != "injected" && num(&r[ti]) > 0.0)
+        .expect("something was injected");
+    let sum = |rows: &[Vec<String>], c: usize| rows.iter().map(|r| num(&r[c])).sum::<f64>();
+    let (injected, delivered_in_load) = (
+        sum(&deliveries[1..=end], ti),
+        sum(&deliveries[1..=end], tdl),
+    );
+    assert_eq!(injected, accepted);
+    assert!(
+        delivered_in_load < injected,
+        "{delivered_in_load} delivered of {injected} at the end of the load"
+    );
+    let after = sum(&deliveries[end + 1..], tdl);
+    assert_eq!(delivered_in_load + after, accepted);
+    assert_eq!(verify["delivered"].as_f64().unwrap(), accepted, "{verify}");
+    // The queue's depth, sampled through the whole scenario: it rose over the run (its
+    // deepest point is deeper than the first sample) and was empty at the end.
+    let queue = csv(&out.join("03-queue/queue.csv"));
+    assert_eq!(
+        queue[0].join(","),
+        "time,incoming,active,deferred,hold,store_messages"
+    );
+    let depth: Vec<f64> = queue[1..]
+        .iter()
+        .map(|r| num(&r[1]) + num(&r[2]) + num(&r[3]))
+        .collect();
+    let deepest = depth.iter().cloned().fold(0.0, f64::max);
+    assert!(
+        depth.len() >= 3 && deepest >= 20.0 && deepest > depth[0],
+        "{depth:?}"
+    );
+    // e2-minutes' figures, in the report: the backlog when the load ended, the drain.
+    let m: Value = serde_json::from_str(&read(&out.join("06-postal/minutes.json"))).unwrap();
+    assert_eq!(m["injected"].as_f64().unwrap(), accepted, "{m}");
+    assert_eq!(
+        m["backlog_at_load_end"].as_f64().unwrap(),
+        injected - delivered_in_load,
+        "{m}"
+    );
+    assert!(m["drain_s"].as_f64().is_some(), "{m}");
+    let minutes = csv(&inject.join("minutes.csv"));
+    let notes: Vec<&str> = minutes[1..].iter().map(|r| r[11].as_str()).collect();
+    assert!(notes.iter().any(|n| n.contains("load ends")), "{notes:?}");
+    assert!(
+        notes.iter().any(|n| n.contains("LDAP slowing")),
+        "{notes:?}"
+    );
+    assert!(stdout.contains("backlog at end of load"), "{stdout}");
 }
 
 /// scripts/e2-minutes on made-up minutes: the first of two minutes with more injected

@@ -582,3 +582,156 @@ async fn a_message_in_the_wrong_mailbox_is_misdelivered() {
         text(&o)
     );
 }
+
+/// Runs `cmd` until its stderr shows the verify wait's progress line, then sends it
+/// SIGTERM (by its PID) and waits for it to exit, bounded: a wait that does not hear the
+/// signal would go on for the whole `--verify-wait` (10 minutes here).
+fn term_during_the_wait(cmd: &mut Command) -> (Option<i32>, String) {
+    use std::io::{BufRead, BufReader};
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut err = String::new();
+    loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(120))
+            .unwrap_or_else(|_| panic!("no verify progress line: {err}"));
+        err.push_str(&line);
+        err.push('\n');
+        if line.starts_with("verify: ") && line.contains(" missing, waited ") {
+            break;
+        }
+    }
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("still waiting for deliveries 120 s after SIGTERM: {err}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    while let Ok(line) = rx.recv_timeout(Duration::from_secs(5)) {
+        err.push_str(&line);
+        err.push('\n');
+    }
+    (status.code(), err)
+}
+
+/// SIGTERM while `spate smtp --verify-wait` waits for deliveries (here: a Maildir nothing
+/// is delivered to) ends the wait: verify.json is written, with every delivery not found
+/// listed as missing, the verdict INCOMPLETE (not judged lost) and why. It used to be
+/// unheard: the load's signal listener was gone, and the wait went on to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_the_verify_wait_and_writes_what_was_found() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("mail");
+    let elsewhere = tmp.path().join("nothing-arrives-here");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let mut cfg = serve::Config::loopback();
+    cfg.store.maildir = Some(root.clone());
+    let server = serve::start(cfg).await.unwrap();
+    let addr = server.addrs.smtp.unwrap().to_string();
+    let run = tmp.path().join("run");
+    let src = format!("maildir:{}", elsewhere.display());
+    let mut cmd = Command::new(SPATE);
+    cmd.args(["smtp", &addr, "-n", "12", "-u", "2", "-q"])
+        .args(["--to", "user{0..3}@example.test"])
+        .args(["--verify", &src, "--verify-wait", "10m", "-o"])
+        .arg(&run);
+    let (code, err) = tokio::task::spawn_blocking(move || term_during_the_wait(&mut cmd))
+        .await
+        .unwrap();
+
+    // A run stopped by SIGTERM during its load does not wait for deliveries at all: one
+    // last read, and the verdict says why nothing more was waited for.
+    let stopped = tmp.path().join("stopped");
+    let mut child = Command::new(SPATE)
+        .args(["smtp", &addr, "--rate", "20/s", "--duration", "10m", "-q"])
+        .args(["--to", "user{0..3}@example.test"])
+        .args(["--verify", &src, "--verify-wait", "10m", "-o"])
+        .arg(&stopped)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while !stopped.join("sent.log").is_file()
+        || std::fs::metadata(stopped.join("sent.log")).unwrap().len() < 200
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "the load never began"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t.elapsed() > Duration::from_secs(240) {
+            let _ = child.kill();
+            panic!("spate smtp went on after SIGTERM");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    server.shutdown().await;
+    assert_eq!(status.code(), Some(143));
+    let v = verify_json(&stopped);
+    assert!(v["expected"].as_u64().unwrap() > 0, "{v}");
+    assert_eq!(v["missing"], v["expected"], "{v}");
+    assert_eq!(
+        v["wait_cut_short"], "the run was stopped by SIGTERM: no wait for deliveries",
+        "{v}"
+    );
+    assert_eq!(code, Some(1), "{err}");
+    let v = verify_json(&run);
+    assert_eq!(v["expected"], 12, "{v}");
+    assert_eq!(v["missing"], 12, "{v}");
+    assert_eq!(v["ok"], false, "{v}");
+    let cut = v["wait_cut_short"].as_str().unwrap_or_default();
+    assert!(cut.starts_with("SIGTERM during the wait"), "{v}");
+    let verdict = v["verdict"].as_str().unwrap();
+    assert!(
+        verdict.starts_with("INCOMPLETE: the wait for deliveries was cut short")
+            && verdict.contains("12 deliveries not found by then"),
+        "{verdict}"
+    );
+    // The run's own files are complete beside it.
+    assert!(run.join("summary.json").is_file() && run.join("missing.tsv").is_file());
+
+    // `spate verify --wait` on the same run: the same, instead of dying on the signal
+    // with nothing written.
+    std::fs::remove_file(run.join("verify.json")).unwrap();
+    let mut cmd = Command::new(SPATE);
+    cmd.arg("verify")
+        .arg(&run)
+        .arg("--maildir")
+        .arg(&elsewhere)
+        .args(["--wait", "10m"]);
+    let (code, err) = term_during_the_wait(&mut cmd);
+    assert_eq!(code, Some(1), "{err}");
+    let v = verify_json(&run);
+    assert_eq!(v["missing"], 12, "{v}");
+    assert!(
+        v["wait_cut_short"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("SIGTERM during the wait"),
+        "{v}"
+    );
+}

@@ -348,7 +348,9 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     println!("results: {}", finished.dir.display());
     let code = match watch {
         Some(w) => {
-            let code = w.finish(&finished.dir).await?;
+            let code = w
+                .finish(&finished.dir, finished.summary.interrupted_by.as_deref())
+                .await?;
             // Again, now with the delivery section.
             if let Err(e) = crate::report::write_report(&finished.dir) {
                 eprintln!("spate: warning: no HTML report: {e:#}");

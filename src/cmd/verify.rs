@@ -81,11 +81,16 @@ pub async fn run(args: Args, _ctx: &Ctx) -> anyhow::Result<ExitCode> {
         show: args.common.show,
         progress: true,
         queue: args.queue.clone(),
+        cut: None,
     };
+    // Ctrl-C or SIGTERM during --wait: the wait ends, what was found is written.
+    let (cut, listener) = crate::verify::cut_on_signal();
+    job.cut = Some(cut);
     let report = tokio::task::spawn_blocking(move || {
         let mut ledger = Ledger::new(rules);
         run_blocking(&mut job, &mut ledger)
     })
-    .await??;
-    Ok(exit_code(&report))
+    .await;
+    listener.abort();
+    Ok(exit_code(&report??))
 }

@@ -135,6 +135,8 @@ impl Column {
 
 /// A number as people read it in a table: at most 4 significant digits after the point.
 pub fn show(v: Option<f64>) -> String {
+    // An empty sum is -0.0 (f64's Sum starts there): nothing counted shows as 0, never "-0".
+    let v = v.map(|v| if v == 0.0 { 0.0 } else { v });
     match v {
         None => "-".into(),
         Some(v) if v.fract() == 0.0 && v.abs() < 1e15 => format!("{v:.0}"),
@@ -187,4 +189,19 @@ pub fn print_and_write(
         std::fs::write(path, text)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::show;
+
+    #[test]
+    fn nothing_counted_shows_as_zero_not_minus_zero() {
+        // `inject.errors.code.451` over a run without a 451 sums no rows.
+        let empty: f64 = std::iter::empty::<f64>().sum();
+        assert_eq!(show(Some(empty)), "0");
+        assert_eq!(show(Some(-0.0)), "0");
+        assert_eq!(show(Some(-2.0)), "-2");
+        assert_eq!(show(None), "-");
+    }
 }

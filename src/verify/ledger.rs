@@ -177,6 +177,10 @@ pub struct Report {
     pub start_us: i64,
     /// What the source has to say beside the counts (a server that refused push).
     pub notes: Vec<String>,
+    /// The wait for deliveries was cut short (Ctrl-C or SIGTERM, or the run itself was
+    /// stopped by one): what, and after how long of how long. Deliveries not found by
+    /// then are listed as missing but not judged lost.
+    pub wait_cut: Option<String>,
 }
 
 /// Why whole-second arrival times cannot time deliveries that take under a second.
@@ -432,6 +436,7 @@ impl Ledger {
             rules: Vec::new(),
             start_us: log.start_us,
             notes: Vec::new(),
+            wait_cut: None,
         };
         for m in &log.messages {
             if m.outcome != SentOutcome::Accepted {

@@ -108,6 +108,28 @@ pub struct Job {
     /// An MTA's queue directory (Postfix's): a delivery not found whose message is still
     /// there is `queued`, not missing.
     pub queue: Option<PathBuf>,
+    /// Set (to why) when Ctrl-C or SIGTERM arrives during the wait, or before it when the
+    /// run itself was stopped by one: the wait ends, what was found is written and the
+    /// verdict says the check was cut short (see [`cut_on_signal`]).
+    pub cut: Option<Arc<std::sync::OnceLock<String>>>,
+}
+
+/// Listens for Ctrl-C and SIGTERM while a check waits for deliveries: the first one sets
+/// the returned cell, and [`run_blocking`] then stops waiting and writes what it found
+/// (without this, a signal during a long `--verify-wait` went unheard: the load's own
+/// listener is gone by then). Abort the task when the check is done.
+pub fn cut_on_signal() -> (
+    Arc<std::sync::OnceLock<String>>,
+    tokio::task::JoinHandle<()>,
+) {
+    let cell = Arc::new(std::sync::OnceLock::new());
+    let set = cell.clone();
+    let mut signals = crate::engine::Signals::new();
+    let task = tokio::spawn(async move {
+        let s = signals.recv().await;
+        let _ = set.set(format!("{} during the wait", s.name()));
+    });
+    (cell, task)
 }
 
 /// The sequence numbers of run `run`'s messages in an MTA's queue directory now: the
@@ -192,7 +214,25 @@ pub fn run_blocking(job: &mut Job, ledger: &mut Ledger) -> anyhow::Result<Report
             report = Some(ledger.report(&log));
         }
         let r = report.as_ref().expect("computed above");
-        if r.complete() || !waiting {
+        if r.complete() {
+            break;
+        }
+        if let Some(why) = job.cut.as_ref().and_then(|c| c.get()) {
+            let mut r = ledger.report(&log);
+            let waited = t0.elapsed();
+            r.wait_cut = Some(if waited < Duration::from_secs(1) {
+                why.clone()
+            } else {
+                format!(
+                    "{why}, after {} of {}",
+                    units::fmt_duration(waited),
+                    units::fmt_duration(job.wait.unwrap_or_default())
+                )
+            });
+            report = Some(r);
+            break;
+        }
+        if !waiting {
             break;
         }
         if job.progress && last_print.elapsed() >= Duration::from_secs(1) {
@@ -383,8 +423,14 @@ impl Watch {
 
     /// Stops watching and verifies the run in `dir`; the exit status of the check.
     /// A run that ends before (the server refused, the results directory could not be
-    /// made) drops the watch instead: see `Drop`.
-    pub async fn finish(mut self, dir: &Path) -> anyhow::Result<ExitCode> {
+    /// made) drops the watch instead: see `Drop`. `stopped_by`: the signal that stopped
+    /// the run (its summary's `interrupted_by`): then there is no wait, one last read.
+    /// Ctrl-C or SIGTERM during the wait ends it the same way.
+    pub async fn finish(
+        mut self,
+        dir: &Path,
+        stopped_by: Option<&str>,
+    ) -> anyhow::Result<ExitCode> {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.task.take() {
             let _ = t.await;
@@ -409,14 +455,24 @@ impl Watch {
             show: 20,
             progress: true,
             queue: self.queue.clone(),
+            cut: None,
         };
+        let (cut, listener) = cut_on_signal();
+        if let Some(sig) = stopped_by {
+            let _ = cut.set(format!(
+                "the run was stopped by {sig}: no wait for deliveries"
+            ));
+            job.wait = Some(Duration::ZERO);
+        }
+        job.cut = Some(cut);
         let ledger = self.ledger.clone();
         let report = tokio::task::spawn_blocking(move || {
             let mut l = ledger.lock().unwrap_or_else(|p| p.into_inner());
             run_blocking(&mut job, &mut l)
         })
-        .await??;
-        Ok(exit_code(&report))
+        .await;
+        listener.abort();
+        Ok(exit_code(&report??))
     }
 }
 

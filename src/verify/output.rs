@@ -153,6 +153,7 @@ fn json(r: &Report, source: &str) -> serde_json::Value {
         },
         "rules": r.rules,
         "notes": r.notes,
+        "wait_cut_short": r.wait_cut,
         "ok": r.ok(),
         "verdict": verdict(r),
     })
@@ -199,6 +200,22 @@ pub fn verdict(r: &Report) -> String {
                 String::new()
             }
         ));
+    }
+    if let (Some(cut), true) = (
+        &r.wait_cut,
+        r.duplicated + r.corrupted + r.misdelivered == 0,
+    ) {
+        if r.rules.iter().all(|x| x.ok) {
+            return format!(
+                "INCOMPLETE: the wait for deliveries was cut short ({cut}): {} deliveries not found by then (listed as missing, not judged lost{}): verify again with spate verify DIR --wait",
+                r.missing_count() + r.queued.len() as u64,
+                if r.queued.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {} of them still in the MTA's queue", r.queued.len())
+                }
+            );
+        }
     }
     if why.is_empty() && !r.queued.is_empty() {
         return format!(
