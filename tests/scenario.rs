@@ -196,6 +196,21 @@ fn thresholds_pass_and_fail_against_a_real_run() {
     assert_eq!(summary["command"], j["steps"][0]["argv"]);
     assert_eq!(summary["command"][1], "smtp");
     assert!(d.path().join("res/scenario.toml").is_file());
+    // The scenario's own page says at the top that thresholds broke, and which.
+    let page = std::fs::read_to_string(d.path().join("res/report.html")).unwrap();
+    assert!(
+        page.contains("THRESHOLDS FAILED (exit 99): every step ran, 0 of 1 scenario threshold(s) and 1 step threshold(s) broke"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<td>p99(smtp.transaction) &lt; 1us</td>") && page.contains("BROKE: "),
+        "{page}"
+    );
+    assert!(
+        page.contains("<a href=\"01-inject/report.html\">"),
+        "{page}"
+    );
+    assert!(d.path().join("res/01-inject/report.html").is_file());
 
     // The same run with only thresholds that hold exits 0.
     let text = std::fs::read_to_string(d.path().join("s.toml"))
@@ -204,6 +219,17 @@ fn thresholds_pass_and_fail_against_a_real_run() {
     write(d.path(), "s.toml", &text);
     let o = spate(&["run", "s.toml", "--out", "res2"], d.path());
     assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    let page = std::fs::read_to_string(d.path().join("res2/report.html")).unwrap();
+    assert!(
+        page.contains("PASSED: every step ran, 1 scenario threshold(s) held"),
+        "{page}"
+    );
+    // `spate report` renders it again from the directory.
+    std::fs::remove_file(d.path().join("res/report.html")).unwrap();
+    let o = spate(&["report", "res"], d.path());
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    let page = std::fs::read_to_string(d.path().join("res/report.html")).unwrap();
+    assert!(page.contains("THRESHOLDS FAILED (exit 99)"), "{page}");
 }
 
 #[test]
@@ -314,6 +340,11 @@ fn hooks_run_in_order_and_a_failing_hook_stops_the_scenario() {
         .map(|s| s["status"].as_str().unwrap())
         .collect();
     assert_eq!(status, ["ok", "ok", "failed", "skipped"]);
+    let page = std::fs::read_to_string(res.join("report.html")).unwrap();
+    assert!(
+        page.contains("FAILED (exit 1): step two did not succeed"),
+        "{page}"
+    );
     // A hook's own JSON files are metrics too.
     assert_eq!(
         j["steps"][1]["thresholds"][0]["pass"], true,

@@ -37,7 +37,9 @@ pub fn run(args: Args, _ctx: &Ctx) -> anyhow::Result<ExitCode> {
         return crate::usage(format!("{}: no such directory", args.dir.display()));
     }
     let a_run = args.dir.join("summary.json").is_file();
-    let a_matrix = crate::report::matrix::is_matrix(&args.dir);
+    // A scenario's directory: its own page (each step's report is its step's).
+    let a_matrix = crate::report::matrix::is_matrix(&args.dir)
+        || crate::report::scenario::is_scenario(&args.dir);
     if !a_run
         && !a_matrix
         && !Sweep::is_sweep(&args.dir)
@@ -49,7 +51,14 @@ pub fn run(args: Args, _ctx: &Ctx) -> anyhow::Result<ExitCode> {
         ));
     }
     if args.text && a_matrix {
-        print!("{}", std::fs::read_to_string(args.dir.join("matrix.csv"))?);
+        let table = ["matrix.csv", "report.csv"]
+            .iter()
+            .map(|f| args.dir.join(f))
+            .find(|p| p.is_file());
+        match table {
+            Some(p) => print!("{}", std::fs::read_to_string(p)?),
+            None => println!("(this scenario has no report columns: see its report.html)"),
+        }
         return Ok(ExitCode::SUCCESS);
     }
     if args.text {

@@ -7,6 +7,7 @@ pub mod compare;
 pub mod data;
 pub mod html;
 pub mod matrix;
+pub mod scenario;
 pub mod sweep;
 pub mod text;
 
@@ -16,12 +17,15 @@ use anyhow::Context as _;
 
 use data::{Run, Sweep};
 
-/// Renders the HTML report of `dir` (a run, a sweep or a scenario matrix) into `out`.
+/// Renders the HTML report of `dir` (a run, a sweep, a scenario or a scenario matrix)
+/// into `out`.
 pub fn render_to(dir: &Path, out: &Path) -> anyhow::Result<()> {
     let html = if Sweep::is_sweep(dir) {
         sweep::render_sweep(&Sweep::read(dir)?)
     } else if matrix::is_matrix(dir) {
         matrix::render_matrix(dir)?
+    } else if scenario::is_scenario(dir) {
+        scenario::render_scenario(dir)?
     } else {
         html::render_run(&Run::read(dir)?)
     };

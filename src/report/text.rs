@@ -10,6 +10,20 @@ fn d(us: u64) -> String {
     fmt_duration(Duration::from_micros(us))
 }
 
+/// A number as people read it in a table: at most 4 significant digits after the point;
+/// `-` for a value that could not be had.
+pub fn table_number(v: Option<f64>) -> String {
+    // An empty sum is -0.0 (f64's Sum starts there): nothing counted shows as 0, never "-0".
+    let v = v.map(|v| if v == 0.0 { 0.0 } else { v });
+    match v {
+        None => "-".into(),
+        Some(v) if v.fract() == 0.0 && v.abs() < 1e15 => format!("{v:.0}"),
+        Some(v) if v.abs() >= 100.0 => format!("{v:.1}"),
+        Some(v) if v.abs() >= 1.0 => format!("{v:.3}"),
+        Some(v) => format!("{v:.4}"),
+    }
+}
+
 pub fn render(s: &Summary) -> String {
     let mut o = String::new();
     headline(&mut o, s);

@@ -80,6 +80,10 @@ pub async fn execute(
         "report": report.iter().map(|(t, v)| json!({"title": t, "value": v})).collect::<Vec<_>>(),
     });
     std::fs::write(out.join("scenario.json"), format!("{doc:#}\n"))?;
+    // The scenario's own page: passed or not and why, its steps linked to their reports.
+    if let Err(e) = crate::report::write_report(&out) {
+        eprintln!("spate run: warning: no scenario report page: {e:#}");
+    }
     print_summary(sc, &records, &globals, &report, &out)?;
     println!("results: {}", out.display());
     Ok(ExitCode::from(exit))

@@ -133,18 +133,8 @@ impl Column {
     }
 }
 
-/// A number as people read it in a table: at most 4 significant digits after the point.
-pub fn show(v: Option<f64>) -> String {
-    // An empty sum is -0.0 (f64's Sum starts there): nothing counted shows as 0, never "-0".
-    let v = v.map(|v| if v == 0.0 { 0.0 } else { v });
-    match v {
-        None => "-".into(),
-        Some(v) if v.fract() == 0.0 && v.abs() < 1e15 => format!("{v:.0}"),
-        Some(v) if v.abs() >= 100.0 => format!("{v:.1}"),
-        Some(v) if v.abs() >= 1.0 => format!("{v:.3}"),
-        Some(v) => format!("{v:.4}"),
-    }
-}
+/// A number as people read it in a table (the report pages show it the same way).
+pub use crate::report::text::table_number as show;
 
 /// Prints rows under a header with aligned columns, and writes them as CSV.
 pub fn print_and_write(
