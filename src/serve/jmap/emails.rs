@@ -127,21 +127,17 @@ pub fn query(ctx: &Ctx<'_>, args: &Map<String, Value>) -> Answer {
     ctx.with(|a| {
         let found = sel.ids(a);
         let total = found.len();
-        let start = match &q.anchor {
-            Some(anchor) => {
-                let at = found
-                    .iter()
-                    .position(|id| id == anchor)
-                    .ok_or_else(|| fail("anchorNotFound", anchor.clone()))?;
-                (at as i64 + q.anchor_offset).clamp(0, total as i64) as usize
-            }
-            None if q.position < 0 => total.saturating_sub(q.position.unsigned_abs() as usize),
-            None => (q.position as usize).min(total),
-        };
         let limit = q
             .limit
             .map_or(MAX_OBJECTS, |l| (l as usize).min(MAX_OBJECTS));
-        let ids: Vec<&String> = found[start..].iter().take(limit).collect();
+        let (start, ids) = methods::query_window(
+            &found,
+            |id| id,
+            q.anchor.as_ref(),
+            q.anchor_offset,
+            q.position,
+            limit,
+        )?;
         let mut out = json!({"accountId": ctx.account, "queryState": ctx.state(a),
             "canCalculateChanges": true, "position": start, "ids": ids});
         if q.limit.is_some_and(|l| l as usize > MAX_OBJECTS) {
@@ -179,16 +175,7 @@ struct GetArgs {
 pub fn get(ctx: &Ctx<'_>, args: &Map<String, Value>) -> Answer {
     let g: GetArgs = parse(args)?;
     let want = methods::ids_within_limit(g.ids)?;
-    let mut properties: Vec<String> = match g.properties {
-        Some(p) => p,
-        None => email::DEFAULT.iter().map(|s| s.to_string()).collect(),
-    };
-    if let Some(p) = properties.iter().find(|p| !email::known(p)) {
-        return Err(fail("invalidArguments", format!("unknown property {p}")));
-    }
-    if !properties.iter().any(|p| p == "id") {
-        properties.insert(0, "id".into());
-    }
+    let properties = methods::properties(g.properties, email::DEFAULT, email::known)?;
     let body_properties: Vec<String> = match g.body_properties {
         Some(p) => p,
         None => body::DEFAULT_PROPERTIES

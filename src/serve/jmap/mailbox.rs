@@ -123,19 +123,7 @@ struct GetArgs {
 pub fn get(ctx: &Ctx<'_>, args: &Map<String, Value>) -> Answer {
     let a: GetArgs = parse(args)?;
     let want = methods::ids_within_limit(a.ids)?;
-    let mut properties: Vec<String> = match a.properties {
-        Some(p) => p,
-        None => PROPERTIES.iter().map(|s| s.to_string()).collect(),
-    };
-    if let Some(p) = properties
-        .iter()
-        .find(|p| !PROPERTIES.contains(&p.as_str()))
-    {
-        return Err(fail("invalidArguments", format!("unknown property {p}")));
-    }
-    if !properties.iter().any(|p| p == "id") {
-        properties.insert(0, "id".into());
-    }
+    let properties = methods::properties(a.properties, PROPERTIES, |p| PROPERTIES.contains(&p))?;
     ctx.with(|acc| {
         let all = infos(acc);
         let list: Vec<Value> = all
@@ -317,19 +305,15 @@ pub fn query(ctx: &Ctx<'_>, args: &Map<String, Value>) -> Answer {
             found = as_tree(found);
         }
         let total = found.len();
-        let start = match &q.anchor {
-            Some(anchor) => {
-                let at = found
-                    .iter()
-                    .position(|m| &m.id == anchor)
-                    .ok_or_else(|| fail("anchorNotFound", anchor.clone()))?;
-                (at as i64 + q.anchor_offset).clamp(0, total as i64) as usize
-            }
-            None if q.position < 0 => total.saturating_sub(q.position.unsigned_abs() as usize),
-            None => (q.position as usize).min(total),
-        };
         let limit = q.limit.map_or(usize::MAX, |l| l as usize);
-        let ids: Vec<&String> = found[start..].iter().take(limit).map(|m| &m.id).collect();
+        let (start, ids) = methods::query_window(
+            &found,
+            |m| &m.id,
+            q.anchor.as_ref(),
+            q.anchor_offset,
+            q.position,
+            limit,
+        )?;
         let mut out = json!({"accountId": ctx.account, "queryState": ctx.state(acc),
             "canCalculateChanges": false, "position": start, "ids": ids});
         if q.calculate_total {

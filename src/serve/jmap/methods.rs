@@ -111,6 +111,51 @@ pub fn ids_within_limit(ids: Option<Vec<String>>) -> Result<Option<Vec<String>>,
     }
 }
 
+/// A /get's `properties` (RFC 8620 §5.1): those asked for, or `default`; one that
+/// `known` does not know is `invalidArguments`; "id" is always among them.
+pub fn properties(
+    asked: Option<Vec<String>>,
+    default: &[&str],
+    known: impl Fn(&str) -> bool,
+) -> Result<Vec<String>, Failure> {
+    let mut properties: Vec<String> =
+        asked.unwrap_or_else(|| default.iter().map(|s| s.to_string()).collect());
+    if let Some(p) = properties.iter().find(|p| !known(p)) {
+        return Err(fail("invalidArguments", format!("unknown property {p}")));
+    }
+    if !properties.iter().any(|p| p == "id") {
+        properties.insert(0, "id".into());
+    }
+    Ok(properties)
+}
+
+/// A /query's window on its sorted result (RFC 8620 §5.5): from `anchor` (an id that must
+/// be in `found`, `anchorNotFound` if not) moved by `anchor_offset`, or else from
+/// `position` (negative: from the end), clamped to the result; at most `limit` ids.
+/// The start and the ids.
+pub fn query_window<'a, T>(
+    found: &'a [T],
+    id: impl Fn(&'a T) -> &'a String,
+    anchor: Option<&String>,
+    anchor_offset: i64,
+    position: i64,
+    limit: usize,
+) -> Result<(usize, Vec<&'a String>), Failure> {
+    let total = found.len();
+    let start = match anchor {
+        Some(anchor) => {
+            let at = found
+                .iter()
+                .position(|x| id(x) == anchor)
+                .ok_or_else(|| fail("anchorNotFound", anchor.clone()))?;
+            (at as i64 + anchor_offset).clamp(0, total as i64) as usize
+        }
+        None if position < 0 => total.saturating_sub(position.unsigned_abs() as usize),
+        None => (position as usize).min(total),
+    };
+    Ok((start, found[start..].iter().take(limit).map(id).collect()))
+}
+
 /// A /changes `maxChanges`: positive when given (RFC 8620 §5.2).
 pub fn max_changes(max: Option<u64>) -> Result<Option<usize>, Failure> {
     match max {
