@@ -1252,5 +1252,34 @@ async fn stream_management_draws_the_line_at_the_servers_acknowledgement() {
     );
     // Sessions log in again after a drop, and enable it again.
     assert!(sm["enabled"].as_u64().unwrap() > 4, "{sm}");
+    // The run's totals agree with the ledger: a stanza in doubt (one recipient each) is
+    // indeterminate there too, not accepted, and every unit is in exactly one class.
+    let totals = |s: &serde_json::Value, k: &str| s["totals"][k].as_u64().unwrap();
+    let one_class = |s: &serde_json::Value| {
+        // (common::summary checks attempted = accepted + rejected + failed + unfinished,
+        // indeterminate among the failed.)
+        assert!(
+            totals(s, "indeterminate") <= totals(s, "failed"),
+            "{}",
+            s["totals"]
+        );
+    };
+    assert_eq!(totals(&s, "indeterminate"), n("indeterminate"), "{x}");
+    one_class(&s);
+
+    // Without stream management every stanza in flight when a stream died is in doubt:
+    // the totals said 0 indeterminate while the ledger counted them (and accepted held
+    // them).
+    let mut off = a.clone();
+    off.push("--no-stream-management");
+    let out = dir.path().join("drops-off");
+    let o = xmpp(&off, "pw", &out).await;
+    assert!(o.code.is_some(), "{o:?}");
+    let s = common::summary(&out);
+    let x = &s["extra"]["xmpp"];
+    let n = |k: &str| x[k].as_u64().unwrap();
+    assert!(n("indeterminate") > 0, "{x}");
+    assert_eq!(totals(&s, "indeterminate"), n("indeterminate"), "{x}");
+    one_class(&s);
     running.shutdown().await;
 }

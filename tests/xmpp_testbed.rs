@@ -385,6 +385,18 @@ fn prosody_streams_cut_by_the_network_are_resumed_and_nothing_is_in_doubt() {
     }
     assert_eq!(x["delivered"], x["expected"], "{x}");
     assert_eq!(sm["acknowledged"], x["sent"], "{x}");
+    // The stanzas the slow network held when the streams died were unacknowledged then
+    // (resumed or not, that is what the count says: it read 0 for resumed streams), and
+    // those written again after the resumption are stanzas out like any other.
+    let n = |k: &str| sm[k].as_u64().unwrap();
+    assert!(n("unacknowledged_when_a_stream_died") > 0, "{sm}");
+    assert!(n("written_again") > 0, "{sm}");
+    assert_eq!(
+        s["totals"]["stanzas_out"].as_u64().unwrap(),
+        x["sent"].as_u64().unwrap() + n("written_again"),
+        "{sm} {}",
+        s["totals"]
+    );
 }
 
 /// A bed of Prosody alone with `users` accounts and XEP-0198 (mod_smacks) on.

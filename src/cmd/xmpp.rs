@@ -452,6 +452,23 @@ impl Observer for LedgerReport {
     fn finish(&mut self, summary: &mut Summary) {
         let a = self.0.account();
         let t = a.total;
+        // A stanza is counted accepted when it is written; one in flight when its stream
+        // died (no acknowledgement from the server) that not every recipient got may or
+        // may not have been taken: the run's totals count it indeterminate (a failure
+        // whose outcome is unknown, as an SMTP message whose end of data went out
+        // without a reply), as the ledger does its deliveries. Each unit stays in
+        // exactly one class: accepted, rejected, failed (indeterminate among these) or
+        // unfinished.
+        let doubt = a.stanzas_in_doubt.min(summary.totals.accepted);
+        if doubt > 0 {
+            summary.totals.accepted -= doubt;
+            summary.totals.failed += doubt;
+            summary.totals.indeterminate += doubt;
+            summary.warnings.push(format!(
+                "{doubt} stanzas were in flight, unacknowledged, when their stream died and not every recipient got them: counted indeterminate, not accepted ({} deliveries in doubt)",
+                t.indeterminate
+            ));
+        }
         if t.missing > 0 {
             let first: Vec<String> = a
                 .missing_sample
@@ -505,7 +522,7 @@ impl Observer for LedgerReport {
         if sm(0) > 0 {
             x["stream_management"] = serde_json::json!({
                 "enabled": sm(0), "acknowledged": sm(1), "unacknowledged_when_a_stream_died": sm(2),
-                "resumed": sm(3),
+                "resumed": sm(3), "written_again": sm(4),
             });
         }
         if let Some((cpu, window)) = server_cpu(summary) {

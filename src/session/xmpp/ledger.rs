@@ -60,8 +60,9 @@ pub struct Ledger {
     /// every other session already.
     pub roster: [std::sync::atomic::AtomicU64; 3],
     /// XEP-0198: sessions that enabled it, stanzas the server acknowledged, stanzas not
-    /// acknowledged when their stream died (and not resumed), streams resumed.
-    pub sm: [std::sync::atomic::AtomicU64; 4],
+    /// acknowledged when their stream died (resumed or not), streams resumed, stanzas
+    /// written again after a resumption.
+    pub sm: [std::sync::atomic::AtomicU64; 5],
 }
 
 /// One kind's account (or all kinds').
@@ -101,6 +102,11 @@ pub struct Account {
     pub kinds: Vec<(&'static str, Counts)>,
     /// The first stanzas that lack some deliveries.
     pub missing_sample: Vec<Missing>,
+    /// Stanzas in doubt (in flight when their stream died, not acknowledged) that some
+    /// recipient never got: the run counted them accepted when it wrote them; their
+    /// outcome is unknown, so the run's totals count them indeterminate instead.
+    #[serde(skip)]
+    pub stanzas_in_doubt: u64,
 }
 
 impl Ledger {
@@ -263,10 +269,16 @@ impl Ledger {
             }
         }
         open.truncate(20);
+        let stanzas_in_doubt = l
+            .open
+            .values()
+            .filter(|o| o.doubt && o.got < o.want)
+            .count() as u64;
         Account {
             total,
             kinds,
             missing_sample: open,
+            stanzas_in_doubt,
         }
     }
 }

@@ -295,6 +295,11 @@ impl Session {
                     // else (the reader's answers come after): the queue keeps the wire's
                     // order.
                     let again = sm.resumed(h, &self.s.ledger);
+                    // Written on the wire again: stanzas out, as any other.
+                    report
+                        .counters
+                        .count(phase::STANZAS_OUT, again.len() as u64);
+                    report.counters.bytes += again.iter().map(|b| b.len() as u64).sum::<u64>();
                     if !again.is_empty() {
                         let mut bytes = again.concat();
                         bytes.extend_from_slice(sm::REQUEST.as_bytes());

@@ -86,10 +86,17 @@ impl Sm {
 
     /// The server resumed the stream, having handled `h` of our stanzas: those are
     /// acknowledged, the rest are to be written again (returned, and kept in the queue).
+    /// The stanzas unacknowledged when the stream died are counted as such here, as for
+    /// a stream that is not resumed (nothing is written while it is dead), and the
+    /// stanzas written again are counted too.
     pub fn resumed(&self, h: u64, ledger: &Ledger) -> Vec<Box<[u8]>> {
+        let unacked = self.lock().iter().filter(|e| e.0.is_some()).count() as u64;
+        ledger.stream_management(0, 0, unacked);
         self.acknowledged(h, ledger);
         ledger.sm[3].fetch_add(1, Ordering::Relaxed);
-        self.lock().iter().filter_map(|e| e.1.clone()).collect()
+        let again: Vec<Box<[u8]>> = self.lock().iter().filter_map(|e| e.1.clone()).collect();
+        ledger.sm[4].fetch_add(again.len() as u64, Ordering::Relaxed);
+        again
     }
 
     /// A stanza was read.
