@@ -192,8 +192,10 @@ async fn a_run_that_delivered_nothing_fails() {
     let o = xmpp(&target, &args, &out).await;
     assert_eq!(o.code, Some(1), "{o:?}");
     let s = common::summary(&out);
-    let accepted = total(&s, "accepted");
-    assert!(accepted > 0, "{}", s["totals"]);
+    // Written, then in doubt with their streams: indeterminate, none accepted.
+    assert!(total(&s, "stanzas_out") > 0, "{}", s["totals"]);
+    assert!(total(&s, "indeterminate") > 0, "{}", s["totals"]);
+    assert_eq!(total(&s, "accepted"), 0, "{}", s["totals"]);
     assert_eq!(total(&s, "delivered"), 0, "{}", s["totals"]);
     assert!(
         o.stdout.contains(
@@ -249,4 +251,41 @@ async fn a_cpu_per_delivery_over_a_handful_of_deliveries_says_so() {
         .unwrap_or_else(|| panic!("no server CPU line: {}", o.stdout));
     assert!(line.contains("over only 1 deliveries"), "{line}");
     assert!(line.contains("not a cost per delivery"), "{line}");
+}
+
+/// Every login breaks (the server closes the connection at SASL without an answer: not a
+/// refusal, so it is tried again): a run bounded by its count makes one login attempt per
+/// unit and ends when its 40 units are done, each failed. It used to wait out a growing
+/// back-off (0.1 s doubling to 30 s) before each unit's attempt: 20 units a session
+/// took over 6 minutes, past this test's hang guard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_counted_run_whose_logins_break_ends_after_its_count() {
+    let running = start(&accounts(2, |_| "right"), |c| {
+        c.faults
+            .drops
+            .push(spate::serve::faults::parse_drop("xmpp-login:1").unwrap());
+    })
+    .await;
+    let target = running.addrs.xmpp.unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let args = ["--user-pattern", "user{0..1}@example.test", "--users", "2"];
+    let args = [&args[..], &["-n", "40", "--wait", "1s"]].concat();
+    let mut a: Vec<String> = vec!["xmpp".into(), target.clone()];
+    a.extend(args.iter().map(|s| s.to_string()));
+    a.extend(["-o".into(), out.to_string_lossy().into_owned()]);
+    let env = vec![("SPATE_PASSWORD".to_string(), "right".to_string())];
+    let o = run_tool_env(common::SPATE, a, env, LIMIT).await;
+    assert_eq!(o.code, Some(1), "{o:?}");
+    let s = common::summary(&out);
+    assert_eq!(total(&s, "attempted"), 40, "{}", s["totals"]);
+    assert_eq!(total(&s, "failed"), 40, "{}", s["totals"]);
+    // Each session's first login (before its units), then one attempt per unit, each
+    // dropped by the server.
+    use spate::serve::faults::{FaultKind, FaultPoint};
+    assert_eq!(
+        running.stats.faults(FaultPoint::XmppLogin, FaultKind::Drop),
+        2 + 40
+    );
+    running.shutdown().await;
 }

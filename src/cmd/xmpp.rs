@@ -867,7 +867,8 @@ impl Verdict {
         use std::sync::atomic::Ordering::SeqCst;
         let t = &summary.totals;
         let ledger = s.ledger.account().total;
-        let nothing_sent = t.attempted > 0 && t.accepted == 0;
+        // Indeterminate stanzas went out (their streams died under them).
+        let nothing_sent = t.attempted > 0 && t.accepted + t.indeterminate == 0;
         // Raw stanzas are not in the ledger: a run of them alone expects no delivery.
         let sent_for_delivery = ledger.sent > 0 || ledger.expected > 0;
         Verdict {

@@ -63,7 +63,7 @@ fn headline(o: &mut String, s: &Summary) {
         c.failed,
         if c.indeterminate > 0 {
             format!(
-                " ({} indeterminate: the end of data went out, no final reply came; the server may have them)",
+                " ({} indeterminate: sent whole, and no final answer came before the connection or stream died; the server may have them)",
                 c.indeterminate
             )
         } else {
