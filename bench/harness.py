@@ -24,7 +24,11 @@ Command templates (environment), placeholders in braces:
 If the template's program does not exist the rows read 'spate: not built'.
 
 Results: a markdown table per configuration on stdout and in bench/results/latest.md, every
-single run in bench/results/latest.csv.
+single run in bench/results/latest.csv. Each configuration's spate/peer ratios are then
+compared with the recorded table, bench/results/reference.csv (the runs the README's
+figures come from; --reference FILE for another): a ratio of msgs/s that fell, or of
+generator CPU per message that rose, by more than --tolerance (10 %) is marked REGRESSED,
+on stdout and in latest.md. `--update-reference` makes this run the recorded table.
 """
 
 import argparse
@@ -563,8 +567,76 @@ def cmd_peers(args):
         sink.close()
         shutil.rmtree(workdir, ignore_errors=True)
     md = render_peers(rows, configs, tools, args, spate_cmd, started, sink.cmd)
+    if args.sink == "smtp-sink":
+        ref = args.reference or os.path.join(RESULTS, "reference.csv")
+        lines, regressed = against_reference(rows, ref, args.tolerance)
+        md += "\n" + "\n".join(lines)
+        if regressed:
+            log(f"REGRESSED: {regressed} configuration(s) against {ref} (see the table)")
     print(md)
     write_results(md, rows, "latest" if args.sink == "smtp-sink" else "latest-serve")
+    if args.update_reference and rows:
+        with open(os.path.join(RESULTS, "reference.csv"), "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+            w.writeheader()
+            w.writerows(rows)
+        log("this run is now the recorded table (results/reference.csv)")
+
+
+def medians_by_config(rows):
+    """{config: {tool: (msgs/s, generator CPU-µs/msg)}}, medians of the runs that counted."""
+    out = {}
+    for r in rows:
+        rate, gcpu = r.get("msgs_per_s"), r.get("gen_cpu_us")
+        if rate in (None, "") or not r.get("accepted"):
+            continue
+        out.setdefault(r["config"], {}).setdefault(r["tool"], []).append((float(rate), float(gcpu or 0)))
+    return {c: {t: (median([x[0] for x in v]), median([x[1] for x in v])) for t, v in tools.items()}
+            for c, tools in out.items()}
+
+
+def ratios(meds):
+    """{(config, peer): (spate/peer msgs/s, spate/peer generator CPU-µs/msg)}."""
+    out = {}
+    for cfg, tools in meds.items():
+        sp = tools.get("spate")
+        for peer, pr in tools.items():
+            if peer == "spate" or not sp or not pr[0] or not pr[1]:
+                continue
+            out[(cfg, peer)] = (sp[0] / pr[0], sp[1] / pr[1] if sp[1] else None)
+    return out
+
+
+def against_reference(rows, path, tolerance):
+    """The markdown lines comparing this run's ratios with the recorded table's, and how
+    many configurations regressed (None when there is no recorded table)."""
+    try:
+        with open(path, newline="") as f:
+            recorded = ratios(medians_by_config(list(csv.DictReader(f))))
+    except OSError:
+        return [f"(no recorded table at {path}: nothing to compare with)"], None
+    now = ratios(medians_by_config(rows))
+    lines = [f"## Against the recorded table ({os.path.relpath(path, HERE)})\n",
+             f"Ratios of spate to each peer measured in the same run, so that the machine's speed cancels; "
+             f"REGRESSED when the msgs/s ratio fell or the generator CPU ratio rose by more than {100 * tolerance:.0f} %.\n",
+             "| config | peer | msgs/s ratio: recorded → now | gen CPU ratio: recorded → now | verdict |",
+             "|---|---|---|---|---|"]
+    regressed = 0
+    for key in sorted(now):
+        if key not in recorded:
+            continue
+        (r0, c0), (r1, c1) = recorded[key], now[key]
+        why = []
+        if r1 < r0 * (1 - tolerance):
+            why.append(f"msgs/s ratio {100 * (r1 / r0 - 1):+.0f} %")
+        if c0 and c1 and c1 > c0 * (1 + tolerance):
+            why.append(f"CPU ratio {100 * (c1 / c0 - 1):+.0f} %")
+        regressed += bool(why)
+        verdict = ("REGRESSED: " + ", ".join(why)) if why else "held"
+        lines.append(f"| {key[0]} | {key[1]} | ×{fmt(r0, 2)} → ×{fmt(r1, 2)} | "
+                     f"×{fmt(c0, 2)} → ×{fmt(c1, 2)} | {verdict} |")
+    lines.append(f"\n{regressed} configuration(s) regressed against the recorded table.\n")
+    return lines, regressed
 
 
 def render_peers(rows, configs, tools, args, spate_cmd, started, sink_cmd):
@@ -750,6 +822,12 @@ def main():
                         "--discard (SERVE_CMD; PIPELINING and CHUNKING); results in "
                         "results/latest.md or results/latest-serve.md")
     p.add_argument("--pause", type=float, default=0.5, help="seconds between runs")
+    p.add_argument("--reference", default=None,
+                   help="the recorded table to compare ratios with (default results/reference.csv)")
+    p.add_argument("--tolerance", type=float, default=0.10,
+                   help="a ratio that moves by more than this share is a regression (0.10)")
+    p.add_argument("--update-reference", action="store_true",
+                   help="make this run the recorded table")
     p.add_argument("--wait-idle", type=float, default=20.0,
                    help="before each run wait up to this many seconds for the CPUs to be < 25%% busy")
     s = sub.add_parser("serve", help="smtp-source against smtp-sink and spate serve")
