@@ -1299,3 +1299,50 @@ async fn stream_management_draws_the_line_at_the_servers_acknowledgement() {
     one_class(&s);
     running.shutdown().await;
 }
+
+/// `--settle`: after the logins (40 sessions, each login's presence sent by the embedded
+/// server to every session online), the traffic waits until the sessions read next to
+/// nothing for 2 s; summary.json says what the wait found. Every stanza read in the run
+/// was read either during the logins, during the wait or by the units' traffic, and the
+/// traffic's deliveries are all there. A bad MAX is bad input.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settle_waits_for_the_login_storm_to_pass() {
+    let users: String = (0..40).map(|i| format!("u{i}@{DOMAIN} pw\n")).collect();
+    let running = start(Some(&users), &[DOMAIN]).await;
+    let addr = running.addrs.xmpp.unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        addr.as_str(),
+        "--user-pattern",
+        "u{0..39}@example.test",
+        "--users",
+        "40",
+        "-n",
+        "40",
+        "--settle",
+        "60s",
+        "--wait",
+        "2s",
+    ];
+    let s = load(&args, "pw", &dir.path().join("r")).await;
+    let st = &s["extra"]["xmpp"]["settle"];
+    assert_eq!(st["settled"], true, "{st}");
+    assert_eq!(st["max_s"], 60.0, "{st}");
+    assert!(st["stanzas_read"].as_u64().is_some(), "{st}");
+    assert!(
+        st["rule"]
+            .as_str()
+            .unwrap()
+            .starts_with("the sessions read at most 5 stanzas a second for 2 s"),
+        "{st}"
+    );
+    assert_eq!(s["extra"]["xmpp"]["delivered"], 40, "{}", s["extra"]);
+
+    let bad = [addr.as_str(), "--settle", "soon", "-n", "1"];
+    let o = xmpp(&bad, "pw", &dir.path().join("bad")).await;
+    assert_eq!(o.code, Some(2), "{o:?}");
+    assert!(o.stderr.starts_with("spate: --settle: "), "{}", o.stderr);
+    assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+    assert!(!dir.path().join("bad").exists());
+    running.shutdown().await;
+}

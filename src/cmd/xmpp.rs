@@ -177,6 +177,15 @@ pub struct Args {
         help_heading = "Messages"
     )]
     pub wait: String,
+    /// After every session has logged in, wait (at most this long) until what the logins
+    /// set off has passed before the traffic starts: each login's presence goes to every
+    /// contact online, and on a busy server that storm outlasts the logins by a minute.
+    /// Settled: the sessions together read at most one stanza a second per 50 sessions
+    /// (at least 5) for 2 s in a row. The measured window (the monitor's after_setup
+    /// figures: server CPU per delivery) opens after it; summary.json's
+    /// extra.xmpp.settle says how long it took and whether it settled.
+    #[arg(long, value_name = "MAX", help_heading = "Messages")]
+    pub settle: Option<String>,
     /// How each message picks its recipient among the other sessions.
     #[arg(long, value_enum, default_value_t = PickArg::Random, help_heading = "Messages")]
     pub pick: PickArg,
@@ -518,6 +527,15 @@ impl Observer for LedgerReport {
                 ));
             }
         }
+        if let Some(st) = self.0.settled() {
+            if !st.settled {
+                summary.warnings.push(format!(
+                    "--settle: the sessions were still reading {} stanzas over {:.0} s when the wait gave up: the measured window holds what the logins set off",
+                    st.stanzas_read, st.waited_s
+                ));
+            }
+            x["settle"] = serde_json::to_value(&st).unwrap_or_default();
+        }
         let sm = |i: usize| self.0.sm[i].load(std::sync::atomic::Ordering::Relaxed);
         if sm(0) > 0 {
             x["stream_management"] = serde_json::json!({
@@ -678,6 +696,12 @@ pub async fn load(args: Args, command: Vec<String>, progress: bool) -> anyhow::R
     // flight must cover it, or the engine would cut the sessions off first.
     let mut args = args;
     let wait = crate::units::parse_duration(&args.wait)?;
+    let settle = args
+        .settle
+        .as_deref()
+        .map(crate::units::parse_duration)
+        .transpose()
+        .map_err(|e| crate::UsageError(format!("--settle: {e}")))?;
     if crate::units::parse_duration(&args.output.grace)? < wait + Duration::from_secs(5) {
         args.output.grace = format!("{}s", wait.as_secs() + 5);
     }
@@ -735,6 +759,7 @@ pub async fn load(args: Args, command: Vec<String>, progress: bool) -> anyhow::R
         mix,
         raw,
         wait,
+        settle,
         addresses: (addresses.lo, addresses.hi),
         multicast_service: match &args.multicast_service {
             Some(jid) => service_jid(jid)?,

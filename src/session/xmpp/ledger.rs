@@ -63,6 +63,10 @@ pub struct Ledger {
     /// acknowledged when their stream died (resumed or not), streams resumed, stanzas
     /// written again after a resumption.
     pub sm: [std::sync::atomic::AtomicU64; 5],
+    /// Stanzas read by all sessions (what `--settle` watches).
+    pub read_total: std::sync::atomic::AtomicU64,
+    /// `--settle`: what the wait after the logins found.
+    settled: Mutex<Option<super::settle::Settled>>,
 }
 
 /// One kind's account (or all kinds').
@@ -215,6 +219,19 @@ impl Ledger {
                 self.sm[i].fetch_add(n, std::sync::atomic::Ordering::Relaxed);
             }
         }
+    }
+
+    /// `--settle`: the wait after the logins is over, with what it found.
+    pub fn settle(&self, s: super::settle::Settled) {
+        *self.settled.lock().unwrap_or_else(|p| p.into_inner()) = Some(s);
+    }
+
+    /// What the wait after the logins found, once it is over.
+    pub fn settled(&self) -> Option<super::settle::Settled> {
+        self.settled
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Deliveries still awaited.

@@ -16,6 +16,7 @@ pub(crate) mod login;
 pub mod phase;
 mod reader;
 mod refused;
+pub mod settle;
 mod sm;
 
 pub use kinds::{Account, Gate, Mix, RosterMode, Sasl, Traffic};
@@ -106,6 +107,9 @@ pub struct Settings {
     pub raw: Vec<String>,
     /// How long sessions keep reading after the last unit for deliveries still on the way.
     pub wait: Duration,
+    /// `--settle MAX`: after the logins, wait (at most MAX) until what they set off has
+    /// passed before the traffic starts (see [`settle`]).
+    pub settle: Option<Duration>,
     /// Multicast: recipients per message (drawn from the range), and the service's JID.
     pub addresses: (u32, u32),
     pub multicast_service: String,
@@ -149,6 +153,7 @@ impl Settings {
             mix: Mix::only(Traffic::Message),
             raw: Vec::new(),
             wait: Duration::ZERO,
+            settle: None,
             addresses: (1, 1),
             multicast_service: String::new(),
             run_id: String::new(),
@@ -758,6 +763,10 @@ impl Driver for Session {
             {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
+        }
+        if let Some(max) = self.s.settle {
+            // Part of the setup: the measured window (after_setup) opens after it.
+            settle::wait(&self.s, self.id, max).await;
         }
     }
 
