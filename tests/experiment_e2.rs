@@ -387,8 +387,8 @@ fn e2_minutes_marks_the_minute_the_server_falls_behind() {
         (5000, 4000, 900),
         (5000, 5400, 100),
         (5000, 3000, 2100),
-        (5000, 2500, 4600),
-        (5000, 2400, 7200),
+        (3000, 2500, 4600),
+        (3000, 2400, 7200),
     ];
     let base = chrono::Local::now()
         .date_naive()
@@ -421,6 +421,11 @@ fn e2_minutes_marks_the_minute_the_server_falls_behind() {
     let text = String::from_utf8_lossy(&o.stdout).to_string();
     assert!(o.status.success(), "{text}");
     assert!(text.contains("falls behind: from 10:03"), "{text}");
+    // And the injection fell in 10:04, below 90 % of the best whole minute before it.
+    assert!(
+        text.contains("injection falls: from 10:04 (minute 5): 5000 a minute before, 3000 after"),
+        "{text}"
+    );
     let rows = csv(&d.join("minutes.csv"));
     let marked: Vec<&str> = rows[1..]
         .iter()
