@@ -417,7 +417,10 @@ async fn a_shard_that_starts_late_says_so_and_the_merge_flags_it() {
     let late_s = late["extra"]["late_start_s"].as_f64().unwrap_or_else(|| {
         panic!("the late shard does not say so: {late}");
     });
-    assert!(late_s >= 2.0, "started after shard 0's 2 s: {late_s}");
+    // It began once shard 0's whole 2 s run was over: about 2 s late (1.988 s was seen:
+    // shard 0's run counts from its origin, set a little before the shared start), far
+    // beyond what the warning lets pass.
+    assert!(late_s > 1.5, "started after shard 0's 2 s: {late_s}");
     let said = warned(&late, "after its shared start (--start-at)");
     assert_eq!(said.len(), 1, "{late}");
 
