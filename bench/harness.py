@@ -612,15 +612,19 @@ def against_reference(rows, path, tolerance):
     many configurations regressed (None when there is no recorded table)."""
     try:
         with open(path, newline="") as f:
-            recorded = ratios(medians_by_config(list(csv.DictReader(f))))
+            recorded_meds = medians_by_config(list(csv.DictReader(f)))
     except OSError:
         return [f"(no recorded table at {path}: nothing to compare with)"], None
-    now = ratios(medians_by_config(rows))
+    recorded, now_meds = ratios(recorded_meds), medians_by_config(rows)
+    now = ratios(now_meds)
     lines = [f"## Against the recorded table ({os.path.relpath(path, HERE)})\n",
              f"Ratios of spate to each peer measured in the same run, so that the machine's speed cancels; "
              f"REGRESSED when the msgs/s ratio fell or the generator CPU ratio rose by more than {100 * tolerance:.0f} %.\n",
-             "| config | peer | msgs/s ratio: recorded → now | gen CPU ratio: recorded → now | verdict |",
-             "|---|---|---|---|---|"]
+             "The CPU-µs/msg columns are absolute: on the same machine they tell whether spate "
+             "or the peer moved (a peer that ran faster today makes spate's ratio look worse).\n",
+             "| config | peer | msgs/s ratio: recorded → now | gen CPU ratio: recorded → now | "
+             "spate CPU-µs/msg: recorded → now | peer CPU-µs/msg: recorded → now | verdict |",
+             "|---|---|---|---|---|---|---|"]
     regressed = 0
     for key in sorted(now):
         if key not in recorded:
@@ -633,8 +637,11 @@ def against_reference(rows, path, tolerance):
             why.append(f"CPU ratio {100 * (c1 / c0 - 1):+.0f} %")
         regressed += bool(why)
         verdict = ("REGRESSED: " + ", ".join(why)) if why else "held"
+        cpu = lambda meds, tool: meds.get(key[0], {}).get(tool, (None, None))[1]
         lines.append(f"| {key[0]} | {key[1]} | ×{fmt(r0, 2)} → ×{fmt(r1, 2)} | "
-                     f"×{fmt(c0, 2)} → ×{fmt(c1, 2)} | {verdict} |")
+                     f"×{fmt(c0, 2)} → ×{fmt(c1, 2)} | "
+                     f"{fmt(cpu(recorded_meds, 'spate'), 1)} → {fmt(cpu(now_meds, 'spate'), 1)} | "
+                     f"{fmt(cpu(recorded_meds, key[1]), 1)} → {fmt(cpu(now_meds, key[1]), 1)} | {verdict} |")
     lines.append(f"\n{regressed} configuration(s) regressed against the recorded table.\n")
     return lines, regressed
 
