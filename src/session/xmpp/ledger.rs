@@ -63,7 +63,7 @@ pub struct Ledger {
     /// acknowledged when their stream died (resumed or not), streams resumed, stanzas
     /// written again after a resumption.
     pub sm: [std::sync::atomic::AtomicU64; 5],
-    /// Stanzas read by all sessions (what `--settle` watches).
+    /// Stanzas read by all sessions, counted only with `--settle` (which watches it).
     pub read_total: std::sync::atomic::AtomicU64,
     /// `--settle`: what the wait after the logins found.
     settled: Mutex<Option<super::settle::Settled>>,

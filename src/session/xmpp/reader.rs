@@ -101,7 +101,10 @@ impl Reader {
 
     /// Handles one incoming stanza; a stream error ends the session.
     async fn stanza(&self, e: &Element) -> Option<Failure> {
-        self.s.ledger.read_total.fetch_add(1, Ordering::Relaxed);
+        if self.s.settle.is_some() {
+            // Only --settle reads it: no shared counter touched per stanza otherwise.
+            self.s.ledger.read_total.fetch_add(1, Ordering::Relaxed);
+        }
         if let Some(sm) = &self.sm {
             match e.local_name() {
                 "message" | "presence" | "iq" => sm.read(),
