@@ -153,10 +153,8 @@ pub struct Refused(pub String);
 impl Control {
     /// The control of a run of `workload`; `stop` is the run's stop flag.
     pub fn new(workload: &Workload, stop: Arc<AtomicBool>) -> Arc<Control> {
-        let (open, sessions) = match &workload.model {
-            Model::Closed { users, .. } => (false, *users),
-            Model::Open { max_in_flight, .. } => (true, *max_in_flight),
-        };
+        let open = matches!(workload.model, Model::Open { .. });
+        let sessions = workload.model.sessions();
         Arc::new(Control {
             tx: watch::Sender::new(Steer::default()),
             steered: AtomicBool::new(false),

@@ -257,10 +257,7 @@ pub async fn run<D: Driver>(
         stop: r.stop.clone(),
         on_unit: r.on_unit.take().map(Arc::new),
         give_up: worker::GiveUp::default(),
-        setup_done: worker::SetupDone::new(match &r.workload.model {
-            Model::Closed { users, .. } => *users as usize,
-            Model::Open { max_in_flight, .. } => *max_in_flight as usize,
-        }),
+        setup_done: worker::SetupDone::new(r.workload.model.sessions() as usize),
         control: r.control.clone(),
     });
     r.control.begin(r.clock);
@@ -295,7 +292,7 @@ pub async fn run<D: Driver>(
         serde_json::json!({"mean": (mean * 100.0).round() / 100.0, "max": max}),
     );
     let evidence = bound::Evidence {
-        open: matches!(r.workload.model, Model::Open { .. }),
+        open: matches!(r.workload.model, Model::Open { .. } | Model::Paced { .. }),
         counters: summary.totals,
         elapsed_s: summary.elapsed_s,
         cpu_pct: summary.generator_cpu_pct,
@@ -314,7 +311,7 @@ pub async fn run<D: Driver>(
             .map(|p| p.p50_us),
         in_flight_cap: match r.workload.model {
             Model::Open { max_in_flight, .. } => Some(u64::from(max_in_flight)),
-            Model::Closed { .. } => None,
+            Model::Closed { .. } | Model::Paced { .. } => None,
         },
         in_flight_max: max.max(0) as u64,
     };

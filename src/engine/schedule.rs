@@ -22,6 +22,24 @@ pub enum Model {
         arrival: Arrival,
         max_in_flight: u32,
     },
+    /// One session per simulated user, each on a schedule of its own: the driver says
+    /// when its next unit is due ([`crate::engine::Driver::due`]), the engine waits until
+    /// then and counts the unit's response from that time, as in the open model (a unit
+    /// that starts late waits in its response, never in a gap left out). A user's next
+    /// unit does wait for its last one to end, as one client's next command waits on its
+    /// connection.
+    Paced { users: u32 },
+}
+
+impl Model {
+    /// How many sessions the run has (closed and paced: its users; open: at most this
+    /// many units in flight).
+    pub fn sessions(&self) -> u32 {
+        match self {
+            Model::Closed { users, .. } | Model::Paced { users } => *users,
+            Model::Open { max_in_flight, .. } => *max_in_flight,
+        }
+    }
 }
 
 /// A validated workload: the model and its bounds.

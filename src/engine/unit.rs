@@ -49,6 +49,12 @@ pub trait Driver: Send + 'static {
         seq: u64,
         report: &mut UnitReport,
     ) -> impl Future<Output = Outcome> + Send;
+    /// A paced workload ([`crate::engine::Model::Paced`]): when this session's next unit
+    /// is due (run clock, µs), or None when it has nothing more to do. Asked once before
+    /// each unit; the other models never ask.
+    fn due(&mut self) -> Option<u64> {
+        None
+    }
     /// The session has to wait for its next unit (an arrival not yet due, a think
     /// time): a driver that keeps a connection open gives back what it need not hold
     /// while it waits (its read buffer). Not called when the next unit is ready at once.

@@ -38,10 +38,20 @@ enum Slots {
     },
     /// An open-model worker: arrivals the scheduler hands out.
     Open(usize, Arc<Dispatch>),
+    /// A paced user: the next sequence number of the run, when its driver says.
+    Paced {
+        next: Arc<AtomicU64>,
+        count: Option<u64>,
+        stop: Arc<AtomicBool>,
+        id: usize,
+        steer: watch::Receiver<Steer>,
+        control: Arc<Control>,
+    },
 }
 
 impl Slots {
-    async fn next(&mut self, clock: Clock, first: bool) -> Option<Slot> {
+    /// The next slot; `due` is what a paced session's driver said (the others ignore it).
+    async fn next(&mut self, clock: Clock, first: bool, due: Option<u64>) -> Option<Slot> {
         match self {
             Slots::Closed {
                 next,
@@ -85,6 +95,57 @@ impl Slots {
                 scheduled_us: at,
                 open: true,
             }),
+            Slots::Paced {
+                next,
+                count,
+                stop,
+                id,
+                steer,
+                control,
+            } => {
+                let due = due?;
+                if !until_due(clock, due, steer, stop).await {
+                    return None;
+                }
+                if control.held(*id) && !parked(steer, *id, stop).await {
+                    return None;
+                }
+                if stop.load(Ordering::Relaxed) {
+                    return None;
+                }
+                let seq = next.fetch_add(1, Ordering::Relaxed);
+                if count.is_some_and(|c| seq >= c) {
+                    return None;
+                }
+                Some(Slot {
+                    seq,
+                    scheduled_us: due,
+                    open: true,
+                })
+            }
+        }
+    }
+}
+
+/// Sleeps until `due` on the run clock; false when the run ended first. One timer per
+/// waiting session and a wake when the run ends: a hundred thousand idle users cost no
+/// polling.
+async fn until_due(
+    clock: Clock,
+    due: u64,
+    steer: &mut watch::Receiver<Steer>,
+    stop: &AtomicBool,
+) -> bool {
+    let at = tokio::time::Instant::from_std(clock.origin() + Duration::from_micros(due));
+    let sleep = tokio::time::sleep_until(at);
+    tokio::pin!(sleep);
+    loop {
+        if steer.borrow_and_update().ended || stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        tokio::select! {
+            _ = &mut sleep => return !stop.load(Ordering::Relaxed),
+            changed = steer.changed() => if changed.is_err() { return false },
         }
     }
 }
@@ -253,7 +314,7 @@ pub(super) fn spawn<D: Driver>(
 ) -> Option<Scheduler> {
     let rng = |id: usize| SmallRng::seed_from_u64(seed ^ (id as u64).wrapping_mul(0x9E37_79B9));
     let (sessions, scheduler, open_rx) = match &workload.model {
-        Model::Closed { users, .. } => (*users as usize, None, None),
+        Model::Closed { users, .. } | Model::Paced { users } => (*users as usize, None, None),
         Model::Open {
             profile,
             arrival,
@@ -313,6 +374,14 @@ pub(super) fn spawn<D: Driver>(
                     control: shared.control.clone(),
                 }
             }
+            (None, Model::Paced { .. }) => Slots::Paced {
+                next: next.clone(),
+                count: workload.count,
+                stop: shared.stop.clone(),
+                id,
+                steer: shared.control.subscribe(),
+                control: shared.control.clone(),
+            },
             (None, Model::Open { .. }) => unreachable!("an open model has its channel"),
         };
         // --connect-rate: session i starts i/rate after the start (closed workloads).
@@ -362,7 +431,8 @@ fn session<D: Driver>(
             // hold while it waits (see Driver::idle); one that is never waits, and never
             // reallocates.
             let slot = {
-                let mut next = std::pin::pin!(slots.next(shared.clock, first));
+                let due = driver.due();
+                let mut next = std::pin::pin!(slots.next(shared.clock, first, due));
                 match std::future::poll_fn(|cx| Poll::Ready(next.as_mut().poll(cx))).await {
                     Poll::Ready(slot) => slot,
                     Poll::Pending => {
@@ -892,5 +962,80 @@ mod tests {
                 "arrival {seq} started at {started} µs, due at {due}"
             );
         }
+    }
+
+    /// A paced user: units due at the times it lists, then nothing more.
+    struct Paced {
+        due: Vec<u64>,
+        ran: Arc<std::sync::Mutex<Vec<(u64, u64, u64)>>>,
+    }
+
+    impl Driver for Paced {
+        const WORDS: crate::results::UnitWords =
+            crate::results::UnitWords::new("units", "units/s", "sent", &[], true);
+        const PHASES: &'static [Phase] = &[];
+        fn due(&mut self) -> Option<u64> {
+            self.due.first().copied()
+        }
+        async fn run_one(&mut self, seq: u64, report: &mut UnitReport) -> Outcome {
+            let due = self.due.remove(0);
+            self.ran.lock().unwrap().push((seq, due, report.started()));
+            Outcome::Accepted
+        }
+        async fn finish(&mut self, _report: &mut UnitReport) {}
+    }
+
+    #[tokio::test]
+    async fn paced_users_run_each_unit_at_its_own_time_and_end_when_they_have_none() {
+        let users = 4u32;
+        let workload = workload(Model::Paced { users }, None, None);
+        let shared = shared(4, users as usize);
+        let ran = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut workers = JoinSet::new();
+        let r = ran.clone();
+        spawn(&workload, 1, &shared, &mut workers, move |id, _| Paced {
+            // User 2 has nothing to do at all.
+            due: match id {
+                2 => vec![],
+                _ => (0..3).map(|k| id as u64 * 700 + k * 3_000).collect(),
+            },
+            ran: r.clone(),
+        });
+        while workers.join_next().await.is_some() {}
+        let ran = ran.lock().unwrap();
+        assert_eq!(ran.len(), 9, "three units for each user with a schedule");
+        let mut seqs: Vec<u64> = ran.iter().map(|r| r.0).collect();
+        seqs.sort();
+        assert_eq!(seqs, (0..9).collect::<Vec<u64>>(), "one sequence for the run");
+        for (seq, due, started) in ran.iter() {
+            assert!(started >= due, "unit {seq} started at {started} µs, due at {due}");
+        }
+        let mut all = crate::metrics::Shard::declared(&[Phase::RESPONSE], &[]);
+        shared.recorder.drain_into(&mut all);
+        let response = all.hist(Phase::RESPONSE).expect("response timed");
+        assert_eq!(response.len(), 9, "every unit's response counts from its due time");
+    }
+
+    #[tokio::test]
+    async fn a_paced_user_waiting_for_a_unit_an_hour_away_ends_with_the_run() {
+        let workload = workload(Model::Paced { users: 2 }, None, None);
+        let shared = shared(2, 2);
+        let ran = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut workers = JoinSet::new();
+        let r = ran.clone();
+        spawn(&workload, 1, &shared, &mut workers, move |_, _| Paced {
+            due: vec![3_600_000_000],
+            ran: r.clone(),
+        });
+        tokio::task::yield_now().await;
+        shared.stop.store(true, Ordering::Relaxed);
+        shared.control.end();
+        // Bounded so that a session that never hears of the end fails the test rather
+        // than hang it.
+        let all = async { while workers.join_next().await.is_some() {} };
+        tokio::time::timeout(Duration::from_secs(300), all)
+            .await
+            .expect("the sessions end when the run does");
+        assert!(ran.lock().unwrap().is_empty(), "no unit ran");
     }
 }

@@ -296,7 +296,7 @@ impl Workload {
         }
         match &mut self.model {
             Model::Closed { .. } if !users_given => {}
-            Model::Closed { users, .. } => {
+            Model::Closed { users, .. } | Model::Paced { users } => {
                 if *users < n {
                     return too_few("--users", *users as u64);
                 }
