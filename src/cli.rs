@@ -43,6 +43,9 @@ pub enum Command {
     Xmpp(cmd::xmpp::Args),
     /// Load a JMAP mail server (RFC 8620/8621): mail clients' visits to their inbox.
     Jmap(cmd::jmap::Args),
+    /// A population of mail users, each following a profile's day (office, mobile,
+    /// SPECmail's), judged by the profile's quality of service.
+    Population(cmd::population::Args),
     /// Request/response load (line, length-prefixed or HTTP/1.1 framing; TLS with client
     /// identities): each request timed to its complete response, per class.
     Rr(cmd::rr::Args),
@@ -133,6 +136,7 @@ pub async fn dispatch(cli: Cli, ctx: Ctx) -> anyhow::Result<ExitCode> {
         }
         Command::Xmpp(args) => cmd::xmpp::run(args, &ctx).await,
         Command::Jmap(args) => cmd::jmap::run(args, &ctx).await,
+        Command::Population(args) => cmd::population::run(args, &ctx).await,
         Command::Rr(args) => cmd::rr::run(args, &ctx).await,
         Command::Ping(args) => cmd::ping::run(args, &ctx).await,
         Command::Serve(args) => cmd::serve::run(args, &ctx).await,
@@ -228,6 +232,7 @@ where
             | Command::Imap(_)
             | Command::Xmpp(_)
             | Command::Jmap(_)
+            | Command::Population(_)
             | Command::Rr(_)
             | Command::Ping(_)
             | Command::Sweep(_)

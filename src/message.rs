@@ -345,6 +345,7 @@ impl Factory {
             next_from: offset,
             date: (u64::MAX, String::new()),
             body: Vec::new(),
+            chosen: None,
         }
     }
 
@@ -471,6 +472,15 @@ pub struct Builder {
     date: (u64, String),
     /// A body of a size not seen yet, built here to take its digest before its header.
     body: Vec<u8>,
+    /// The next message's sender, recipients and body size, chosen by the caller.
+    chosen: Option<Chosen>,
+}
+
+/// A message's envelope and size chosen by the caller ([`Builder::choose`]).
+struct Chosen {
+    from: u32,
+    rcpts: Vec<u32>,
+    size: u64,
 }
 
 /// Where the body of a message being built comes from.
@@ -488,8 +498,30 @@ impl Builder {
         &self.factory
     }
 
+    /// The next message built goes from sender `from` to recipients `rcpts` (indices into
+    /// the factory's pools) with a generated body of `size` bytes, rather than what the
+    /// factory would draw: a simulated user sends as itself, to the people it writes to.
+    pub fn choose(&mut self, from: u32, rcpts: &[u32], size: u64) {
+        let mut c = self.chosen.take().unwrap_or(Chosen {
+            from: 0,
+            rcpts: Vec::new(),
+            size: 0,
+        });
+        c.from = from;
+        c.rcpts.clear();
+        c.rcpts.extend_from_slice(rcpts);
+        c.size = size.min(self.factory.size.hi);
+        self.chosen = Some(c);
+    }
+
     /// Chooses the envelope of message `seq` into `built`.
     pub fn envelope(&mut self, seq: u64, built: &mut Built) {
+        if let Some(c) = &self.chosen {
+            built.rcpts.clear();
+            built.rcpts.extend_from_slice(&c.rcpts);
+            built.from = c.from;
+            return;
+        }
         let f = &*self.factory;
         if let Some(seed) = f.seed {
             // Everything drawn for this message from here on (the size too) is the
@@ -542,8 +574,11 @@ impl Builder {
     pub fn build_head(&mut self, seq: u64, now_unix_us: u64, built: &mut Built, out: &mut Vec<u8>) {
         let f = &*self.factory;
         let from = &f.from.addrs[built.from as usize];
+        let chosen = self.chosen.as_ref().map(|c| c.size);
         let (digest, body_size, source, corpus) = if f.corpus.is_empty() {
-            let size = if f.size.is_fixed() {
+            let size = if let Some(size) = chosen {
+                size
+            } else if f.size.is_fixed() {
                 f.size.lo
             } else {
                 self.rng.random_range(f.size.lo..=f.size.hi)

@@ -9,6 +9,7 @@ pub mod jmap;
 pub mod mailbox;
 pub mod merge;
 pub mod ping;
+pub mod population;
 pub mod report;
 pub mod rr;
 pub mod run;

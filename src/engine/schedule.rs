@@ -28,7 +28,9 @@ pub enum Model {
     /// that starts late waits in its response, never in a gap left out). A user's next
     /// unit does wait for its last one to end, as one client's next command waits on its
     /// connection.
-    Paced { users: u32 },
+    Paced {
+        users: u32,
+    },
 }
 
 impl Model {

@@ -1006,14 +1006,25 @@ mod tests {
         assert_eq!(ran.len(), 9, "three units for each user with a schedule");
         let mut seqs: Vec<u64> = ran.iter().map(|r| r.0).collect();
         seqs.sort();
-        assert_eq!(seqs, (0..9).collect::<Vec<u64>>(), "one sequence for the run");
+        assert_eq!(
+            seqs,
+            (0..9).collect::<Vec<u64>>(),
+            "one sequence for the run"
+        );
         for (seq, due, started) in ran.iter() {
-            assert!(started >= due, "unit {seq} started at {started} µs, due at {due}");
+            assert!(
+                started >= due,
+                "unit {seq} started at {started} µs, due at {due}"
+            );
         }
         let mut all = crate::metrics::Shard::declared(&[Phase::RESPONSE], &[]);
         shared.recorder.drain_into(&mut all);
         let response = all.hist(Phase::RESPONSE).expect("response timed");
-        assert_eq!(response.len(), 9, "every unit's response counts from its due time");
+        assert_eq!(
+            response.len(),
+            9,
+            "every unit's response counts from its due time"
+        );
     }
 
     #[tokio::test]

@@ -1,6 +1,6 @@
 //! Thresholds: `p99(transaction) < 500ms`, `errors.rate < 0.1%`, `verify.missing == 0`.
 //!
-//! A metric is either a statistic of a phase (`p50 p90 p99 p999 min max mean count`, read
+//! A metric is either a statistic of a phase (`p50 p90 p95 p99 p999 min max mean count`, read
 //! from summary.json's `phases`) or a dotted path into the JSON files of a step's results
 //! directory: `a.b.c` is `b.c` of `a.json` when that file exists, else `a.b.c` of
 //! summary.json. So files and fields that commands add later work without changes here.
@@ -63,9 +63,10 @@ impl Op {
     }
 }
 
-const STATS: [(&str, &str); 8] = [
+const STATS: [(&str, &str); 9] = [
     ("p50", "p50_us"),
     ("p90", "p90_us"),
+    ("p95", "p95_us"),
     ("p99", "p99_us"),
     ("p999", "p999_us"),
     ("min", "min_us"),
@@ -373,6 +374,18 @@ impl Check {
             (Unit::Percent, _) => format!("{}%", num(v)),
             _ => num(v),
         }
+    }
+
+    /// The phase a phase statistic reads (`send` of `p95(send)`), None for other metrics.
+    pub fn phase_name(&self) -> Option<&str> {
+        self.stat?;
+        self.path.last().map(String::as_str)
+    }
+
+    /// What the check measures, apart from its limit: `p95_us send`, `errors rate`.
+    pub fn figure(&self) -> String {
+        let stat = self.stat.map_or("", |s| s.1);
+        format!("{stat} {}", self.path.join("."))
     }
 
     /// Whether the check can be watched while the run goes: its figure is in summary.json.

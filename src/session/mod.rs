@@ -7,6 +7,7 @@
 pub mod jmap;
 pub mod mailbox;
 pub mod phase;
+pub mod population;
 mod said;
 pub use said::{said, Said};
 pub mod rr;
@@ -35,6 +36,7 @@ pub fn all_phases() -> Vec<Phase> {
         xmpp::Session::PHASES,
         rr::Session::PHASES,
         jmap::Session::PHASES,
+        population::User::PHASES,
         crate::engine::unit::ENGINE_PHASES,
     ]
     .concat()
@@ -55,6 +57,7 @@ pub fn all_counters() -> Vec<crate::metrics::Counter> {
         xmpp::Session::COUNTERS,
         rr::Session::COUNTERS,
         jmap::Session::COUNTERS,
+        population::User::COUNTERS,
     ]
     .concat()
 }

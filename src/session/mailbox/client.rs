@@ -178,6 +178,8 @@ pub struct Imap {
     /// How long the last IDLE waited between the continuation and its end (so callers
     /// can time the server's part of IDLE apart from the wait).
     pub idle_waited: Duration,
+    /// The tag of an IDLE left running between commands ([`Imap::idle_start`]).
+    idling: Option<String>,
 }
 
 /// Why an IDLE wait ended.
@@ -214,6 +216,7 @@ impl Imap {
             next_tag: 1,
             exists: 0,
             idle_waited: Duration::ZERO,
+            idling: None,
         })
     }
 
@@ -458,6 +461,33 @@ impl Imap {
         self.conn.send(b"DONE\r\n").await?;
         self.complete(&tag, &mut |_| {}).await?;
         Ok(wake)
+    }
+
+    /// Starts an IDLE and leaves it running: nothing reads the connection until
+    /// [`Imap::idle_stop`], so what the server pushes meanwhile (EXISTS, keep-alives) waits
+    /// in the socket, as it would for a desktop client between the user's actions.
+    pub async fn idle_start(&mut self) -> Result<(), ClientError> {
+        let tag = self.tag();
+        self.conn.send(format!("{tag} IDLE\r\n").as_bytes()).await?;
+        self.continuation().await?;
+        self.idling = Some(tag);
+        Ok(())
+    }
+
+    /// Whether an IDLE is running ([`Imap::idle_start`]).
+    pub fn is_idling(&self) -> bool {
+        self.idling.is_some()
+    }
+
+    /// Ends the running IDLE: DONE and its tagged reply; the EXISTS and EXPUNGE that
+    /// came meanwhile are taken note of.
+    pub async fn idle_stop(&mut self) -> Result<(), ClientError> {
+        let Some(tag) = self.idling.take() else {
+            return Ok(());
+        };
+        self.conn.send(b"DONE\r\n").await?;
+        self.complete(&tag, &mut |_| {}).await?;
+        Ok(())
     }
 
     /// Reads until the server's continuation (`+`); a tagged reply instead is its refusal.

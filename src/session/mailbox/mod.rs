@@ -100,7 +100,7 @@ impl Drop for Lease<'_> {
 
 /// A client's failure as the unit's failure; `transport` failures leave no usable
 /// connection (no logout is tried).
-fn failure(phase: Phase, e: ClientError) -> Failure {
+pub(crate) fn failure(phase: Phase, e: ClientError) -> Failure {
     match e {
         ClientError::Transport(t) => Failure::transport(phase, t),
         ClientError::Server { status, text } => Failure {
@@ -121,7 +121,7 @@ fn failure(phase: Phase, e: ClientError) -> Failure {
 }
 
 /// Times `fut` as `phase`; a failure becomes a [`Failure`].
-async fn step<T>(
+pub(crate) async fn step<T>(
     r: &mut UnitReport,
     phase: Phase,
     fut: impl Future<Output = Result<T, ClientError>>,
@@ -134,7 +134,7 @@ async fn step<T>(
 }
 
 /// A greeting: timed from where the connect (or the TLS handshake) ended.
-async fn greeting<T>(
+pub(crate) async fn greeting<T>(
     r: &mut UnitReport,
     fut: impl Future<Output = Result<T, ClientError>>,
 ) -> Result<T, Failure> {

@@ -176,6 +176,11 @@ impl Session {
         }
     }
 
+    /// The builder of this session's messages (to choose the next one's envelope).
+    pub fn builder_mut(&mut self) -> &mut Builder {
+        &mut self.builder
+    }
+
     /// Sends message `seq`; the connection is opened first when there is none.
     pub async fn send(&mut self, seq: u64, report: &mut UnitReport) -> Outcome {
         self.seq = seq;

@@ -1,0 +1,297 @@
+//! `spate population` against the embedded server: every action counted in one class and
+//! timed in its class's phase, the server's own counts agreeing with the sends and logins,
+//! the realised mix beside the profile's, the QoS judged (qos.json, summary.json's
+//! extra.qos, the exit status), and bad input refused in one line with exit 2.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::embedded::{self, Embedded};
+use common::{phase_count, SPATE};
+use serde_json::Value;
+use spate::serve::Config;
+
+const USERS: usize = 20;
+
+fn user(i: usize) -> String {
+    format!("user{i}@example.test")
+}
+
+/// The embedded server with SMTP and IMAP, USERS accounts, and `per_box` messages in
+/// every INBOX.
+async fn bed(per_box: usize) -> Embedded {
+    let mut config = Config::loopback();
+    let any = Some("127.0.0.1:0".parse().unwrap());
+    config.listen.smtp = any;
+    config.listen.imap = any;
+    let table: String = (0..USERS).map(|i| format!("{} pw\n", user(i))).collect();
+    let b = embedded::start(config, &table).await;
+    for i in 0..USERS {
+        for n in 0..per_box {
+            let msg = format!(
+                "From: a@example.test\r\nTo: {u}\r\nSubject: spate {n}\r\n\r\nmessage {n} for {u}\r\n",
+                u = user(i)
+            );
+            b.server.store.deliver(&user(i), msg.as_bytes()).unwrap();
+        }
+    }
+    b
+}
+
+fn addr(b: &Embedded, which: &str) -> String {
+    let a = match which {
+        "smtp" => b.server.addrs.smtp,
+        _ => b.server.addrs.imap,
+    };
+    a.expect("listening").to_string()
+}
+
+async fn population(b: &Embedded, out: &str, extra: &[&str]) -> common::Output {
+    let (smtp, imap) = (addr(b, "smtp"), addr(b, "imap"));
+    let mut args = vec![
+        "population",
+        "--users-file",
+        &b.users_file,
+        "--smtp",
+        &smtp,
+        "--imap",
+        &imap,
+        "-o",
+        out,
+        "--seed",
+        "7",
+    ];
+    args.extend_from_slice(extra);
+    common::spate(&args).await
+}
+
+fn json(p: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_population_counts_every_action_in_its_class_and_judges_its_qos() {
+    let b = bed(30).await;
+    let out = b.out("heavy");
+    // office-heavy: 259.3 actions a user a day, 12.5 % in the busiest hour; 600 simulated
+    // seconds to the real one for 8 s: 20 users x 259.3 x 0.125 x 600 x 8 / 3600.
+    let o = population(
+        &b,
+        &out,
+        &[
+            "--profile",
+            "office-heavy",
+            "--users",
+            "20",
+            "--time-scale",
+            "600",
+            "--duration",
+            "8s",
+        ],
+    )
+    .await;
+    let stdout = o.stdout.clone();
+    assert!(o.ok, "{stdout}\n{}", o.stderr.clone());
+    let dir = Path::new(&out);
+    let s = common::summary(dir);
+    let t = &s["totals"];
+    let n = |k: &str| t[k].as_u64().unwrap_or(0);
+    let classes = ["send", "check", "read", "flag", "move", "delete", "search"];
+    let timed: u64 = classes.iter().map(|c| phase_count(&s, c)).sum();
+    for c in classes {
+        assert!(phase_count(&s, c) > 0, "no {c} action: {stdout}");
+    }
+    // Every accepted action is timed in its class, or did nothing on an empty INBOX.
+    assert_eq!(n("failed") + n("rejected"), 0, "{t}");
+    assert_eq!(n("accepted"), timed + n("nothing_to_do"), "{t}");
+    let expected = 20.0 * 259.3 * 0.125 * 600.0 * 8.0 / 3600.0;
+    let got = n("attempted") as f64;
+    assert!(
+        (got / expected - 1.0).abs() < 0.15,
+        "{got} actions, the profile's pace gives {expected:.0}"
+    );
+    // The server saw what the users did: one message accepted per send, one login per
+    // desktop user (each logs in once and stays), every sent copy saved.
+    let counts = b.server.stats.snapshot();
+    assert_eq!(counts.messages_accepted, phase_count(&s, "send"));
+    assert_eq!(counts.recipients_delivered, n("rcpt_accepted"));
+    assert_eq!(counts.mailbox_logins, phase_count(&s, "login"));
+    assert!(phase_count(&s, "login") <= 20);
+    assert_eq!(phase_count(&s, "save_sent"), phase_count(&s, "send"));
+    let sent_boxes: u64 = b
+        .server
+        .store
+        .mailbox_counts()
+        .iter()
+        .map(|m| m.1 as u64)
+        .sum();
+    assert!(sent_boxes > 0);
+    // The mix: the big classes within 20 % of the profile's pace.
+    for (c, per_day) in [("read", 118.9), ("delete", 59.5), ("send", 38.6)] {
+        let want = 20.0 * per_day * 0.125 * 600.0 * 8.0 / 3600.0;
+        let have = phase_count(&s, c) as f64;
+        assert!(
+            (have / want - 1.0).abs() < 0.2,
+            "{c}: {have} against {want:.0}\n{stdout}"
+        );
+    }
+    assert!(stdout.contains("actions per user per day"), "{stdout}");
+    // QoS: the profile's ten criteria, delivery not measured without a source.
+    let q = json(&dir.join("qos.json"));
+    let criteria = q["criteria"].as_array().unwrap();
+    assert_eq!(criteria.len(), 10, "{q}");
+    assert_eq!(q["held"], true, "{q}");
+    let unmeasured: Vec<&Value> = criteria.iter().filter(|c| c["measured"] == false).collect();
+    assert_eq!(unmeasured.len(), 1);
+    assert!(unmeasured[0]["threshold"]
+        .as_str()
+        .unwrap()
+        .starts_with("verify."));
+    assert_eq!(json(&dir.join("summary.json"))["extra"]["qos"], q);
+    assert!(
+        stdout.contains("9 of 9 criteria measured held; 1 not measured"),
+        "{stdout}"
+    );
+    let plan = json(&dir.join("plan.json"));
+    assert_eq!(plan["model"]["model"], "paced");
+    assert_eq!(plan["profile"]["name"], "office-heavy");
+
+    // A criterion no server meets fails the run, and says by how much.
+    let out = b.out("strict");
+    let o = population(
+        &b,
+        &out,
+        &[
+            "--profile",
+            "mobile-poll",
+            "--users",
+            "10",
+            "--time-scale",
+            "600",
+            "--duration",
+            "4s",
+            "--qos",
+            "p95(check) < 1us",
+        ],
+    )
+    .await;
+    let stdout = o.stdout.clone();
+    assert_eq!(o.code, Some(1), "{stdout}");
+    assert!(
+        stdout.contains("FAILED         p95(check) < 1us"),
+        "{stdout}"
+    );
+    let q = json(&Path::new(&out).join("qos.json"));
+    assert_eq!(q["held"], false);
+    // The --qos rule replaced the profile's rule on the same figure.
+    let texts: Vec<&str> = q["criteria"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["threshold"].as_str().unwrap())
+        .collect();
+    assert!(texts.contains(&"p95(check) < 1us") && !texts.contains(&"p95(check) < 5s"));
+    // Mobile clients log in for every action that touches the mailbox.
+    let s = common::summary(Path::new(&out));
+    let mailbox_actions: u64 = ["check", "read", "delete"]
+        .iter()
+        .map(|c| phase_count(&s, c))
+        .sum::<u64>()
+        + phase_count(&s, "save_sent")
+        + s["totals"]["nothing_to_do"].as_u64().unwrap_or(0);
+    assert_eq!(phase_count(&s, "login"), mailbox_actions);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_population_input_is_one_line_and_exit_2_with_nothing_written() {
+    let b = bed(0).await;
+    let dir = b.dir.path();
+    let file = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_string_lossy().into_owned()
+    };
+    let medium = String::from_utf8(
+        Command::new(SPATE)
+            .args(["population", "--dump-profile", "office-medium"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert!(medium.contains("name = \"office-medium\""), "{medium}");
+    let negative = file(
+        "negative.toml",
+        &medium.replace("check = 12", "check = -12"),
+    );
+    let shares = file(
+        "shares.toml",
+        &medium.replace("\"1k\" = 10.20", "\"1k\" = 20.20"),
+    );
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec!["--profile".into(), "office-enormous".into()],
+            "unknown profile",
+        ),
+        (vec!["--profile".into(), negative], "per_day.check = -12"),
+        (vec!["--profile".into(), shares], "sum to 110.00 %"),
+        (
+            vec![
+                "--profile".into(),
+                "office-medium".into(),
+                "--qos".into(),
+                "p95(retr) < 1s".into(),
+            ],
+            "no action of a population",
+        ),
+        (
+            vec![
+                "--profile".into(),
+                "office-medium".into(),
+                "--users".into(),
+                "21".into(),
+            ],
+            "only 20 accounts",
+        ),
+        (
+            vec![
+                "--profile".into(),
+                "office-medium".into(),
+                "--time-scale".into(),
+                "0".into(),
+            ],
+            "--time-scale 0",
+        ),
+    ];
+    for (i, (extra, says)) in cases.iter().enumerate() {
+        let out = b.out(&format!("bad{i}"));
+        let mut args: Vec<&str> = extra.iter().map(String::as_str).collect();
+        if !extra.contains(&"--users".to_string()) {
+            args.extend(["--users", "5"]);
+        }
+        // Were one of them let through, it would end soon.
+        args.extend(["--duration", "2s"]);
+        let o = population(&b, &out, &args).await;
+        let stderr = o.stderr.clone();
+        assert_eq!(o.code, Some(2), "{extra:?}: {stderr}");
+        assert!(stderr.contains(says), "{extra:?}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+        assert!(!Path::new(&out).exists(), "{extra:?} wrote {out}");
+    }
+    let list = Command::new(SPATE)
+        .args(["population", "--list-profiles"])
+        .output()
+        .unwrap();
+    let list = String::from_utf8_lossy(&list.stdout);
+    for name in [
+        "specmail-enterprise",
+        "office-light",
+        "office-medium",
+        "office-heavy",
+        "mobile-poll",
+    ] {
+        assert!(list.contains(name), "{list}");
+    }
+}
