@@ -46,6 +46,9 @@ pub enum Command {
     /// A population of mail users, each following a profile's day (office, mobile,
     /// SPECmail's), judged by the profile's quality of service.
     Population(cmd::population::Args),
+    /// How many users of a profile can this server serve at its QoS? Population probes,
+    /// doubled then halved, and what ran out first.
+    Capacity(cmd::capacity::Args),
     /// Request/response load (line, length-prefixed or HTTP/1.1 framing; TLS with client
     /// identities): each request timed to its complete response, per class.
     Rr(cmd::rr::Args),
@@ -137,6 +140,7 @@ pub async fn dispatch(cli: Cli, ctx: Ctx) -> anyhow::Result<ExitCode> {
         Command::Xmpp(args) => cmd::xmpp::run(args, &ctx).await,
         Command::Jmap(args) => cmd::jmap::run(args, &ctx).await,
         Command::Population(args) => cmd::population::run(args, &ctx).await,
+        Command::Capacity(args) => cmd::capacity::run(args, &ctx).await,
         Command::Rr(args) => cmd::rr::run(args, &ctx).await,
         Command::Ping(args) => cmd::ping::run(args, &ctx).await,
         Command::Serve(args) => cmd::serve::run(args, &ctx).await,
@@ -233,6 +237,7 @@ where
             | Command::Xmpp(_)
             | Command::Jmap(_)
             | Command::Population(_)
+            | Command::Capacity(_)
             | Command::Rr(_)
             | Command::Ping(_)
             | Command::Sweep(_)

@@ -13,7 +13,7 @@ use common::{phase_count, SPATE};
 use serde_json::Value;
 use spate::serve::Config;
 
-const USERS: usize = 20;
+const USERS: usize = 60;
 
 fn user(i: usize) -> String {
     format!("user{i}@example.test")
@@ -22,7 +22,10 @@ fn user(i: usize) -> String {
 /// The embedded server with SMTP and IMAP, USERS accounts, and `per_box` messages in
 /// every INBOX.
 async fn bed(per_box: usize) -> Embedded {
-    let mut config = Config::loopback();
+    bed_with(per_box, Config::loopback()).await
+}
+
+async fn bed_with(per_box: usize, mut config: Config) -> Embedded {
     let any = Some("127.0.0.1:0".parse().unwrap());
     config.listen.smtp = any;
     config.listen.imap = any;
@@ -251,9 +254,9 @@ async fn bad_population_input_is_one_line_and_exit_2_with_nothing_written() {
                 "--profile".into(),
                 "office-medium".into(),
                 "--users".into(),
-                "21".into(),
+                "61".into(),
             ],
-            "only 20 accounts",
+            "only 60 accounts",
         ),
         (
             vec![
@@ -293,5 +296,93 @@ async fn bad_population_input_is_one_line_and_exit_2_with_nothing_written() {
         "mobile-poll",
     ] {
         assert!(list.contains(name), "{list}");
+    }
+}
+
+/// A profile of one action: reading a message (one FETCH of it, and a STORE), 100 a day,
+/// a tenth of them in the busiest hour, on desktop clients; QoS: 95 % within a second.
+const READER: &str = r#"
+name = "reader"
+about = "reads, and nothing else"
+sources = ["a test"]
+peak_hour_share = 10
+clients = { desktop = 100 }
+qos = ["p95(read) < 1s"]
+[per_day]
+read = 100
+[messages]
+sizes = { "1k" = 100 }
+recipients = { "1" = 100 }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_capacity_found_is_what_a_known_service_cost_implies() {
+    // A server that does one FETCH at a time, each 20 ms: at most 50 a second.
+    let mut config = Config::loopback();
+    config
+        .faults
+        .delays
+        .push(spate::serve::faults::parse_delay("fetch:20ms").unwrap());
+    config.faults.serial = Some(spate::serve::faults::Serial::default());
+    let b = bed_with(30, config).await;
+    let profile = b.dir.path().join("reader.toml");
+    std::fs::write(&profile, READER).unwrap();
+    let profile = profile.to_string_lossy().into_owned();
+    // 720 simulated seconds a second: 100 x 0.1 x 720 / 3600 = 2 reads a user a second,
+    // so 25 users keep the server's one FETCH at a time busy all the time.
+    let implied = 50.0 / 2.0;
+    let (smtp, imap) = (addr(&b, "smtp"), addr(&b, "imap"));
+    let out = b.out("capacity");
+    let o = common::spate(&[
+        "capacity",
+        "--profile",
+        &profile,
+        "--users-file",
+        &b.users_file,
+        "--smtp",
+        &smtp,
+        "--imap",
+        &imap,
+        "--time-scale",
+        "720",
+        "--min-users",
+        "4",
+        "--max-users",
+        "60",
+        "--probe",
+        "8s",
+        "--pause",
+        "0s",
+        "--precision",
+        "10%",
+        "--seed",
+        "3",
+        "-o",
+        &out,
+    ])
+    .await;
+    assert!(o.ok, "{}\n{}", o.stdout, o.stderr);
+    let c = json(&Path::new(&out).join("capacity.json"));
+    let found = c["supported_users"].as_f64().unwrap();
+    assert!(
+        (found / implied - 1.0).abs() <= 0.2,
+        "found {found} users, the cost implies {implied}: {}",
+        o.stdout
+    );
+    let fail = c["lowest_failing_users"].as_f64().unwrap();
+    assert!(fail > found, "{c}");
+    assert!(
+        o.stdout
+            .contains(&format!("supports {found} users of reader")),
+        "{}",
+        o.stdout
+    );
+    assert!(o.stdout.contains("failed first at"), "{}", o.stdout);
+    // Every probe kept its results directory, and its QoS.
+    for p in c["probes"].as_array().unwrap() {
+        let dir = Path::new(&out).join(p["dir"].as_str().unwrap());
+        assert!(dir.join("summary.json").exists(), "{p}");
+        assert!(dir.join("qos.json").exists(), "{p}");
+        assert_ne!(p["outcome"], "generator", "{p}");
     }
 }

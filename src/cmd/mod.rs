@@ -1,6 +1,7 @@
 //! One module per subcommand, each `Args` and `run(args, &Ctx)`, and what the load
 //! commands share at this level: their observers and the way a finished run is printed.
 
+pub mod capacity;
 pub mod compare;
 pub mod completions;
 pub mod ctl;

@@ -67,7 +67,7 @@ pub struct Args {
     #[serde(skip)]
     pub dump_profile: Option<String>,
     /// Simulated users: the first N accounts. Each is one session.
-    #[arg(long, short = 'u', value_name = "N", required_unless_present_any = ["list_profiles", "dump_profile"])]
+    #[arg(long, short = 'u', value_name = "N")]
     pub users: Option<u32>,
     /// Simulated seconds per real second: 60 runs a busiest hour in a minute (the
     /// actions come 60 times as often; the server's work per action is the same).
@@ -217,7 +217,9 @@ fn qos_rules(profile: &Profile, extra: &[String]) -> Result<Vec<Check>, UsageErr
 fn prepare(args: Args, command: Vec<String>) -> anyhow::Result<(Plan, pop::Settings, Vec<Check>)> {
     let name = args.profile.as_deref().expect("clap requires --profile");
     let ready: Ready = Profile::load(name)?.ready()?;
-    let users = args.users.expect("clap requires --users");
+    let Some(users) = args.users else {
+        return usage("give the number of simulated users: --users N");
+    };
     if users == 0 {
         return usage("--users 0: give at least one user");
     }
@@ -338,6 +340,11 @@ fn prepare(args: Args, command: Vec<String>) -> anyhow::Result<(Plan, pop::Setti
     Ok((plan, settings, qos))
 }
 
+/// Checks `args` as a run would, without running or writing anything.
+pub fn check(args: &Args) -> anyhow::Result<()> {
+    prepare(args.clone(), Vec::new()).map(|_| ())
+}
+
 /// `spate population`.
 pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     if args.list_profiles {
@@ -348,9 +355,46 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         print!("{}", profile::dump(name)?);
         return Ok(ExitCode::SUCCESS);
     }
-    let progress = args.output.progress_enabled();
+    let output = args.output.clone();
+    let out = output.out.clone();
+    let probed = probe(args, ctx.command_line.clone(), out.as_deref(), true).await?;
+    println!("results: {}", probed.dir.display());
+    let summary = &probed.summary;
+    let code = if probed.failed() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    };
+    let code = super::load_exit(summary, "action", code);
+    super::thresholds::finish(&output, &probed.dir, summary, code)
+}
+
+/// A population run that ended, and its QoS.
+pub struct Probed {
+    pub dir: PathBuf,
+    pub summary: crate::results::Summary,
+    pub qos: Vec<Judged>,
+}
+
+impl Probed {
+    /// Some criterion measured failed.
+    pub fn failed(&self) -> bool {
+        self.qos.iter().any(|v| v.measured && !v.verdict.pass)
+    }
+}
+
+/// Runs a population of `args` into `out` (or a new results directory) and judges its
+/// QoS; `say` prints the summary, the mix and the QoS table. `spate population`'s run
+/// and each probe of `spate capacity`.
+pub async fn probe(
+    args: Args,
+    command: Vec<String>,
+    out: Option<&Path>,
+    say: bool,
+) -> anyhow::Result<Probed> {
+    let progress = say && args.output.progress_enabled();
     let (output, monitor) = (args.output.clone(), args.monitor.clone());
-    let (plan, settings, qos) = prepare(args, ctx.command_line.clone())?;
+    let (plan, settings, qos) = prepare(args, command)?;
     let title = format!("spate — {} users of {}", plan.users, plan.profile.name);
     let stop = Arc::new(AtomicBool::new(false));
     let mut obs = observers(&output, &monitor, &plan, progress, title, "action", &stop)?;
@@ -362,30 +406,27 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         "population",
         checked,
     )?));
-    let out =
-        crate::opts::output::results_dir(output.out.as_deref(), output.overwrite, "population")?;
+    let out = crate::opts::output::results_dir(out, output.overwrite, "population")?;
     let settings = Arc::new(settings);
     let book: Arc<dyn crate::results::AddressBook> = settings.factory.clone();
     let run = engine::Setup::new(&plan, Some(&out), Some(book), obs, stop)?;
     let summary = engine::run(run, |id, _| User::new(id, settings.clone())).await?;
     let finished = Finished { dir: out, summary };
-    print_outcome(&finished);
-    print!("{}", realised(&plan, &settings.profile, &finished.summary));
     let verdicts = judge(&qos, &finished.dir)?;
-    print!("{}", qos_table(&verdicts));
-    println!("results: {}", finished.dir.display());
-    let failed = verdicts.iter().any(|v| v.measured && !v.verdict.pass);
-    let code = if failed {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    };
-    let code = super::load_exit(&finished.summary, "action", code);
-    super::thresholds::finish(&output, &finished.dir, &finished.summary, code)
+    if say {
+        print_outcome(&finished);
+        print!("{}", realised(&plan, &settings.profile, &finished.summary));
+        print!("{}", qos_table(&verdicts));
+    }
+    Ok(Probed {
+        dir: finished.dir,
+        summary: finished.summary,
+        qos: verdicts,
+    })
 }
 
 /// A QoS criterion after the run.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Judged {
     #[serde(flatten)]
     pub verdict: Verdict,

@@ -271,6 +271,10 @@ pub struct Slot {
     pub scheduled_us: u64,
     /// Open model: latency counts from the schedule, and lag is measured.
     pub open: bool,
+    /// A paced session whose previous unit was still running when this one fell due:
+    /// its wait is the server's doing (it counts in `response`), not the generator's, so
+    /// it is neither lag nor late.
+    pub behind_own: bool,
 }
 
 /// Runs one unit and commits it; `on_unit` sees the report first (`spate ping` prints it).
@@ -292,7 +296,7 @@ pub(super) async fn run_unit<D: Driver>(
         o = driver.run_one(slot.seq, report) => o,
         _ = give_up => {
             report.unfinished();
-            if slot.open {
+            if slot.open && !slot.behind_own {
                 report.record(Phase::LAG, lag);
             }
             commit(recorder, session, None, false, report);
@@ -300,7 +304,7 @@ pub(super) async fn run_unit<D: Driver>(
         }
     };
     let end_us = report.done_at();
-    if slot.open {
+    if slot.open && !slot.behind_own {
         report.record(Phase::LAG, lag);
     }
     if outcome != Outcome::Failed {
@@ -309,7 +313,7 @@ pub(super) async fn run_unit<D: Driver>(
     if let Some(hook) = on_unit {
         hook(slot.seq, outcome, report);
     }
-    let late = slot.open && lag > LATE_US;
+    let late = slot.open && !slot.behind_own && lag > LATE_US;
     commit(recorder, session, Some(outcome), late, report);
     true
 }

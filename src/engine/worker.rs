@@ -69,6 +69,7 @@ impl Slots {
                         seq,
                         scheduled_us: at,
                         open: false,
+                        behind_own: false,
                     });
                 }
                 if !first && !think.is_zero() && !stop.load(Ordering::Relaxed) {
@@ -88,12 +89,14 @@ impl Slots {
                     seq,
                     scheduled_us: clock.now_us(),
                     open: false,
+                    behind_own: false,
                 })
             }
             Slots::Open(id, d) => d.next(*id).await.map(|(seq, at)| Slot {
                 seq,
                 scheduled_us: at,
                 open: true,
+                behind_own: false,
             }),
             Slots::Paced {
                 next,
@@ -104,6 +107,8 @@ impl Slots {
                 control,
             } => {
                 let due = due?;
+                // Due before the session was free: its last unit ran past this one's time.
+                let behind_own = clock.now_us() > due;
                 if !until_due(clock, due, steer, stop).await {
                     return None;
                 }
@@ -121,6 +126,7 @@ impl Slots {
                     seq,
                     scheduled_us: due,
                     open: true,
+                    behind_own,
                 })
             }
         }

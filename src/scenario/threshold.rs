@@ -376,6 +376,11 @@ impl Check {
         }
     }
 
+    /// The limit, in the units of the value a verdict reads (µs, a fraction).
+    pub fn limit(&self) -> f64 {
+        self.limit
+    }
+
     /// The phase a phase statistic reads (`send` of `p95(send)`), None for other metrics.
     pub fn phase_name(&self) -> Option<&str> {
         self.stat?;

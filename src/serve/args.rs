@@ -282,6 +282,11 @@ pub struct Args {
     /// Delay a reply: PHASE:DUR or PHASE:MIN..MAX, e.g. data:5ms..20ms (repeatable)
     #[arg(long, value_name = "PHASE:DUR", help_heading = "Faults")]
     pub delay: Vec<String>,
+    /// Serve the --delay delays one at a time, server-wide, as a single disk would: a
+    /// delayed reply waits for those before it, so the server does at most one delayed
+    /// command per delay (20ms: 50 a second), a capacity known in advance
+    #[arg(long, requires = "delay", help_heading = "Faults")]
+    pub serial_delays: bool,
     /// Close the connection without a reply: PHASE:PROB, e.g. dot:0.01 (repeatable)
     #[arg(long, value_name = "PHASE:PROB", help_heading = "Faults")]
     pub drop: Vec<String>,
@@ -501,6 +506,9 @@ impl Args {
                 Ok(n) if n > 0 => f.slow_read = Some(n),
                 _ => return Err(bad()),
             }
+        }
+        if self.serial_delays {
+            f.serial = Some(faults::Serial::default());
         }
         if let Some(n) = self.close_after {
             if n == 0 {

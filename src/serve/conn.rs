@@ -167,6 +167,8 @@ pub struct Conn {
     /// After a WebSocket handshake: the client's frames taken apart as they are read;
     /// each [`Conn::queue_message`] is one frame.
     ws: Option<Box<Ws>>,
+    /// `--serial-delays`: the lock a delay is waited under.
+    serial: Option<super::faults::Serial>,
 }
 
 /// A WebSocket connection's own state, boxed: a plain session pays one pointer for it.
@@ -196,7 +198,13 @@ impl Conn {
             timer: WaitTimer::default(),
             pace: None,
             ws: None,
+            serial: None,
         }
+    }
+
+    /// Waits out every delay under `lock`, one connection at a time (`--serial-delays`).
+    pub fn serialize(&mut self, lock: super::faults::Serial) {
+        self.serial = Some(lock);
     }
 
     /// Reads this connection at most `bytes_per_s` (a slow reader, `--slow-read`).
@@ -649,7 +657,13 @@ impl Conn {
             return Ok(());
         }
         self.flush().await?;
-        tokio::time::sleep(d).await;
+        match &self.serial {
+            Some(lock) => {
+                let _held = lock.0.lock().await;
+                tokio::time::sleep(d).await;
+            }
+            None => tokio::time::sleep(d).await,
+        }
         Ok(())
     }
 

@@ -53,6 +53,19 @@ pub struct Faults {
     /// (`--close-after`).
     pub close_after: Option<u32>,
     pub seed: Option<u64>,
+    /// `--serial-delays`: the delays are served one at a time, server-wide.
+    pub serial: Option<Serial>,
+}
+
+/// The one lock every delayed reply takes while it waits (`--serial-delays`): a server
+/// with one disk, whose capacity is one delayed command per delay.
+#[derive(Debug, Clone, Default)]
+pub struct Serial(pub std::sync::Arc<tokio::sync::Mutex<()>>);
+
+impl PartialEq for Serial {
+    fn eq(&self, other: &Serial) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 fn phase(text: &str, whole: &str, flag: &str) -> Result<FaultPoint, UsageError> {

@@ -353,6 +353,9 @@ async fn handle(tcp: TcpStream, kind: Listener, shared: &Shared) {
     if let Some(rate) = shared.faults.slow_read {
         conn.pace(rate);
     }
+    if let Some(lock) = &shared.faults.serial {
+        conn.serialize(lock.clone());
+    }
     // Each protocol's session in an allocation of its own size: inline, every
     // connection's task would be as large as the largest protocol's.
     let _ = match kind {

@@ -6,12 +6,14 @@
 //! client's next command waits on its connection.
 //!
 //! Each action is a unit of work, timed as the phase of its class (`send`, `check`,
-//! `read`, ...) without the login it may need (`login`, a phase of its own). A desktop
-//! client logs in at its first action and stays logged in, in IDLE between actions; a
-//! mobile one logs in for each action and logs out after it. A message sent goes from the
-//! user to recipients drawn from the population, its size and recipient count from the
-//! profile's tables, with spate's tracking header: sent.log and `--verify` follow it to
-//! every mailbox and time its delivery.
+//! `read`, ...) from when it fell due to its last reply: what the user waited, the login
+//! it needed and any wait behind the user's own previous action included, so a server
+//! that falls behind shows in every class (no coordinated omission). `login` is also a
+//! phase of its own. A desktop client logs in at its first action and stays logged in, in
+//! IDLE between actions; a mobile one logs in for each action and logs out after it. A
+//! message sent goes from the user to recipients drawn from the population, its size and
+//! recipient count from the profile's tables, with spate's tracking header: sent.log and
+//! `--verify` follow it to every mailbox and time its delivery.
 //!
 //! Outcome of an action: accepted = it ran to its end (an action on a message that found
 //! INBOX empty did nothing and is counted in `nothing_to_do`); rejected = the server
@@ -80,6 +82,8 @@ pub struct User {
     seen: u32,
     rcpts: Vec<u32>,
     sent_copy: Vec<u8>,
+    /// The action under way found nothing to act on (an empty INBOX).
+    did_nothing: bool,
     /// The running IDLE's first part: IDLE to its continuation (µs); its DONE's round
     /// trip is added when it ends, and the two are one `idle` sample.
     idle_began: u64,
@@ -112,6 +116,7 @@ impl User {
             rcpts: Vec::new(),
             sent_copy: Vec::new(),
             idle_began: 0,
+            did_nothing: false,
         }
     }
 
@@ -182,13 +187,15 @@ impl User {
         }
         Box::pin(self.mailbox(r)).await?;
         let p = action_phase(action);
-        let t = r.start(p);
+        // Timed from when the action fell due, in run_one; marked here as under way.
+        r.start(p);
         let target = match action {
             Action::Check | Action::Search => None,
             _ => match self.pick() {
                 Some(n) => Some(n),
                 None => {
                     r.counters.count(phase::NOTHING_TO_DO, 1);
+                    self.did_nothing = true;
                     return Ok(Outcome::Accepted);
                 }
             },
@@ -250,14 +257,13 @@ impl User {
         .await;
         self.seen = self.seen.min(m.exists);
         res.map_err(|e| failure(p, e))?;
-        r.timed(p, t);
         Ok(Outcome::Accepted)
     }
 
     /// Sends a message as this user, to recipients drawn from the population, and saves
     /// a copy to Sent when the profile says so.
     async fn send(&mut self, seq: u64, r: &mut UnitReport) -> Result<Outcome, Failure> {
-        let t = r.start(phase::SEND);
+        r.start(phase::SEND);
         let s = self.s.clone();
         let users = s.accounts.len() as u32;
         let n = s
@@ -295,7 +301,6 @@ impl User {
             res.map_err(|e| failure(phase::SAVE_SENT, e))?;
             r.timed(phase::SAVE_SENT, ts);
         }
-        r.timed(phase::SEND, t);
         Ok(Outcome::Accepted)
     }
 
@@ -450,7 +455,14 @@ impl Driver for User {
             return Outcome::Failed;
         };
         self.last_due = due;
+        self.did_nothing = false;
         let outcome = match self.act(seq, action, r).await {
+            // The user's wait: from when the action fell due to its last reply, its
+            // login and any wait behind the user's own previous action included.
+            Ok(Outcome::Accepted) if !self.did_nothing => {
+                r.record(action_phase(action), r.took(due));
+                Outcome::Accepted
+            }
             Ok(o) => o,
             Err(f) => {
                 // A refusal leaves the connection usable; a broken one is dropped and

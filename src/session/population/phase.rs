@@ -1,5 +1,6 @@
-//! A population's phases: one per class of action (the unit's own time, from its start to
-//! its last reply, without the login it may need), the login, and the parts of a send.
+//! A population's phases: one per class of action (what the user waited: from when the
+//! action fell due to its last reply, the login it needed and any wait behind the user's
+//! own previous action included), the login, and the parts of a send.
 
 pub use crate::session::phase::*;
 
