@@ -82,10 +82,24 @@ fn man_pages_render_for_every_command() {
     let d = tempfile::tempdir().unwrap();
     let dir = d.path().to_str().unwrap();
     let said = stdout(&["man", "--dir", dir]);
-    assert!(said.starts_with("wrote 20 pages"), "{said}");
+    assert!(said.starts_with("wrote 22 pages"), "{said}");
     for cmd in [
-        "smtp", "pop3", "imap", "rr", "ping", "serve", "sweep", "verify", "merge", "run", "report",
-        "ctl", "watch", "jmap",
+        "smtp",
+        "pop3",
+        "imap",
+        "rr",
+        "ping",
+        "serve",
+        "sweep",
+        "verify",
+        "merge",
+        "run",
+        "report",
+        "ctl",
+        "watch",
+        "jmap",
+        "population",
+        "capacity",
     ] {
         let path = d.path().join(format!("spate-{cmd}.1"));
         let text = std::fs::read_to_string(&path).unwrap();
