@@ -49,6 +49,9 @@ pub enum Command {
     /// How many users of a profile can this server serve at its QoS? Population probes,
     /// doubled then halved, and what ran out first.
     Capacity(cmd::capacity::Args),
+    /// Fill every account's mailboxes to a profile's composition (IMAP APPEND), before a
+    /// population runs on them.
+    Populate(cmd::populate::Args),
     /// Request/response load (line, length-prefixed or HTTP/1.1 framing; TLS with client
     /// identities): each request timed to its complete response, per class.
     Rr(cmd::rr::Args),
@@ -141,6 +144,7 @@ pub async fn dispatch(cli: Cli, ctx: Ctx) -> anyhow::Result<ExitCode> {
         Command::Jmap(args) => cmd::jmap::run(args, &ctx).await,
         Command::Population(args) => cmd::population::run(args, &ctx).await,
         Command::Capacity(args) => cmd::capacity::run(args, &ctx).await,
+        Command::Populate(args) => cmd::populate::run(args, &ctx).await,
         Command::Rr(args) => cmd::rr::run(args, &ctx).await,
         Command::Ping(args) => cmd::ping::run(args, &ctx).await,
         Command::Serve(args) => cmd::serve::run(args, &ctx).await,

@@ -92,6 +92,7 @@ async fn a_population_counts_every_action_in_its_class_and_judges_its_qos() {
             "600",
             "--duration",
             "8s",
+            "--no-populate-check",
         ],
     )
     .await;
@@ -177,6 +178,7 @@ async fn a_population_counts_every_action_in_its_class_and_judges_its_qos() {
             "4s",
             "--qos",
             "p95(check) < 1us",
+            "--no-populate-check",
         ],
     )
     .await;
@@ -385,4 +387,112 @@ async fn the_capacity_found_is_what_a_known_service_cost_implies() {
         assert!(dir.join("qos.json").exists(), "{p}");
         assert_ne!(p["outcome"], "generator", "{p}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn populate_fills_to_the_profile_once_and_a_run_on_an_empty_store_is_refused() {
+    let b = bed(3).await;
+    let imap = addr(&b, "imap");
+    // office-medium's users have 400 messages in INBOX: a store of 3 is refused.
+    let out = b.out("empty");
+    let o = population(
+        &b,
+        &out,
+        &[
+            "--profile",
+            "office-medium",
+            "--users",
+            "20",
+            "--duration",
+            "2s",
+        ],
+    )
+    .await;
+    assert_eq!(o.code, Some(2), "{}", o.stdout);
+    assert!(
+        o.stderr
+            .contains("the store is far from office-medium's: INBOX holds 3 messages"),
+        "{}",
+        o.stderr
+    );
+    assert!(
+        o.stderr.contains("spate populate --profile office-medium"),
+        "{}",
+        o.stderr
+    );
+    assert!(!Path::new(&out).exists());
+    let fill = |users: &'static str| {
+        let (users_file, imap) = (b.users_file.clone(), imap.clone());
+        async move {
+            common::spate(&[
+                "populate",
+                "--profile",
+                "office-medium",
+                "--users",
+                users,
+                "--imap",
+                &imap,
+                "--users-file",
+                &users_file,
+                "--inbox",
+                "250",
+                "--archive",
+                "7",
+                "--seed",
+                "1",
+            ])
+            .await
+        }
+    };
+    let o = fill("20").await;
+    assert!(o.ok, "{}\n{}", o.stdout, o.stderr);
+    // 20 mailboxes: 247 more in INBOX and 7 in Archive each.
+    assert!(
+        o.stdout
+            .contains("20 filled, 0 already full, 0 failed; 5080 messages appended"),
+        "{}",
+        o.stdout
+    );
+    let held: std::collections::BTreeMap<String, usize> = b
+        .server
+        .store
+        .mailbox_counts()
+        .into_iter()
+        .map(|(k, n, _)| (k, n))
+        .collect();
+    for i in 0..USERS {
+        let want = if i < 20 { 257 } else { 3 };
+        assert_eq!(
+            held.get(&user(i)).copied(),
+            Some(want),
+            "{}: {held:?}",
+            user(i)
+        );
+    }
+    // Again: nothing to add.
+    let o = fill("20").await;
+    assert!(
+        o.stdout
+            .contains("0 filled, 20 already full, 0 failed; 0 messages appended"),
+        "{}",
+        o.stdout
+    );
+    // Now the run goes (400 wanted, 250 held: more than half).
+    let out = b.out("filled");
+    let o = population(
+        &b,
+        &out,
+        &[
+            "--profile",
+            "office-medium",
+            "--users",
+            "20",
+            "--time-scale",
+            "600",
+            "--duration",
+            "2s",
+        ],
+    )
+    .await;
+    assert!(o.ok, "{}\n{}", o.stdout, o.stderr);
 }

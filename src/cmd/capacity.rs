@@ -146,6 +146,11 @@ pub async fn run(args: Args, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     first.users = Some(max);
     first.duration = probe_len.map(|s| format!("{s}s"));
     population::check(&first)?;
+    if !first.no_populate_check {
+        // Once, over the largest population: the probes then skip it.
+        population::check_store(&first).await?;
+        first.no_populate_check = true;
+    }
     let name = crate::session::population::profile::Profile::load(
         p.profile.as_deref().unwrap_or_default(),
     )?

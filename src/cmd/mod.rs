@@ -10,6 +10,7 @@ pub mod jmap;
 pub mod mailbox;
 pub mod merge;
 pub mod ping;
+pub mod populate;
 pub mod population;
 pub mod report;
 pub mod rr;

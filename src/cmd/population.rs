@@ -18,7 +18,7 @@ use crate::message::{AddressPool, Factory, Pick};
 use crate::opts::accounts::AccountsArgs;
 use crate::opts::{MonitorArgs, OutputArgs};
 use crate::scenario::threshold::{Check, Verdict};
-use crate::session::mailbox::fetch::{self, Account};
+use crate::session::mailbox::fetch;
 use crate::session::population::profile::{self, Action, Profile, Ready};
 use crate::session::population::{self as pop, User};
 use crate::session::smtp::{self, AuthMech};
@@ -86,6 +86,10 @@ pub struct Args {
     /// submission:// and smtps://.
     #[arg(long)]
     pub smtp_auth: bool,
+    /// Run even when the mailboxes hold far less than the profile's [store] (see spate
+    /// populate): the figures then say little of a real server.
+    #[arg(long)]
+    pub no_populate_check: bool,
     /// A quality-of-service rule in the threshold language, e.g. 'p95(send) < 2s'; one
     /// for the same figure as a profile's rule replaces it. Repeatable.
     #[arg(long = "qos", value_name = "RULE")]
@@ -159,25 +163,6 @@ fn smtp_endpoint(
     Ok((ep, auth))
 }
 
-fn imap_endpoint(
-    url: &str,
-    tls: &crate::tls::ClientOptions,
-    timeout: Duration,
-) -> anyhow::Result<Endpoint> {
-    let url = if url.contains("://") {
-        url.to_string()
-    } else {
-        format!("imap://{url}")
-    };
-    match fetch::parse_url(&url, tls, timeout) {
-        Ok((fetch::MailProto::Imap, ep)) => Ok(ep),
-        Ok(_) => usage(format!(
-            "--imap '{url}': expected imap://, imap+starttls:// or imaps://"
-        )),
-        Err(e) => usage(format!("--imap: {e}")),
-    }
-}
-
 /// The QoS rules: the profile's, each replaced by a --qos rule for the same figure, then
 /// the other --qos rules. A rule on a phase must name one of the population's.
 fn qos_rules(profile: &Profile, extra: &[String]) -> Result<Vec<Check>, UsageError> {
@@ -236,25 +221,7 @@ fn prepare(args: Args, command: Vec<String>) -> anyhow::Result<(Plan, pop::Setti
     if duration.is_zero() {
         return usage("--duration 0: give how long the run lasts");
     }
-    let accounts: Vec<Account> = args
-        .accounts
-        .credentials("to log in as the population")?
-        .into_iter()
-        .map(|(user, password)| Account { user, password })
-        .collect();
-    if (users as usize) > accounts.len() {
-        return usage(format!(
-            "--users {users}: only {} accounts were given; a simulated user needs an account of its own",
-            accounts.len()
-        ));
-    }
-    let accounts: Vec<Account> = accounts.into_iter().take(users as usize).collect();
-    if let Some(a) = accounts.iter().find(|a| !a.user.contains('@')) {
-        return usage(format!(
-            "account '{}': a population's users send mail as themselves, so their logins must be addresses (user@domain)",
-            a.user
-        ));
-    }
+    let accounts = super::populate::population_accounts(&args.accounts, users)?;
     let qos = qos_rules(&ready.profile, &args.qos)?;
     let tls = crate::tls::ClientOptions {
         ca: args.ca.as_ref().map(|p| p.display().to_string()),
@@ -265,7 +232,7 @@ fn prepare(args: Args, command: Vec<String>) -> anyhow::Result<(Plan, pop::Setti
     let smtp_url = args.smtp.clone().expect("clap requires --smtp");
     let imap_url = args.imap.clone().expect("clap requires --imap");
     let (smtp_ep, auth_by_scheme) = smtp_endpoint(&smtp_url, &tls, timeout)?;
-    let imap = imap_endpoint(&imap_url, &tls, timeout)?;
+    let imap = super::populate::imap_endpoint(&imap_url, &tls, timeout)?;
     let seed = args.output.seed.unwrap_or_else(rand::random);
     let head = PlanHead::new::<User>(command, "population", &imap_url);
     let addresses: Vec<String> = accounts.iter().map(|a| a.user.clone()).collect();
@@ -340,6 +307,12 @@ fn prepare(args: Args, command: Vec<String>) -> anyhow::Result<(Plan, pop::Setti
     Ok((plan, settings, qos))
 }
 
+/// Checks the store against the profile, as a run does before it starts.
+pub async fn check_store(args: &Args) -> anyhow::Result<()> {
+    let (plan, settings, _) = prepare(args.clone(), Vec::new())?;
+    store_check(&plan, &settings).await
+}
+
 /// Checks `args` as a run would, without running or writing anything.
 pub fn check(args: &Args) -> anyhow::Result<()> {
     prepare(args.clone(), Vec::new()).map(|_| ())
@@ -406,6 +379,9 @@ pub async fn probe(
         "population",
         checked,
     )?));
+    if !plan.args.no_populate_check {
+        store_check(&plan, &settings).await?;
+    }
     let out = crate::opts::output::results_dir(out, output.overwrite, "population")?;
     let settings = Arc::new(settings);
     let book: Arc<dyn crate::results::AddressBook> = settings.factory.clone();
@@ -423,6 +399,56 @@ pub async fn probe(
         summary: finished.summary,
         qos: verdicts,
     })
+}
+
+/// Mailboxes looked at to tell whether the store is filled.
+const STORE_SAMPLE: usize = 10;
+
+/// Refuses a run on a store far emptier than the profile's (INBOX at less than half its
+/// messages on average, in up to ten mailboxes spread over the population).
+pub async fn store_check(plan: &Plan, settings: &pop::Settings) -> anyhow::Result<()> {
+    let want = plan.profile.store.inbox;
+    if want == 0 {
+        return Ok(());
+    }
+    let n = settings.accounts.len();
+    let step = (n / STORE_SAMPLE).max(1);
+    let mut seen = Vec::new();
+    for i in (0..n).step_by(step).take(STORE_SAMPLE) {
+        let a = &settings.accounts[i];
+        let ep = &settings.imap;
+        let count = async {
+            let mut m = crate::session::mailbox::client::Imap::greet(ep.connect().await?).await?;
+            if ep.tls == TlsMode::Starttls {
+                m.starttls(ep).await?;
+            }
+            m.login(&a.user, &a.password).await?;
+            let sel = m.select("INBOX").await?;
+            let _ = m.logout().await;
+            Ok::<u32, crate::session::mailbox::client::ClientError>(sel.exists)
+        };
+        match count.await {
+            Ok(c) => seen.push(c),
+            Err(e) => {
+                return usage(format!(
+                    "cannot look into {}'s INBOX to check the store: {e}",
+                    a.user
+                ))
+            }
+        }
+    }
+    let mean = seen.iter().map(|c| f64::from(*c)).sum::<f64>() / seen.len().max(1) as f64;
+    if mean < f64::from(want) / 2.0 {
+        return usage(format!(
+            "the store is far from {}'s: INBOX holds {mean:.0} messages on average in {} mailboxes looked at, its users have {want}; fill it first (spate populate --profile {} --users {} --imap {} ...), or run anyway with --no-populate-check",
+            plan.profile.name,
+            seen.len(),
+            plan.args.profile.as_deref().unwrap_or(""),
+            plan.users,
+            plan.imap
+        ));
+    }
+    Ok(())
 }
 
 /// A QoS criterion after the run.

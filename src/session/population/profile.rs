@@ -112,6 +112,22 @@ pub struct Messages {
     pub save_sent: bool,
 }
 
+/// What a user's mailboxes hold before the day starts: what `spate populate` fills them
+/// to, and what a population run checks for.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Store {
+    /// Messages in INBOX.
+    #[serde(default)]
+    pub inbox: u32,
+    /// Messages in Archive (where the users file what they keep).
+    #[serde(default)]
+    pub archive: u32,
+    /// Share (%) of them already read (\Seen).
+    #[serde(default)]
+    pub seen: f64,
+}
+
 /// How a user's client reaches its mailbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -141,6 +157,9 @@ pub struct Profile {
     /// Share (%) of users by client: `desktop`, `mobile`.
     pub clients: BTreeMap<String, f64>,
     pub messages: Messages,
+    /// What the mailboxes hold when the day starts.
+    #[serde(default)]
+    pub store: Store,
     /// Quality of service: threshold rules over the phases of the actions (`p95(send) <
     /// 5s`) and the run's figures (`errors.rate < 1%`).
     #[serde(default)]
@@ -348,6 +367,15 @@ impl Profile {
         }
         recipients.sort_by_key(|r| r.0);
         let recipients = table(what, "messages.recipients", recipients, |n| n.to_string())?;
+        if !(0.0..=100.0).contains(&self.store.seen) {
+            return Err(bad(
+                what,
+                format!(
+                    "store.seen {}: give a share (%) from 0 to 100",
+                    self.store.seen
+                ),
+            ));
+        }
         for rule in &self.qos {
             crate::scenario::threshold::Check::parse(rule)
                 .map_err(|e| bad(what, format!("qos: {e}")))?;
