@@ -213,9 +213,16 @@ impl User {
                     if new > 0 {
                         let from = exists - new.min(CHECK_HEADERS) + 1;
                         let cmd = format!(
-                            "FETCH {from}:{exists} (FLAGS BODY.PEEK[HEADER.FIELDS (From To Subject Date Message-ID)])"
+                            "FETCH {from}:{exists} (FLAGS INTERNALDATE BODY.PEEK[HEADER.FIELDS (From To Subject Date Message-ID {})])",
+                            crate::message::TRACE_HEADER
                         );
-                        m.command(cmd.as_bytes(), |_| {}).await?;
+                        let run = &self.s.factory.run_id;
+                        m.command(cmd.as_bytes(), |u| {
+                            if let Some(us) = delivered_after(u, run) {
+                                r.record(phase::DELIVERY, us);
+                            }
+                        })
+                        .await?;
                         r.counters.count(phase::NEW_SEEN, u64::from(new));
                     }
                     self.seen = m.exists;
@@ -329,6 +336,38 @@ impl User {
     }
 }
 
+/// How long after its send a message of run `run` arrived, from a FETCH of its
+/// INTERNALDATE and tracking header (µs; 0 when the whole-second arrival time reads
+/// earlier than the send).
+fn delivered_after(u: &Untagged<'_>, run: &str) -> Option<u64> {
+    let Untagged::Fetch(_, f) = u else {
+        return None;
+    };
+    let arrived = crate::proto::imap_client::internal_date(f.internal_date?)?;
+    let head = String::from_utf8_lossy(f.body?.1);
+    let value = head.lines().find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        name.trim()
+            .eq_ignore_ascii_case(crate::message::TRACE_HEADER)
+            .then_some(value)
+    })?;
+    let mut ours = false;
+    let mut sent = None;
+    for part in value.split(';') {
+        match part.trim().split_once('=') {
+            Some(("run", v)) => ours = v.trim() == run,
+            Some(("sent", v)) => sent = v.trim().parse::<u64>().ok(),
+            _ => {}
+        }
+    }
+    let arrived = arrived
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_micros() as u64;
+    ours.then(|| arrived.saturating_sub(sent.unwrap_or(u64::MAX)))
+        .filter(|_| sent.is_some())
+}
+
 /// The phase an action is timed as.
 pub fn action_phase(a: Action) -> Phase {
     match a {
@@ -424,6 +463,7 @@ impl Driver for User {
         phase::SEND,
         phase::SAVE_SENT,
         phase::IDLE,
+        phase::DELIVERY,
         phase::LOGOUT,
         Phase::CONNECT,
         Phase::TLS,
@@ -493,5 +533,42 @@ impl Driver for User {
                 let _ = step(r, phase::LOGOUT, m.logout()).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::imap_client::Fetch;
+
+    fn fetched<'a>(date: &'a str, head: &'a [u8]) -> Untagged<'a> {
+        Untagged::Fetch(
+            1,
+            Fetch {
+                uid: None,
+                flags: None,
+                size: None,
+                internal_date: Some(date),
+                body: Some(("BODY[HEADER.FIELDS (X-Spate-Trace)]", head)),
+                structure: None,
+            },
+        )
+    }
+
+    #[test]
+    fn a_delivery_is_timed_from_its_send_to_its_internaldate_for_this_run_only() {
+        // 2026-12-07 09:00:02.5 UTC, sent; arrived in the second 09:00:05.
+        let sent = 1_796_634_002_500_000u64;
+        let head = format!(
+            "Subject: x\r\nX-Spate-Trace: run=r1; seq=4; sent={sent}; digest=00; size=1\r\n\r\n"
+        );
+        let u = fetched("07-Dec-2026 09:00:05 +0000", head.as_bytes());
+        assert_eq!(delivered_after(&u, "r1"), Some(2_500_000));
+        assert_eq!(delivered_after(&u, "r2"), None, "another run's message");
+        // Whole seconds: an arrival in the send's own second reads as no time at all.
+        let u = fetched("07-Dec-2026 09:00:02 +0000", head.as_bytes());
+        assert_eq!(delivered_after(&u, "r1"), Some(0));
+        let u = fetched("07-Dec-2026 09:00:05 +0000", b"Subject: populated\r\n\r\n");
+        assert_eq!(delivered_after(&u, "r1"), None, "no tracking header");
     }
 }

@@ -15,6 +15,7 @@ crate::metrics::phases! {
     pub SEND => "send", "a message sent: the SMTP transaction (connecting and logging in when the user has no connection) and, when the profile saves sent mail, its APPEND to Sent";
     pub SAVE_SENT => "save_sent", "the APPEND of a sent message's copy to the Sent mailbox";
     pub IDLE => "idle", "a desktop client's IDLE between actions: IDLE to its continuation plus DONE to its tagged reply (the wait left out)";
+    pub DELIVERY => "delivery", "a message's delivery as its recipient saw it: from its send (the time in its tracking header) to its arrival in INBOX (IMAP INTERNALDATE, whole seconds, so up to a second short), for each message of this run a user's check found";
     pub LOGOUT => "logout", "IMAP LOGOUT to its reply (a mobile client, after each action)";
 }
 
