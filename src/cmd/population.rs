@@ -82,6 +82,10 @@ pub struct Args {
     /// The IMAP server users read their mail on (see TARGETS below).
     #[arg(long, value_name = "URL", required_unless_present_any = ["list_profiles", "dump_profile"])]
     pub imap: Option<String>,
+    /// Users start at this rate, their desktop clients logging in then (each user's day
+    /// starts when it does); --duration counts from when every user has started.
+    #[arg(long, value_name = "RATE", default_value = "100/s")]
+    pub login_rate: String,
     /// Users log in to SMTP as themselves (AUTH), as a submission client does; on for
     /// submission:// and smtps://.
     #[arg(long)]

@@ -390,9 +390,11 @@ pub(super) fn spawn<D: Driver>(
             },
             (None, Model::Open { .. }) => unreachable!("an open model has its channel"),
         };
-        // --connect-rate: session i starts i/rate after the start (closed workloads).
+        // --connect-rate: session i starts i/rate after the start (closed and paced workloads).
         let start_after = match (&workload.model, workload.connect_rate) {
-            (Model::Closed { .. }, Some(r)) => Duration::from_secs_f64(id as f64 / r),
+            (Model::Closed { .. } | Model::Paced { .. }, Some(r)) => {
+                Duration::from_secs_f64(id as f64 / r)
+            }
             _ => Duration::ZERO,
         };
         // The driver on the heap: an async fn keeps a moved argument both as the argument

@@ -481,6 +481,21 @@ impl Driver for User {
         smtp::phase::TRANSACTION,
     ];
 
+    /// A user's day starts when its session does; a desktop client logs in then and
+    /// waits in IDLE for its first action.
+    async fn setup(&mut self, r: &mut UnitReport) {
+        if self.client == Client::Desktop {
+            match Box::pin(self.mailbox(r)).await {
+                Ok(()) => self.after(r).await,
+                Err(f) => {
+                    self.imap = None;
+                    f.record(r);
+                }
+            }
+        }
+        self.last_due = r.now();
+    }
+
     fn due(&mut self) -> Option<u64> {
         if self.next.is_none() {
             let due = self.last_due + self.gap();
