@@ -122,7 +122,11 @@ async fn a_population_counts_every_action_in_its_class_and_judges_its_qos() {
     assert_eq!(counts.messages_accepted, phase_count(&s, "send"));
     assert_eq!(counts.recipients_delivered, n("rcpt_accepted"));
     assert_eq!(counts.mailbox_logins, phase_count(&s, "login"));
-    assert_eq!(phase_count(&s, "login"), 20, "each desktop user logs in once, when it starts");
+    assert_eq!(
+        phase_count(&s, "login"),
+        20,
+        "each desktop user logs in once, when it starts"
+    );
     assert_eq!(phase_count(&s, "save_sent"), phase_count(&s, "send"));
     let sent_boxes: u64 = b
         .server

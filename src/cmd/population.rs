@@ -30,7 +30,7 @@ const ABOUT: &str = "Each simulated user is one session that follows the profile
 busiest hour: its actions (send, check, read, flag, move, delete, search) arrive as a Poisson \
 process at the profile's rate (actions per day x the busiest hour's share / 3600 s, times \
 --time-scale), each drawn by the profile's shares, and run when the user's client is free. A \
-desktop client logs in at its first action and stays logged in, in IDLE between actions; a \
+desktop client logs in when its user starts (--login-rate) and stays logged in, in IDLE between actions; a \
 mobile one logs in for each action. A message goes from its user to recipients drawn from the \
 population, its size and recipient count from the profile's tables. Each action is a unit of \
 work timed as a phase of its class; `response` counts from when it was due, so a server that \

@@ -9,7 +9,7 @@
 //! `read`, ...) from when it fell due to its last reply: what the user waited, the login
 //! it needed and any wait behind the user's own previous action included, so a server
 //! that falls behind shows in every class (no coordinated omission). `login` is also a
-//! phase of its own. A desktop client logs in at its first action and stays logged in, in
+//! phase of its own. A desktop client logs in when its user starts and stays logged in, in
 //! IDLE between actions; a mobile one logs in for each action and logs out after it. A
 //! message sent goes from the user to recipients drawn from the population, its size and
 //! recipient count from the profile's tables, with spate's tracking header: sent.log and

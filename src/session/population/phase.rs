@@ -5,7 +5,7 @@
 pub use crate::session::phase::*;
 
 crate::metrics::phases! {
-    pub LOGIN => "login", "a client's login: connect, (TLS,) greeting, log in and SELECT INBOX (a mobile client: before each action; a desktop one: at its first action, and again after its connection broke)";
+    pub LOGIN => "login", "a client's login: connect, (TLS,) greeting, log in and SELECT INBOX (a mobile client: before each action; a desktop one: when its user starts, and again after its connection broke)";
     pub CHECK => "check", "a look at INBOX: the end of IDLE or a NOOP (desktop) and FETCH of the flags and headers of the newest messages";
     pub READ => "read", "a message opened: FETCH of the whole message (which sets \\Seen)";
     pub FLAG => "flag", "a message flagged: STORE +FLAGS (\\Flagged)";

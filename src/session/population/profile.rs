@@ -132,7 +132,7 @@ pub struct Store {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Client {
-    /// Logs in at its first action and stays logged in, INBOX selected, in IDLE between
+    /// Logs in when its user starts and stays logged in, INBOX selected, in IDLE between
     /// actions (when the server has IDLE).
     Desktop,
     /// Connects and logs in for each action, and logs out after it.
