@@ -331,13 +331,9 @@ fn message(out: &mut Vec<u8>, from: &str, to: &str, k: u32, size: u64) {
         out,
         "From: <{from}>\r\nTo: <{to}>\r\nSubject: spate populated message {k}\r\nDate: Mon, 7 Dec 2026 09:00:00 +0000\r\nMIME-Version: 1.0\r\nContent-Type: text/plain; charset=us-ascii\r\n\r\n"
     );
-    let line = b"an older message, put here by spate populate so the mailbox is not empty\r\n";
-    let end = out.len() + size as usize;
-    while out.len() < end {
-        let k = line.len().min(end - out.len());
-        out.extend_from_slice(&line[..k]);
-    }
-    if !out.ends_with(b"\r\n") {
-        out.extend_from_slice(b"\r\n");
-    }
+    crate::session::population::filler(
+        out,
+        b"an older message, put here by spate populate so the mailbox is not empty\r\n",
+        size,
+    );
 }

@@ -75,16 +75,7 @@ impl Slots {
                 if !first && !think.is_zero() && !stop.load(Ordering::Relaxed) {
                     tokio::time::sleep(*think).await;
                 }
-                if control.held(*id) && !parked(steer, *id, stop).await {
-                    return None;
-                }
-                if stop.load(Ordering::Relaxed) {
-                    return None;
-                }
-                let seq = next.fetch_add(1, Ordering::Relaxed);
-                if count.is_some_and(|c| seq >= c) {
-                    return None;
-                }
+                let seq = take(next, *count, stop, control, *id, steer).await?;
                 Some(Slot {
                     seq,
                     scheduled_us: clock.now_us(),
@@ -112,16 +103,7 @@ impl Slots {
                 if !until_due(clock, due, steer, stop).await {
                     return None;
                 }
-                if control.held(*id) && !parked(steer, *id, stop).await {
-                    return None;
-                }
-                if stop.load(Ordering::Relaxed) {
-                    return None;
-                }
-                let seq = next.fetch_add(1, Ordering::Relaxed);
-                if count.is_some_and(|c| seq >= c) {
-                    return None;
-                }
+                let seq = take(next, *count, stop, control, *id, steer).await?;
                 Some(Slot {
                     seq,
                     scheduled_us: due,
@@ -131,6 +113,26 @@ impl Slots {
             }
         }
     }
+}
+
+/// The run's next sequence number for session `id`, once it may run (not held by a pause
+/// or a lower number of sessions); None when the run is ending or the count is reached.
+async fn take(
+    next: &AtomicU64,
+    count: Option<u64>,
+    stop: &AtomicBool,
+    control: &Control,
+    id: usize,
+    steer: &mut watch::Receiver<Steer>,
+) -> Option<u64> {
+    if control.held(id) && !parked(steer, id, stop).await {
+        return None;
+    }
+    if stop.load(Ordering::Relaxed) {
+        return None;
+    }
+    let seq = next.fetch_add(1, Ordering::Relaxed);
+    (!count.is_some_and(|c| seq >= c)).then_some(seq)
 }
 
 /// Sleeps until `due` on the run clock; false when the run ended first. One timer per

@@ -430,7 +430,15 @@ fn sent_copy(out: &mut Vec<u8>, s: &Settings, from: usize, rcpts: &[u32], seq: u
         out,
         "\r\nSubject: spate test message {seq}\r\nMIME-Version: 1.0\r\nContent-Type: text/plain; charset=us-ascii\r\n\r\n"
     );
-    let line = b"sent copy of a spate population message, the same size as the one sent\r\n";
+    filler(
+        out,
+        b"sent copy of a spate population message, the same size as the one sent\r\n",
+        size,
+    );
+}
+
+/// Appends `size` bytes of `line` repeated (a body of that size), ending in CRLF.
+pub fn filler(out: &mut Vec<u8>, line: &[u8], size: u64) {
     let end = out.len() + size as usize;
     while out.len() < end {
         let k = line.len().min(end - out.len());
