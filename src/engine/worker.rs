@@ -132,7 +132,7 @@ async fn take(
         return None;
     }
     let seq = next.fetch_add(1, Ordering::Relaxed);
-    (!count.is_some_and(|c| seq >= c)).then_some(seq)
+    count.is_none_or(|c| seq < c).then_some(seq)
 }
 
 /// Sleeps until `due` on the run clock; false when the run ended first. One timer per
