@@ -78,8 +78,8 @@ fn json(p: &Path) -> Value {
 async fn a_population_counts_every_action_in_its_class_and_judges_its_qos() {
     let b = bed(30).await;
     let out = b.out("heavy");
-    // office-heavy: 259.3 actions a user a day, 12.5 % in the busiest hour; 600 simulated
-    // seconds to the real one for 8 s: 20 users x 259.3 x 0.125 x 600 x 8 / 3600.
+    // office-heavy: 272.6 actions a user a day, 12.5 % in the busiest hour; 600 simulated
+    // seconds to the real one for 8 s (and until the run's next second ends it).
     let o = population(
         &b,
         &out,
@@ -110,7 +110,9 @@ async fn a_population_counts_every_action_in_its_class_and_judges_its_qos() {
     // Every accepted action is timed in its class, or did nothing on an empty INBOX.
     assert_eq!(n("failed") + n("rejected"), 0, "{t}");
     assert_eq!(n("accepted"), timed + n("nothing_to_do"), "{t}");
-    let expected = 20.0 * 259.3 * 0.125 * 600.0 * 8.0 / 3600.0;
+    // Per action a user does a day: how many the run's time gives 20 users.
+    let pace = 20.0 * 0.125 * 600.0 * s["elapsed_s"].as_f64().unwrap() / 3600.0;
+    let expected = 272.6 * pace;
     let got = n("attempted") as f64;
     assert!(
         (got / expected - 1.0).abs() < 0.15,
@@ -138,7 +140,7 @@ async fn a_population_counts_every_action_in_its_class_and_judges_its_qos() {
     assert!(sent_boxes > 0);
     // The mix: the big classes within 20 % of the profile's pace.
     for (c, per_day) in [("read", 118.9), ("delete", 59.5), ("send", 38.6)] {
-        let want = 20.0 * per_day * 0.125 * 600.0 * 8.0 / 3600.0;
+        let want = per_day * pace;
         let have = phase_count(&s, c) as f64;
         assert!(
             (have / want - 1.0).abs() < 0.2,
@@ -500,4 +502,77 @@ async fn populate_fills_to_the_profile_once_and_a_run_on_an_empty_store_is_refus
     )
     .await;
     assert!(o.ok, "{}\n{}", o.stdout, o.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_start_at_the_login_rate_and_the_duration_counts_from_the_last() {
+    let b = bed(0).await;
+    let out = b.out("paced");
+    // 20 desktop users at 10/s: user i starts (and logs in) i/10 s after the start, so
+    // the last starts at 1.9 s, and the run lasts at least 1 s beyond it.
+    let o = population(
+        &b,
+        &out,
+        &[
+            "--profile",
+            "office-light",
+            "--users",
+            "20",
+            "--login-rate",
+            "10/s",
+            "--duration",
+            "1s",
+            "--no-populate-check",
+        ],
+    )
+    .await;
+    assert!(o.code.is_some(), "{}\n{}", o.stdout, o.stderr);
+    let dir = Path::new(&out);
+    let s = common::summary(dir);
+    assert_eq!(phase_count(&s, "login"), 20, "{}", o.stdout);
+    let elapsed = s["elapsed_s"].as_f64().unwrap();
+    assert!(
+        elapsed >= 2.9,
+        "the run ended at {elapsed} s, before its last user's start + 1 s"
+    );
+    // No more than the rate's share of connections in any one second (one more at the
+    // edge: user 0 starts at 0 s).
+    for row in common::column_rows(dir, &["connections"]) {
+        assert!(row[0] <= 11, "{row:?} connections in one second at 10/s");
+    }
+    // A second of an office-light day does no action: only the logins are judged, and
+    // nothing else is said to have held or failed.
+    assert_eq!(s["totals"]["attempted"], 0, "{}", o.stdout);
+    let q = json(&dir.join("qos.json"));
+    let measured: Vec<&Value> = q["criteria"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["measured"] == true)
+        .collect();
+    assert_eq!(measured.len(), 1, "{q}");
+    assert_eq!(measured[0]["threshold"], "p95(login) < 1s");
+    assert!(
+        o.stdout
+            .contains("1 of 1 criteria measured held; 9 not measured"),
+        "{}",
+        o.stdout
+    );
+    let o = population(
+        &b,
+        &b.out("zero"),
+        &[
+            "--profile",
+            "office-light",
+            "--users",
+            "2",
+            "--login-rate",
+            "0/s",
+            "--duration",
+            "1s",
+        ],
+    )
+    .await;
+    assert_eq!(o.code, Some(2), "{}", o.stderr);
+    assert!(o.stderr.contains("--login-rate 0/s"), "{}", o.stderr);
 }

@@ -280,9 +280,18 @@ fn prepare(args: Args, command: Vec<String>) -> anyhow::Result<(Plan, pop::Setti
         shard: None,
     };
     let rate = ready.rate_per_user(args.time_scale);
+    let login_rate = units::parse_rate(&args.login_rate)?;
+    if !(login_rate > 0.0 && login_rate.is_finite()) {
+        return usage(format!(
+            "--login-rate {}: give a rate above 0, e.g. 100/s",
+            args.login_rate
+        ));
+    }
     let mut workload =
         Workload::bounded(Model::Paced { users }, None, Some(duration.as_secs_f64()));
-    workload.count_is_default = false;
+    // Users start at the login rate; the duration counts from when all have.
+    workload.connect_rate = Some(login_rate);
+    workload.after_setup = true;
     let plan = Plan {
         head,
         workload,
@@ -476,19 +485,19 @@ fn judge(rules: &[Check], dir: &Path) -> anyhow::Result<Vec<Judged>> {
             let v = c.evaluate(dir, &c.path, "population");
             let unverified =
                 c.path.first().is_some_and(|p| p == "verify") && !dir.join("verify.json").exists();
-            let stat_empty = v.value.is_none() && c.phase_name().is_some();
+            // A figure the run has no source for is not measured: never held, never failed.
             let not_measured = if unverified {
-                Some(
-                    "no delivery was verified in this run (delivery follow-up comes with --verify)"
-                        .to_string(),
-                )
-            } else if stat_empty {
-                Some(format!(
-                    "no {} action completed",
-                    c.phase_name().unwrap_or("")
-                ))
-            } else {
+                Some("no delivery was verified in this run (no verify.json)".to_string())
+            } else if v.value.is_some() {
                 None
+            } else {
+                Some(match c.phase_name() {
+                    Some("delivery") => {
+                        "no message of this run was found by a user's check".to_string()
+                    }
+                    Some(p) => format!("no {p} completed"),
+                    None => v.message.clone(),
+                })
             };
             Judged {
                 measured: not_measured.is_none(),
