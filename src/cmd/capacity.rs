@@ -319,6 +319,10 @@ fn overshoot(q: &Judged) -> f64 {
     }
 }
 
+/// The host's CPU counts as used up from this share busy (user + system, of all cores):
+/// past it, runnable work queues.
+const BUSY: f64 = 80.0;
+
 /// What ran out at a failing probe, from its summary: the generator, the monitor's
 /// figures near their limits, or that none of what was watched did.
 fn ran_out(s: &Value) -> Vec<String> {
@@ -341,9 +345,23 @@ fn ran_out(s: &Value) -> Vec<String> {
     let mut seen = Vec::new();
     // The host's CPU, in % of all its cores.
     let busy = at(mean, "host.cpu.user_pct") + at(mean, "host.cpu.system_pct");
-    if busy >= 85.0 {
+    if busy >= BUSY {
+        // How much of it the watched processes account for (their CPU is in % of one
+        // core): the rest went to processes not watched, or too short-lived to be sampled.
+        let watched: f64 = means
+            .iter()
+            .filter(|(c, _)| c.starts_with("proc.") && c.ends_with(".cpu_pct"))
+            .map(|(_, v)| v.as_f64().unwrap_or(0.0))
+            .sum::<f64>()
+            / cores;
+        let spate = at(mean, "self.spate.cpu_pct") / cores;
         seen.push(format!(
-            "the host's CPU: {busy:.0} % busy on average (user + system, of {cores} cores)"
+            "the host's CPU: {busy:.0} % busy on average (user + system, of {cores} cores); the processes watched used {watched:.0} % of it and spate {spate:.0} %{}",
+            if busy - watched - spate > 20.0 {
+                ": the rest went to processes not watched or too short-lived to be sampled (a server that starts a process per login)"
+            } else {
+                ""
+            }
         ));
     }
     let iowait = at(mean, "host.cpu.iowait_pct");
@@ -547,7 +565,7 @@ mod tests {
         let s = json!({"cores": 2, "extra": {"bound_by": {"bound_by": "server"}}});
         assert!(ran_out(&s)[0].contains("no monitor ran"));
         let s = json!({"cores": 2, "extra": {"bound_by": {"bound_by": "server"}, "monitor": {
-            "mean": {"host.cpu.user_pct": 80.0, "host.cpu.system_pct": 17.0, "proc.imap.cpu_pct": 40.0,
+            "mean": {"host.cpu.user_pct": 80.0, "host.cpu.system_pct": 17.0, "self.spate.cpu_pct": 20.0, "proc.imap.cpu_pct": 40.0,
                      "proc.qmgr.cpu_pct": 95.0, "proc.qmgr.count": 1.0, "queue.postfix.active": 40.0},
             "max": {"proc.imap.cpu_pct": 60.0, "queue.postfix.active": 900.0}}}});
         let said = ran_out(&s);
