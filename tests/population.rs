@@ -238,6 +238,10 @@ async fn bad_population_input_is_one_line_and_exit_2_with_nothing_written() {
         "negative.toml",
         &medium.replace("check = 12", "check = -12"),
     );
+    let rule = file(
+        "rule.toml",
+        &medium.replace("\"p95(send) < 1s\"", "\"p95(send) <\""),
+    );
     let shares = file(
         "shares.toml",
         &medium.replace("\"1k\" = 10.20", "\"1k\" = 20.20"),
@@ -249,6 +253,7 @@ async fn bad_population_input_is_one_line_and_exit_2_with_nothing_written() {
         ),
         (vec!["--profile".into(), negative], "per_day.check = -12"),
         (vec!["--profile".into(), shares], "sum to 110.00 %"),
+        (vec!["--profile".into(), rule], "profile office-medium qos"),
         (
             vec![
                 "--profile".into(),

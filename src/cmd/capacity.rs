@@ -41,7 +41,7 @@ const EXAMPLES: &str = "EXAMPLES:
       --smtp 127.0.0.1:2525 --imap 127.0.0.1:1143 --users-file users.txt";
 
 #[derive(Debug, Clone, clap::Args, Serialize)]
-#[command(after_long_help = format!("{ABOUT}\n\n{EXAMPLES}"))]
+#[command(after_long_help = format!("{ABOUT} --users and --duration are a probe's own, chosen by the search: capacity refuses them.\n\n{EXAMPLES}\n\n{}", population::TARGETS))]
 #[group(id = "capacity_args")]
 pub struct Args {
     #[command(flatten)]

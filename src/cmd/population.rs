@@ -46,14 +46,16 @@ const EXAMPLES: &str = "EXAMPLES:
   # A busiest hour in a minute: 60 simulated seconds to the real one.
   spate population --profile mobile-poll --users 2000 --time-scale 60 --duration 1m \\
       --smtp submission://mail.example.test --imap imaps://mail.example.test \\
-      --users-file users.txt --qos 'p95(check) < 2s'
+      --users-file users.txt --qos 'p95(check) < 2s'";
 
-TARGETS: --smtp takes smtp://HOST[:25], smtp+starttls://, submission://HOST[:587] \
+/// What --smtp and --imap take (population, populate and capacity).
+pub const TARGETS: &str =
+    "TARGETS: --smtp takes smtp://HOST[:25], smtp+starttls://, submission://HOST[:587] \
 (STARTTLS and each user logs in as itself) or smtps://HOST[:465]; --imap takes \
 imap://HOST[:143], imap+starttls:// or imaps://HOST[:993]; a bare HOST:PORT is plain.";
 
 #[derive(Debug, Clone, clap::Args, Serialize)]
-#[command(after_long_help = format!("{ABOUT}\n\n{EXAMPLES}"))]
+#[command(after_long_help = format!("{ABOUT}\n\n{EXAMPLES}\n\n{TARGETS}"))]
 pub struct Args {
     /// The profile: a built-in one (--list-profiles) or a file NAME.toml.
     #[arg(long, value_name = "NAME|FILE", required_unless_present_any = ["list_profiles", "dump_profile"])]
@@ -170,25 +172,30 @@ fn smtp_endpoint(
 /// The QoS rules: the profile's, each replaced by a --qos rule for the same figure, then
 /// the other --qos rules. A rule on a phase must name one of the population's.
 fn qos_rules(profile: &Profile, extra: &[String]) -> Result<Vec<Check>, UsageError> {
-    let parse = |t: &String| -> Result<Check, UsageError> {
-        let c = Check::parse(t).map_err(|e| UsageError(format!("--qos: {e}")))?;
+    // `whose`: where the rule comes from, for its error.
+    let parse = |whose: &str, t: &String| -> Result<Check, UsageError> {
+        let c = Check::parse(t).map_err(|e| UsageError(format!("{whose}: {e}")))?;
         c.check_static(&c.path)
-            .map_err(|e| UsageError(format!("--qos: {e}")))?;
+            .map_err(|e| UsageError(format!("{whose}: {e}")))?;
         if let Some(p) = c.phase_name() {
             if !User::PHASES.iter().any(|q| q.name() == p) {
                 let classes: Vec<&str> = Action::ALL.iter().map(|a| a.name()).collect();
                 return Err(UsageError(format!(
-                    "--qos '{t}': '{p}' is no action of a population: the classes are {} (and login, save_sent, idle, response)",
+                    "{whose} '{t}': '{p}' is no action of a population: the classes are {} (and login, save_sent, idle, delivery, response)",
                     classes.join(", ")
                 )));
             }
         }
         Ok(c)
     };
-    let extra: Vec<Check> = extra.iter().map(parse).collect::<Result<_, _>>()?;
+    let extra: Vec<Check> = extra
+        .iter()
+        .map(|t| parse("--qos", t))
+        .collect::<Result<_, _>>()?;
+    let whose = format!("profile {} qos", profile.name);
     let mut rules: Vec<Check> = Vec::new();
     for t in &profile.qos {
-        let c = parse(t)?;
+        let c = parse(&whose, t)?;
         match extra.iter().find(|e| e.figure() == c.figure()) {
             Some(e) => rules.push(e.clone()),
             None => rules.push(c),

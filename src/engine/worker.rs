@@ -75,7 +75,11 @@ impl Slots {
                 if !first && !think.is_zero() && !stop.load(Ordering::Relaxed) {
                     tokio::time::sleep(*think).await;
                 }
-                let seq = take(next, *count, stop, control, *id, steer).await?;
+                // Boxed: a pause is rare, and its wait would enlarge every session's future.
+                if control.held(*id) && !Box::pin(parked(steer, *id, stop)).await {
+                    return None;
+                }
+                let seq = take(next, *count, stop)?;
                 Some(Slot {
                     seq,
                     scheduled_us: clock.now_us(),
@@ -100,10 +104,16 @@ impl Slots {
                 let due = due?;
                 // Due before the session was free: its last unit ran past this one's time.
                 let behind_own = clock.now_us() > due;
-                if !until_due(clock, due, steer, stop).await {
+                // Boxed: every session's future holds this one's state, whatever its model,
+                // and a sleep with a watch on the run's end is larger than the others'.
+                if !Box::pin(until_due(clock, due, steer, stop)).await {
                     return None;
                 }
-                let seq = take(next, *count, stop, control, *id, steer).await?;
+                // Boxed: a pause is rare, and its wait would enlarge every session's future.
+                if control.held(*id) && !Box::pin(parked(steer, *id, stop)).await {
+                    return None;
+                }
+                let seq = take(next, *count, stop)?;
                 Some(Slot {
                     seq,
                     scheduled_us: due,
@@ -115,19 +125,8 @@ impl Slots {
     }
 }
 
-/// The run's next sequence number for session `id`, once it may run (not held by a pause
-/// or a lower number of sessions); None when the run is ending or the count is reached.
-async fn take(
-    next: &AtomicU64,
-    count: Option<u64>,
-    stop: &AtomicBool,
-    control: &Control,
-    id: usize,
-    steer: &mut watch::Receiver<Steer>,
-) -> Option<u64> {
-    if control.held(id) && !parked(steer, id, stop).await {
-        return None;
-    }
+/// The run's next sequence number; None when the run is ending or the count is reached.
+fn take(next: &AtomicU64, count: Option<u64>, stop: &AtomicBool) -> Option<u64> {
     if stop.load(Ordering::Relaxed) {
         return None;
     }
