@@ -272,15 +272,7 @@ fn row(
         } else {
             Vec::new()
         },
-        qos: probed
-            .qos
-            .iter()
-            .map(|j| Judged {
-                verdict: j.verdict.clone(),
-                measured: j.measured,
-                not_measured: j.not_measured.clone(),
-            })
-            .collect(),
+        qos: probed.qos.clone(),
     }
 }
 
